@@ -1,0 +1,197 @@
+"""Pure encoders and decoders of the sharded format's binary parts: bytes and numpy arrays in,
+bytes and numpy arrays out, no I/O.
+
+Decoders check every number against the size of the file it came from and raise
+CorruptDataError naming that file (``where``) and the offset, so hostile input can neither crash
+the reader nor make it allocate more than the bytes it actually read.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import NamedTuple
+
+import numpy as np
+
+from .errors import CorruptDataError
+
+_U64 = np.dtype("<u8")
+_ZERO = np.uint64(0)
+
+
+def gzip_compress(data: bytes, level: int = 6) -> bytes:
+    """One gzip stream holding ``data``."""
+    c = zlib.compressobj(level, zlib.DEFLATED, 31)
+    return c.compress(data) + c.flush()
+
+
+def gzip_decompress(data: bytes, where: str = "") -> bytes:
+    """Decode one or more concatenated gzip streams; CorruptDataError if it is not gzip.
+
+    Deflate expands at most about 1032:1, so the output is bounded by the input read.
+    """
+    out = []
+    rest = memoryview(data)
+    while True:
+        d = zlib.decompressobj(31)
+        try:
+            out.append(d.decompress(rest))
+        except zlib.error as e:
+            raise CorruptDataError(f"{where}: bad gzip data ({e})") from None
+        if not d.eof:
+            raise CorruptDataError(f"{where}: truncated gzip data")
+        rest = memoryview(d.unused_data)
+        if not rest:
+            return b"".join(out) if len(out) > 1 else out[0]
+
+
+def encode(data: bytes, encoding: str) -> bytes:
+    """Apply a sharded-format encoding ("raw" or "gzip")."""
+    return gzip_compress(data) if encoding == "gzip" else data
+
+
+def decode(data: bytes, encoding: str, where: str = "") -> bytes:
+    """Undo a sharded-format encoding ("raw" or "gzip")."""
+    return gzip_decompress(data, where) if encoding == "gzip" else bytes(data)
+
+
+# --- shard index ---------------------------------------------------------------------------
+
+def decode_shard_index(buf: bytes, num_minishards: int, file_size: int,
+                       where: str = "") -> np.ndarray:
+    """The shard index as a ``(num_minishards, 2)`` uint64 array of absolute ``[start, end)``.
+
+    ``file_size`` is the size of the whole shard file; every range must lie inside it.
+    """
+    index_end = 16 * num_minishards
+    if len(buf) != index_end or file_size < index_end:
+        raise CorruptDataError(f"{where}: file of {file_size} bytes is shorter than its "
+                               f"{index_end}-byte shard index")
+    rel = np.frombuffer(buf, _U64).reshape(num_minishards, 2)
+    bad = (rel[:, 1] < rel[:, 0]) | (rel[:, 1] > np.uint64(file_size - index_end))
+    if bad.any():
+        m = int(np.flatnonzero(bad)[0])
+        raise CorruptDataError(
+            f"{where}: shard index entry {m} (at offset {16 * m}) has range "
+            f"[{int(rel[m, 0])}, {int(rel[m, 1])}) that is reversed or past the end of the "
+            f"{file_size}-byte file")
+    return rel.astype(np.uint64) + np.uint64(index_end)
+
+
+def encode_shard_index(ranges: np.ndarray, num_minishards: int) -> bytes:
+    """Bytes of a shard index from absolute ``(num_minishards, 2)`` ``[start, end)`` ranges."""
+    rel = np.asarray(ranges, np.uint64).reshape(num_minishards, 2) - np.uint64(16 * num_minishards)
+    return rel.astype(_U64, copy=False).tobytes()
+
+
+# --- minishard index -----------------------------------------------------------------------
+
+class MinishardIndex(NamedTuple):
+    """The chunks of one minishard, sorted by key: absolute data offsets into the shard file."""
+
+    keys: np.ndarray
+    starts: np.ndarray
+    sizes: np.ndarray
+
+    def find(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(found mask, positions) of ``keys`` in this index."""
+        pos = np.searchsorted(self.keys, keys)
+        pos_c = np.minimum(pos, max(len(self.keys) - 1, 0))
+        found = (pos < len(self.keys)) & (self.keys[pos_c] == keys) if len(self.keys) \
+            else np.zeros(np.shape(keys), bool)
+        return found, pos_c
+
+    @property
+    def nbytes(self) -> int:
+        return self.keys.nbytes * 3
+
+
+EMPTY_MINISHARD = MinishardIndex(*(np.zeros(0, np.uint64) for _ in range(3)))
+
+
+def decode_minishard_index(buf: bytes, encoding: str, index_end: int, file_size: int,
+                           where: str = "") -> MinishardIndex:
+    """Decode one minishard index; every chunk range must lie inside the ``file_size`` file."""
+    raw = decode(buf, encoding, where)
+    if len(raw) % 24:
+        raise CorruptDataError(f"{where}: minishard index of {len(raw)} bytes is not a "
+                               f"multiple of 24")
+    n = len(raw) // 24
+    table = np.frombuffer(raw, _U64).reshape(3, n).astype(np.uint64)
+    keys = np.cumsum(table[0], dtype=np.uint64)
+    sizes = table[2]
+    # start_i = index_end + sum(row1[:i+1]) + sum(sizes[:i]), all modulo 2**64.
+    starts = np.cumsum(table[1], dtype=np.uint64)
+    starts[1:] += np.cumsum(sizes[:-1], dtype=np.uint64)
+    starts += np.uint64(index_end)
+    limit = np.uint64(file_size)
+    bad = (starts > limit) | (sizes > limit - np.minimum(starts, limit))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise CorruptDataError(
+            f"{where}: chunk {int(keys[i])} claims bytes [{int(starts[i])}, "
+            f"{int(starts[i]) + int(sizes[i])}) past the end of the {file_size}-byte file")
+    order = np.argsort(keys, kind="stable")
+    keys, starts, sizes = keys[order], starts[order], sizes[order]
+    dup = keys[1:] == keys[:-1]
+    if dup.any():
+        raise CorruptDataError(f"{where}: key {int(keys[1:][dup][0])} appears twice in one "
+                               f"minishard index")
+    return MinishardIndex(keys, starts, sizes)
+
+
+def encode_minishard_indices(minishards: np.ndarray, keys: np.ndarray, starts: np.ndarray,
+                             sizes: np.ndarray, index_end: int, num_minishards: int,
+                             encoding: str) -> tuple[list[bytes], np.ndarray]:
+    """Encode the minishard indices of all chunks of a shard at once.
+
+    The chunks must be grouped by minishard (sorted by minishard, then key); ``starts`` are
+    absolute file offsets, anywhere in the file. Returns the encoded indices in minishard order
+    and the encoded length of each of the ``num_minishards`` minishards (0 where empty).
+    """
+    n = len(keys)
+    counts = np.bincount(minishards.astype(np.intp), minlength=num_minishards)
+    first = np.cumsum(counts) - counts  # entry number where each minishard begins
+    group_first = first[minishards.astype(np.intp)]
+    is_first = np.arange(n) == group_first
+    row0 = keys - np.where(is_first, _ZERO, np.roll(keys, 1))
+    prev_end = np.where(is_first, np.uint64(index_end), np.roll(starts + sizes, 1))
+    row1 = starts - prev_end
+    # Scatter into the concatenation of the [3, n_m] tables, row by row inside each minishard.
+    table = np.empty(3 * n, _U64)
+    within = np.arange(n) - group_first
+    base = 3 * group_first + within
+    stride = counts[minishards.astype(np.intp)]
+    table[base] = row0
+    table[base + stride] = row1
+    table[base + 2 * stride] = sizes
+    raw = table.tobytes()
+    nonempty = np.flatnonzero(counts)
+    lengths = np.zeros(num_minishards, np.int64)
+    if encoding == "raw":
+        lengths[nonempty] = 24 * counts[nonempty]
+        return ([raw] if n else []), lengths
+    parts = []
+    for m in nonempty.tolist():
+        part = gzip_compress(raw[24 * first[m]: 24 * (first[m] + counts[m])])
+        parts.append(part)
+        lengths[m] = len(part)
+    return parts, lengths
+
+
+def encode_shard(minishards: np.ndarray, keys: np.ndarray, values: list[bytes],
+                 num_minishards: int, index_encoding: str) -> list[bytes]:
+    """A whole shard file as a list of byte strings to write one after the other.
+
+    Chunks must be sorted by (minishard, key) and ``values`` already data-encoded. Layout:
+    shard index, chunk data in that order, then the minishard indices in minishard order.
+    """
+    index_end = 16 * num_minishards
+    sizes = np.fromiter(map(len, values), np.uint64, count=len(values))
+    data_end = index_end + int(sizes.sum())
+    starts = np.cumsum(sizes, dtype=np.uint64) - sizes + np.uint64(index_end)
+    parts, lengths = encode_minishard_indices(minishards, keys, starts, sizes, index_end,
+                                              num_minishards, index_encoding)
+    ends = data_end + np.cumsum(lengths)
+    ranges = np.stack([ends - lengths, ends], axis=1).astype(np.uint64)
+    return [encode_shard_index(ranges, num_minishards), *values, *parts]

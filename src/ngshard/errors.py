@@ -1,0 +1,23 @@
+"""The exception hierarchy: everything ngshard raises on bad input derives from NgShardError."""
+
+from __future__ import annotations
+
+
+class NgShardError(Exception):
+    """Base class of all ngshard errors."""
+
+
+class SpecError(NgShardError, ValueError):
+    """A sharding spec, info file or argument is invalid; the message names the field."""
+
+
+class CorruptDataError(NgShardError):
+    """Stored bytes do not decode; the message names the file and the offset."""
+
+
+class InvalidKeyError(NgShardError, ValueError):
+    """A key is not an integer in [0, 2**64)."""
+
+
+class ReadOnlyError(NgShardError, PermissionError):
+    """A write was attempted on a store opened for reading."""

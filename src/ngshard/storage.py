@@ -1,0 +1,273 @@
+"""Byte-range reads, atomic whole-object writes and listing over local files or any fsspec URL.
+
+Everything above this module addresses objects by name relative to a root URL. Local paths get
+a direct implementation (pread on one file descriptor, temp file + rename), other URLs go
+through fsspec with all ranges of a batch issued in one concurrent ``cat_ranges`` call.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Hashable, Sequence
+from typing import NamedTuple
+
+import fsspec
+import numpy as np
+
+from .errors import CorruptDataError
+
+# Ranges closer than this are read as one; reading a few unused KiB beats another request.
+MAX_GAP = 4096
+
+
+class ObjectInfo(NamedTuple):
+    """Size of an object and a token that changes whenever the object is replaced or modified."""
+
+    size: int
+    generation: Hashable
+
+
+def coalesce(ranges: np.ndarray, max_gap: int = MAX_GAP) -> tuple[np.ndarray, np.ndarray]:
+    """Merge ``(n, 2)`` [start, end) ranges that overlap or lie within ``max_gap`` of each other.
+
+    Returns the merged ranges and, for each input range, the index of the merged one holding it.
+    A merged range wastes at most ``max_gap`` bytes per input range, so its size needs no cap.
+    """
+    ranges = np.asarray(ranges, np.int64).reshape(-1, 2)
+    if len(ranges) == 0:
+        return ranges, np.zeros(0, np.intp)
+    order = np.argsort(ranges[:, 0], kind="stable")
+    starts, ends = ranges[order, 0], ranges[order, 1]
+    reach = np.maximum.accumulate(ends)
+    new = np.empty(len(starts), bool)
+    new[0] = True
+    new[1:] = starts[1:] > reach[:-1] + max_gap
+    group = np.cumsum(new) - 1
+    last = np.r_[np.flatnonzero(new)[1:], len(starts)] - 1
+    assignment = np.empty(len(ranges), np.intp)
+    assignment[order] = group
+    return np.stack([starts[new], reach[last]], axis=1), assignment
+
+
+def _split(merged: np.ndarray, blobs: Sequence[bytes], ranges: np.ndarray,
+           assignment: np.ndarray) -> list[bytes]:
+    views = [memoryview(b) for b in blobs]
+    offsets = ranges[:, 0] - merged[assignment, 0]
+    return [bytes(views[g][o:o + n]) for g, o, n in
+            zip(assignment.tolist(), offsets.tolist(), (ranges[:, 1] - ranges[:, 0]).tolist())]
+
+
+class Storage:
+    """A directory of objects addressed by name. Use :func:`open_storage` to get one."""
+
+    url: str
+
+    def path(self, name: str) -> str:
+        """The full location of ``name``, for messages."""
+        return f"{self.url.rstrip('/')}/{name}"
+
+    def stat(self, name: str) -> ObjectInfo | None:
+        """Size and generation of an object, None if it does not exist."""
+        raise NotImplementedError
+
+    def read(self, name: str) -> bytes | None:
+        """The whole object, None if it does not exist."""
+        raise NotImplementedError
+
+    def read_ranges(self, requests: Sequence[tuple[str, np.ndarray]]
+                    ) -> list[tuple[Hashable | None, list[bytes] | None]]:
+        """Read ``(name, (n, 2) ranges)`` requests in one batch, coalescing near ranges.
+
+        For each request returns ``(generation, chunks)``: the generation the bytes were read
+        from (None if the store cannot tell), and None instead of chunks if the object is gone.
+        """
+        raise NotImplementedError
+
+    def write(self, name: str, parts: Sequence[bytes]) -> None:
+        """Write an object atomically: readers see the old object or the whole new one."""
+        raise NotImplementedError
+
+    def delete(self, name: str) -> None:
+        """Remove an object if it exists."""
+        raise NotImplementedError
+
+    def list(self) -> list[str]:
+        """Names of the objects directly under the root (empty if the root does not exist)."""
+        raise NotImplementedError
+
+    def child(self, name: str) -> Storage:
+        """The storage rooted at a sub-directory."""
+        raise NotImplementedError
+
+
+class LocalStorage(Storage):
+    """Objects as files in a local directory."""
+
+    def __init__(self, root: str) -> None:
+        self.root = os.path.abspath(root)
+        self.url = self.root
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.root, name)
+
+    @staticmethod
+    def _info(st: os.stat_result) -> ObjectInfo:
+        return ObjectInfo(st.st_size, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+
+    def stat(self, name: str) -> ObjectInfo | None:
+        try:
+            return self._info(os.stat(self.path(name)))
+        except FileNotFoundError:
+            return None
+
+    def read(self, name: str) -> bytes | None:
+        try:
+            with open(self.path(name), "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+    def read_ranges(self, requests):
+        results = []
+        for name, ranges in requests:
+            ranges = np.asarray(ranges, np.int64).reshape(-1, 2)
+            try:
+                fd = os.open(self.path(name), os.O_RDONLY)
+            except FileNotFoundError:
+                results.append((None, None))
+                continue
+            try:
+                # Generation and bytes come from the same descriptor, so they always agree.
+                info = self._info(os.fstat(fd))
+                merged, assignment = coalesce(ranges)
+                blobs = [os.pread(fd, int(e - s), int(s)) for s, e in merged.tolist()]
+            finally:
+                os.close(fd)
+            for (s, e), blob in zip(merged.tolist(), blobs):
+                if len(blob) != e - s:
+                    raise CorruptDataError(f"{self.path(name)}: wanted bytes [{s}, {e}) but "
+                                           f"the file has {info.size} bytes")
+            results.append((info.generation, _split(merged, blobs, ranges, assignment)))
+        return results
+
+    def write(self, name: str, parts: Sequence[bytes]) -> None:
+        path = self.path(name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
+        try:
+            with open(tmp, "wb") as f:
+                f.writelines(parts)
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+    def delete(self, name: str) -> None:
+        try:
+            os.unlink(self.path(name))
+        except FileNotFoundError:
+            pass
+
+    def list(self) -> list[str]:
+        try:
+            with os.scandir(self.root) as it:
+                return sorted(e.name for e in it if e.is_file())
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    def child(self, name: str) -> LocalStorage:
+        return LocalStorage(os.path.join(self.root, name))
+
+
+class FsspecStorage(Storage):
+    """Objects behind any fsspec filesystem (memory, http, s3, gcs, ...)."""
+
+    def __init__(self, url: str, fs: fsspec.AbstractFileSystem | None = None,
+                 root: str | None = None) -> None:
+        if fs is None:
+            fs, root = fsspec.core.url_to_fs(url)
+        self.fs, self.root, self.url = fs, root.rstrip("/"), url.rstrip("/")
+
+    def _full(self, name: str) -> str:
+        return f"{self.root}/{name}"
+
+    @staticmethod
+    def _info(info: dict) -> ObjectInfo:
+        token = tuple(info.get(k) for k in ("ETag", "etag", "generation", "mtime",
+                                             "LastModified", "last_modified", "created"))
+        return ObjectInfo(int(info["size"]), (info["size"], token))
+
+    def stat(self, name: str) -> ObjectInfo | None:
+        try:
+            info = self.fs.info(self._full(name))
+        except FileNotFoundError:
+            return None
+        if info.get("type") == "directory" or info.get("size") is None:
+            return None
+        return self._info(info)
+
+    def read(self, name: str) -> bytes | None:
+        try:
+            return self.fs.cat_file(self._full(name))
+        except FileNotFoundError:
+            return None
+
+    def read_ranges(self, requests):
+        flat_paths, flat_starts, flat_ends, plans = [], [], [], []
+        for name, ranges in requests:
+            ranges = np.asarray(ranges, np.int64).reshape(-1, 2)
+            merged, assignment = coalesce(ranges)
+            plans.append((len(flat_paths), merged, ranges, assignment))
+            flat_paths += [self._full(name)] * len(merged)
+            flat_starts += merged[:, 0].tolist()
+            flat_ends += merged[:, 1].tolist()
+        blobs = self.fs.cat_ranges(flat_paths, flat_starts, flat_ends, on_error="return") \
+            if flat_paths else []
+        results = []
+        for (name, _), (first, merged, ranges, assignment) in zip(requests, plans):
+            mine = blobs[first:first + len(merged)]
+            if any(isinstance(b, FileNotFoundError) for b in mine):
+                results.append((None, None))
+                continue
+            for (s, e), blob in zip(merged.tolist(), mine):
+                if isinstance(blob, BaseException):
+                    raise blob
+                if len(blob) != e - s:
+                    raise CorruptDataError(f"{self.path(name)}: wanted bytes [{s}, {e}) but "
+                                           f"got {len(blob)}")
+            results.append((None, _split(merged, mine, ranges, assignment)))
+        return results
+
+    def write(self, name: str, parts: Sequence[bytes]) -> None:
+        # One PUT of the whole object: object stores make it visible atomically.
+        self.fs.pipe_file(self._full(name), b"".join(parts))
+
+    def delete(self, name: str) -> None:
+        try:
+            self.fs.rm_file(self._full(name))
+        except FileNotFoundError:
+            pass
+
+    def list(self) -> list[str]:
+        try:
+            entries = self.fs.ls(self.root, detail=True)
+        except FileNotFoundError:
+            return []
+        names = (e["name"].rstrip("/").rsplit("/", 1)[-1] for e in entries
+                 if e.get("type") != "directory")
+        return sorted(n for n in names if n)
+
+    def child(self, name: str) -> FsspecStorage:
+        return FsspecStorage(f"{self.url}/{name}", self.fs, self._full(name))
+
+
+def open_storage(url: str | os.PathLike) -> Storage:
+    """The storage for a local path, a ``file://`` URL or any fsspec URL."""
+    url = os.fspath(url)
+    if "://" not in url:
+        return LocalStorage(url)
+    if url.startswith("file://"):
+        return LocalStorage(url[len("file://"):])
+    return FsspecStorage(url)
