@@ -9,6 +9,7 @@ the reader nor make it allocate more than the bytes it actually read.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -109,35 +110,66 @@ class MinishardIndex(NamedTuple):
 EMPTY_MINISHARD = MinishardIndex(*(np.zeros(0, np.uint64) for _ in range(3)))
 
 
+def _segment_cumsum(values: np.ndarray, first: np.ndarray, seg: np.ndarray) -> np.ndarray:
+    """Cumulative sums restarting at each segment, modulo 2**64."""
+    total = np.cumsum(values, dtype=np.uint64)
+    before = np.zeros(len(first), np.uint64)
+    nonzero = first > 0
+    before[nonzero] = total[first[nonzero] - 1]
+    return total - before[seg]
+
+
+def decode_minishard_indices(bufs: Sequence[bytes], encoding: str, index_end: int,
+                             file_size: int, where: Callable[[int], str]
+                             ) -> list[MinishardIndex]:
+    """Decode many minishard indices of one shard file at once (vectorized over all of them).
+
+    Every chunk range must lie inside the ``file_size``-byte file; ``where(i)`` names the file
+    and the place of the i-th index for error messages.
+    """
+    raws = bufs if encoding == "raw" else [decode(b, encoding, where(i))
+                                           for i, b in enumerate(bufs)]
+    lengths = np.fromiter(map(len, raws), np.int64, count=len(raws))
+    bad = np.flatnonzero(lengths % 24)
+    if len(bad):
+        raise CorruptDataError(f"{where(int(bad[0]))}: minishard index of "
+                               f"{int(lengths[bad[0]])} bytes is not a multiple of 24")
+    counts = lengths // 24
+    first = np.cumsum(counts) - counts
+    seg = np.repeat(np.arange(len(raws)), counts)
+    table = np.frombuffer(b"".join(raws), _U64)
+    n = len(seg)
+    within = np.arange(n) - first[seg]
+    base = 3 * first[seg] + within
+    stride = counts[seg]
+    sizes = table[base + 2 * stride].astype(np.uint64)
+    keys = _segment_cumsum(table[base], first, seg)
+    # start_i = index_end + sum(row1[:i+1]) + sum(sizes[:i]), all modulo 2**64.
+    starts = _segment_cumsum(table[base + stride], first, seg)
+    starts += _segment_cumsum(sizes, first, seg) - sizes + np.uint64(index_end)
+    limit = np.uint64(file_size)
+    bad = np.flatnonzero((starts > limit) | (sizes > limit - np.minimum(starts, limit)))
+    if len(bad):
+        i = int(bad[0])
+        raise CorruptDataError(
+            f"{where(int(seg[i]))}: chunk {int(keys[i])} claims bytes [{int(starts[i])}, "
+            f"{int(starts[i]) + int(sizes[i])}) past the end of the {file_size}-byte file")
+    if not ((keys[1:] > keys[:-1]) | (seg[1:] != seg[:-1])).all():  # writers usually sort
+        order = np.lexsort((keys, seg))
+        keys, starts, sizes = keys[order], starts[order], sizes[order]
+    dup = np.flatnonzero((keys[1:] == keys[:-1]) & (seg[1:] == seg[:-1]))
+    if len(dup):
+        raise CorruptDataError(f"{where(int(seg[dup[0]]))}: key {int(keys[dup[0]])} appears "
+                               f"twice in one minishard index")
+    ends = (first + counts).tolist()
+    return [MinishardIndex(keys[a:b], starts[a:b], sizes[a:b])
+            for a, b in zip(first.tolist(), ends)]
+
+
 def decode_minishard_index(buf: bytes, encoding: str, index_end: int, file_size: int,
                            where: str = "") -> MinishardIndex:
     """Decode one minishard index; every chunk range must lie inside the ``file_size`` file."""
-    raw = decode(buf, encoding, where)
-    if len(raw) % 24:
-        raise CorruptDataError(f"{where}: minishard index of {len(raw)} bytes is not a "
-                               f"multiple of 24")
-    n = len(raw) // 24
-    table = np.frombuffer(raw, _U64).reshape(3, n).astype(np.uint64)
-    keys = np.cumsum(table[0], dtype=np.uint64)
-    sizes = table[2]
-    # start_i = index_end + sum(row1[:i+1]) + sum(sizes[:i]), all modulo 2**64.
-    starts = np.cumsum(table[1], dtype=np.uint64)
-    starts[1:] += np.cumsum(sizes[:-1], dtype=np.uint64)
-    starts += np.uint64(index_end)
-    limit = np.uint64(file_size)
-    bad = (starts > limit) | (sizes > limit - np.minimum(starts, limit))
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise CorruptDataError(
-            f"{where}: chunk {int(keys[i])} claims bytes [{int(starts[i])}, "
-            f"{int(starts[i]) + int(sizes[i])}) past the end of the {file_size}-byte file")
-    order = np.argsort(keys, kind="stable")
-    keys, starts, sizes = keys[order], starts[order], sizes[order]
-    dup = keys[1:] == keys[:-1]
-    if dup.any():
-        raise CorruptDataError(f"{where}: key {int(keys[1:][dup][0])} appears twice in one "
-                               f"minishard index")
-    return MinishardIndex(keys, starts, sizes)
+    return decode_minishard_indices([buf], encoding, index_end, file_size, lambda _: where)[0]
 
 
 def encode_minishard_indices(minishards: np.ndarray, keys: np.ndarray, starts: np.ndarray,

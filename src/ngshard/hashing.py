@@ -8,10 +8,10 @@ millions of keys at once; single keys go through the mmh3 C extension instead.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import mmh3
 import numpy as np
+
+from .threads import WORKERS, pool
 
 _U32 = np.uint32
 _C1, _C2, _C3 = _U32(0x239B961B), _U32(0xAB0E9789), _U32(0x38B34AE5)
@@ -19,7 +19,6 @@ _F1, _F2 = _U32(0x85EBCA6B), _U32(0xC2B2AE35)
 _MASK64 = (1 << 64) - 1
 # Below this many keys the thread hand-off costs more than it saves.
 _PARALLEL_MIN = 1 << 18
-_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="ngshard-hash")
 
 
 def murmur_one(key: int) -> int:
@@ -77,9 +76,9 @@ def murmur_array(keys: np.ndarray) -> np.ndarray:
     if n < _PARALLEL_MIN:
         _murmur_block(keys, out)
         return out
-    half = n // 2
-    futures = [_pool.submit(_murmur_block, keys[:half], out[:half]),
-               _pool.submit(_murmur_block, keys[half:], out[half:])]
+    step = -(-n // WORKERS)
+    futures = [pool().submit(_murmur_block, keys[i:i + step], out[i:i + step])
+               for i in range(0, n, step)]
     for f in futures:
         f.result()
     return out

@@ -9,7 +9,6 @@ replaced under an open store is read again rather than at stale offsets.
 from __future__ import annotations
 
 import json
-import operator
 import os
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
@@ -21,9 +20,10 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from . import codec
-from .errors import CorruptDataError, NgShardError, ReadOnlyError, SpecError
+from .errors import NgShardError, ReadOnlyError, SpecError
 from .spec import ShardingSpec, as_key_array, check_key
 from .storage import Storage, open_storage
+from .threads import pmap
 
 DEFAULT_CACHE_BYTES = 256 << 20
 _RETRIES = 3  # a shard replaced this many times during one read is an error, not a race
@@ -166,21 +166,23 @@ class ShardedKV(MutableMapping):
                 todo.append((shard, missing))
         if not requests:
             return
-        encoding = self.spec.minishard_index_encoding
-        index_end = self.spec.shard_index_size
-        for (shard, missing), (gen, chunks) in zip(todo, self.storage.read_ranges(requests)):
+        reads = self.storage.read_ranges(requests)
+        for (shard, _), (gen, chunks) in zip(todo, reads):
             if chunks is None or (gen is not None and gen != shard.generation):
                 self._forget(shard.name)
                 raise _StaleShard(shard.name)
-            where = self.storage.path(shard.name)
-            nbytes = 0
-            for m, buf in zip(missing, chunks):
-                index = codec.decode_minishard_index(
-                    buf, encoding, index_end, shard.size,
-                    f"{where} (minishard {m} index at offset {int(shard.ranges[m, 0])})")
-                shard.minishards[m] = index
-                nbytes += index.nbytes
-            self._account(shard, nbytes)
+
+        def decode(job):
+            (shard, missing), (_, chunks) = job
+            path = self.storage.path(shard.name)
+            return codec.decode_minishard_indices(
+                chunks, self.spec.minishard_index_encoding, self.spec.shard_index_size,
+                shard.size, lambda i: f"{path} (minishard {missing[i]} index at offset "
+                                      f"{int(shard.ranges[missing[i], 0])})")
+
+        for (shard, missing), indices in zip(todo, pmap(decode, zip(todo, reads), min_items=2)):
+            shard.minishards.update(zip(missing, indices))
+            self._account(shard, sum(index.nbytes for index in indices))
 
     def _retrying(self, fn, *args):
         for _ in range(_RETRIES):
@@ -205,16 +207,18 @@ class ShardedKV(MutableMapping):
         self._load_minishards([(s, minishards[g]) for s, g in present])
         found: dict[str, np.ndarray] = {}
         for shard, g in present:
-            rows = []
-            ms = minishards[g]
-            for m in np.unique(ms).tolist():
-                sel = g[ms == m]
-                index = shard.minishards[m]
-                hit, pos = index.find(keys[sel])
-                p = pos[hit]
-                rows.append(np.stack([keys[sel][hit], index.starts[p],
-                                      index.starts[p] + index.sizes[p]], axis=1))
-            found[shard.name] = np.concatenate(rows) if rows else np.zeros((0, 3), np.uint64)
+            # One sorted table of the needed minishards, then one search for all keys.
+            needed = np.unique(minishards[g]).tolist()
+            parts = [shard.minishards[m] for m in needed]
+            table = codec.MinishardIndex(*(np.concatenate(col) for col in zip(*parts)))
+            owner = np.repeat(needed, [len(p.keys) for p in parts]).astype(np.uint64)
+            order = np.argsort(table.keys, kind="stable")
+            table = codec.MinishardIndex(*(col[order] for col in table))
+            hit, pos = table.find(keys[g])
+            hit &= owner[order][pos] == minishards[g]  # a key counts only in its own minishard
+            p = pos[hit]
+            found[shard.name] = np.stack(
+                [keys[g][hit], table.starts[p], table.starts[p] + table.sizes[p]], axis=1)
         return found, {s.name: s for s, _ in present}
 
     def _get_many(self, keys: np.ndarray) -> dict[int, bytes]:
@@ -256,10 +260,10 @@ class ShardedKV(MutableMapping):
             return None
         start = int(index.starts[pos])
         end = start + int(index.sizes[pos])
-        gen, chunks = self.storage.read_ranges([(name, np.array([[start, end]]))])[0]
-        if chunks is None or (gen is not None and gen != shard.generation):
+        gen, chunk = self.storage.read_range(name, start, end)
+        if chunk is None or (gen is not None and gen != shard.generation):
             raise _StaleShard(name)
-        return codec.decode(chunks[0], self.spec.data_encoding,
+        return codec.decode(chunk, self.spec.data_encoding,
                             f"{self.storage.path(name)} (chunk {key} at {start})")
 
     def __getitem__(self, key: int) -> bytes:
@@ -394,10 +398,8 @@ def _write_store(storage: Storage, spec: ShardingSpec, keys: np.ndarray, values:
     keys, shard_nums, minishards = keys[order], shard_nums[order], minishards[order]
     last = np.ones(len(keys), bool)
     last[:-1] = keys[1:] != keys[:-1]
-    order, keys, shard_nums, minishards = order[last], keys[last], shard_nums[last], minishards[last]
-    pick = operator.itemgetter(*order.tolist()) if len(order) else (lambda _: ())
-    ordered = pick(values)
-    ordered = [ordered] if len(order) == 1 else list(ordered)
+    keys, shard_nums, minishards = keys[last], shard_nums[last], minishards[last]
+    ordered = list(map(values.__getitem__, order[last].tolist()))
     with ThreadPoolExecutor(max_workers=min(8, 2 * (os.cpu_count() or 1))) as pool:
         if spec.data_encoding == "gzip":
             ordered = list(pool.map(codec.gzip_compress, ordered, chunksize=256))
