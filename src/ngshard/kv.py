@@ -72,14 +72,16 @@ def spec_from_info(url: str) -> ShardingSpec:
     info = _read_info(storage)
     if info is not None:
         if not isinstance(info, dict) or "sharding" not in info:
-            raise SpecError(f"{storage.path('info')}: has no 'sharding' member; pass spec=")
+            raise SpecError(f"{storage.path('info')}: has no 'sharding' member; give the spec "
+                            "(spec= or --spec)")
         return ShardingSpec.from_json(info["sharding"])
     parent, _, key = str(url).rstrip("/").rpartition("/")
     parent_info = _read_info(open_storage(parent)) if parent else None
     for scale in (parent_info or {}).get("scales", []) if isinstance(parent_info, dict) else []:
         if isinstance(scale, dict) and scale.get("key") == key and "sharding" in scale:
             return ShardingSpec.from_json(scale["sharding"])
-    raise SpecError(f"{storage.path('info')}: no info file with a sharding spec; pass spec=")
+    raise SpecError(f"{storage.path('info')}: no info file with a sharding spec; give the spec "
+                    "(spec= or --spec)")
 
 
 class ShardedKV(MutableMapping):
@@ -215,7 +217,8 @@ class ShardedKV(MutableMapping):
             order = np.argsort(table.keys, kind="stable")
             table = codec.MinishardIndex(*(col[order] for col in table))
             hit, pos = table.find(keys[g])
-            hit &= owner[order][pos] == minishards[g]  # a key counts only in its own minishard
+            # a key counts only in its own minishard
+            hit[hit] = owner[order][pos[hit]] == minishards[g][hit]
             p = pos[hit]
             found[shard.name] = np.stack(
                 [keys[g][hit], table.starts[p], table.starts[p] + table.sizes[p]], axis=1)

@@ -1,0 +1,145 @@
+"""The ``ngshard`` command line: inspect and read sharded stores from a shell."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+
+from .errors import NgShardError
+from .kv import ShardedKV, open_kv
+from .spec import check_key
+
+
+def _parse_key(text: str) -> int:
+    try:
+        return check_key(int(text, 0))
+    except ValueError:
+        raise NgShardError(f"bad key {text!r}: expected an integer in [0, 2**64) "
+                           f"(decimal or 0x hex)") from None
+
+
+def _open(args: argparse.Namespace) -> ShardedKV:
+    return open_kv(args.url, spec=args.spec)
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def cmd_info(args: argparse.Namespace) -> None:
+    kv = _open(args)
+    stats = kv.stats()
+    total_keys = sum(s["keys"] for s in stats)
+    total_bytes = sum(s["bytes"] for s in stats)
+    if args.json:
+        print(json.dumps({"url": kv.storage.url, "sharding": kv.spec.to_json(),
+                          "shards": stats, "keys": total_keys, "bytes": total_bytes}, indent=1))
+        return
+    spec = kv.spec
+    print(f"store        {kv.storage.url}")
+    print(f"sharding     hash {spec.hash}, preshift_bits {spec.preshift_bits}, "
+          f"minishard_bits {spec.minishard_bits}, shard_bits {spec.shard_bits}")
+    print(f"encodings    minishard index {spec.minishard_index_encoding}, "
+          f"data {spec.data_encoding}")
+    print(f"shards       {len(stats)} present of {spec.num_shards}")
+    print(f"keys         {total_keys}")
+    print(f"size         {_size(total_bytes)} ({total_bytes} bytes)")
+    if stats:
+        per = [s["keys"] for s in stats]
+        print(f"keys/shard   min {min(per)}, mean {total_keys / len(per):.0f}, max {max(per)}")
+
+
+def cmd_ls(args: argparse.Namespace) -> None:
+    keys = _open(args).keys_array()
+    if args.sort:
+        keys.sort()
+    out = sys.stdout
+    for i in range(0, len(keys), 1 << 16):
+        out.write("\n".join(map(str, keys[i:i + (1 << 16)].tolist())) + "\n")
+
+
+def cmd_get(args: argparse.Namespace) -> None:
+    key = _parse_key(args.key)
+    try:
+        value = _open(args)[key]
+    except KeyError:
+        raise NgShardError(f"key {key} is not in {args.url}") from None
+    if args.output:
+        with open(args.output, "wb") as f:
+            f.write(value)
+    else:
+        sys.stdout.buffer.write(value)
+        sys.stdout.buffer.flush()
+
+
+def cmd_demo(args: argparse.Namespace) -> None:
+    from .demo import make_demo_store
+
+    path = os.path.abspath(args.dir)
+    print(f"writing a sample sharded skeleton layer to {path} ...")
+    make_demo_store(path)
+    args.url, args.spec, args.json = path, None, False
+    cmd_info(args)
+    kv = open_kv(path)
+    keys = kv.keys_array()[:5].tolist()
+    print(f"first keys   {', '.join(map(str, keys))}")
+    value = kv[keys[0]]
+    print(f"ngshard get {path} {keys[0]}  ->  {len(value)} bytes "
+          f"({int.from_bytes(value[:4], 'little')} vertices)")
+    print("try:  ngshard ls", path, "| head;  ngshard info", path)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ngshard", description=(
+        "Neuroglancer precomputed sharded stores. URL is a local path or any fsspec URL "
+        "(file://, memory://, http(s)://, s3://, gs://)."))
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, fn, help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help)
+        p.set_defaults(fn=fn)
+        return p
+
+    def store_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("url", metavar="URL", help="directory of the sharded store")
+        p.add_argument("--spec", metavar="JSON|FILE",
+                       help="sharding spec (JSON text or file) when URL has no info file")
+
+    p = command("info", cmd_info, "describe a sharded store: spec, shards, keys, sizes")
+    store_args(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p = command("ls", cmd_ls, "list the keys of a store, one per line")
+    store_args(p)
+    p.add_argument("--sort", action="store_true", help="sort numerically (default: shard order)")
+    p = command("get", cmd_get, "write the value of one key to stdout or a file")
+    store_args(p)
+    p.add_argument("key", metavar="KEY", help="uint64 key, decimal or 0x hex")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    p = command("demo", cmd_demo, "write a sample sharded store and show it")
+    p.add_argument("dir", nargs="?", default="ngshard-demo", help="where (default ./ngshard-demo)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.fn(args)
+    except BrokenPipeError:  # e.g. `ngshard ls URL | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (NgShardError, OSError) as e:
+        print(f"ngshard: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

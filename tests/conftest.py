@@ -1,0 +1,69 @@
+"""Shared fixtures: a real HTTP server on 127.0.0.1 that serves a directory with byte ranges."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import threading
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+
+class RangeHandler(SimpleHTTPRequestHandler):
+    """Static files with single byte-range GETs, Content-Length on HEAD and an ETag."""
+
+    def log_message(self, *args) -> None:
+        self.server.requests.append((self.command, self.path, self.headers.get("Range")))
+
+    def _etag(self, path: str) -> str:
+        st = os.stat(path)
+        return hashlib.md5(f"{st.st_ino}-{st.st_mtime_ns}-{st.st_size}".encode()).hexdigest()
+
+    def do_GET(self) -> None:
+        path = self.translate_path(self.path)
+        rng = self.headers.get("Range")
+        if not rng or not os.path.isfile(path):
+            return super().do_GET()
+        m = re.fullmatch(r"bytes=(\d+)-(\d*)", rng)
+        size = os.path.getsize(path)
+        start = int(m.group(1))
+        end = min(int(m.group(2)) + 1 if m.group(2) else size, size)
+        if start >= size:
+            self.send_response(416)
+            self.send_header("Content-Range", f"bytes */{size}")
+            self.end_headers()
+            return
+        with open(path, "rb") as f:
+            f.seek(start)
+            body = f.read(end - start)
+        self.send_response(206)
+        self.send_header("Content-Range", f"bytes {start}-{end - 1}/{size}")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def end_headers(self) -> None:
+        path = self.translate_path(self.path)
+        if os.path.isfile(path):
+            self.send_header("ETag", f'"{self._etag(path)}"')
+        self.send_header("Accept-Ranges", "bytes")
+        super().end_headers()
+
+
+@pytest.fixture
+def http_dir(tmp_path):
+    """(directory, base URL, list of requests) of a real HTTP server serving the directory."""
+    root = tmp_path / "www"
+    root.mkdir()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(RangeHandler, directory=str(root)))
+    server.requests = []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield root, f"http://127.0.0.1:{server.server_address[1]}", server.requests
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,0 +1,89 @@
+"""The ngshard command line, run in-process and once as the installed console script."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import ngshard
+from ngshard.cli import main
+
+SPEC = ngshard.ShardingSpec(hash="murmurhash3_x86_128", minishard_bits=2, shard_bits=1,
+                            data_encoding="gzip")
+ITEMS = {0: b"zero", 5: b"", 2**64 - 1: b"max" * 100, 123456789: b"\x00\xff"}
+
+
+@pytest.fixture
+def store(tmp_path):
+    path = tmp_path / "kv"
+    ngshard.write_kv(path, SPEC, ITEMS)
+    (path / "info").write_text(json.dumps({"@type": "neuroglancer_skeletons",
+                                           "sharding": SPEC.to_json()}))
+    return str(path)
+
+
+def test_info(store, capsys):
+    assert main(["info", store]) == 0
+    out = capsys.readouterr().out
+    assert "keys         4" in out and "murmurhash3_x86_128" in out
+    assert main(["info", store, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["keys"] == 4 and doc["sharding"] == SPEC.to_json()
+
+
+def test_ls(store, capsys):
+    assert main(["ls", store, "--sort"]) == 0
+    assert capsys.readouterr().out.split() == [str(k) for k in sorted(ITEMS)]
+
+
+def test_get_to_stdout_and_file(store, tmp_path, capsysbinary):
+    assert main(["get", store, str(2**64 - 1)]) == 0
+    assert capsysbinary.readouterr().out == ITEMS[2**64 - 1]
+    assert main(["get", store, "0x75bcd15", "-o", str(tmp_path / "v")]) == 0
+    assert (tmp_path / "v").read_bytes() == b"\x00\xff"
+
+
+def test_spec_option_without_info(store, tmp_path, capsys):
+    (tmp_path / "kv" / "info").unlink()
+    assert main(["ls", store]) == 1
+    assert "info" in capsys.readouterr().err
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(json.dumps(SPEC.to_json()))
+    for spec in (json.dumps(SPEC.to_json()), str(spec_file)):
+        assert main(["get", store, "0", "--spec", spec]) == 0
+        assert capsys.readouterr().out == "zero"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["get", "{store}", "7"], "key 7 is not in"),
+    (["get", "{store}", "-1"], "bad key '-1'"),
+    (["get", "{store}", "abc"], "bad key 'abc'"),
+    (["get", "{store}", str(2**64)], "bad key"),
+    (["ls", "{store}", "--spec", '{"@type": "neuroglancer_uint64_sharded_v1"}'], "minishard_bits"),
+    (["ls", "{store}", "--spec", "/no/such/spec.json"], "No such file"),
+])
+def test_errors_are_one_line_with_nonzero_exit(store, capsys, argv, message):
+    assert main([store if a == "{store}" else a for a in argv]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("ngshard: error: ") and message in err and err.count("\n") == 1
+
+
+def test_corrupt_shard_is_reported(store, capsys, tmp_path):
+    for shard in (tmp_path / "kv").glob("*.shard"):
+        shard.write_bytes(shard.read_bytes()[:20])
+    assert main(["ls", store]) == 1
+    assert "shorter than its" in capsys.readouterr().err
+
+
+def test_console_script_demo(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "ngshard.cli", "demo", str(tmp_path / "demo")],
+                         capture_output=True, text=True, check=True).stdout
+    assert "keys         5000" in out
+    kv = ngshard.open_kv(tmp_path / "demo")
+    assert len(kv) == 5000
+    value = kv[int(kv.keys_array()[0])]
+    n_vertices, n_edges = (int.from_bytes(value[i:i + 4], "little") for i in (0, 4))
+    assert len(value) == 8 + 12 * n_vertices + 8 * n_edges and n_edges == n_vertices - 1

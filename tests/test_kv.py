@@ -1,0 +1,220 @@
+"""ShardedKV over real storage: local files, fsspec memory, and HTTP on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+
+import numpy as np
+import pytest
+
+import ngshard
+from ngshard import storage
+
+SPEC = ngshard.ShardingSpec(hash="murmurhash3_x86_128", minishard_bits=3, shard_bits=2,
+                            minishard_index_encoding="gzip", data_encoding="gzip")
+
+
+def make_items(n: int = 500, seed: int = 0) -> dict[int, bytes]:
+    rng = np.random.default_rng(seed)
+    keys = np.unique(rng.integers(0, 2**64 - 1, n, dtype=np.uint64, endpoint=True)).tolist()
+    keys[:2] = [0, 2**64 - 1]
+    return {k: rng.bytes(int(rng.integers(0, 100))) for k in keys}
+
+
+def absent_keys(items: dict[int, bytes], n: int = 50) -> list[int]:
+    rng = np.random.default_rng(1)
+    return [k for k in rng.integers(0, 2**63, n).tolist() if k not in items]
+
+
+def check_store(kv: ngshard.ShardedKV, items: dict[int, bytes]) -> None:
+    assert kv.get_many(list(items) + absent_keys(items)) == items
+    for k in list(items)[:40]:
+        assert kv[k] == items[k]
+        assert k in kv
+    for k in absent_keys(items)[:10]:
+        assert k not in kv
+        assert kv.get(k) is None
+        with pytest.raises(KeyError):
+            kv[k]
+    assert sorted(kv) == sorted(items)
+    assert len(kv) == len(items)
+
+
+@pytest.fixture(params=["local", "file-url", "memory"])
+def url(request, tmp_path):
+    if request.param == "local":
+        return str(tmp_path / "store")
+    if request.param == "file-url":
+        return f"file://{tmp_path}/store"
+    return f"memory://ngshard-test-{uuid.uuid4().hex}/store"
+
+
+def test_write_and_read_back(url):
+    items = make_items()
+    ngshard.write_kv(url, SPEC, items)
+    check_store(ngshard.open_kv(url, SPEC), items)
+
+
+def test_mode_w_context_manager_commits_on_exit(url):
+    items = make_items(200)
+    with ngshard.open_kv(url, SPEC, mode="w") as kv:
+        kv.update(items)
+        del kv[0]
+        assert kv[2**64 - 1] == items[2**64 - 1]
+        assert 0 not in kv
+    del items[0]
+    check_store(ngshard.open_kv(url, SPEC), items)
+
+
+def test_exception_in_with_block_writes_nothing(tmp_path):
+    with pytest.raises(RuntimeError), ngshard.open_kv(tmp_path, SPEC, mode="w") as kv:
+        kv[1] = b"x"
+        raise RuntimeError("boom")
+    assert os.listdir(tmp_path) == []
+
+
+def test_read_only_store_rejects_writes(tmp_path):
+    ngshard.write_kv(tmp_path, SPEC, {1: b"a"})
+    kv = ngshard.open_kv(tmp_path, SPEC)
+    with pytest.raises(ngshard.ReadOnlyError):
+        kv[2] = b"b"
+    with pytest.raises(ngshard.ReadOnlyError):
+        del kv[1]
+
+
+def test_iterable_of_pairs_last_duplicate_wins(tmp_path):
+    ngshard.write_kv(tmp_path, SPEC, [(5, b"old"), (6, b"six"), (5, b"new")])
+    assert dict(ngshard.open_kv(tmp_path, SPEC).items()) == {5: b"new", 6: b"six"}
+
+
+def test_empty_store_and_missing_shards(tmp_path):
+    ngshard.write_kv(tmp_path, SPEC, {})
+    kv = ngshard.open_kv(tmp_path, SPEC)
+    assert len(kv) == 0 and list(kv) == [] and kv.get_many([1, 2]) == {}
+    # one key: every other shard file is missing and reads as absent
+    ngshard.write_kv(tmp_path, SPEC, {7: b"seven"})
+    assert len(os.listdir(tmp_path)) == 1
+    kv = ngshard.open_kv(tmp_path, SPEC)
+    assert kv.get_many(range(100)) == {7: b"seven"}
+
+
+@pytest.mark.parametrize("bad", [-1, 2**64, 1.5, "3", None, True])
+def test_bad_keys(tmp_path, bad):
+    ngshard.write_kv(tmp_path, SPEC, {1: b"a"})
+    kv = ngshard.open_kv(tmp_path, SPEC)
+    with pytest.raises(ngshard.InvalidKeyError):
+        kv[bad]
+    with pytest.raises(ngshard.InvalidKeyError):
+        kv.get_many([1, bad])
+    with pytest.raises(ngshard.InvalidKeyError):
+        ngshard.write_kv(tmp_path, SPEC, {bad: b"x"})
+
+
+def test_values_must_be_bytes(tmp_path):
+    with pytest.raises(TypeError, match="key 3"):
+        ngshard.write_kv(tmp_path, SPEC, {3: "text"})
+    ngshard.write_kv(tmp_path, SPEC, {3: bytearray(b"ab"), 4: memoryview(b"cd")})
+    assert ngshard.open_kv(tmp_path, SPEC).get_many([3, 4]) == {3: b"ab", 4: b"cd"}
+
+
+def test_spec_from_info_and_from_parent_scale(tmp_path):
+    ngshard.write_kv(tmp_path / "skel", SPEC, {9: b"nine"})
+    (tmp_path / "skel" / "info").write_text(json.dumps(
+        {"@type": "neuroglancer_skeletons", "sharding": SPEC.to_json()}))
+    assert ngshard.open_kv(tmp_path / "skel")[9] == b"nine"
+    # a sharded volume scale: the spec lives in the parent's info, under the scale's key
+    ngshard.write_kv(tmp_path / "vol" / "8_8_8", SPEC, {1: b"chunk"})
+    (tmp_path / "vol" / "info").write_text(json.dumps(
+        {"scales": [{"key": "4_4_4"}, {"key": "8_8_8", "sharding": SPEC.to_json()}]}))
+    assert ngshard.open_kv(tmp_path / "vol" / "8_8_8")[1] == b"chunk"
+    with pytest.raises(ngshard.SpecError, match="info"):
+        ngshard.open_kv(tmp_path / "nothing")
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "info").write_text("{not json")
+    with pytest.raises(ngshard.SpecError, match="not valid JSON"):
+        ngshard.open_kv(tmp_path / "bad")
+    (tmp_path / "bad" / "info").write_text('{"@type": "neuroglancer_skeletons"}')
+    with pytest.raises(ngshard.SpecError, match="sharding"):
+        ngshard.open_kv(tmp_path / "bad")
+
+
+def test_spec_as_json_text_and_file(tmp_path):
+    ngshard.write_kv(tmp_path / "s", json.dumps(SPEC.to_json()), {4: b"four"})
+    (tmp_path / "spec.json").write_text(json.dumps(SPEC.to_json()))
+    assert ngshard.open_kv(tmp_path / "s", str(tmp_path / "spec.json"))[4] == b"four"
+
+
+def test_replaced_shard_is_reread_not_read_at_stale_offsets(tmp_path):
+    spec = ngshard.ShardingSpec(minishard_bits=1)
+    ngshard.write_kv(tmp_path, spec, {k: b"old-%d" % k for k in range(100)})
+    kv = ngshard.open_kv(tmp_path, spec)
+    assert kv[50] == b"old-50" and len(kv) == 100
+    ngshard.write_kv(tmp_path, spec, {k: b"brand-new-value-%d" % k for k in range(0, 100, 2)})
+    assert kv[50] == b"brand-new-value-50"
+    assert 51 not in kv
+    assert kv.get_many(range(100)) == {k: b"brand-new-value-%d" % k for k in range(0, 100, 2)}
+
+
+def test_index_cache_is_bounded(tmp_path):
+    items = make_items(3000)
+    ngshard.write_kv(tmp_path, SPEC, items)
+    kv = ngshard.open_kv(tmp_path, SPEC, cache_bytes=20_000)
+    assert kv.get_many(items) == items
+    assert kv._cached_bytes <= 20_000 + max(s.nbytes for s in kv._cache.values())
+    assert len(kv._cache) < SPEC.num_shards
+
+
+def test_stats(tmp_path):
+    items = make_items(300)
+    ngshard.write_kv(tmp_path, SPEC, items)
+    stats = ngshard.open_kv(tmp_path, SPEC).stats()
+    assert sum(s["keys"] for s in stats) == len(items)
+    assert {s["name"]: s["bytes"] for s in stats} == {
+        n: os.path.getsize(tmp_path / n) for n in os.listdir(tmp_path)}
+
+
+def test_http_reads_are_batched(http_dir):
+    root, base, requests = http_dir
+    items = make_items(2000)
+    ngshard.write_kv(root / "kv", SPEC, items)
+    kv = ngshard.open_kv(f"{base}/kv", SPEC)
+    requests.clear()
+    assert kv.get_many(items) == items
+    gets = [r for r in requests if r[0] == "GET"]
+    shards = len(os.listdir(root / "kv"))
+    # one GET per shard index, one per shard for its (adjacent) minishard indices, and the
+    # chunk data coalesced: with every key wanted, each shard's data is one range too
+    assert len(gets) == 3 * shards
+    assert sorted(kv) == sorted(items)
+    sample = list(items)[:20]
+    assert {k: kv[k] for k in sample} == {k: items[k] for k in sample}
+
+
+def test_http_spec_from_info_and_missing_shards(http_dir):
+    root, base, _ = http_dir
+    ngshard.write_kv(root / "kv", SPEC, {3: b"three"})
+    (root / "kv" / "info").write_text(json.dumps({"sharding": SPEC.to_json()}))
+    kv = ngshard.open_kv(f"{base}/kv")
+    assert kv.get_many(range(50)) == {3: b"three"}
+    assert kv[3] == b"three"
+
+
+def test_coalesce_merges_near_ranges_only():
+    ranges = np.array([[100, 200], [0, 10], [205, 300], [10_000, 10_010], [150, 160]])
+    merged, where = storage.coalesce(ranges, max_gap=10)
+    assert merged.tolist() == [[0, 10], [100, 300], [10_000, 10_010]]
+    assert where.tolist() == [1, 0, 1, 2, 1]
+    merged, where = storage.coalesce(ranges, max_gap=100)
+    assert merged.tolist() == [[0, 300], [10_000, 10_010]]
+
+
+def test_atomic_write_leaves_no_temp_files(tmp_path):
+    store = storage.open_storage(tmp_path)
+    store.write("a.shard", [b"x" * 10, b"y"])
+    store.write("a.shard", [b"z"])
+    assert os.listdir(tmp_path) == ["a.shard"]
+    assert store.read("a.shard") == b"z"
+    assert store.list() == ["a.shard"]
+    assert store.read_ranges([("missing", np.array([[0, 1]]))]) == [(None, None)]
