@@ -20,7 +20,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from . import codec
-from .errors import NgShardError, ReadOnlyError, SpecError
+from .errors import CorruptDataError, NgShardError, ReadOnlyError, SpecError
 from .spec import ShardingSpec, as_key_array, check_key
 from .storage import Storage, open_storage
 from .threads import pmap
@@ -100,6 +100,7 @@ class ShardedKV(MutableMapping):
         self.cache_bytes = cache_bytes
         self._cache: OrderedDict[str, _Shard] = OrderedDict()
         self._cached_bytes = 0
+        self._names: dict[int, str] = {}  # shard number -> file name, for single-key reads
         self._staged: dict[int, bytes] | None = {} if mode == "w" else None
 
     def __repr__(self) -> str:
@@ -169,10 +170,8 @@ class ShardedKV(MutableMapping):
         if not requests:
             return
         reads = self.storage.read_ranges(requests)
-        for (shard, _), (gen, chunks) in zip(todo, reads):
-            if chunks is None or (gen is not None and gen != shard.generation):
-                self._forget(shard.name)
-                raise _StaleShard(shard.name)
+        for (shard, _), (_, ranges), (gen, chunks) in zip(todo, requests, reads):
+            self._check_read(shard, ranges, gen, chunks)
 
         def decode(job):
             (shard, missing), (_, chunks) = job
@@ -185,6 +184,19 @@ class ShardedKV(MutableMapping):
         for (shard, missing), indices in zip(todo, pmap(decode, zip(todo, reads), min_items=2)):
             shard.minishards.update(zip(missing, indices))
             self._account(shard, sum(index.nbytes for index in indices))
+
+    def _check_read(self, shard: _Shard, ranges: np.ndarray, gen: Any,
+                    chunks: list[bytes] | None) -> None:
+        """Raise _StaleShard if the bytes were not read from the shard's cached generation, and
+        CorruptDataError if they were but the file ended early."""
+        if chunks is None or (gen is not None and gen != shard.generation):
+            self._forget(shard.name)
+            raise _StaleShard(shard.name)
+        wanted = (ranges[:, 1] - ranges[:, 0]).tolist()
+        if list(map(len, chunks)) != wanted:
+            i = next(i for i, c in enumerate(chunks) if len(c) != wanted[i])
+            raise CorruptDataError(f"{self.storage.path(shard.name)}: bytes [{int(ranges[i, 0])}, "
+                                   f"{int(ranges[i, 1])}) lie past the end of the file")
 
     def _retrying(self, fn, *args):
         for _ in range(_RETRIES):
@@ -230,8 +242,7 @@ class ShardedKV(MutableMapping):
         out: dict[int, bytes] = {}
         encoding = self.spec.data_encoding
         for (name, rows), (gen, chunks) in zip(found.items(), self.storage.read_ranges(requests)):
-            if chunks is None or (gen is not None and gen != shards[name].generation):
-                raise _StaleShard(name)
+            self._check_read(shards[name], rows[:, 1:], gen, chunks)
             where = self.storage.path(name)
             if encoding == "raw":
                 out.update(zip(rows[:, 0].tolist(), chunks))
@@ -247,27 +258,45 @@ class ShardedKV(MutableMapping):
             return {k: self._staged[k] for k in keys.tolist() if k in self._staged}
         return self._retrying(self._get_many, keys)
 
-    def _get_one(self, key: int) -> bytes | None:
+    def _find_one(self, key: int) -> tuple[_Shard, int, int] | None:
+        """(shard, start, end) of one key's chunk, None if absent: the single-key fast path."""
         shard_num, m = self.spec.locate_one(key)
-        name = self.spec.shard_filename(shard_num)
-        shard = self._shards([name])[name]
-        if shard is None:
-            return None
+        name = self._names.get(shard_num) or self._names.setdefault(
+            shard_num, self.spec.shard_filename(shard_num))
+        # Where reads report the generation they saw (local files), a cached index is used
+        # without a stat first: a hit is confirmed by the read of its data, a miss by a stat.
+        shard = self._cache.get(name) if self.storage.reads_report_generation else None
+        fresh = shard is None
+        if fresh:
+            shard = self._shards([name])[name]
+            if shard is None:
+                return None
         index = shard.minishards.get(m)
         if index is None:
             self._load_minishards([(shard, np.array([m]))])
             index = shard.minishards[m]
         k = np.uint64(key)
-        pos = int(np.searchsorted(index.keys, k))
+        pos = int(index.keys.searchsorted(k))
         if pos == len(index.keys) or index.keys[pos] != k:
+            if not fresh and self._shards([name])[name] is not shard:
+                raise _StaleShard(name)
             return None
         start = int(index.starts[pos])
-        end = start + int(index.sizes[pos])
-        gen, chunk = self.storage.read_range(name, start, end)
-        if chunk is None or (gen is not None and gen != shard.generation):
-            raise _StaleShard(name)
+        return shard, start, start + int(index.sizes[pos])
+
+    def _get_one(self, key: int) -> bytes | None:
+        found = self._find_one(key)
+        if found is None:
+            return None
+        shard, start, end = found
+        gen, chunk = self.storage.read_range(shard.name, start, end)
+        if chunk is None or len(chunk) != end - start or gen != shard.generation:
+            self._check_read(shard, np.array([[start, end]]), gen,
+                             None if chunk is None else [chunk])
+        if self.spec.data_encoding == "raw":
+            return chunk
         return codec.decode(chunk, self.spec.data_encoding,
-                            f"{self.storage.path(name)} (chunk {key} at {start})")
+                            f"{self.storage.path(shard.name)} (chunk {key} at {start})")
 
     def __getitem__(self, key: int) -> bytes:
         k = check_key(key)
@@ -282,8 +311,9 @@ class ShardedKV(MutableMapping):
         k = check_key(key)
         if self._staged is not None:
             return k in self._staged
-        found, _ = self._retrying(self._lookup, np.array([k], np.uint64))
-        return any(len(rows) for rows in found.values())
+        if self.storage.reads_report_generation:  # a cached hit must be confirmed by a stat
+            self._retrying(self._shards, [self.spec.shard_filename(self.spec.locate_one(k)[0])])
+        return self._retrying(self._find_one, k) is not None
 
     # --- listing ---------------------------------------------------------------------------
 
