@@ -181,6 +181,7 @@ def encode_minishard_indices(minishards: np.ndarray, keys: np.ndarray, starts: n
     absolute file offsets, anywhere in the file. Returns the encoded indices in minishard order
     and the encoded length of each of the ``num_minishards`` minishards (0 where empty).
     """
+    keys, starts, sizes = (np.asarray(a, np.uint64) for a in (keys, starts, sizes))
     n = len(keys)
     counts = np.bincount(minishards.astype(np.intp), minlength=num_minishards)
     first = np.cumsum(counts) - counts  # entry number where each minishard begins

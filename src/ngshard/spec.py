@@ -189,12 +189,12 @@ class ShardingSpec:
 
     def parse_shard_filename(self, name: str) -> int | None:
         """The shard number of a file name this spec would produce, else None."""
-        stem, dot, ext = name.rpartition(".")
-        if ext != "shard" or len(stem) != max(1, (self.shard_bits + 3) // 4):
+        stem, _, ext = name.rpartition(".")
+        if ext != "shard" or not stem.isascii():
             return None
         try:
             shard = int(stem, 16)
         except ValueError:
             return None
-        ok = shard < self.num_shards and stem == stem.lower() and stem.isalnum()
+        ok = 0 <= shard < self.num_shards and self.shard_filename(shard) == name
         return shard if ok else None
