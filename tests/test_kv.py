@@ -218,3 +218,34 @@ def test_atomic_write_leaves_no_temp_files(tmp_path):
     assert store.read("a.shard") == b"z"
     assert store.list() == ["a.shard"]
     assert store.read_ranges([("missing", np.array([[0, 1]]))]) == [(None, None)]
+
+
+def corrupt_copy(tmp_path, edit) -> ngshard.ShardedKV:
+    """A one-shard store of keys 0..99 with ``edit(bytearray)`` applied to its shard file."""
+    spec = ngshard.ShardingSpec(minishard_bits=1, data_encoding="gzip",
+                                minishard_index_encoding="gzip")
+    ngshard.write_kv(tmp_path, spec, {k: b"v%d" % k for k in range(100)})
+    path = tmp_path / "0.shard"
+    data = bytearray(path.read_bytes())
+    edit(data)
+    path.write_bytes(bytes(data))
+    return ngshard.open_kv(tmp_path, spec)
+
+
+def _set_u64(data: bytearray, offset: int, value: int) -> None:
+    data[offset:offset + 8] = value.to_bytes(8, "little")
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d.__delitem__(slice(20, None)), "shorter than its 32-byte shard index"),
+    (lambda d: d.__delitem__(slice(40, None)), "past the end of the 40-byte file"),
+    (lambda d: _set_u64(d, 8, 2**62), "past the end"),
+    (lambda d: _set_u64(d, 0, int.from_bytes(d[8:16], "little") + 1), "reversed"),
+    (lambda d: d.__setitem__(slice(len(d) - 30, len(d) - 20), b"\xff" * 10), "gzip"),
+    (lambda d: d.__setitem__(slice(40, 50), b"\x00" * 10), "gzip"),
+])
+def test_corrupt_shards_raise_corrupt_data_error_naming_the_file(tmp_path, edit, message):
+    kv = corrupt_copy(tmp_path, edit)
+    with pytest.raises(ngshard.CorruptDataError, match=message) as err:
+        kv.get_many(range(100))
+    assert "0.shard" in str(err.value)
