@@ -21,3 +21,8 @@ class InvalidKeyError(NgShardError, ValueError):
 
 class ReadOnlyError(NgShardError, PermissionError):
     """A write was attempted on a store opened for reading."""
+
+
+class ConflictError(NgShardError):
+    """A shard changed on storage between reading it for a commit and writing it back:
+    another writer was at work (the rule is one writer per shard at a time)."""

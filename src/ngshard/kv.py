@@ -8,26 +8,31 @@ replaced under an open store is read again rather than at stale offsets.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from . import codec
-from .errors import CorruptDataError, NgShardError, ReadOnlyError, SpecError
+from . import codec, shardupdate
+from .errors import ConflictError, CorruptDataError, NgShardError, ReadOnlyError, SpecError
+from .plan import CommitPlan, ShardPlan
 from .spec import ShardingSpec, as_key_array, check_key
-from .storage import Storage, open_storage
-from .threads import pmap
+from .staging import DELETED, ShardChanges, Staging
+from .storage import ANY, Storage, open_storage
+from .threads import bounded_map, pmap
 
 DEFAULT_CACHE_BYTES = 256 << 20
+DEFAULT_STAGED_BYTES = 1 << 30
+DEFAULT_BUFFER_BYTES = 256 << 20
 _RETRIES = 3  # a shard replaced this many times during one read is an error, not a race
-MODES = ("r", "w")
+MODES = ("r", "r+", "a", "w")
+STRATEGIES = ("auto", "append", "rewrite")
 
 
 @dataclass
@@ -87,21 +92,31 @@ def spec_from_info(url: str) -> ShardingSpec:
 class ShardedKV(MutableMapping):
     """uint64 -> bytes over a directory of shard files. Open with :func:`open_kv`.
 
-    Mode "r" reads; mode "w" creates a store: writes are collected in memory and written as
-    complete shard files by :meth:`commit` (or on clean exit of a ``with`` block), replacing
-    whatever shards were there.
+    Reads see the staged changes; :meth:`commit` writes them shard by shard (see
+    :func:`open_kv` for the modes and strategies).
     """
 
     def __init__(self, storage: Storage, spec: ShardingSpec, mode: str = "r", *,
+                 strategy: str = "auto", compact_ratio: float | None = 0.5,
+                 staged_bytes: int = DEFAULT_STAGED_BYTES, spill_dir: str | None = None,
                  cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         if mode not in MODES:
             raise SpecError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if strategy not in STRATEGIES:
+            raise SpecError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+        if strategy == "auto":
+            strategy = "append" if storage.supports_append else "rewrite"
+        if strategy == "append" and not storage.supports_append:
+            raise SpecError(f"{storage.url}: strategy 'append' needs local files; use 'rewrite'")
+        if mode == "r+" and not storage.list():
+            raise FileNotFoundError(f"{storage.url}: no store here (mode 'a' or 'w' creates one)")
         self.storage, self.spec, self.mode = storage, spec, mode
+        self.strategy, self.compact_ratio = strategy, compact_ratio
         self.cache_bytes = cache_bytes
         self._cache: OrderedDict[str, _Shard] = OrderedDict()
         self._cached_bytes = 0
         self._names: dict[int, str] = {}  # shard number -> file name, for single-key reads
-        self._staged: dict[int, bytes] | None = {} if mode == "w" else None
+        self._staging = None if mode == "r" else Staging(spec, staged_bytes, spill_dir)
 
     def __repr__(self) -> str:
         return f"ShardedKV({self.storage.url!r}, mode={self.mode!r})"
@@ -254,9 +269,18 @@ class ShardedKV(MutableMapping):
     def get_many(self, keys: Iterable[int] | np.ndarray) -> dict[int, bytes]:
         """Values of many keys at once, as {key: value}; absent keys are left out."""
         keys = np.unique(as_key_array(keys))
-        if self._staged is not None:
-            return {k: self._staged[k] for k in keys.tolist() if k in self._staged}
-        return self._retrying(self._get_many, keys)
+        out: dict[int, bytes] = {}
+        if self._staging:
+            staged, lengths = self._staging.status()
+            hit = np.isin(keys, staged)
+            for k in keys[hit].tolist():
+                value = self._staging.lookup(k)[1]
+                if value is not None:
+                    out[k] = value
+            keys = keys[~hit]
+        if self.mode != "w":
+            out.update(self._retrying(self._get_many, keys))
+        return out
 
     def _find_one(self, key: int) -> tuple[_Shard, int, int] | None:
         """(shard, start, end) of one key's chunk, None if absent: the single-key fast path."""
@@ -300,17 +324,25 @@ class ShardedKV(MutableMapping):
 
     def __getitem__(self, key: int) -> bytes:
         k = check_key(key)
-        if self._staged is not None:
-            return self._staged[k]
-        value = self._retrying(self._get_one, k)
+        if self._staging:
+            staged, value = self._staging.lookup(k)
+            if staged:
+                if value is None:
+                    raise KeyError(key)
+                return value
+        value = None if self.mode == "w" else self._retrying(self._get_one, k)
         if value is None:
             raise KeyError(key)
         return value
 
     def __contains__(self, key: object) -> bool:
         k = check_key(key)
-        if self._staged is not None:
-            return k in self._staged
+        if self._staging:
+            staged, value = self._staging.lookup(k)
+            if staged:
+                return value is not None
+        if self.mode == "w":
+            return False
         if self.storage.reads_report_generation:  # a cached hit must be confirmed by a stat
             self._retrying(self._shards, [self.spec.shard_filename(self.spec.locate_one(k)[0])])
         return self._retrying(self._find_one, k) is not None
@@ -322,26 +354,33 @@ class ShardedKV(MutableMapping):
         return [n for n in self.storage.list() if self.spec.parse_shard_filename(n) is not None]
 
     def _shard_keys(self, names: list[str]) -> dict[str, np.ndarray]:
-        states = self._shards(names)
-        present = [s for s in states.values() if s is not None]
+        out = {}
+        for shard in self._full_shards(names):
+            parts = [idx.keys for idx in shard.minishards.values() if len(idx.keys)]
+            out[shard.name] = np.sort(np.concatenate(parts)) if parts else np.zeros(0, np.uint64)
+        return out
+
+    def _full_shards(self, names: list[str]) -> list[_Shard]:
+        """The named shards that exist, with every minishard index loaded."""
+        present = [s for s in self._shards(names).values() if s is not None]
         everything = np.arange(self.spec.num_minishards)
         self._load_minishards([(s, everything[s.ranges[:, 0] != s.ranges[:, 1]])
                                for s in present])
-        out = {}
-        for s in present:
-            parts = [idx.keys for idx in s.minishards.values() if len(idx.keys)]
-            out[s.name] = np.sort(np.concatenate(parts)) if parts else np.zeros(0, np.uint64)
-        return out
+        return present
 
     def keys_array(self) -> np.ndarray:
-        """All keys in the store as a uint64 array, sorted by shard and then key.
-
-        Reads only the shard and minishard indices (one batched read of each per shard).
-        """
-        if self._staged is not None:
-            return np.array(sorted(self._staged), np.uint64)
-        by_shard = self._retrying(self._shard_keys, self.shard_names())
-        return np.concatenate(list(by_shard.values())) if by_shard else np.zeros(0, np.uint64)
+        """All keys as a uint64 array: stored keys sorted by shard and key, then staged
+        additions. Reads only the shard and minishard indices (one batched read each)."""
+        stored = np.zeros(0, np.uint64)
+        if self.mode != "w":
+            by_shard = self._retrying(self._shard_keys, self.shard_names())
+            if by_shard:
+                stored = np.concatenate(list(by_shard.values()))
+        if not self._staging:
+            return stored
+        staged, lengths = self._staging.status()
+        stored = stored[~np.isin(stored, staged)]
+        return np.concatenate([stored, staged[lengths != DELETED]])
 
     def __iter__(self) -> Iterator[int]:
         return iter(self.keys_array().tolist())
@@ -350,52 +389,232 @@ class ShardedKV(MutableMapping):
         return len(self.keys_array())
 
     def stats(self) -> list[dict]:
-        """Per shard file present: name, size in bytes, number of keys."""
-        names = self.shard_names()
-        counts = self._retrying(self._shard_keys, names)
-        return [{"name": n, "bytes": self._cache[n].size if n in self._cache
-                 else self.storage.stat(n).size, "keys": len(counts.get(n, ()))} for n in names]
+        """Per shard file present: name, size in bytes, number of keys, garbage fraction."""
+        shards = self._retrying(self._full_shards, self.shard_names())
+        out = []
+        for s in shards:
+            live = shardupdate.live_bytes(self.spec, s.ranges, s.minishards)
+            out.append({"name": s.name, "bytes": s.size,
+                        "keys": sum(len(i.keys) for i in s.minishards.values()),
+                        "garbage": 1 - live / s.size if s.size else 0.0})
+        return out
 
-    # --- writes ----------------------------------------------------------------------------
+    # --- staged changes ----------------------------------------------------------------------
 
-    def _writable(self) -> dict[int, bytes]:
-        if self._staged is None:
+    def _writable(self) -> Staging:
+        if self._staging is None:
             raise ReadOnlyError(f"{self.storage.url}: store is open read-only (mode {self.mode!r})")
-        return self._staged
+        return self._staging
 
     def __setitem__(self, key: int, value: bytes) -> None:
-        self._writable()[check_key(key)] = _as_bytes(value, key)
+        self._writable().set(check_key(key), _as_bytes(value, key))
 
     def __delitem__(self, key: int) -> None:
-        del self._writable()[check_key(key)]
+        staging = self._writable()
+        k = check_key(key)
+        if k not in self:
+            raise KeyError(key)
+        staging.set(k, None)
 
-    def commit(self, *, progress: bool = False) -> None:
-        """Write the collected keys as a complete store (mode "w")."""
-        staged = self._writable()
-        keys = np.fromiter(staged.keys(), np.uint64, count=len(staged))
-        _write_store(self.storage, self.spec, keys, list(staged.values()), progress=progress)
-        self._cache.clear()
-        self._cached_bytes = 0
+    def update(self, other: Any = (), /, **kwargs: Any) -> None:
+        """Stage many values (a mapping or (key, value) pairs) at once."""
+        staging = self._writable()
+        if kwargs:
+            raise TypeError("keys must be integers, not keyword arguments")
+        for keys, values in _batches(other):
+            staging.set_many(keys.tolist(), values)
 
     def abort(self) -> None:
-        """Drop the collected writes."""
-        if self._staged is not None:
-            self._staged.clear()
+        """Drop the staged changes; the store is left as it was."""
+        if self._staging is not None:
+            self._staging.clear()
+
+    # --- commit ------------------------------------------------------------------------------
+
+    def plan(self) -> CommitPlan:
+        """What :meth:`commit` would do to each shard, decided from the indices alone."""
+        staging = self._writable()
+        keys, lengths = staging.status()
+        nums = self.spec.locate(keys)[0].astype(np.int64) if len(keys) else np.zeros(0, int)
+        plans = []
+        if self.mode == "w":
+            for num in np.unique(nums[lengths != DELETED]).tolist():
+                mine = (nums == num) & (lengths != DELETED)
+                plans.append(ShardPlan(self.spec.shard_filename(num), num, "create",
+                                       sets=int(mine.sum()), keys_after=int(mine.sum()),
+                                       write_bytes=int(lengths[mine].sum())))
+            planned = {p.name for p in plans}
+            plans += [ShardPlan(n, self.spec.parse_shard_filename(n), "delete")
+                      for n in self.shard_names() if n not in planned]
+            return CommitPlan(self.storage.url, self.strategy, sorted(plans, key=_by_shard))
+        names = {num: self.spec.shard_filename(num) for num in np.unique(nums).tolist()}
+        shards = {s.name: s for s in self._retrying(self._full_shards, list(names.values()))}
+        for num, name in names.items():
+            mine = nums == num
+            plan = self._plan_shard(name, num, shards.get(name), keys[mine], lengths[mine])
+            if plan is not None:
+                plans.append(plan)
+        return CommitPlan(self.storage.url, self.strategy, plans)
+
+    def _plan_shard(self, name: str, num: int, shard: _Shard | None, keys: np.ndarray,
+                    lengths: np.ndarray) -> ShardPlan | None:
+        is_set = lengths != DELETED
+        new_bytes = int(lengths[is_set].sum())
+        if shard is None:
+            if not is_set.any():
+                return None  # only deletions of keys that are not there
+            return ShardPlan(name, num, "create", sets=int(is_set.sum()),
+                             keys_after=int(is_set.sum()), write_bytes=new_bytes)
+        entries = shardupdate.Entries.of(shard.minishards)
+        present = np.isin(keys, entries.keys)
+        deletes = int((present & ~is_set).sum())
+        keys_after = len(entries.keys) - deletes + int((is_set & ~present).sum())
+        base = dict(sets=int(is_set.sum()), deletes=deletes, keys_after=keys_after,
+                    size_before=shard.size, generation=shard.generation)
+        if keys_after == 0:
+            return ShardPlan(name, num, "delete", **base)
+        # Sizes after the change; new minishard indices are counted raw (gzip only shrinks).
+        touched = np.unique(self.spec.locate(keys)[1]).astype(np.intp)
+        touched_entries = int(np.isin(entries.minishards, touched).sum()) - deletes + \
+            int((is_set & ~present).sum())
+        new_index = 24 * touched_entries
+        old_index = int((shard.ranges[touched, 1] - shard.ranges[touched, 0]).sum())
+        live_after = (shardupdate.live_bytes(self.spec, shard.ranges, shard.minishards)
+                      - int(entries.sizes[np.isin(entries.keys, keys)].sum()) - old_index
+                      + new_bytes + new_index)
+        if self.strategy == "rewrite":
+            return ShardPlan(name, num, "rewrite", read_bytes=shard.size,
+                             write_bytes=live_after, **base)
+        size_after = shard.size + new_bytes + new_index
+        garbage = 1 - live_after / size_after
+        if self.compact_ratio is not None and garbage > self.compact_ratio:
+            return ShardPlan(name, num, "compact", read_bytes=shard.size,
+                             write_bytes=live_after, **base)
+        return ShardPlan(name, num, "append", garbage_after=garbage,
+                         write_bytes=new_bytes + new_index + self.spec.shard_index_size, **base)
+
+    def commit(self, *, progress: bool = False) -> CommitPlan:
+        """Apply the staged changes shard by shard, following :meth:`plan`; returns the plan.
+
+        Each shard file is replaced atomically (create, rewrite, compact) or appended to and
+        then patched (append), so a crash leaves every shard readable, old or new. A shard that
+        changed on storage since it was planned from raises ConflictError.
+        """
+        staging = self._writable()
+        plan = self.plan()
+        by_shard = {p.shard: p for p in plan.shards}
+
+        def jobs() -> Iterator[tuple]:
+            # Runs in this thread, lazily: one shard's changes in memory per job in flight.
+            for changes in staging.iter_changes():
+                p = by_shard.pop(changes.shard, None)
+                if p is not None:
+                    yield p, changes, self._append_base(p, changes)
+            yield from ((p, None, None) for p in list(by_shard.values()))  # "w": removals
+
+        for _ in tqdm(bounded_map(lambda job: self._apply(*job), jobs()), total=len(plan.shards),
+                      desc="committing shards", unit="shard", disable=not progress):
+            pass
+        staging.clear()
+        for p in plan.shards:
+            self._forget(p.name)
+        if self.mode == "w":
+            self.mode = "a"  # the store exists now: later commits update it
+        return plan
+
+    def _append_base(self, plan: ShardPlan, changes: ShardChanges) -> _Shard | None:
+        """For an append: the shard as planned, with the indices of the touched minishards."""
+        if plan.action != "append":
+            return None
+        shard = self._retrying(self._shards, [plan.name])[plan.name]
+        if shard is None or shard.generation != plan.generation:
+            raise ConflictError(f"{self.storage.path(plan.name)}: changed on storage since the "
+                                f"commit was planned (another writer?)")
+        touched = self.spec.locate(changes.keys)[1]
+        self._load_minishards([(shard, touched)])
+        return _Shard(shard.name, shard.size, shard.generation, shard.ranges,
+                      {m: shard.minishards[m] for m in np.unique(touched).tolist()})
+
+    def _apply(self, plan: ShardPlan, changes: ShardChanges | None, base: _Shard | None
+               ) -> None:
+        """Carry out one shard's plan (in a job thread: touches storage, not the caches)."""
+        name, storage = plan.name, self.storage
+        check = ANY if self.mode == "w" else plan.generation
+        if plan.action == "delete":
+            storage.delete(name, if_generation=check)
+            return
+        keys, values = changes.keys, changes.values
+        if self.spec.data_encoding != "raw":
+            encoding = self.spec.data_encoding
+            values = pmap(lambda v: None if v is None else codec.encode(v, encoding), values)
+        where = storage.path(name)
+        if plan.action == "append":
+            update = shardupdate.append_update(self.spec, base.size, base.ranges,
+                                               base.minishards, keys, values)
+            if update.empty:
+                storage.delete(name, if_generation=plan.generation)
+            else:
+                storage.append_and_patch(name, plan.generation, update.offset, update.tail,
+                                         update.index)
+            return
+        old = None
+        if plan.action in ("rewrite", "compact"):
+            gen, chunks = storage.read_ranges([(name, np.array([[0, plan.size_before]]))])[0]
+            if chunks is None or (gen is not None and gen != plan.generation):
+                raise ConflictError(f"{where}: changed on storage since the commit was planned "
+                                    f"(another writer?)")
+            old = chunks[0]
+        parts = shardupdate.rewrite_shard(self.spec, old, keys, values, where)
+        if parts is None:
+            storage.delete(name, if_generation=check)
+        else:
+            storage.write(name, parts, if_generation=check)
+
+    def compact(self, names: Iterable[str] | None = None, *, progress: bool = False
+                ) -> CommitPlan:
+        """Rewrite shards without the garbage of earlier appends (all shards with garbage by
+        default, or the named ones). Nothing else may be staged."""
+        staging = self._writable()
+        if staging:
+            raise NgShardError(f"{self.storage.url}: commit or abort staged changes before "
+                               f"compacting")
+        names = self.shard_names() if names is None else list(names)
+        plans = []
+        for shard in self._retrying(self._full_shards, names):
+            live = shardupdate.live_bytes(self.spec, shard.ranges, shard.minishards)
+            if live < shard.size:
+                plans.append(ShardPlan(shard.name, self.spec.parse_shard_filename(shard.name),
+                                       "compact", keys_after=sum(
+                                           len(i.keys) for i in shard.minishards.values()),
+                                       read_bytes=shard.size, write_bytes=live,
+                                       size_before=shard.size, generation=shard.generation,
+                                       garbage_after=0.0))
+        none = ShardChanges(0, np.zeros(0, np.uint64), [])
+        for _ in tqdm(bounded_map(lambda p: self._apply(p, none, None), plans),
+                      total=len(plans), desc="compacting", unit="shard", disable=not progress):
+            pass
+        for p in plans:
+            self._forget(p.name)
+        return CommitPlan(self.storage.url, "compact", plans)
 
     def close(self) -> None:
+        """Drop the caches and any staged changes not committed."""
         self._cache.clear()
         self._cached_bytes = 0
+        if self._staging is not None:
+            self._staging.clear()
 
     def __enter__(self) -> ShardedKV:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if self._staged is not None:
-            if exc_type is None:
-                self.commit()
-            else:
-                self.abort()
+        if self._staging is not None and exc_type is None:
+            self.commit()
         self.close()
+
+
+def _by_shard(plan: ShardPlan) -> int:
+    return plan.shard
 
 
 def _as_bytes(value: Any, key: Any) -> bytes:
@@ -406,61 +625,40 @@ def _as_bytes(value: Any, key: Any) -> bytes:
     raise TypeError(f"value of key {key} must be bytes, got {type(value).__name__}")
 
 
-def _collect(items: Mapping[int, bytes] | Iterable[tuple[int, bytes]]
-             ) -> tuple[np.ndarray, list[bytes]]:
+_BATCH = 1 << 16
+
+
+def _batches(items: Mapping[int, bytes] | Iterable[tuple[int, bytes]]
+             ) -> Iterator[tuple[np.ndarray, list[bytes]]]:
+    """(keys, values) in batches, keys checked and converted at numpy speed."""
     if isinstance(items, Mapping):
-        keys, values = list(items.keys()), list(items.values())
+        chunks = [(list(items.keys()), list(items.values()))]
     else:
-        pairs = list(items)
-        keys = [p[0] for p in pairs]
-        values = [p[1] for p in pairs]
-    if not set(map(type, values)) <= {bytes}:
-        values = [_as_bytes(v, k) for k, v in zip(keys, values)]
-    return as_key_array(keys), values
-
-
-def _write_store(storage: Storage, spec: ShardingSpec, keys: np.ndarray, values: list[bytes],
-                 *, progress: bool = False) -> None:
-    """Write ``keys``/``values`` as complete shard files and remove every other shard file.
-
-    On duplicate keys the last value wins. Output is deterministic: chunks sorted by minishard
-    and key, data before the minishard indices.
-    """
-    shard_nums, minishards = spec.locate(keys)
-    order = np.lexsort((keys, minishards, shard_nums))  # stable: equal keys keep input order
-    keys, shard_nums, minishards = keys[order], shard_nums[order], minishards[order]
-    last = np.ones(len(keys), bool)
-    last[:-1] = keys[1:] != keys[:-1]
-    keys, shard_nums, minishards = keys[last], shard_nums[last], minishards[last]
-    ordered = list(map(values.__getitem__, order[last].tolist()))
-    with ThreadPoolExecutor(max_workers=min(8, 2 * (os.cpu_count() or 1))) as pool:
-        if spec.data_encoding == "gzip":
-            ordered = list(pool.map(codec.gzip_compress, ordered, chunksize=256))
-        bounds = np.flatnonzero(np.diff(shard_nums)) + 1
-        starts = np.r_[0, bounds].astype(int) if len(keys) else np.zeros(0, int)
-        ends = np.r_[bounds, len(keys)].astype(int) if len(keys) else np.zeros(0, int)
-
-        def write_shard(a: int, b: int) -> str:
-            name = spec.shard_filename(int(shard_nums[a]))
-            parts = codec.encode_shard(minishards[a:b], keys[a:b], ordered[a:b],
-                                       spec.num_minishards, spec.minishard_index_encoding)
-            storage.write(name, parts)
-            return name
-
-        jobs = pool.map(write_shard, starts.tolist(), ends.tolist())
-        written = set(tqdm(jobs, total=len(starts), desc="writing shards", unit="shard",
-                           disable=not progress))
-    for name in storage.list():
-        if name not in written and spec.parse_shard_filename(name) is not None:
-            storage.delete(name)
+        it = iter(items)
+        chunks = ((list(k), list(v)) for k, v in
+                  (zip(*batch) for batch in iter(lambda: list(itertools.islice(it, _BATCH)), [])))
+    for keys, values in chunks:
+        if not set(map(type, values)) <= {bytes}:
+            values = [_as_bytes(v, k) for k, v in zip(keys, values)]
+        yield as_key_array(keys), values
 
 
 def open_kv(url: str | os.PathLike, spec: ShardingSpec | dict | str | None = None,
-            mode: str = "r", *, cache_bytes: int = DEFAULT_CACHE_BYTES) -> ShardedKV:
+            mode: str = "r", *, strategy: str = "auto", compact_ratio: float | None = 0.5,
+            staged_bytes: int = DEFAULT_STAGED_BYTES, spill_dir: str | None = None,
+            cache_bytes: int = DEFAULT_CACHE_BYTES) -> ShardedKV:
     """Open the sharded key-value store at ``url`` (a local path or any fsspec URL).
 
     ``spec`` is a :class:`ShardingSpec`, its JSON (object, text or file name), or None to read
-    the ``sharding`` member of ``<url>/info``.
+    the ``sharding`` member of ``<url>/info``. Modes: "r" read only; "r+" update an existing
+    store; "a" update, creating the store if needed; "w" create a new store (the shard files
+    already there are removed on commit). Changes are staged (spilling past ``staged_bytes`` to
+    ``spill_dir``) and written by ``commit()`` or on clean exit of a ``with`` block.
+
+    ``strategy``: "append" (local files: append changes and patch the shard index; cost
+    follows the change, not the shard), "rewrite" (read, merge, replace whole shards; object
+    stores), or "auto". Appending leaves garbage; a shard whose garbage would pass
+    ``compact_ratio`` is compacted instead (None: never).
 
     >>> with open_kv("memory://doc-kv", {"@type": "neuroglancer_uint64_sharded_v1",
     ...              "hash": "identity", "preshift_bits": 0, "minishard_bits": 1,
@@ -474,19 +672,26 @@ def open_kv(url: str | os.PathLike, spec: ShardingSpec | dict | str | None = Non
         if mode == "w":
             raise SpecError("mode 'w' needs a sharding spec")
         spec = spec_from_info(url)
-    return ShardedKV(open_storage(url), _as_spec(spec), mode, cache_bytes=cache_bytes)
+    return ShardedKV(open_storage(url), _as_spec(spec), mode, strategy=strategy,
+                     compact_ratio=compact_ratio, staged_bytes=staged_bytes,
+                     spill_dir=spill_dir, cache_bytes=cache_bytes)
 
 
 def write_kv(url: str | os.PathLike, spec: ShardingSpec | dict | str,
              items: Mapping[int, bytes] | Iterable[tuple[int, bytes]], *,
-             progress: bool = False) -> None:
-    """Write a whole store at ``url`` from a mapping or iterable of (key, bytes).
+             progress: bool = False, buffer_bytes: int = DEFAULT_BUFFER_BYTES,
+             spill_dir: str | None = None) -> None:
+    """Write a whole store at ``url`` from a mapping or an iterable of (key, bytes).
 
-    The store then holds exactly ``items``: shard files of an earlier store there are replaced
-    or removed. Each shard file is written atomically.
+    The store then holds exactly ``items`` (the last value of a repeated key): shard files of
+    an earlier store there are replaced or removed, each atomically. Items may be more than
+    memory: past ``buffer_bytes`` they are partitioned by shard into temporary files (in
+    ``spill_dir``), and each shard is built from its partition, so memory stays bounded by the
+    buffer plus the largest shard.
     """
-    keys, values = _collect(items)
-    _write_store(open_storage(os.fspath(url)), _as_spec(spec), keys, values, progress=progress)
-
-
-
+    kv = open_kv(url, spec, "w", staged_bytes=buffer_bytes, spill_dir=spill_dir)
+    try:
+        kv.update(items)
+        kv.commit(progress=progress)
+    finally:
+        kv.close()

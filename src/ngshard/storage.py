@@ -8,13 +8,19 @@ through fsspec with all ranges of a batch issued in one concurrent ``cat_ranges`
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import uuid
-from collections.abc import Hashable, Sequence
-from typing import NamedTuple
+from collections.abc import Hashable, Iterator, Sequence
+from typing import Any, NamedTuple
 
 import fsspec
 import numpy as np
+
+from .errors import ConflictError
+
+#: ``if_generation`` value that skips the generation check.
+ANY = object()
 
 # Ranges closer than this are read as one; reading a few unused KiB beats another request.
 MAX_GAP = 4096
@@ -60,16 +66,21 @@ def _split(merged: np.ndarray, blobs: Sequence[bytes], ranges: np.ndarray,
 _IOV_MAX = 1024
 
 
-def _write_all(fd: int, parts: Sequence[bytes]) -> None:
-    """Write the parts in order with writev, without joining them into one copy first."""
+def _write_all(fd: int, parts: Sequence[bytes], offset: int | None = None) -> None:
+    """Write the parts in order (at ``offset``, or at the file position) with one vectored
+    write per 1024 parts, without joining them into one copy first."""
     for i in range(0, len(parts), _IOV_MAX):
         batch = parts[i:i + _IOV_MAX]
-        written = os.writev(fd, batch)
         total = sum(map(len, batch))
+        written = os.writev(fd, batch) if offset is None else os.pwritev(fd, batch, offset)
         if written < total:  # short write: finish this batch from where it stopped
             rest = memoryview(b"".join(batch))[written:]
             while rest:
-                rest = rest[os.write(fd, rest):]
+                n = os.write(fd, rest) if offset is None else \
+                    os.pwrite(fd, rest, offset + total - len(rest))
+                rest = rest[n:]
+        if offset is not None:
+            offset += total
 
 
 class Storage:
@@ -79,6 +90,8 @@ class Storage:
     #: True where every read returns the generation of the bytes it read (pinned by one file
     #: descriptor), so a cached index can be used first and checked by the read itself.
     reads_report_generation = False
+    #: True where objects can be appended to and patched in place (local files).
+    supports_append = False
 
     def path(self, name: str) -> str:
         """The full location of ``name``, for messages."""
@@ -107,13 +120,32 @@ class Storage:
         gen, chunks = self.read_ranges([(name, np.array([[start, end]]))])[0]
         return gen, None if chunks is None else chunks[0]
 
-    def write(self, name: str, parts: Sequence[bytes]) -> None:
-        """Write an object atomically: readers see the old object or the whole new one."""
+    def write(self, name: str, parts: Sequence[bytes], if_generation: Any = ANY) -> None:
+        """Write an object atomically: readers see the old object or the whole new one.
+
+        ``if_generation``: the generation the object must still have (None: it must not
+        exist), else ConflictError; ANY writes regardless.
+        """
         raise NotImplementedError
 
-    def delete(self, name: str) -> None:
-        """Remove an object if it exists."""
+    def delete(self, name: str, if_generation: Any = ANY) -> None:
+        """Remove an object if it exists (``if_generation`` as for :meth:`write`)."""
         raise NotImplementedError
+
+    def append_and_patch(self, name: str, generation: Hashable, offset: int,
+                         tail: Sequence[bytes], head: bytes) -> None:
+        """Write ``tail`` at ``offset`` (the end of the object), then ``head`` at 0, only if
+        the object still has ``generation``. Only where :attr:`supports_append`."""
+        raise NotImplementedError(f"{type(self).__name__} cannot append")
+
+    def _check(self, name: str, expected: Any) -> None:
+        if expected is ANY:
+            return
+        info = self.stat(name)
+        if (info is None and expected is not None) or (
+                info is not None and info.generation != expected):
+            raise ConflictError(f"{self.path(name)}: changed on storage since it was read "
+                                f"(another writer?); nothing was written")
 
     def list(self) -> list[str]:
         """Names of the objects directly under the root (empty if the root does not exist)."""
@@ -128,6 +160,7 @@ class LocalStorage(Storage):
     """Objects as files in a local directory."""
 
     reads_report_generation = True
+    supports_append = True
 
     def __init__(self, root: str) -> None:
         self.root = os.path.abspath(root)
@@ -184,7 +217,7 @@ class LocalStorage(Storage):
             os.close(fd)
         return self._info(st).generation, blob
 
-    def write(self, name: str, parts: Sequence[bytes]) -> None:
+    def write(self, name: str, parts: Sequence[bytes], if_generation: Any = ANY) -> None:
         path = self.path(name)
         folder, base = os.path.split(path)
         os.makedirs(folder, exist_ok=True)
@@ -195,15 +228,57 @@ class LocalStorage(Storage):
                 _write_all(fd, parts)
             finally:
                 os.close(fd)
-            os.replace(tmp, path)
+            with self._locked(name, if_generation):
+                os.replace(tmp, path)
         except BaseException:
-            if os.path.exists(tmp):
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
             raise
 
-    def delete(self, name: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
+    def delete(self, name: str, if_generation: Any = ANY) -> None:
+        with self._locked(name, if_generation), contextlib.suppress(FileNotFoundError):
             os.unlink(self.path(name))
+
+    @contextlib.contextmanager
+    def _locked(self, name: str, expected: Any) -> Iterator[None]:
+        """Hold an exclusive lock on the current file while checking its generation, so two
+        local writers cannot both pass the check for the same version of a shard."""
+        if expected is ANY:
+            yield
+            return
+        try:
+            fd = os.open(self.path(name), os.O_RDONLY)
+        except FileNotFoundError:
+            self._check(name, expected)
+            yield
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._check(name, expected)
+            yield
+        finally:
+            os.close(fd)
+
+    def append_and_patch(self, name: str, generation: Hashable, offset: int,
+                         tail: Sequence[bytes], head: bytes) -> None:
+        path = self.path(name)
+        fd = os.open(path, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            st = os.fstat(fd)
+            if self._info(st).generation != generation or st.st_size != offset or \
+                    os.stat(path).st_ino != st.st_ino:
+                raise ConflictError(f"{path}: changed on storage since it was read "
+                                    f"(another writer?); nothing was written")
+            _write_all(fd, tail, offset)
+            appended = os.fstat(fd).st_mtime_ns
+            _write_all(fd, [head], 0)
+            # The patch must change the generation even within one clock tick, or a reader
+            # that cached the index between the two writes would never see the new one.
+            st = os.fstat(fd)
+            os.utime(fd, ns=(st.st_atime_ns, max(st.st_mtime_ns, appended + 1)))
+        finally:
+            os.close(fd)
 
     def list(self) -> list[str]:
         try:
@@ -272,11 +347,14 @@ class FsspecStorage(Storage):
             results.append((None, _split(merged, mine, ranges, assignment)))
         return results
 
-    def write(self, name: str, parts: Sequence[bytes]) -> None:
-        # One PUT of the whole object: object stores make it visible atomically.
+    def write(self, name: str, parts: Sequence[bytes], if_generation: Any = ANY) -> None:
+        # One PUT of the whole object: object stores make it visible atomically. The
+        # generation check before it narrows, but cannot close, the window for a conflict.
+        self._check(name, if_generation)
         self.fs.pipe_file(self._full(name), b"".join(parts))
 
-    def delete(self, name: str) -> None:
+    def delete(self, name: str, if_generation: Any = ANY) -> None:
+        self._check(name, if_generation)
         with contextlib.suppress(FileNotFoundError):
             self.fs.rm_file(self._full(name))
 

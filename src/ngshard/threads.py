@@ -1,9 +1,12 @@
-"""One shared thread pool for CPU work that releases the GIL (numpy, zlib) and for I/O."""
+"""Thread pools: one for leaf work that releases the GIL (numpy, zlib, reads), one for jobs
+(a shard's whole update) that may themselves fan out leaf work. Jobs never wait on jobs and
+leaves never wait on anything, so neither pool can deadlock on itself."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
@@ -11,18 +14,32 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 WORKERS = max(2, os.cpu_count() or 1)
-_pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="ngshard")
+_leaves = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="ngshard")
+_jobs = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="ngshard-job")
 
 
 def pool() -> ThreadPoolExecutor:
-    """The shared executor (never shut down: it lives as long as the process)."""
-    return _pool
+    """The leaf executor (never shut down: it lives as long as the process)."""
+    return _leaves
 
 
 def pmap(fn: Callable[[T], R], items: Iterable[T], *, min_items: int = 64) -> list[R]:
-    """``list(map(fn, items))``, spread over the pool when there are enough items to pay off."""
+    """``list(map(fn, items))`` on the leaf pool when there are enough items to pay off."""
     items = list(items)
     if len(items) < min_items:
         return list(map(fn, items))
     chunk = -(-len(items) // (4 * WORKERS))
-    return list(_pool.map(fn, items, chunksize=chunk))
+    return list(_leaves.map(fn, items, chunksize=chunk))
+
+
+def bounded_map(fn: Callable[[T], R], items: Iterable[T], in_flight: int = WORKERS
+                ) -> Iterator[R]:
+    """Results of ``fn`` over ``items`` in order, as jobs, with at most ``in_flight`` items
+    taken from the (lazy) iterable and not yet finished: memory stays bounded."""
+    pending: deque = deque()
+    for item in items:
+        pending.append(_jobs.submit(fn, item))
+        if len(pending) >= in_flight:
+            yield pending.popleft().result()
+    while pending:
+        yield pending.popleft().result()

@@ -1,0 +1,131 @@
+"""How an existing shard changes: pure functions from old indices (and bytes) plus changes to the
+bytes to write, for the two update strategies.
+
+- rewrite: a whole new shard file from the old file's bytes and the changes.
+- append: bytes to append at the end of the old file (new chunk data, then the new indices of
+  the touched minishards) and a new shard index to write over the old one. Old bytes are never
+  overwritten, so any mix of old and new shard index entries is a valid shard.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from . import codec
+from .spec import ShardingSpec
+
+Buffer = bytes | memoryview
+
+
+class Entries(NamedTuple):
+    """Chunk entries of a shard: minishard, key, absolute start and size, as parallel arrays."""
+
+    minishards: np.ndarray
+    keys: np.ndarray
+    starts: np.ndarray
+    sizes: np.ndarray
+
+    @classmethod
+    def of(cls, indices: dict[int, codec.MinishardIndex]) -> Entries:
+        ms = sorted(m for m, idx in indices.items() if len(idx.keys))
+        if not ms:
+            return cls(*(np.zeros(0, np.uint64) for _ in range(4)))
+        counts = [len(indices[m].keys) for m in ms]
+        return cls(np.repeat(np.array(ms, np.uint64), counts),
+                   *(np.concatenate([getattr(indices[m], f) for m in ms])
+                     for f in ("keys", "starts", "sizes")))
+
+    def without(self, keys: np.ndarray) -> Entries:
+        keep = ~np.isin(self.keys, keys)
+        return Entries(*(col[keep] for col in self))
+
+
+def decode_all(spec: ShardingSpec, data: Buffer, where: str) -> dict[int, codec.MinishardIndex]:
+    """Every non-empty minishard index of a whole shard file held in memory."""
+    ranges = codec.decode_shard_index(bytes(data[:spec.shard_index_size]), spec.num_minishards,
+                                      len(data), where)
+    ms = np.flatnonzero(ranges[:, 0] != ranges[:, 1]).tolist()
+    bufs = [data[int(ranges[m, 0]):int(ranges[m, 1])] for m in ms]
+    indices = codec.decode_minishard_indices(
+        bufs, spec.minishard_index_encoding, spec.shard_index_size, len(data),
+        lambda i: f"{where} (minishard {ms[i]} index at offset {int(ranges[ms[i], 0])})")
+    return dict(zip(ms, indices))
+
+
+def rewrite_shard(spec: ShardingSpec, old: Buffer | None, keys: np.ndarray,
+                  values: Sequence[Buffer | None], where: str = "") -> list[Buffer] | None:
+    """The new shard file after the changes: ``values[i]`` (data-encoded) or None to delete
+    ``keys[i]``. Returns None when no key is left. Kept chunks are slices of ``old``."""
+    old = memoryview(old) if old is not None else None
+    kept = Entries.of(decode_all(spec, old, where)).without(keys) if old is not None and len(old) \
+        else Entries.of({})
+    new_keys = keys[np.fromiter((v is not None for v in values), bool, count=len(values))]
+    new_values = [v for v in values if v is not None]
+    all_keys = np.concatenate([kept.keys, new_keys])
+    if not len(all_keys):
+        return None
+    all_ms = np.concatenate([kept.minishards, spec.locate(new_keys)[1]])
+    chunks = [old[s:s + n] for s, n in zip(kept.starts.tolist(), kept.sizes.tolist())] \
+        + new_values
+    order = np.lexsort((all_keys, all_ms))
+    return codec.encode_shard(all_ms[order], all_keys[order],
+                              list(map(chunks.__getitem__, order.tolist())),
+                              spec.num_minishards, spec.minishard_index_encoding)
+
+
+class Append(NamedTuple):
+    """An append update: write ``tail`` at ``offset``, then ``index`` at 0."""
+
+    offset: int
+    tail: list[Buffer]
+    index: bytes
+    empty: bool  # no key is left: delete the file instead
+    garbage: int  # bytes of the old file that no index references any more
+
+
+def append_update(spec: ShardingSpec, file_size: int, ranges: np.ndarray,
+                  touched: dict[int, codec.MinishardIndex], keys: np.ndarray,
+                  values: Sequence[Buffer | None]) -> Append:
+    """Append the changes to a shard of ``file_size`` bytes whose shard index is ``ranges``.
+
+    ``touched`` holds the old index of every minishard a changed key falls in; ``values[i]``
+    is the data-encoded new value of ``keys[i]``, or None to delete it.
+    """
+    old = Entries.of(touched)
+    kept = old.without(keys)
+    is_set = np.fromiter((v is not None for v in values), bool, count=len(values))
+    new_keys = keys[is_set]
+    new_values = [v for v in values if v is not None]
+    sizes = np.fromiter(map(len, new_values), np.uint64, count=len(new_values))
+    starts = np.cumsum(sizes, dtype=np.uint64) - sizes + np.uint64(file_size)
+    ms = np.concatenate([kept.minishards, spec.locate(new_keys)[1]])
+    all_keys = np.concatenate([kept.keys, new_keys])
+    order = np.lexsort((all_keys, ms))
+    parts, lengths = codec.encode_minishard_indices(
+        ms[order], all_keys[order], np.concatenate([kept.starts, starts])[order],
+        np.concatenate([kept.sizes, sizes])[order], spec.shard_index_size,
+        spec.num_minishards, spec.minishard_index_encoding)
+    touched_ms = np.array(sorted(touched), np.intp)
+    index_start = file_size + int(sizes.sum())
+    ends = index_start + np.cumsum(lengths)
+    new_ranges = ranges.copy()
+    new_ranges[touched_ms, 0] = (ends - lengths)[touched_ms]
+    new_ranges[touched_ms, 1] = ends[touched_ms]
+    empty_now = new_ranges[:, 0] == new_ranges[:, 1]
+    new_ranges[empty_now] = spec.shard_index_size
+    dropped = old.without(kept.keys)
+    garbage = int(dropped.sizes.sum()) + int((ranges[touched_ms, 1] - ranges[touched_ms, 0]).sum())
+    return Append(file_size, [*new_values, *parts],
+                  codec.encode_shard_index(new_ranges, spec.num_minishards),
+                  bool(empty_now.all()), garbage)
+
+
+def live_bytes(spec: ShardingSpec, ranges: np.ndarray,
+               indices: dict[int, codec.MinishardIndex]) -> int:
+    """Bytes of a shard file that its indices reference: shard index, minishard indices, chunks.
+    The rest of the file is garbage left by append updates."""
+    return (spec.shard_index_size + int((ranges[:, 1] - ranges[:, 0]).sum())
+            + sum(int(idx.sizes.sum()) for idx in indices.values()))
