@@ -422,7 +422,7 @@ class ShardedKV(MutableMapping):
         if kwargs:
             raise TypeError("keys must be integers, not keyword arguments")
         for keys, values in _batches(other):
-            staging.set_many(keys.tolist(), values)
+            staging.set_many(keys, values)
 
     def abort(self) -> None:
         """Drop the staged changes; the store is left as it was."""

@@ -43,6 +43,15 @@ class Entries(NamedTuple):
         return Entries(*(col[keep] for col in self))
 
 
+def _sets(keys: np.ndarray, values: Sequence[Buffer | None]
+          ) -> tuple[np.ndarray, Sequence[Buffer]]:
+    """The keys and values that are set (not deleted)."""
+    if None not in values:
+        return keys, values
+    is_set = np.fromiter((v is not None for v in values), bool, count=len(values))
+    return keys[is_set], [v for v in values if v is not None]
+
+
 def decode_all(spec: ShardingSpec, data: Buffer, where: str) -> dict[int, codec.MinishardIndex]:
     """Every non-empty minishard index of a whole shard file held in memory."""
     ranges = codec.decode_shard_index(bytes(data[:spec.shard_index_size]), spec.num_minishards,
@@ -62,14 +71,13 @@ def rewrite_shard(spec: ShardingSpec, old: Buffer | None, keys: np.ndarray,
     old = memoryview(old) if old is not None else None
     kept = Entries.of(decode_all(spec, old, where)).without(keys) if old is not None and len(old) \
         else Entries.of({})
-    new_keys = keys[np.fromiter((v is not None for v in values), bool, count=len(values))]
-    new_values = [v for v in values if v is not None]
+    new_keys, new_values = _sets(keys, values)
     all_keys = np.concatenate([kept.keys, new_keys])
     if not len(all_keys):
         return None
     all_ms = np.concatenate([kept.minishards, spec.locate(new_keys)[1]])
     chunks = [old[s:s + n] for s, n in zip(kept.starts.tolist(), kept.sizes.tolist())] \
-        + new_values
+        + list(new_values)
     order = np.lexsort((all_keys, all_ms))
     return codec.encode_shard(all_ms[order], all_keys[order],
                               list(map(chunks.__getitem__, order.tolist())),
@@ -96,9 +104,7 @@ def append_update(spec: ShardingSpec, file_size: int, ranges: np.ndarray,
     """
     old = Entries.of(touched)
     kept = old.without(keys)
-    is_set = np.fromiter((v is not None for v in values), bool, count=len(values))
-    new_keys = keys[is_set]
-    new_values = [v for v in values if v is not None]
+    new_keys, new_values = _sets(keys, values)
     sizes = np.fromiter(map(len, new_values), np.uint64, count=len(new_values))
     starts = np.cumsum(sizes, dtype=np.uint64) - sizes + np.uint64(file_size)
     ms = np.concatenate([kept.minishards, spec.locate(new_keys)[1]])

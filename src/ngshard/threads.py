@@ -15,7 +15,7 @@ R = TypeVar("R")
 
 WORKERS = max(2, os.cpu_count() or 1)
 _leaves = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="ngshard")
-_jobs = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="ngshard-job")
+_jobs = ThreadPoolExecutor(max_workers=2 * WORKERS, thread_name_prefix="ngshard-job")
 
 
 def pool() -> ThreadPoolExecutor:
@@ -32,7 +32,7 @@ def pmap(fn: Callable[[T], R], items: Iterable[T], *, min_items: int = 64) -> li
     return list(_leaves.map(fn, items, chunksize=chunk))
 
 
-def bounded_map(fn: Callable[[T], R], items: Iterable[T], in_flight: int = WORKERS
+def bounded_map(fn: Callable[[T], R], items: Iterable[T], in_flight: int = 2 * WORKERS
                 ) -> Iterator[R]:
     """Results of ``fn`` over ``items`` in order, as jobs, with at most ``in_flight`` items
     taken from the (lazy) iterable and not yet finished: memory stays bounded."""
