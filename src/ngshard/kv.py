@@ -24,7 +24,7 @@ from .errors import ConflictError, CorruptDataError, NgShardError, ReadOnlyError
 from .plan import CommitPlan, ShardPlan
 from .spec import ShardingSpec, as_key_array, check_key
 from .staging import DELETED, ShardChanges, Staging
-from .storage import ANY, Storage, open_storage
+from .storage import ANY, ObjectInfo, Storage, open_storage
 from .threads import bounded_map, pmap
 
 DEFAULT_CACHE_BYTES = 256 << 20
@@ -45,6 +45,19 @@ class _Shard:
     ranges: np.ndarray  # (num_minishards, 2) absolute [start, end) of each minishard index
     minishards: dict[int, codec.MinishardIndex] = field(default_factory=dict)
     nbytes: int = 0
+    # Where the bytes after the shard index live: the shard file itself, or for the obsolete
+    # two-file variant the <shard>.data file, which starts at the end of the shard index.
+    data_name: str = ""
+    data_shift: int = 0
+    data_generation: Any = None
+
+    def __post_init__(self) -> None:
+        if not self.data_name:
+            self.data_name, self.data_generation = self.name, self.generation
+
+    @property
+    def split(self) -> bool:
+        return self.data_name != self.name
 
 
 class _StaleShard(Exception):
@@ -138,41 +151,72 @@ class ShardedKV(MutableMapping):
                 name = next(iter(self._cache))
             self._forget(name)
 
+    def _stat(self, name: str) -> tuple[ObjectInfo, ObjectInfo | None] | None:
+        """(info, None) of a shard file, (index info, data info) of an obsolete two-file
+        shard, None if neither is there."""
+        info = self.storage.stat(name)
+        if info is not None:
+            return info, None
+        stem = name[:-len(".shard")]
+        index, data = self.storage.stat(f"{stem}.index"), self.storage.stat(f"{stem}.data")
+        return (index, data) if index is not None and data is not None else None
+
     def _shards(self, names: list[str]) -> dict[str, _Shard | None]:
         """The current state of each named shard (None: no such file), indices read as needed."""
         out: dict[str, _Shard | None] = {}
         todo = []
         for name in names:
-            info = self.storage.stat(name)
+            infos = self._stat(name)
             cached = self._cache.get(name)
-            if info is None:
+            generation = infos and (infos[0].generation if infos[1] is None
+                                    else (infos[0].generation, infos[1].generation))
+            if infos is None:
                 self._forget(name)
                 out[name] = None
-            elif cached is not None and cached.generation == info.generation:
+            elif cached is not None and cached.generation == generation:
                 self._cache.move_to_end(name)
                 out[name] = cached
             else:
                 self._forget(name)
-                todo.append((name, info))
+                todo.append((name, infos, generation))
         if not todo:
             return out
         size = self.spec.shard_index_size
+        index_names = [name if data is None else f"{name[:-6]}.index"
+                       for name, (_, data), _ in todo]
         reads = self.storage.read_ranges(
-            [(name, [[0, min(size, info.size)]]) for name, info in todo])
-        for (name, info), (gen, chunks) in zip(todo, reads):
+            [(n, [[0, min(size, info.size)]]) for n, (_, (info, _), _) in zip(index_names, todo)])
+        for index_name, (name, (info, data), generation), (gen, chunks) in \
+                zip(index_names, todo, reads):
             if chunks is None or (gen is not None and gen != info.generation):
                 raise _StaleShard(name)
-            ranges = codec.decode_shard_index(chunks[0], self.spec.num_minishards, info.size,
-                                              self.storage.path(name))
-            shard = _Shard(name, info.size, info.generation, ranges)
+            total = info.size + (data.size if data is not None else 0)
+            if data is not None and info.size != size:
+                raise CorruptDataError(f"{self.storage.path(index_name)}: {info.size} bytes, "
+                                       f"not the {size} of a shard index")
+            ranges = codec.decode_shard_index(chunks[0], self.spec.num_minishards, total,
+                                              self.storage.path(index_name))
+            shard = _Shard(name, total, generation, ranges)
+            if data is not None:
+                shard.data_name, shard.data_shift = f"{name[:-6]}.data", size
+                shard.data_generation = data.generation
             self._cache[name] = shard
             self._account(shard, ranges.nbytes)
             out[name] = shard
         return out
 
+    def _read_through(self, wanted: list[tuple[_Shard, np.ndarray]]) -> list[list[bytes]]:
+        """Read ``(shard, (n, 2) absolute ranges)`` past the shard indices, in one batch,
+        checking each shard's bytes came from the generation its index was read from."""
+        reads = self.storage.read_ranges(
+            [(s.data_name, np.asarray(r, np.int64) - s.data_shift) for s, r in wanted])
+        for (shard, ranges), (gen, chunks) in zip(wanted, reads):
+            self._check_read(shard, ranges, gen, chunks)
+        return [chunks for _, chunks in reads]
+
     def _load_minishards(self, wanted: list[tuple[_Shard, np.ndarray]]) -> None:
         """Read and decode the minishard indices not cached yet, in one batch."""
-        requests, todo = [], []
+        todo = []
         for shard, minishards in wanted:
             missing = [m for m in np.unique(minishards).tolist() if m not in shard.minishards]
             empty = [m for m in missing if shard.ranges[m, 0] == shard.ranges[m, 1]]
@@ -180,16 +224,13 @@ class ShardedKV(MutableMapping):
                 shard.minishards[m] = codec.EMPTY_MINISHARD
             missing = [m for m in missing if shard.ranges[m, 0] != shard.ranges[m, 1]]
             if missing:
-                requests.append((shard.name, shard.ranges[missing]))
                 todo.append((shard, missing))
-        if not requests:
+        if not todo:
             return
-        reads = self.storage.read_ranges(requests)
-        for (shard, _), (_, ranges), (gen, chunks) in zip(todo, requests, reads):
-            self._check_read(shard, ranges, gen, chunks)
+        reads = self._read_through([(shard, shard.ranges[missing]) for shard, missing in todo])
 
         def decode(job):
-            (shard, missing), (_, chunks) = job
+            (shard, missing), chunks = job
             path = self.storage.path(shard.name)
             return codec.decode_minishard_indices(
                 chunks, self.spec.minishard_index_encoding, self.spec.shard_index_size,
@@ -204,7 +245,7 @@ class ShardedKV(MutableMapping):
                     chunks: list[bytes] | None) -> None:
         """Raise _StaleShard if the bytes were not read from the shard's cached generation, and
         CorruptDataError if they were but the file ended early."""
-        if chunks is None or (gen is not None and gen != shard.generation):
+        if chunks is None or (gen is not None and gen != shard.data_generation):
             self._forget(shard.name)
             raise _StaleShard(shard.name)
         wanted = (ranges[:, 1] - ranges[:, 0]).tolist()
@@ -253,11 +294,10 @@ class ShardedKV(MutableMapping):
 
     def _get_many(self, keys: np.ndarray) -> dict[int, bytes]:
         found, shards = self._lookup(keys)
-        requests = [(name, rows[:, 1:].astype(np.int64)) for name, rows in found.items()]
+        reads = self._read_through([(shards[name], rows[:, 1:]) for name, rows in found.items()])
         out: dict[int, bytes] = {}
         encoding = self.spec.data_encoding
-        for (name, rows), (gen, chunks) in zip(found.items(), self.storage.read_ranges(requests)):
-            self._check_read(shards[name], rows[:, 1:], gen, chunks)
+        for (name, rows), chunks in zip(found.items(), reads):
             where = self.storage.path(name)
             if encoding == "raw":
                 out.update(zip(rows[:, 0].tolist(), chunks))
@@ -313,8 +353,9 @@ class ShardedKV(MutableMapping):
         if found is None:
             return None
         shard, start, end = found
-        gen, chunk = self.storage.read_range(shard.name, start, end)
-        if chunk is None or len(chunk) != end - start or gen != shard.generation:
+        shift = shard.data_shift
+        gen, chunk = self.storage.read_range(shard.data_name, start - shift, end - shift)
+        if chunk is None or len(chunk) != end - start or gen != shard.data_generation:
             self._check_read(shard, np.array([[start, end]]), gen,
                              None if chunk is None else [chunk])
         if self.spec.data_encoding == "raw":
@@ -350,8 +391,12 @@ class ShardedKV(MutableMapping):
     # --- listing ---------------------------------------------------------------------------
 
     def shard_names(self) -> list[str]:
-        """Names of the shard files present, in shard order."""
-        return [n for n in self.storage.list() if self.spec.parse_shard_filename(n) is not None]
+        """Names of the shards present, in shard order (an obsolete two-file shard is listed
+        under the name of the single file it stands for)."""
+        names = set(self.storage.list())
+        split = {f"{n[:-6]}.shard" for n in names
+                 if n.endswith(".index") and f"{n[:-6]}.data" in names}
+        return sorted(n for n in names | split if self.spec.parse_shard_filename(n) is not None)
 
     def _shard_keys(self, names: list[str]) -> dict[str, np.ndarray]:
         out = {}
@@ -465,6 +510,10 @@ class ShardedKV(MutableMapping):
                 return None  # only deletions of keys that are not there
             return ShardPlan(name, num, "create", sets=int(is_set.sum()),
                              keys_after=int(is_set.sum()), write_bytes=new_bytes)
+        if shard.split:
+            raise NgShardError(f"{self.storage.path(name[:-6])}.index/.data: updating the "
+                               f"obsolete two-file shard layout is not supported; write the "
+                               f"store anew (mode 'w')")
         entries = shardupdate.Entries.of(shard.minishards)
         present = np.isin(keys, entries.keys)
         deletes = int((present & ~is_set).sum())
@@ -542,6 +591,9 @@ class ShardedKV(MutableMapping):
         check = ANY if self.mode == "w" else plan.generation
         if plan.action == "delete":
             storage.delete(name, if_generation=check)
+            if self.mode == "w":  # and an obsolete two-file shard of that number
+                for legacy in (f"{name[:-6]}.index", f"{name[:-6]}.data"):
+                    storage.delete(legacy)
             return
         keys, values = changes.keys, changes.values
         if self.spec.data_encoding != "raw":
