@@ -8,13 +8,21 @@ disk, HTTP or object storage::
     data = kv.get_many([1, 2, 3])                   # {key: bytes}, batched reads
 """
 
-from .errors import CorruptDataError, InvalidKeyError, NgShardError, ReadOnlyError, SpecError
+from .errors import (
+    ConflictError,
+    CorruptDataError,
+    InvalidKeyError,
+    NgShardError,
+    ReadOnlyError,
+    SpecError,
+)
 from .kv import ShardedKV, open_kv, write_kv
 from .spec import ShardingSpec
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ConflictError",
     "CorruptDataError",
     "InvalidKeyError",
     "NgShardError",

@@ -491,7 +491,8 @@ class ShardedKV(MutableMapping):
             planned = {p.name for p in plans}
             plans += [ShardPlan(n, self.spec.parse_shard_filename(n), "delete")
                       for n in self.shard_names() if n not in planned]
-            return CommitPlan(self.storage.url, self.strategy, sorted(plans, key=_by_shard))
+            return CommitPlan(self.storage.url, self.strategy, sorted(plans, key=_by_shard),
+                              staging.version)
         names = {num: self.spec.shard_filename(num) for num in np.unique(nums).tolist()}
         shards = {s.name: s for s in self._retrying(self._full_shards, list(names.values()))}
         for num, name in names.items():
@@ -499,7 +500,7 @@ class ShardedKV(MutableMapping):
             plan = self._plan_shard(name, num, shards.get(name), keys[mine], lengths[mine])
             if plan is not None:
                 plans.append(plan)
-        return CommitPlan(self.storage.url, self.strategy, plans)
+        return CommitPlan(self.storage.url, self.strategy, plans, staging.version)
 
     def _plan_shard(self, name: str, num: int, shard: _Shard | None, keys: np.ndarray,
                     lengths: np.ndarray) -> ShardPlan | None:
@@ -542,15 +543,20 @@ class ShardedKV(MutableMapping):
         return ShardPlan(name, num, "append", garbage_after=garbage,
                          write_bytes=new_bytes + new_index + self.spec.shard_index_size, **base)
 
-    def commit(self, *, progress: bool = False) -> CommitPlan:
-        """Apply the staged changes shard by shard, following :meth:`plan`; returns the plan.
+    def commit(self, plan: CommitPlan | None = None, *, progress: bool = False) -> CommitPlan:
+        """Apply the staged changes shard by shard, following ``plan`` (by default a fresh
+        :meth:`plan`); returns the plan.
 
         Each shard file is replaced atomically (create, rewrite, compact) or appended to and
         then patched (append), so a crash leaves every shard readable, old or new. A shard that
-        changed on storage since it was planned from raises ConflictError.
+        changed on storage since the plan was made raises ConflictError before it is written.
         """
         staging = self._writable()
-        plan = self.plan()
+        if plan is None:
+            plan = self.plan()
+        elif plan.staged_version != staging.version:
+            raise NgShardError("the staged changes have changed since this plan was made; "
+                               "make a new plan")
         by_shard = {p.shard: p for p in plan.shards}
 
         def jobs() -> Iterator[tuple]:
@@ -589,11 +595,11 @@ class ShardedKV(MutableMapping):
         """Carry out one shard's plan (in a job thread: touches storage, not the caches)."""
         name, storage = plan.name, self.storage
         check = ANY if self.mode == "w" else plan.generation
+        if self.mode == "w":  # a new store: no obsolete two-file shard of that number either
+            for legacy in (f"{name[:-6]}.index", f"{name[:-6]}.data"):
+                storage.delete(legacy)
         if plan.action == "delete":
             storage.delete(name, if_generation=check)
-            if self.mode == "w":  # and an obsolete two-file shard of that number
-                for legacy in (f"{name[:-6]}.index", f"{name[:-6]}.data"):
-                    storage.delete(legacy)
             return
         keys, values = changes.keys, changes.values
         if self.spec.data_encoding != "raw":

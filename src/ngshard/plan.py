@@ -43,6 +43,7 @@ class CommitPlan:
     url: str
     strategy: str
     shards: list[ShardPlan]
+    staged_version: int = field(default=-1, repr=False)  # of the changes it was made for
 
     @property
     def write_bytes(self) -> int:

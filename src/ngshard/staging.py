@@ -70,11 +70,13 @@ class Staging:
         self._mem_bytes = 0
         self._spilled: dict[int, _Spilled] = {}
         self._tmp: str | None = None
+        self.version = 0  # counts changes, so a plan can tell it still fits
 
     # --- changes ---------------------------------------------------------------------------
 
     def set(self, key: int, value: bytes | None) -> None:
         """Stage one value (None: a deletion)."""
+        self.version += 1
         old = self._dict.get(key)
         self._mem_bytes += (len(value) if value is not None else 0) - \
             (len(old) if old is not None else 0)
@@ -84,6 +86,7 @@ class Staging:
 
     def set_many(self, keys: np.ndarray, values: list[bytes]) -> None:
         """Stage a batch of values (no deletions) without per-key Python work."""
+        self.version += 1
         self._fold_dict()
         lengths = _lengths(values)
         self._batches.append((keys, lengths, values))
@@ -169,6 +172,7 @@ class Staging:
             yield ShardChanges(shard, keys, values)
 
     def clear(self) -> None:
+        self.version += 1
         self._dict = {}
         self._batches = []
         self._mem_bytes = 0
