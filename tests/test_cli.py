@@ -87,3 +87,54 @@ def test_console_script_demo(tmp_path):
     value = kv[int(kv.keys_array()[0])]
     n_vertices, n_edges = (int.from_bytes(value[i:i + 4], "little") for i in (0, 4))
     assert len(value) == 8 + 12 * n_vertices + 8 * n_edges and n_edges == n_vertices - 1
+
+
+def test_put_rm_import_and_compact(store, tmp_path, capsys):
+    value = tmp_path / "value"
+    value.write_bytes(b"hello")
+    assert main(["put", store, "42", str(value), "-q"]) == 0
+    assert main(["rm", store, "0", "-q"]) == 0
+    assert main(["rm", store, "0", "-q"]) == 1
+    assert "not in" in capsys.readouterr().err
+    assert main(["rm", store, "0", "5", "--force", "--plan", "-q"]) == 0
+    assert "strategy append" in capsys.readouterr().out
+    files = tmp_path / "files"
+    files.mkdir()
+    (files / "7").write_bytes(b"seven")
+    (files / "0x10").write_bytes(b"sixteen")
+    assert main(["import", store, str(files), "-q"]) == 0
+    lines = tmp_path / "in.ndjson"
+    lines.write_text('{"key": 100, "value": "AAE="}\n\n{"key": "0x65", "value": ""}\n')
+    assert main(["import", store, str(lines), "-q"]) == 0
+    expected = {**ITEMS, 42: b"hello", 7: b"seven", 16: b"sixteen", 100: b"\x00\x01", 101: b""}
+    del expected[0], expected[5]
+    assert dict(ngshard.open_kv(store).items()) == expected
+    capsys.readouterr()
+    assert main(["info", store]) == 0
+    assert "garbage" in capsys.readouterr().out
+    assert main(["compact", store, "-q"]) == 0
+    assert "compacted" in capsys.readouterr().out
+    assert all(s["garbage"] == 0 for s in ngshard.open_kv(store).stats())
+    assert dict(ngshard.open_kv(store).items()) == expected
+
+
+@pytest.mark.parametrize("line", ['{"key": 1}', "not json", '{"key": -1, "value": ""}',
+                                  '{"key": 1, "value": "%%%"}'])
+def test_import_rejects_bad_lines(store, tmp_path, capsys, line):
+    bad = tmp_path / "bad.ndjson"
+    bad.write_text(line + "\n")
+    assert main(["import", store, str(bad), "-q"]) == 1
+    err = capsys.readouterr().err
+    assert "bad.ndjson:1" in err or "bad key '-1'" in err
+
+
+def test_verify(store, tmp_path, capsys):
+    assert main(["verify", store, "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "4 keys" in out and "OK" in out
+    # a key filed under the wrong shard: copy one shard file over another's name
+    names = sorted(p.name for p in (tmp_path / "kv").glob("*.shard"))
+    other = SPEC.shard_filename(1 - SPEC.parse_shard_filename(names[0]))
+    (tmp_path / "kv" / other).write_bytes((tmp_path / "kv" / names[0]).read_bytes())
+    assert main(["verify", store, "-q"]) == 1
+    assert "belongs in shard" in capsys.readouterr().out

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import base64
+import binascii
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+
+from tqdm.auto import tqdm
 
 from .errors import NgShardError
 from .kv import ShardedKV, open_kv
 from .spec import check_key
+from .verify import verify_kv
 
 
 def _parse_key(text: str) -> int:
@@ -21,8 +26,18 @@ def _parse_key(text: str) -> int:
                            f"(decimal or 0x hex)") from None
 
 
-def _open(args: argparse.Namespace) -> ShardedKV:
-    return open_kv(args.url, spec=args.spec)
+def _open(args: argparse.Namespace, mode: str = "r") -> ShardedKV:
+    if mode == "r":
+        return open_kv(args.url, spec=args.spec)
+    return open_kv(args.url, spec=args.spec, mode=mode,
+                   strategy=getattr(args, "strategy", "auto"))
+
+
+def _commit(kv: ShardedKV, args: argparse.Namespace) -> None:
+    plan = kv.plan()
+    if args.plan:
+        print(plan)
+    kv.commit(plan, progress=not args.quiet)
 
 
 def _size(n: float) -> str:
@@ -39,8 +54,10 @@ def cmd_info(args: argparse.Namespace) -> None:
     total_keys = sum(s["keys"] for s in stats)
     total_bytes = sum(s["bytes"] for s in stats)
     if args.json:
+        garbage = sum(s["garbage"] * s["bytes"] for s in stats)
         print(json.dumps({"url": kv.storage.url, "sharding": kv.spec.to_json(),
-                          "shards": stats, "keys": total_keys, "bytes": total_bytes}, indent=1))
+                          "shards": stats, "keys": total_keys, "bytes": total_bytes,
+                          "garbage_bytes": round(garbage)}, indent=1))
         return
     spec = kv.spec
     print(f"store        {kv.storage.url}")
@@ -54,6 +71,10 @@ def cmd_info(args: argparse.Namespace) -> None:
     if stats:
         per = [s["keys"] for s in stats]
         print(f"keys/shard   min {min(per)}, mean {total_keys / len(per):.0f}, max {max(per)}")
+        garbage = sum(s["garbage"] * s["bytes"] for s in stats)
+        worst = max(stats, key=lambda s: s["garbage"])
+        print(f"garbage      {garbage / total_bytes:.1%} of the bytes unreferenced (worst "
+              f"{worst['name']}: {worst['garbage']:.1%}; `ngshard compact` removes it)")
 
 
 def cmd_ls(args: argparse.Namespace) -> None:
@@ -77,6 +98,73 @@ def cmd_get(args: argparse.Namespace) -> None:
     else:
         sys.stdout.buffer.write(value)
         sys.stdout.buffer.flush()
+
+
+def cmd_put(args: argparse.Namespace) -> None:
+    key = _parse_key(args.key)
+    if args.file == "-":
+        value = sys.stdin.buffer.read()
+    else:
+        with open(args.file, "rb") as f:
+            value = f.read()
+    kv = _open(args, "a")
+    kv[key] = value
+    _commit(kv, args)
+
+
+def cmd_rm(args: argparse.Namespace) -> None:
+    keys = [_parse_key(k) for k in args.keys]
+    kv = _open(args, "r+")
+    missing = [k for k in keys if k not in kv]
+    if missing and not args.force:
+        raise NgShardError(f"not in {args.url}: {', '.join(map(str, missing))} "
+                           f"(--force ignores absent keys)")
+    for k in keys:
+        if k not in missing:
+            del kv[k]
+    _commit(kv, args)
+
+
+def _import_items(source: str) -> Iterator[tuple[int, bytes]]:
+    """(key, value) pairs from a directory of files named by key or a JSON-lines file."""
+    if os.path.isdir(source):
+        for entry in sorted(os.scandir(source), key=lambda e: e.name):
+            if entry.is_file():
+                with open(entry.path, "rb") as f:
+                    yield _parse_key(entry.name), f.read()
+        return
+    with open(source) if source != "-" else sys.stdin as lines:
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                key = record["key"]
+                value = base64.b64decode(record["value"], validate=True)
+            except (ValueError, KeyError, TypeError, binascii.Error) as e:
+                raise NgShardError(f"{source}:{number}: expected "
+                                   f'{{"key": KEY, "value": BASE64}} ({e})') from None
+            yield _parse_key(str(key)), value
+
+
+def cmd_import(args: argparse.Namespace) -> None:
+    kv = _open(args, "a")
+    items = tqdm(_import_items(args.source), desc="reading", unit="key", disable=args.quiet)
+    kv.update(items)
+    _commit(kv, args)
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    report = verify_kv(_open(args), progress=not args.quiet)
+    print(report)
+    return 0 if report.ok else 1
+
+
+def cmd_compact(args: argparse.Namespace) -> None:
+    kv = _open(args, "r+")
+    plan = kv.compact(progress=not args.quiet)
+    saved = sum(p.size_before - p.write_bytes for p in plan.shards)
+    print(f"compacted {len(plan.shards)} shard(s), {saved} bytes freed")
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
@@ -122,6 +210,32 @@ def build_parser() -> argparse.ArgumentParser:
     store_args(p)
     p.add_argument("key", metavar="KEY", help="uint64 key, decimal or 0x hex")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    def write_args(p: argparse.ArgumentParser) -> None:
+        store_args(p)
+        p.add_argument("--strategy", choices=("auto", "append", "rewrite"), default="auto",
+                       help="append to local shards, or rewrite them whole (default: append "
+                            "for local files, rewrite elsewhere)")
+        p.add_argument("--plan", action="store_true", help="print the commit plan first")
+        p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+
+    p = command("put", cmd_put, "set the value of one key (creates the store if needed)")
+    write_args(p)
+    p.add_argument("key", metavar="KEY", help="uint64 key, decimal or 0x hex")
+    p.add_argument("file", metavar="FILE", help="file holding the value, - for stdin")
+    p = command("rm", cmd_rm, "delete keys")
+    write_args(p)
+    p.add_argument("keys", metavar="KEY", nargs="+", help="uint64 keys")
+    p.add_argument("-f", "--force", action="store_true", help="ignore absent keys")
+    p = command("import", cmd_import, "add many keys: from a directory of files named by key, "
+                "or a JSON-lines file of {\"key\": KEY, \"value\": BASE64} (- for stdin)")
+    write_args(p)
+    p.add_argument("source", metavar="DIR|NDJSON")
+    p = command("verify", cmd_verify, "check every shard, index, key and chunk of a store")
+    store_args(p)
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p = command("compact", cmd_compact, "rewrite shards without the garbage left by appends")
+    store_args(p)
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p = command("demo", cmd_demo, "write a sample sharded store and show it")
     p.add_argument("dir", nargs="?", default="ngshard-demo", help="where (default ./ngshard-demo)")
     return parser
@@ -130,7 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        args.fn(args)
+        return args.fn(args) or 0
     except BrokenPipeError:  # e.g. `ngshard ls URL | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except (NgShardError, OSError) as e:
