@@ -249,3 +249,14 @@ def test_corrupt_shards_raise_corrupt_data_error_naming_the_file(tmp_path, edit,
     with pytest.raises(ngshard.CorruptDataError, match=message) as err:
         kv.get_many(range(100))
     assert "0.shard" in str(err.value)
+
+
+def test_http_reader_sees_a_replaced_shard(http_dir):
+    root, base, _ = http_dir
+    spec = ngshard.ShardingSpec(minishard_bits=1)
+    ngshard.write_kv(root / "kv", spec, {k: b"old-%d" % k for k in range(50)})
+    kv = ngshard.open_kv(f"{base}/kv", spec)
+    assert kv[7] == b"old-7" and kv.get_many([8]) == {8: b"old-8"}
+    ngshard.write_kv(root / "kv", spec, {k: b"a longer new value %d" % k for k in range(50)})
+    assert kv[7] == b"a longer new value 7"
+    assert kv.get_many([8, 9]) == {8: b"a longer new value 8", 9: b"a longer new value 9"}

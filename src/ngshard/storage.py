@@ -18,6 +18,7 @@ import fsspec
 import numpy as np
 
 from .errors import ConflictError
+from .threads import pmap
 
 #: ``if_generation`` value that skips the generation check.
 ANY = object()
@@ -335,16 +336,19 @@ class FsspecStorage(Storage):
             flat_ends += merged[:, 1].tolist()
         blobs = self.fs.cat_ranges(flat_paths, flat_starts, flat_ends, on_error="return") \
             if flat_paths else []
+        # Range reads cannot say which version they read, so ask afterwards: a generation
+        # that still matches the caller's means the bytes came from that version.
+        infos = pmap(self.stat, [name for name, _ in requests], min_items=2)
         results = []
-        for first, merged, ranges, assignment in plans:
+        for (first, merged, ranges, assignment), info in zip(plans, infos):
             mine = blobs[first:first + len(merged)]
-            if any(isinstance(b, FileNotFoundError) for b in mine):
+            if info is None or any(isinstance(b, FileNotFoundError) for b in mine):
                 results.append((None, None))
                 continue
             for blob in mine:
                 if isinstance(blob, BaseException):
                     raise blob
-            results.append((None, _split(merged, mine, ranges, assignment)))
+            results.append((info.generation, _split(merged, mine, ranges, assignment)))
         return results
 
     def write(self, name: str, parts: Sequence[bytes], if_generation: Any = ANY) -> None:
