@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,7 +30,7 @@ from .threads import bounded_map, pmap
 DEFAULT_CACHE_BYTES = 256 << 20
 DEFAULT_STAGED_BYTES = 1 << 30
 DEFAULT_BUFFER_BYTES = 256 << 20
-_RETRIES = 3  # a shard replaced this many times during one read is an error, not a race
+_RETRIES = 5  # a shard replaced more often during one read is an error, not a race
 MODES = ("r", "r+", "a", "w")
 STRATEGIES = ("auto", "append", "rewrite")
 
@@ -255,12 +255,19 @@ class ShardedKV(MutableMapping):
                                    f"{int(ranges[i, 1])}) lie past the end of the file")
 
     def _retrying(self, fn, *args):
-        for _ in range(_RETRIES):
+        """Run a read, again after each shard found changed under it; only a shard that keeps
+        changing (another writer committing to it without pause) makes the read give up."""
+        stale: Counter[str] = Counter()
+        while True:
             try:
                 return fn(*args)
             except _StaleShard as e:
-                self._forget(str(e))
-        raise NgShardError(f"{self.storage.url}: shard files kept changing during the read")
+                name = str(e)
+                self._forget(name)
+                stale[name] += 1
+                if stale[name] > _RETRIES:
+                    raise NgShardError(f"{self.storage.path(name)}: changed {_RETRIES} times "
+                                       f"during one read") from None
 
     # --- reads -----------------------------------------------------------------------------
 

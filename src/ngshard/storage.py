@@ -197,14 +197,22 @@ class LocalStorage(Storage):
                 results.append((None, None))
                 continue
             try:
-                # Generation and bytes come from the same descriptor, so they always agree.
-                info = self._info(os.fstat(fd))
+                before = os.fstat(fd)
                 merged, assignment = coalesce(ranges)
                 blobs = [os.pread(fd, int(e - s), int(s)) for s, e in merged.tolist()]
+                gen = self._read_generation(before, os.fstat(fd))
             finally:
                 os.close(fd)
-            results.append((info.generation, _split(merged, blobs, ranges, assignment)))
+            results.append((gen, _split(merged, blobs, ranges, assignment)))
         return results
+
+    @classmethod
+    def _read_generation(cls, before: os.stat_result, after: os.stat_result) -> Hashable:
+        """The generation bytes read between two fstats of one descriptor came from. A
+        replaced file cannot change under an open descriptor, but one patched in place (an
+        append update) can: then the read matches no generation and the caller reads again."""
+        gen = cls._info(before).generation
+        return gen if cls._info(after).generation == gen else ("changed during read", gen)
 
     def read_range(self, name: str, start: int, end: int) -> tuple[Hashable | None, bytes | None]:
         try:
@@ -212,11 +220,12 @@ class LocalStorage(Storage):
         except FileNotFoundError:
             return None, None
         try:
-            st = os.fstat(fd)
+            before = os.fstat(fd)
             blob = os.pread(fd, end - start, start)
+            gen = self._read_generation(before, os.fstat(fd))
         finally:
             os.close(fd)
-        return self._info(st).generation, blob
+        return gen, blob
 
     def write(self, name: str, parts: Sequence[bytes], if_generation: Any = ANY) -> None:
         path = self.path(name)
