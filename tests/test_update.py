@@ -301,3 +301,22 @@ def test_rewrite_on_remote_storage(tmp_path):
     expected = {**items, key: b"new"}
     del expected[list(items)[1]]
     assert dict(ngshard.open_kv(url, SPEC).items()) == expected
+
+
+def test_append_trailer_records_the_exact_garbage(tmp_path):
+    items = items_of(1000, size=300)
+    ngshard.write_kv(tmp_path, SPEC, items)
+    keys = list(items)
+    for round_ in range(4):
+        with ngshard.open_kv(tmp_path, SPEC, "r+", strategy="append", compact_ratio=None) as kv:
+            for k in keys[round_ * 50:(round_ + 1) * 50]:
+                kv[k] = b"round %d" % round_
+            del kv[keys[-1 - round_]]
+    kv = ngshard.open_kv(tmp_path, SPEC)
+    exact = {s["name"]: round(s["garbage"] * s["bytes"]) for s in kv.stats()}
+    recorded = {n: s.garbage for n, s in kv._shards(kv.shard_names()).items()}
+    assert exact == recorded and min(exact.values()) > 0
+    kv = ngshard.open_kv(tmp_path, SPEC, "r+")
+    kv.compact()
+    assert {n: s.garbage for n, s in kv._shards(kv.shard_names()).items()} == dict.fromkeys(
+        exact, 0)

@@ -219,12 +219,20 @@ def encode_shard(minishards: np.ndarray, keys: np.ndarray, values: list[bytes],
     Chunks must be sorted by (minishard, key) and ``values`` already data-encoded. Layout:
     shard index, chunk data in that order, then the minishard indices in minishard order.
     """
-    index_end = 16 * num_minishards
     sizes = np.fromiter(map(len, values), np.uint64, count=len(values))
+    return assemble_shard(minishards, keys, sizes, values, num_minishards, index_encoding)
+
+
+def assemble_shard(minishards: np.ndarray, keys: np.ndarray, sizes: np.ndarray,
+                   data: list[bytes], num_minishards: int, index_encoding: str) -> list[bytes]:
+    """Like :func:`encode_shard`, with the chunk data given as any list of buffers whose
+    concatenation is the chunks in order (runs of chunks may share one buffer)."""
+    index_end = 16 * num_minishards
+    sizes = np.asarray(sizes, np.uint64)
     data_end = index_end + int(sizes.sum())
     starts = np.cumsum(sizes, dtype=np.uint64) - sizes + np.uint64(index_end)
     parts, lengths = encode_minishard_indices(minishards, keys, starts, sizes, index_end,
                                               num_minishards, index_encoding)
     ends = data_end + np.cumsum(lengths)
     ranges = np.stack([ends - lengths, ends], axis=1).astype(np.uint64)
-    return [encode_shard_index(ranges, num_minishards), *values, *parts]
+    return [encode_shard_index(ranges, num_minishards), *data, *parts]

@@ -22,10 +22,11 @@ from tqdm.auto import tqdm
 from . import codec, shardupdate
 from .errors import ConflictError, CorruptDataError, NgShardError, ReadOnlyError, SpecError
 from .plan import CommitPlan, ShardPlan
+from .shardupdate import TRAILER_SIZE
 from .spec import ShardingSpec, as_key_array, check_key
 from .staging import DELETED, ShardChanges, Staging
 from .storage import ANY, ObjectInfo, Storage, open_storage
-from .threads import bounded_map, pmap
+from .threads import WORKERS, bounded_map, pmap
 
 DEFAULT_CACHE_BYTES = 256 << 20
 DEFAULT_STAGED_BYTES = 1 << 30
@@ -50,6 +51,7 @@ class _Shard:
     data_name: str = ""
     data_shift: int = 0
     data_generation: Any = None
+    garbage: int = 0  # unreferenced bytes, as recorded by the trailer of an append
 
     def __post_init__(self) -> None:
         if not self.data_name:
@@ -184,8 +186,16 @@ class ShardedKV(MutableMapping):
         size = self.spec.shard_index_size
         index_names = [name if data is None else f"{name[:-6]}.index"
                        for name, (_, data), _ in todo]
+        # The shard index, and where appends happen (local files), the end of the file,
+        # where an append leaves its trailer.
+        trailer = self.storage.supports_append
+
+        def wanted(info: ObjectInfo) -> list[list[int]]:
+            head = [[0, min(size, info.size)]]
+            return head + [[max(0, info.size - TRAILER_SIZE), info.size]] if trailer else head
+
         reads = self.storage.read_ranges(
-            [(n, [[0, min(size, info.size)]]) for n, (_, (info, _), _) in zip(index_names, todo)])
+            [(n, wanted(info)) for n, (_, (info, _), _) in zip(index_names, todo)])
         for index_name, (name, (info, data), generation), (gen, chunks) in \
                 zip(index_names, todo, reads):
             if chunks is None or (gen is not None and gen != info.generation):
@@ -196,7 +206,9 @@ class ShardedKV(MutableMapping):
                                        f"not the {size} of a shard index")
             ranges = codec.decode_shard_index(chunks[0], self.spec.num_minishards, total,
                                               self.storage.path(index_name))
-            shard = _Shard(name, total, generation, ranges)
+            shard = _Shard(name, total, generation, ranges,
+                           garbage=shardupdate.trailer_garbage(chunks[1], total)
+                           if trailer else 0)
             if data is not None:
                 shard.data_name, shard.data_shift = f"{name[:-6]}.data", size
                 shard.data_generation = data.generation
@@ -501,16 +513,18 @@ class ShardedKV(MutableMapping):
             return CommitPlan(self.storage.url, self.strategy, sorted(plans, key=_by_shard),
                               staging.version)
         names = {num: self.spec.shard_filename(num) for num in np.unique(nums).tolist()}
-        shards = {s.name: s for s in self._retrying(self._full_shards, list(names.values()))}
+        self._retrying(self._shards, list(names.values()))  # all shard indices in one batch
         for num, name in names.items():
             mine = nums == num
-            plan = self._plan_shard(name, num, shards.get(name), keys[mine], lengths[mine])
+            plan = self._retrying(self._plan_shard, name, num, keys[mine], lengths[mine])
             if plan is not None:
                 plans.append(plan)
         return CommitPlan(self.storage.url, self.strategy, plans, staging.version)
 
-    def _plan_shard(self, name: str, num: int, shard: _Shard | None, keys: np.ndarray,
-                    lengths: np.ndarray) -> ShardPlan | None:
+    def _plan_shard(self, name: str, num: int, keys: np.ndarray, lengths: np.ndarray
+                    ) -> ShardPlan | None:
+        """Decide one shard's action from its shard index and its touched minishards only."""
+        shard = self._shards([name])[name]
         is_set = lengths != DELETED
         new_bytes = int(lengths[is_set].sum())
         if shard is None:
@@ -522,33 +536,40 @@ class ShardedKV(MutableMapping):
             raise NgShardError(f"{self.storage.path(name[:-6])}.index/.data: updating the "
                                f"obsolete two-file shard layout is not supported; write the "
                                f"store anew (mode 'w')")
-        entries = shardupdate.Entries.of(shard.minishards)
+        touched = np.unique(self.spec.locate(keys)[1]).astype(np.intp)
+        self._load_minishards([(shard, touched)])
+        entries = shardupdate.Entries.of({m: shard.minishards[m] for m in touched.tolist()})
         present = np.isin(keys, entries.keys)
         deletes = int((present & ~is_set).sum())
-        keys_after = len(entries.keys) - deletes + int((is_set & ~present).sum())
+        touched_after = len(entries.keys) - deletes + int((is_set & ~present).sum())
+        others = np.ones(self.spec.num_minishards, bool)
+        others[touched] = False
+        other_ranges = shard.ranges[others]
+        known = all(m in shard.minishards for m in np.flatnonzero(
+            others & (shard.ranges[:, 0] != shard.ranges[:, 1])).tolist())
+        keys_after = touched_after + sum(len(shard.minishards[m].keys) for m in
+                                         np.flatnonzero(others).tolist()
+                                         if m in shard.minishards) if known else None
         base = dict(sets=int(is_set.sum()), deletes=deletes, keys_after=keys_after,
                     size_before=shard.size, generation=shard.generation)
-        if keys_after == 0:
-            return ShardPlan(name, num, "delete", **base)
+        if touched_after == 0 and (other_ranges[:, 0] == other_ranges[:, 1]).all():
+            return ShardPlan(name, num, "delete", **dict(base, keys_after=0))
         # Sizes after the change; new minishard indices are counted raw (gzip only shrinks).
-        touched = np.unique(self.spec.locate(keys)[1]).astype(np.intp)
-        touched_entries = int(np.isin(entries.minishards, touched).sum()) - deletes + \
-            int((is_set & ~present).sum())
-        new_index = 24 * touched_entries
+        new_index = 24 * touched_after
         old_index = int((shard.ranges[touched, 1] - shard.ranges[touched, 0]).sum())
-        live_after = (shardupdate.live_bytes(self.spec, shard.ranges, shard.minishards)
-                      - int(entries.sizes[np.isin(entries.keys, keys)].sum()) - old_index
-                      + new_bytes + new_index)
+        dropped = int(entries.sizes[np.isin(entries.keys, keys)].sum())
+        live_after = shard.size - shard.garbage - dropped - old_index + new_bytes + new_index
         if self.strategy == "rewrite":
             return ShardPlan(name, num, "rewrite", read_bytes=shard.size,
                              write_bytes=live_after, **base)
-        size_after = shard.size + new_bytes + new_index
+        size_after = shard.size + new_bytes + new_index + shardupdate.TRAILER_SIZE
         garbage = 1 - live_after / size_after
         if self.compact_ratio is not None and garbage > self.compact_ratio:
             return ShardPlan(name, num, "compact", read_bytes=shard.size,
                              write_bytes=live_after, **base)
         return ShardPlan(name, num, "append", garbage_after=garbage,
-                         write_bytes=new_bytes + new_index + self.spec.shard_index_size, **base)
+                         write_bytes=size_after - shard.size + self.spec.shard_index_size,
+                         **base)
 
     def commit(self, plan: CommitPlan | None = None, *, progress: bool = False) -> CommitPlan:
         """Apply the staged changes shard by shard, following ``plan`` (by default a fresh
@@ -574,8 +595,13 @@ class ShardedKV(MutableMapping):
                     yield p, changes, self._append_base(p, changes)
             yield from ((p, None, None) for p in list(by_shard.values()))  # "w": removals
 
-        for _ in tqdm(bounded_map(lambda job: self._apply(*job), jobs()), total=len(plan.shards),
-                      desc="committing shards", unit="shard", disable=not progress):
+        # Spilled changes are larger than memory: write them one shard at a time.
+        in_flight = 1 if staging.spilled else 2 * WORKERS
+        if staging.spilled:
+            staging.spill()
+        for _ in tqdm(bounded_map(lambda job: self._apply(*job), jobs(), in_flight),
+                      total=len(plan.shards), desc="committing shards", unit="shard",
+                      disable=not progress):
             pass
         staging.clear()
         for p in plan.shards:
@@ -595,7 +621,8 @@ class ShardedKV(MutableMapping):
         touched = self.spec.locate(changes.keys)[1]
         self._load_minishards([(shard, touched)])
         return _Shard(shard.name, shard.size, shard.generation, shard.ranges,
-                      {m: shard.minishards[m] for m in np.unique(touched).tolist()})
+                      {m: shard.minishards[m] for m in np.unique(touched).tolist()},
+                      garbage=shard.garbage)
 
     def _apply(self, plan: ShardPlan, changes: ShardChanges | None, base: _Shard | None
                ) -> None:
@@ -608,14 +635,14 @@ class ShardedKV(MutableMapping):
         if plan.action == "delete":
             storage.delete(name, if_generation=check)
             return
-        keys, values = changes.keys, changes.values
+        keys, values, deleted = changes.keys, changes.values, changes.deleted
         if self.spec.data_encoding != "raw":
             encoding = self.spec.data_encoding
             values = pmap(lambda v: None if v is None else codec.encode(v, encoding), values)
         where = storage.path(name)
         if plan.action == "append":
-            update = shardupdate.append_update(self.spec, base.size, base.ranges,
-                                               base.minishards, keys, values)
+            update = shardupdate.append_update(self.spec, base.size, base.garbage, base.ranges,
+                                               base.minishards, keys, values, deleted)
             if update.empty:
                 storage.delete(name, if_generation=plan.generation)
             else:
@@ -629,7 +656,7 @@ class ShardedKV(MutableMapping):
                 raise ConflictError(f"{where}: changed on storage since the commit was planned "
                                     f"(another writer?)")
             old = chunks[0]
-        parts = shardupdate.rewrite_shard(self.spec, old, keys, values, where)
+        parts = shardupdate.rewrite_shard(self.spec, old, keys, values, deleted, where)
         if parts is None:
             storage.delete(name, if_generation=check)
         else:
@@ -654,7 +681,7 @@ class ShardedKV(MutableMapping):
                                        read_bytes=shard.size, write_bytes=live,
                                        size_before=shard.size, generation=shard.generation,
                                        garbage_after=0.0))
-        none = ShardChanges(0, np.zeros(0, np.uint64), [])
+        none = ShardChanges(0, np.zeros(0, np.uint64), [], np.zeros(0, np.int64))
         for _ in tqdm(bounded_map(lambda p: self._apply(p, none, None), plans),
                       total=len(plans), desc="compacting", unit="shard", disable=not progress):
             pass

@@ -28,7 +28,7 @@ class ShardPlan:
     action: str
     sets: int = 0  # keys written (new or replaced)
     deletes: int = 0  # present keys removed
-    keys_after: int = 0
+    keys_after: int | None = 0  # None: not known without reading every minishard index
     read_bytes: int = 0  # bytes read to carry out the action (indices were read to plan it)
     write_bytes: int = 0  # bytes written, estimated before encoding
     size_before: int = 0
@@ -58,7 +58,8 @@ class CommitPlan:
                 f"read {self.read_bytes} B, write {self.write_bytes} B")
         rows = [f"  {'shard':<20} {'action':<8} {'sets':>8} {'deletes':>8} {'keys after':>10} "
                 f"{'read B':>12} {'write B':>12} {'garbage':>7}"]
-        rows += [f"  {s.name:<20} {s.action:<8} {s.sets:>8} {s.deletes:>8} {s.keys_after:>10} "
+        rows += [f"  {s.name:<20} {s.action:<8} {s.sets:>8} {s.deletes:>8} "
+                 f"{'?' if s.keys_after is None else s.keys_after:>10} "
                  f"{s.read_bytes:>12} {s.write_bytes:>12} {s.garbage_after:>7.1%}"
                  for s in self.shards]
         return "\n".join([head, *rows])

@@ -43,15 +43,6 @@ class Entries(NamedTuple):
         return Entries(*(col[keep] for col in self))
 
 
-def _sets(keys: np.ndarray, values: Sequence[Buffer | None]
-          ) -> tuple[np.ndarray, Sequence[Buffer]]:
-    """The keys and values that are set (not deleted)."""
-    if None not in values:
-        return keys, values
-    is_set = np.fromiter((v is not None for v in values), bool, count=len(values))
-    return keys[is_set], [v for v in values if v is not None]
-
-
 def decode_all(spec: ShardingSpec, data: Buffer, where: str) -> dict[int, codec.MinishardIndex]:
     """Every non-empty minishard index of a whole shard file held in memory."""
     ranges = codec.decode_shard_index(bytes(data[:spec.shard_index_size]), spec.num_minishards,
@@ -65,23 +56,41 @@ def decode_all(spec: ShardingSpec, data: Buffer, where: str) -> dict[int, codec.
 
 
 def rewrite_shard(spec: ShardingSpec, old: Buffer | None, keys: np.ndarray,
-                  values: Sequence[Buffer | None], where: str = "") -> list[Buffer] | None:
-    """The new shard file after the changes: ``values[i]`` (data-encoded) or None to delete
-    ``keys[i]``. Returns None when no key is left. Kept chunks are slices of ``old``."""
+                  values: Sequence[Buffer | None], deleted: np.ndarray,
+                  where: str = "") -> list[Buffer] | None:
+    """The new shard file after the changes: ``values[i]`` (data-encoded) for ``keys[i]``, or
+    its deletion where ``deleted[i]``. Returns None when no key is left.
+
+    Kept chunks are not copied one by one: each run of them that lies back to back in ``old``
+    and stays together in the new order is one slice of it.
+    """
     old = memoryview(old) if old is not None else None
     kept = Entries.of(decode_all(spec, old, where)).without(keys) if old is not None and len(old) \
         else Entries.of({})
-    new_keys, new_values = _sets(keys, values)
+    new_keys = keys[~deleted]
+    new_values = [v for v, d in zip(values, deleted.tolist()) if not d] if deleted.any() \
+        else values
+    new_sizes = np.fromiter(map(len, new_values), np.uint64, count=len(new_values))
     all_keys = np.concatenate([kept.keys, new_keys])
     if not len(all_keys):
         return None
     all_ms = np.concatenate([kept.minishards, spec.locate(new_keys)[1]])
-    chunks = [old[s:s + n] for s, n in zip(kept.starts.tolist(), kept.sizes.tolist())] \
-        + list(new_values)
+    sizes = np.concatenate([kept.sizes, new_sizes])
     order = np.lexsort((all_keys, all_ms))
-    return codec.encode_shard(all_ms[order], all_keys[order],
-                              list(map(chunks.__getitem__, order.tolist())),
-                              spec.num_minishards, spec.minishard_index_encoding)
+    # In the new order: where each old chunk starts and whether it continues the one before.
+    n_kept = len(kept.keys)
+    is_old = order < n_kept
+    starts = np.where(is_old, kept.starts[np.minimum(order, max(n_kept - 1, 0))]
+                      if n_kept else 0, 0).astype(np.uint64)
+    ends = starts + sizes[order]
+    joins = np.zeros(len(order), bool)
+    joins[1:] = is_old[1:] & is_old[:-1] & (starts[1:] == ends[:-1])
+    run_first = np.flatnonzero(~joins)
+    run_last = np.r_[run_first[1:], len(order)] - 1
+    data = [old[int(starts[a]):int(ends[b])] if is_old[a] else new_values[order[a] - n_kept]
+            for a, b in zip(run_first.tolist(), run_last.tolist())]
+    return codec.assemble_shard(all_ms[order], all_keys[order], sizes[order], data,
+                                spec.num_minishards, spec.minishard_index_encoding)
 
 
 class Append(NamedTuple):
@@ -91,20 +100,38 @@ class Append(NamedTuple):
     tail: list[Buffer]
     index: bytes
     empty: bool  # no key is left: delete the file instead
-    garbage: int  # bytes of the old file that no index references any more
+    garbage: int  # bytes of the new file that no index references
 
 
-def append_update(spec: ShardingSpec, file_size: int, ranges: np.ndarray,
+# Appends end with a trailer recording the file's unreferenced bytes, so deciding when to
+# compact needs no pass over every minishard index. Readers ignore it (the format allows
+# unused bytes); a file without one (every other writer, and our rewrites) has no garbage.
+TRAILER_MAGIC = b"ngsh-gc1"
+TRAILER_SIZE = 16
+
+
+def trailer_garbage(tail: bytes, file_size: int) -> int:
+    """Unreferenced bytes recorded by the trailer in a file's last 16 bytes, 0 if none."""
+    if len(tail) != TRAILER_SIZE or not tail.startswith(TRAILER_MAGIC):
+        return 0
+    garbage = int.from_bytes(tail[8:], "little")
+    return garbage if garbage <= file_size else 0
+
+
+def append_update(spec: ShardingSpec, file_size: int, garbage: int, ranges: np.ndarray,
                   touched: dict[int, codec.MinishardIndex], keys: np.ndarray,
-                  values: Sequence[Buffer | None]) -> Append:
-    """Append the changes to a shard of ``file_size`` bytes whose shard index is ``ranges``.
+                  values: Sequence[Buffer | None], deleted: np.ndarray) -> Append:
+    """Append the changes to a shard of ``file_size`` bytes, ``garbage`` of them unreferenced,
+    whose shard index is ``ranges``.
 
     ``touched`` holds the old index of every minishard a changed key falls in; ``values[i]``
-    is the data-encoded new value of ``keys[i]``, or None to delete it.
+    is the data-encoded new value of ``keys[i]``, ignored where ``deleted[i]``.
     """
     old = Entries.of(touched)
     kept = old.without(keys)
-    new_keys, new_values = _sets(keys, values)
+    new_keys = keys[~deleted]
+    new_values = [v for v, d in zip(values, deleted.tolist()) if not d] if deleted.any() \
+        else list(values)
     sizes = np.fromiter(map(len, new_values), np.uint64, count=len(new_values))
     starts = np.cumsum(sizes, dtype=np.uint64) - sizes + np.uint64(file_size)
     ms = np.concatenate([kept.minishards, spec.locate(new_keys)[1]])
@@ -123,8 +150,10 @@ def append_update(spec: ShardingSpec, file_size: int, ranges: np.ndarray,
     empty_now = new_ranges[:, 0] == new_ranges[:, 1]
     new_ranges[empty_now] = spec.shard_index_size
     dropped = old.without(kept.keys)
-    garbage = int(dropped.sizes.sum()) + int((ranges[touched_ms, 1] - ranges[touched_ms, 0]).sum())
-    return Append(file_size, [*new_values, *parts],
+    garbage += (int(dropped.sizes.sum()) + TRAILER_SIZE
+                + int((ranges[touched_ms, 1] - ranges[touched_ms, 0]).sum()))
+    trailer = TRAILER_MAGIC + garbage.to_bytes(8, "little")
+    return Append(file_size, [*new_values, *parts, trailer],
                   codec.encode_shard_index(new_ranges, spec.num_minishards),
                   bool(empty_now.all()), garbage)
 

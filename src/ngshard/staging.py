@@ -10,6 +10,7 @@ dict into a batch of its own).
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import tempfile
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .spec import ShardingSpec
+from .storage import write_all
 
 DELETED = -1  # length recorded for a deletion
 
@@ -58,6 +60,11 @@ class ShardChanges:
     shard: int
     keys: np.ndarray
     values: list[bytes | memoryview | None]
+    lengths: np.ndarray  # of the values, DELETED for deletions
+
+    @property
+    def deleted(self) -> np.ndarray:
+        return self.lengths == DELETED
 
 
 class Staging:
@@ -145,7 +152,7 @@ class Staging:
     def iter_changes(self) -> Iterator[ShardChanges]:
         """The net changes of every shard with staged changes, in shard order; each shard's
         spill file is read once, when its turn comes."""
-        mem_keys, _, mem_values = self._memory()
+        mem_keys, mem_lengths, mem_values = self._memory()
         nums = self.spec.locate(mem_keys)[0].astype(np.int64) if len(mem_keys) \
             else np.zeros(0, np.int64)
         # by shard, then key; lexsort is stable, so the last of equal keys is the newest
@@ -159,17 +166,18 @@ class Staging:
         ends = np.searchsorted(nums_sorted, shards, side="right").tolist()
         for shard, a, b in zip(shards.tolist(), starts, ends):
             idx = pick[a:b]
-            keys = mem_keys[idx]
+            keys, lengths = mem_keys[idx], mem_lengths[idx]
             values = list(map(mem_values.__getitem__, idx.tolist()))
             spilled = self._spilled_changes(shard)
             if spilled is not None:  # memory is newer than every spill batch
                 keep = ~np.isin(spilled.keys, keys)
                 keys = np.concatenate([spilled.keys[keep], keys])
-                values = [v for v, k in zip(spilled.values, keep.tolist()) if k] + values
+                lengths = np.concatenate([spilled.lengths[keep], lengths])
+                values = list(itertools.compress(spilled.values, keep.tolist())) + values
                 order = np.argsort(keys, kind="stable")
-                keys = keys[order]
+                keys, lengths = keys[order], lengths[order]
                 values = list(map(values.__getitem__, order.tolist()))
-            yield ShardChanges(shard, keys, values)
+            yield ShardChanges(shard, keys, values, lengths)
 
     def clear(self) -> None:
         self.version += 1
@@ -198,8 +206,14 @@ class Staging:
             spilled = self._spilled.get(shard)
             if spilled is None:
                 spilled = self._spilled[shard] = _Spilled(f"{self._tmp}/{shard}.spill")
-            with open(spilled.path, "ab") as f:
-                f.writelines(v for v in map(values.__getitem__, group.tolist()) if v is not None)
+            vals = list(map(values.__getitem__, group.tolist()))
+            if (lengths[group] == DELETED).any():
+                vals = [v for v in vals if v is not None]
+            fd = os.open(spilled.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            try:
+                write_all(fd, vals)
+            finally:
+                os.close(fd)
             spilled.keys.append(keys[group])
             spilled.lengths.append(lengths[group])
         self._batches = []
@@ -224,7 +238,7 @@ class Staging:
                 values = [None if n < 0 else blob[o:o + n] for o, n in spans]
             else:
                 values = [None if n < 0 else os.pread(f.fileno(), n, o) for o, n in spans]
-        return ShardChanges(shard, keys[pick], values)
+        return ShardChanges(shard, keys[pick], values, lengths[pick])
 
     def __del__(self) -> None:
         if getattr(self, "_tmp", None) is not None:

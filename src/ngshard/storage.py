@@ -67,7 +67,7 @@ def _split(merged: np.ndarray, blobs: Sequence[bytes], ranges: np.ndarray,
 _IOV_MAX = 1024
 
 
-def _write_all(fd: int, parts: Sequence[bytes], offset: int | None = None) -> None:
+def write_all(fd: int, parts: Sequence[bytes], offset: int | None = None) -> None:
     """Write the parts in order (at ``offset``, or at the file position) with one vectored
     write per 1024 parts, without joining them into one copy first."""
     for i in range(0, len(parts), _IOV_MAX):
@@ -235,7 +235,7 @@ class LocalStorage(Storage):
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             try:
-                _write_all(fd, parts)
+                write_all(fd, parts)
             finally:
                 os.close(fd)
             with self._locked(name, if_generation):
@@ -280,9 +280,9 @@ class LocalStorage(Storage):
                     os.stat(path).st_ino != st.st_ino:
                 raise ConflictError(f"{path}: changed on storage since it was read "
                                     f"(another writer?); nothing was written")
-            _write_all(fd, tail, offset)
+            write_all(fd, tail, offset)
             appended = os.fstat(fd).st_mtime_ns
-            _write_all(fd, [head], 0)
+            write_all(fd, [head], 0)
             # The patch must change the generation even within one clock tick, or a reader
             # that cached the index between the two writes would never see the new one.
             st = os.fstat(fd)
