@@ -87,6 +87,15 @@ def encode_shard_index(ranges: np.ndarray, num_minishards: int) -> bytes:
 
 # --- minishard index -----------------------------------------------------------------------
 
+def member(values: np.ndarray, sorted_ref: np.ndarray) -> np.ndarray:
+    """``np.isin(values, sorted_ref)`` for a sorted reference, by binary search: far cheaper
+    than a general ``isin`` on the small arrays of minishard work."""
+    if not len(sorted_ref):
+        return np.zeros(np.shape(values), bool)
+    pos = np.minimum(np.searchsorted(sorted_ref, values), len(sorted_ref) - 1)
+    return sorted_ref[pos] == values
+
+
 class MinishardIndex(NamedTuple):
     """The chunks of one minishard, sorted by key: absolute data offsets into the shard file."""
 
@@ -96,11 +105,8 @@ class MinishardIndex(NamedTuple):
 
     def find(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(found mask, positions) of ``keys`` in this index."""
-        pos = np.searchsorted(self.keys, keys)
-        pos_c = np.minimum(pos, max(len(self.keys) - 1, 0))
-        found = (pos < len(self.keys)) & (self.keys[pos_c] == keys) if len(self.keys) \
-            else np.zeros(np.shape(keys), bool)
-        return found, pos_c
+        pos = np.minimum(np.searchsorted(self.keys, keys), max(len(self.keys) - 1, 0))
+        return member(keys, self.keys), pos
 
     @property
     def nbytes(self) -> int:

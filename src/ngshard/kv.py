@@ -331,7 +331,7 @@ class ShardedKV(MutableMapping):
         out: dict[int, bytes] = {}
         if self._staging:
             staged, lengths = self._staging.status()
-            hit = np.isin(keys, staged)
+            hit = codec.member(keys, staged)
             for k in keys[hit].tolist():
                 value = self._staging.lookup(k)[1]
                 if value is not None:
@@ -443,7 +443,7 @@ class ShardedKV(MutableMapping):
         if not self._staging:
             return stored
         staged, lengths = self._staging.status()
-        stored = stored[~np.isin(stored, staged)]
+        stored = stored[~codec.member(stored, staged)]
         return np.concatenate([stored, staged[lengths != DELETED]])
 
     def __iter__(self) -> Iterator[int]:
@@ -539,7 +539,7 @@ class ShardedKV(MutableMapping):
         touched = np.unique(self.spec.locate(keys)[1]).astype(np.intp)
         self._load_minishards([(shard, touched)])
         entries = shardupdate.Entries.of({m: shard.minishards[m] for m in touched.tolist()})
-        present = np.isin(keys, entries.keys)
+        present = codec.member(keys, np.sort(entries.keys))
         deletes = int((present & ~is_set).sum())
         touched_after = len(entries.keys) - deletes + int((is_set & ~present).sum())
         others = np.ones(self.spec.num_minishards, bool)
@@ -557,7 +557,7 @@ class ShardedKV(MutableMapping):
         # Sizes after the change; new minishard indices are counted raw (gzip only shrinks).
         new_index = 24 * touched_after
         old_index = int((shard.ranges[touched, 1] - shard.ranges[touched, 0]).sum())
-        dropped = int(entries.sizes[np.isin(entries.keys, keys)].sum())
+        dropped = int(entries.sizes[codec.member(entries.keys, keys)].sum())
         live_after = shard.size - shard.garbage - dropped - old_index + new_bytes + new_index
         if self.strategy == "rewrite":
             return ShardPlan(name, num, "rewrite", read_bytes=shard.size,

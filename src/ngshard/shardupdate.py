@@ -39,7 +39,8 @@ class Entries(NamedTuple):
                      for f in ("keys", "starts", "sizes")))
 
     def without(self, keys: np.ndarray) -> Entries:
-        keep = ~np.isin(self.keys, keys)
+        """The entries whose key is not in ``keys`` (sorted)."""
+        keep = ~codec.member(self.keys, keys)
         return Entries(*(col[keep] for col in self))
 
 
@@ -128,7 +129,8 @@ def append_update(spec: ShardingSpec, file_size: int, garbage: int, ranges: np.n
     is the data-encoded new value of ``keys[i]``, ignored where ``deleted[i]``.
     """
     old = Entries.of(touched)
-    kept = old.without(keys)
+    changed = codec.member(old.keys, keys)
+    kept = Entries(*(col[~changed] for col in old))
     new_keys = keys[~deleted]
     new_values = [v for v, d in zip(values, deleted.tolist()) if not d] if deleted.any() \
         else list(values)
@@ -149,8 +151,7 @@ def append_update(spec: ShardingSpec, file_size: int, garbage: int, ranges: np.n
     new_ranges[touched_ms, 1] = ends[touched_ms]
     empty_now = new_ranges[:, 0] == new_ranges[:, 1]
     new_ranges[empty_now] = spec.shard_index_size
-    dropped = old.without(kept.keys)
-    garbage += (int(dropped.sizes.sum()) + TRAILER_SIZE
+    garbage += (int(old.sizes[changed].sum()) + TRAILER_SIZE
                 + int((ranges[touched_ms, 1] - ranges[touched_ms, 0]).sum()))
     trailer = TRAILER_MAGIC + garbage.to_bytes(8, "little")
     return Append(file_size, [*new_values, *parts, trailer],

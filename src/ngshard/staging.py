@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .codec import member
 from .spec import ShardingSpec
 from .storage import write_all
 
@@ -170,7 +171,7 @@ class Staging:
             values = list(map(mem_values.__getitem__, idx.tolist()))
             spilled = self._spilled_changes(shard)
             if spilled is not None:  # memory is newer than every spill batch
-                keep = ~np.isin(spilled.keys, keys)
+                keep = ~member(spilled.keys, keys)
                 keys = np.concatenate([spilled.keys[keep], keys])
                 lengths = np.concatenate([spilled.lengths[keep], lengths])
                 values = list(itertools.compress(spilled.values, keep.tolist())) + values
@@ -230,7 +231,7 @@ class Staging:
         offsets = np.cumsum(sizes) - sizes
         pick = last_wins(keys)
         if only is not None:
-            pick = pick[np.isin(keys[pick], only)]
+            pick = pick[member(keys[pick], np.sort(only))]
         spans = zip(offsets[pick].tolist(), lengths[pick].tolist())
         with open(spilled.path, "rb") as f:
             if only is None:
