@@ -230,15 +230,19 @@ def encode_shard(minishards: np.ndarray, keys: np.ndarray, values: list[bytes],
 
 
 def assemble_shard(minishards: np.ndarray, keys: np.ndarray, sizes: np.ndarray,
-                   data: list[bytes], num_minishards: int, index_encoding: str) -> list[bytes]:
-    """Like :func:`encode_shard`, with the chunk data given as any list of buffers whose
-    concatenation is the chunks in order (runs of chunks may share one buffer)."""
+                   data: list, num_minishards: int, index_encoding: str,
+                   offsets: np.ndarray | None = None, data_size: int | None = None) -> list:
+    """Like :func:`encode_shard`, with the chunk data given as any list of parts (buffers, or
+    whatever the writer copies) forming a data region of ``data_size`` bytes in which chunk i
+    starts at ``offsets[i]``. By default the chunks lie back to back in the given order."""
     index_end = 16 * num_minishards
     sizes = np.asarray(sizes, np.uint64)
-    data_end = index_end + int(sizes.sum())
-    starts = np.cumsum(sizes, dtype=np.uint64) - sizes + np.uint64(index_end)
+    if offsets is None:
+        offsets = np.cumsum(sizes, dtype=np.uint64) - sizes
+        data_size = int(sizes.sum())
+    starts = np.asarray(offsets, np.uint64) + np.uint64(index_end)
     parts, lengths = encode_minishard_indices(minishards, keys, starts, sizes, index_end,
                                               num_minishards, index_encoding)
-    ends = data_end + np.cumsum(lengths)
+    ends = index_end + data_size + np.cumsum(lengths)
     ranges = np.stack([ends - lengths, ends], axis=1).astype(np.uint64)
     return [encode_shard_index(ranges, num_minishards), *data, *parts]

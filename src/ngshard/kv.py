@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import operator
 import os
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
@@ -25,12 +26,12 @@ from .plan import CommitPlan, ShardPlan
 from .shardupdate import TRAILER_SIZE
 from .spec import ShardingSpec, as_key_array, check_key
 from .staging import DELETED, ShardChanges, Staging
-from .storage import ANY, ObjectInfo, Storage, open_storage
+from .storage import ANY, LocalStorage, ObjectInfo, Storage, open_storage
 from .threads import WORKERS, bounded_map, pmap
 
 DEFAULT_CACHE_BYTES = 256 << 20
 DEFAULT_STAGED_BYTES = 1 << 30
-DEFAULT_BUFFER_BYTES = 256 << 20
+DEFAULT_BUFFER_BYTES = 192 << 20
 _RETRIES = 5  # a shard replaced more often during one read is an error, not a race
 MODES = ("r", "r+", "a", "w")
 STRATEGIES = ("auto", "append", "rewrite")
@@ -131,6 +132,10 @@ class ShardedKV(MutableMapping):
         self._cache: OrderedDict[str, _Shard] = OrderedDict()
         self._cached_bytes = 0
         self._names: dict[int, str] = {}  # shard number -> file name, for single-key reads
+        if spill_dir is None and isinstance(storage, LocalStorage) and mode != "r":
+            # beside the shards: a spilled shard is then renamed into place, not copied
+            os.makedirs(storage.root, exist_ok=True)
+            spill_dir = storage.root
         self._staging = None if mode == "r" else Staging(spec, staged_bytes, spill_dir)
 
     def __repr__(self) -> str:
@@ -500,23 +505,27 @@ class ShardedKV(MutableMapping):
         staging = self._writable()
         keys, lengths = staging.status()
         nums = self.spec.locate(keys)[0].astype(np.int64) if len(keys) else np.zeros(0, int)
+        order = np.argsort(nums, kind="stable")  # by shard, keys still sorted within
+        shards, first = np.unique(nums[order], return_index=True)
+        groups = dict(zip(shards.tolist(), np.split(order, first[1:])))
         plans = []
         if self.mode == "w":
-            for num in np.unique(nums[lengths != DELETED]).tolist():
-                mine = (nums == num) & (lengths != DELETED)
-                plans.append(ShardPlan(self.spec.shard_filename(num), num, "create",
-                                       sets=int(mine.sum()), keys_after=int(mine.sum()),
-                                       write_bytes=int(lengths[mine].sum())))
+            for num, group in groups.items():
+                sets = lengths[group][lengths[group] != DELETED]
+                if len(sets):
+                    plans.append(ShardPlan(self.spec.shard_filename(num), num, "create",
+                                           sets=len(sets), keys_after=len(sets),
+                                           write_bytes=int(sets.sum())))
             planned = {p.name for p in plans}
             plans += [ShardPlan(n, self.spec.parse_shard_filename(n), "delete")
                       for n in self.shard_names() if n not in planned]
             return CommitPlan(self.storage.url, self.strategy, sorted(plans, key=_by_shard),
                               staging.version)
-        names = {num: self.spec.shard_filename(num) for num in np.unique(nums).tolist()}
+        names = {num: self.spec.shard_filename(num) for num in groups}
         self._retrying(self._shards, list(names.values()))  # all shard indices in one batch
         for num, name in names.items():
-            mine = nums == num
-            plan = self._retrying(self._plan_shard, name, num, keys[mine], lengths[mine])
+            group = groups[num]
+            plan = self._retrying(self._plan_shard, name, num, keys[group], lengths[group])
             if plan is not None:
                 plans.append(plan)
         return CommitPlan(self.storage.url, self.strategy, plans, staging.version)
@@ -595,8 +604,10 @@ class ShardedKV(MutableMapping):
                     yield p, changes, self._append_base(p, changes)
             yield from ((p, None, None) for p in list(by_shard.values()))  # "w": removals
 
-        # Spilled changes are larger than memory: write them one shard at a time.
-        in_flight = 1 if staging.spilled else 2 * WORKERS
+        # Spilled changes are larger than memory: write them one shard at a time, unless each
+        # shard is made from its spill file without reading it (new raw shards).
+        in_memory = staging.spilled and (self.mode != "w" or self.spec.data_encoding != "raw")
+        in_flight = 1 if in_memory else 2 * WORKERS
         if staging.spilled:
             staging.spill()
         for _ in tqdm(bounded_map(lambda job: self._apply(*job), jobs(), in_flight),
@@ -635,7 +646,14 @@ class ShardedKV(MutableMapping):
         if plan.action == "delete":
             storage.delete(name, if_generation=check)
             return
-        keys, values, deleted = changes.keys, changes.values, changes.deleted
+        keys, deleted = changes.keys, changes.deleted
+        if plan.action == "create" and changes.source is not None and \
+                self.spec.data_encoding == "raw":  # a spilled shard: its file is the data
+            storage.write(name, shardupdate.shard_from_file(
+                self.spec, keys, changes.lengths.astype(np.uint64), deleted, changes.source,
+                changes.offsets), if_generation=check)
+            return
+        values = changes.values
         if self.spec.data_encoding != "raw":
             encoding = self.spec.data_encoding
             values = pmap(lambda v: None if v is None else codec.encode(v, encoding), values)
@@ -681,7 +699,7 @@ class ShardedKV(MutableMapping):
                                        read_bytes=shard.size, write_bytes=live,
                                        size_before=shard.size, generation=shard.generation,
                                        garbage_after=0.0))
-        none = ShardChanges(0, np.zeros(0, np.uint64), [], np.zeros(0, np.int64))
+        none = ShardChanges(0, np.zeros(0, np.uint64), np.zeros(0, np.int64), [])
         for _ in tqdm(bounded_map(lambda p: self._apply(p, none, None), plans),
                       total=len(plans), desc="compacting", unit="shard", disable=not progress):
             pass
@@ -727,8 +745,9 @@ def _batches(items: Mapping[int, bytes] | Iterable[tuple[int, bytes]]
         chunks = [(list(items.keys()), list(items.values()))]
     else:
         it = iter(items)
-        chunks = ((list(k), list(v)) for k, v in
-                  (zip(*batch) for batch in iter(lambda: list(itertools.islice(it, _BATCH)), [])))
+        first, second = operator.itemgetter(0), operator.itemgetter(1)
+        chunks = ((list(map(first, batch)), list(map(second, batch)))
+                  for batch in iter(lambda: list(itertools.islice(it, _BATCH)), []))
     for keys, values in chunks:
         if not set(map(type, values)) <= {bytes}:
             values = [_as_bytes(v, k) for k, v in zip(keys, values)]

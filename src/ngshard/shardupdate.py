@@ -9,6 +9,7 @@ bytes to write, for the two update strategies.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -16,6 +17,7 @@ import numpy as np
 
 from . import codec
 from .spec import ShardingSpec
+from .storage import FileSlice
 
 Buffer = bytes | memoryview
 
@@ -92,6 +94,28 @@ def rewrite_shard(spec: ShardingSpec, old: Buffer | None, keys: np.ndarray,
             for a, b in zip(run_first.tolist(), run_last.tolist())]
     return codec.assemble_shard(all_ms[order], all_keys[order], sizes[order], data,
                                 spec.num_minishards, spec.minishard_index_encoding)
+
+
+def shard_from_file(spec: ShardingSpec, keys: np.ndarray, sizes: np.ndarray,
+                    deleted: np.ndarray, path: str, offsets: np.ndarray) -> list:
+    """A new shard whose chunk data is the file ``path`` from its first
+    ``spec.shard_index_size`` bytes (room left for the shard index) to its end, value i at
+    ``offsets[i]``. The writer may take the file over rather than copy it. Bytes of the file
+    that no kept key references (deletions, overwritten values) become garbage, recorded by a
+    trailer."""
+    keys, sizes, offsets = keys[~deleted], sizes[~deleted], offsets[~deleted]
+    header = spec.shard_index_size
+    data_size = os.path.getsize(path) - header
+    minishards = spec.locate(keys)[1]
+    order = np.lexsort((keys, minishards))
+    parts = codec.assemble_shard(minishards[order], keys[order], sizes[order],
+                                 [FileSlice(path, header, data_size, owned=True)],
+                                 spec.num_minishards, spec.minishard_index_encoding,
+                                 offsets[order] - np.uint64(header), data_size)
+    garbage = data_size - int(sizes.sum())
+    if garbage:
+        parts.append(TRAILER_MAGIC + (garbage + TRAILER_SIZE).to_bytes(8, "little"))
+    return parts
 
 
 class Append(NamedTuple):

@@ -21,7 +21,7 @@ import numpy as np
 
 from .codec import member
 from .spec import ShardingSpec
-from .storage import write_all
+from .storage import write_buffers
 
 DELETED = -1  # length recorded for a deletion
 
@@ -53,19 +53,30 @@ class _Spilled:
 
 @dataclass
 class ShardChanges:
-    """The net changes of one shard: keys sorted, values[i] None where key i is deleted.
-
-    Values read back from a spill file are memoryviews into it (no copy).
-    """
+    """The net changes of one shard: keys sorted, their values' lengths (DELETED marks a
+    deletion) and the values, either in memory or, for a shard whose changes all sit in its
+    spill file, as ``offsets`` into ``source`` (read only if :attr:`values` is asked for)."""
 
     shard: int
     keys: np.ndarray
-    values: list[bytes | memoryview | None]
-    lengths: np.ndarray  # of the values, DELETED for deletions
+    lengths: np.ndarray
+    _values: list[bytes | memoryview | None] | None = None
+    source: str | None = None
+    offsets: np.ndarray | None = None
 
     @property
     def deleted(self) -> np.ndarray:
         return self.lengths == DELETED
+
+    @property
+    def values(self) -> list[bytes | memoryview | None]:
+        """The values (None for deletions); memoryviews into the spill file once read."""
+        if self._values is None:
+            with open(self.source, "rb") as f:
+                blob = memoryview(f.read())
+            self._values = [None if n < 0 else blob[o:o + n]
+                            for o, n in zip(self.offsets.tolist(), self.lengths.tolist())]
+        return self._values
 
 
 class Staging:
@@ -73,6 +84,9 @@ class Staging:
 
     def __init__(self, spec: ShardingSpec, limit_bytes: int, spill_dir: str | None = None):
         self.spec, self.limit_bytes, self._spill_parent = spec, limit_bytes, spill_dir
+        # Spill files start with room for a shard index (a hole, not written), so a new shard
+        # can be made from one in place: see shardupdate.shard_from_file.
+        self.header = spec.shard_index_size
         self._dict: dict[int, bytes | None] = {}
         self._batches: list[tuple[np.ndarray, np.ndarray, list]] = []  # keys, lengths, values
         self._mem_bytes = 0
@@ -170,6 +184,9 @@ class Staging:
             keys, lengths = mem_keys[idx], mem_lengths[idx]
             values = list(map(mem_values.__getitem__, idx.tolist()))
             spilled = self._spilled_changes(shard)
+            if spilled is not None and not len(keys):
+                yield spilled
+                continue
             if spilled is not None:  # memory is newer than every spill batch
                 keep = ~member(spilled.keys, keys)
                 keys = np.concatenate([spilled.keys[keep], keys])
@@ -178,7 +195,7 @@ class Staging:
                 order = np.argsort(keys, kind="stable")
                 keys, lengths = keys[order], lengths[order]
                 values = list(map(values.__getitem__, order.tolist()))
-            yield ShardChanges(shard, keys, values, lengths)
+            yield ShardChanges(shard, keys, lengths, values)
 
     def clear(self) -> None:
         self.version += 1
@@ -207,12 +224,14 @@ class Staging:
             spilled = self._spilled.get(shard)
             if spilled is None:
                 spilled = self._spilled[shard] = _Spilled(f"{self._tmp}/{shard}.spill")
+                with open(spilled.path, "wb") as f:
+                    f.truncate(self.header)
             vals = list(map(values.__getitem__, group.tolist()))
             if (lengths[group] == DELETED).any():
                 vals = [v for v in vals if v is not None]
             fd = os.open(spilled.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             try:
-                write_all(fd, vals)
+                write_buffers(fd, vals)
             finally:
                 os.close(fd)
             spilled.keys.append(keys[group])
@@ -228,18 +247,17 @@ class Staging:
         keys = np.concatenate(spilled.keys)
         lengths = np.concatenate(spilled.lengths)
         sizes = np.maximum(lengths, 0)
-        offsets = np.cumsum(sizes) - sizes
+        offsets = np.cumsum(sizes) - sizes + self.header
         pick = last_wins(keys)
         if only is not None:
             pick = pick[member(keys[pick], np.sort(only))]
-        spans = zip(offsets[pick].tolist(), lengths[pick].tolist())
-        with open(spilled.path, "rb") as f:
-            if only is None:
-                blob = memoryview(f.read())
-                values = [None if n < 0 else blob[o:o + n] for o, n in spans]
-            else:
-                values = [None if n < 0 else os.pread(f.fileno(), n, o) for o, n in spans]
-        return ShardChanges(shard, keys[pick], values, lengths[pick])
+        changes = ShardChanges(shard, keys[pick], lengths[pick], source=spilled.path,
+                               offsets=offsets[pick])
+        if only is not None:  # a few values: read just those
+            with open(spilled.path, "rb") as f:
+                changes._values = [None if n < 0 else os.pread(f.fileno(), n, o) for o, n in
+                                   zip(changes.offsets.tolist(), changes.lengths.tolist())]
+        return changes
 
     def __del__(self) -> None:
         if getattr(self, "_tmp", None) is not None:

@@ -67,9 +67,55 @@ def _split(merged: np.ndarray, blobs: Sequence[bytes], ranges: np.ndarray,
 _IOV_MAX = 1024
 
 
-def write_all(fd: int, parts: Sequence[bytes], offset: int | None = None) -> None:
-    """Write the parts in order (at ``offset``, or at the file position) with one vectored
-    write per 1024 parts, without joining them into one copy first."""
+class FileSlice(NamedTuple):
+    """Bytes [offset, offset + size) of a local file, written into an object without passing
+    through this process's memory where the system allows (copy_file_range)."""
+
+    path: str
+    offset: int
+    size: int
+    owned: bool = False  # a temporary file the writer may take over instead of copying
+
+    def read(self) -> bytes:
+        with open(self.path, "rb") as f:
+            return os.pread(f.fileno(), self.size, self.offset)
+
+
+def _copy_slice(fd: int, part: FileSlice, offset: int | None) -> None:
+    with open(part.path, "rb") as src:
+        done = 0
+        while done < part.size:
+            n = part.size - done
+            try:
+                n = os.copy_file_range(src.fileno(), fd, n, part.offset + done,
+                                       None if offset is None else offset + done)
+            except (AttributeError, OSError):  # no copy_file_range here: through memory
+                chunk = os.pread(src.fileno(), min(n, 64 << 20), part.offset + done)
+                n = os.write(fd, chunk) if offset is None else \
+                    os.pwrite(fd, chunk, offset + done)
+            if n == 0:
+                raise OSError(f"{part.path}: ended before byte {part.offset + part.size}")
+            done += n
+
+
+def write_all(fd: int, parts: Sequence, offset: int | None = None) -> None:
+    """Write the parts in order (at ``offset``, or at the file position): buffers with one
+    vectored write per 1024 of them, never joined into one copy first; FileSlices copied."""
+    if FileSlice not in map(type, parts):
+        write_buffers(fd, parts, offset)
+        return
+    cuts = [i for i, p in enumerate(parts) if p.__class__ is FileSlice]
+    start = 0
+    for cut in [*cuts, len(parts)]:
+        offset = write_buffers(fd, parts[start:cut], offset)
+        if cut < len(parts):
+            _copy_slice(fd, parts[cut], offset)
+            offset = None if offset is None else offset + parts[cut].size
+        start = cut + 1
+
+
+def write_buffers(fd: int, parts: Sequence, offset: int | None = None) -> int | None:
+    """Write buffers in order, 1024 per vectored write; returns the offset after them."""
     for i in range(0, len(parts), _IOV_MAX):
         batch = parts[i:i + _IOV_MAX]
         total = sum(map(len, batch))
@@ -82,6 +128,7 @@ def write_all(fd: int, parts: Sequence[bytes], offset: int | None = None) -> Non
                 rest = rest[n:]
         if offset is not None:
             offset += total
+    return offset
 
 
 class Storage:
@@ -231,6 +278,8 @@ class LocalStorage(Storage):
         path = self.path(name)
         folder, base = os.path.split(path)
         os.makedirs(folder, exist_ok=True)
+        if self._adopt(path, parts, if_generation, name):
+            return
         tmp = os.path.join(folder, f".{base}.{uuid.uuid4().hex}.tmp")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -244,6 +293,31 @@ class LocalStorage(Storage):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
             raise
+
+    def _adopt(self, path: str, parts: Sequence, if_generation: Any, name: str) -> bool:
+        """Write ``[head, FileSlice(owned), *tail]`` by taking the slice's file over: when the
+        slice is the file from ``len(head)`` to its end and the file is on this filesystem,
+        write the head into its reserved start, append the tail and rename it into place, so
+        its bytes are never copied. False where that does not apply."""
+        if len(parts) < 2 or not isinstance(parts[1], FileSlice) or not parts[1].owned:
+            return False
+        head, body, tail = parts[0], parts[1], parts[2:]
+        try:
+            if body.offset != len(head) or os.path.getsize(body.path) != body.offset + body.size \
+                    or os.stat(body.path).st_dev != os.stat(os.path.dirname(path)).st_dev:
+                return False
+        except OSError:
+            return False
+        fd = os.open(body.path, os.O_WRONLY)
+        try:
+            write_buffers(fd, tail, body.offset + body.size)
+            write_buffers(fd, [head], 0)
+            os.fchmod(fd, 0o644)
+        finally:
+            os.close(fd)
+        with self._locked(name, if_generation):
+            os.replace(body.path, path)
+        return True
 
     def delete(self, name: str, if_generation: Any = ANY) -> None:
         with self._locked(name, if_generation), contextlib.suppress(FileNotFoundError):
@@ -364,7 +438,8 @@ class FsspecStorage(Storage):
         # One PUT of the whole object: object stores make it visible atomically. The
         # generation check before it narrows, but cannot close, the window for a conflict.
         self._check(name, if_generation)
-        self.fs.pipe_file(self._full(name), b"".join(parts))
+        self.fs.pipe_file(self._full(name), b"".join(
+            p.read() if isinstance(p, FileSlice) else p for p in parts))
 
     def delete(self, name: str, if_generation: Any = ANY) -> None:
         self._check(name, if_generation)
