@@ -47,6 +47,16 @@ def ts_open(path: str):
                             "metadata": SPEC}).result()
 
 
+def ts_write(path: str, items: dict[int, bytes]) -> None:
+    """Write or update items through tensorstore, in one transaction."""
+    kv = ts_open(path)
+    txn = ts.Transaction()
+    kvt = kv.with_transaction(txn)
+    for k, v in items.items():
+        kvt[k.to_bytes(8, "big")] = v
+    txn.commit_async().result()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--keys", type=int, default=200_000)
@@ -78,21 +88,13 @@ def main() -> None:
     def fresh():
         return f"{work}/w{next(counter)}"
 
-    def ts_write(path):
-        kv = ts_open(path)
-        txn = ts.Transaction()
-        kvt = kv.with_transaction(txn)
-        for k, v in items.items():
-            kvt[k.to_bytes(8, "big")] = v
-        txn.commit_async().result()
-
     t_ours = timed(lambda p: ngshard.write_kv(p, spec, items), args.repeat, fresh)
-    t_ts = timed(ts_write, args.repeat, fresh)
+    t_ts = timed(lambda p: ts_write(p, items), args.repeat, fresh)
     row(f"write {n} keys (one transaction)", t_ours, t_ts)
 
     ours_dir, ts_dir = f"{work}/ours", f"{work}/ts"
     ngshard.write_kv(ours_dir, spec, items)
-    ts_write(ts_dir)
+    ts_write(ts_dir, items)
 
     tracemalloc.start()
     ngshard.write_kv(f"{work}/mem", spec, items)

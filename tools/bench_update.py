@@ -69,21 +69,8 @@ def random_items(n: int, seed: int) -> dict[int, bytes]:
 # --- 1. updates -------------------------------------------------------------------------------
 
 
-def ts_write(path: str, items: dict[int, bytes]) -> None:
-    """Write or update items through tensorstore, in one transaction."""
-    import tensorstore as ts
-    from bench_kv import ts_open
-
-    kv = ts_open(path)
-    txn = ts.Transaction()
-    kvt = kv.with_transaction(txn)
-    for k, v in items.items():
-        kvt[k.to_bytes(8, "big")] = v
-    txn.commit_async().result()
-
-
 def bench_updates(args, work: str) -> None:
-    from bench_kv import SPEC, row
+    from bench_kv import SPEC, row, ts_write
 
     spec = ngshard.ShardingSpec.from_json(SPEC)
     items = random_items(args.keys, 0)
