@@ -160,8 +160,12 @@ class ShardingSpec:
     def hash_keys(self, keys: Any) -> np.ndarray:
         """The hashes of many keys as a uint64 array."""
         keys = as_key_array(keys)
-        shifted = keys >> np.uint64(self.preshift_bits) if self.preshift_bits < 64 \
-            else np.zeros_like(keys)
+        if self.preshift_bits == 0:
+            shifted = keys
+        elif self.preshift_bits < 64:
+            shifted = keys >> np.uint64(self.preshift_bits)
+        else:
+            shifted = np.zeros_like(keys)
         return shifted if self.hash == "identity" else murmur_array(shifted)
 
     def locate_one(self, key: int) -> tuple[int, int]:
