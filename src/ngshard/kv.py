@@ -32,6 +32,7 @@ from .threads import WORKERS, bounded_map, pmap
 DEFAULT_CACHE_BYTES = 256 << 20
 DEFAULT_STAGED_BYTES = 1 << 30
 DEFAULT_BUFFER_BYTES = 192 << 20
+_PARALLEL_DECODE_BYTES = 2 << 20
 _RETRIES = 5  # a shard replaced more often during one read is an error, not a race
 MODES = ("r", "r+", "a", "w")
 STRATEGIES = ("auto", "append", "rewrite")
@@ -254,7 +255,11 @@ class ShardedKV(MutableMapping):
                 shard.size, lambda i: f"{path} (minishard {missing[i]} index at offset "
                                       f"{int(shard.ranges[missing[i], 0])})")
 
-        for (shard, missing), indices in zip(todo, pmap(decode, zip(todo, reads), min_items=2)):
+        # Threads pay off only on large indices; on small ones the GIL makes them cost.
+        large = sum(len(c) for chunks in reads for c in chunks) > _PARALLEL_DECODE_BYTES
+        jobs = zip(todo, reads)
+        decoded = pmap(decode, jobs, min_items=2) if large else map(decode, jobs)
+        for (shard, missing), indices in zip(todo, decoded):
             shard.minishards.update(zip(missing, indices))
             self._account(shard, sum(index.nbytes for index in indices))
 
