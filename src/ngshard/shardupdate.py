@@ -64,36 +64,36 @@ def rewrite_shard(spec: ShardingSpec, old: Buffer | None, keys: np.ndarray,
     """The new shard file after the changes: ``values[i]`` (data-encoded) for ``keys[i]``, or
     its deletion where ``deleted[i]``. Returns None when no key is left.
 
-    Kept chunks are not copied one by one: each run of them that lies back to back in ``old``
-    and stays together in the new order is one slice of it.
+    Kept chunks stay in the order they had in ``old``, each run of them that lay back to back
+    there copied as one slice; new chunks follow them. (Only the minishard indices must be
+    sorted by key; data may lie in any order.)
     """
     old = memoryview(old) if old is not None else None
     kept = Entries.of(decode_all(spec, old, where)).without(keys) if old is not None and len(old) \
         else Entries.of({})
+    by_place = np.argsort(kept.starts, kind="stable")
+    kept = Entries(*(col[by_place] for col in kept))
     new_keys = keys[~deleted]
     new_values = [v for v, d in zip(values, deleted.tolist()) if not d] if deleted.any() \
-        else values
+        else list(values)
     new_sizes = np.fromiter(map(len, new_values), np.uint64, count=len(new_values))
     all_keys = np.concatenate([kept.keys, new_keys])
     if not len(all_keys):
         return None
-    all_ms = np.concatenate([kept.minishards, spec.locate(new_keys)[1]])
-    sizes = np.concatenate([kept.sizes, new_sizes])
-    order = np.lexsort((all_keys, all_ms))
-    # In the new order: where each old chunk starts and whether it continues the one before.
-    n_kept = len(kept.keys)
-    is_old = order < n_kept
-    starts = np.where(is_old, kept.starts[np.minimum(order, max(n_kept - 1, 0))]
-                      if n_kept else 0, 0).astype(np.uint64)
-    ends = starts + sizes[order]
-    joins = np.zeros(len(order), bool)
-    joins[1:] = is_old[1:] & is_old[:-1] & (starts[1:] == ends[:-1])
+    ends = kept.starts + kept.sizes
+    joins = np.zeros(len(kept.keys), bool)
+    joins[1:] = kept.starts[1:] == ends[:-1]
     run_first = np.flatnonzero(~joins)
-    run_last = np.r_[run_first[1:], len(order)] - 1
-    data = [old[int(starts[a]):int(ends[b])] if is_old[a] else new_values[order[a] - n_kept]
-            for a, b in zip(run_first.tolist(), run_last.tolist())]
-    return codec.assemble_shard(all_ms[order], all_keys[order], sizes[order], data,
-                                spec.num_minishards, spec.minishard_index_encoding)
+    run_last = np.append(run_first[1:], len(joins)).astype(np.intp)[:len(run_first)] - 1
+    data = [old[s:e] for s, e in zip(kept.starts[run_first].tolist(),
+                                     ends[run_last].tolist())] + new_values
+    sizes = np.concatenate([kept.sizes, new_sizes])
+    offsets = np.cumsum(sizes, dtype=np.uint64) - sizes  # back to back in that order
+    minishards = np.concatenate([kept.minishards, spec.locate(new_keys)[1]])
+    order = np.lexsort((all_keys, minishards))
+    return codec.assemble_shard(minishards[order], all_keys[order], sizes[order], data,
+                                spec.num_minishards, spec.minishard_index_encoding,
+                                offsets[order], int(sizes.sum()))
 
 
 def shard_from_file(spec: ShardingSpec, keys: np.ndarray, sizes: np.ndarray,

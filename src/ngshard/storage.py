@@ -58,6 +58,8 @@ def coalesce(ranges: np.ndarray, max_gap: int = MAX_GAP) -> tuple[np.ndarray, np
 
 def _split(merged: np.ndarray, blobs: Sequence[bytes], ranges: np.ndarray,
            assignment: np.ndarray) -> list[bytes]:
+    if len(ranges) == len(merged) and (ranges == merged).all():  # nothing was merged
+        return list(blobs)
     views = [memoryview(b) for b in blobs]
     offsets = ranges[:, 0] - merged[assignment, 0]
     return [bytes(views[g][o:o + n]) for g, o, n in
