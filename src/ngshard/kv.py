@@ -573,14 +573,16 @@ class ShardedKV(MutableMapping):
         old_index = int((shard.ranges[touched, 1] - shard.ranges[touched, 0]).sum())
         dropped = int(entries.sizes[codec.member(entries.keys, keys)].sum())
         live_after = shard.size - shard.garbage - dropped - old_index + new_bytes + new_index
-        if self.strategy == "rewrite":
-            return ShardPlan(name, num, "rewrite", read_bytes=shard.size,
-                             write_bytes=live_after, **base)
+        # Both strategies add the changes after the old bytes (in place, or in a copy) and
+        # leave the replaced ones as garbage, until it passes compact_ratio.
         size_after = shard.size + new_bytes + new_index + shardupdate.TRAILER_SIZE
         garbage = 1 - live_after / size_after
         if self.compact_ratio is not None and garbage > self.compact_ratio:
             return ShardPlan(name, num, "compact", read_bytes=shard.size,
                              write_bytes=live_after, **base)
+        if self.strategy == "rewrite":
+            return ShardPlan(name, num, "rewrite", read_bytes=shard.size,
+                             write_bytes=size_after, garbage_after=garbage, **base)
         return ShardPlan(name, num, "append", garbage_after=garbage,
                          write_bytes=size_after - shard.size + self.spec.shard_index_size,
                          **base)
@@ -627,8 +629,9 @@ class ShardedKV(MutableMapping):
         return plan
 
     def _append_base(self, plan: ShardPlan, changes: ShardChanges) -> _Shard | None:
-        """For an append: the shard as planned, with the indices of the touched minishards."""
-        if plan.action != "append":
+        """For an append or rewrite: the shard as planned, with the indices of the touched
+        minishards."""
+        if plan.action not in ("append", "rewrite"):
             return None
         shard = self._retrying(self._shards, [plan.name])[plan.name]
         if shard is None or shard.generation != plan.generation:
@@ -663,15 +666,6 @@ class ShardedKV(MutableMapping):
             encoding = self.spec.data_encoding
             values = pmap(lambda v: None if v is None else codec.encode(v, encoding), values)
         where = storage.path(name)
-        if plan.action == "append":
-            update = shardupdate.append_update(self.spec, base.size, base.garbage, base.ranges,
-                                               base.minishards, keys, values, deleted)
-            if update.empty:
-                storage.delete(name, if_generation=plan.generation)
-            else:
-                storage.append_and_patch(name, plan.generation, update.offset, update.tail,
-                                         update.index)
-            return
         old = None
         if plan.action in ("rewrite", "compact"):
             gen, chunks = storage.read_ranges([(name, np.array([[0, plan.size_before]]))])[0]
@@ -679,6 +673,18 @@ class ShardedKV(MutableMapping):
                 raise ConflictError(f"{where}: changed on storage since the commit was planned "
                                     f"(another writer?)")
             old = chunks[0]
+        if plan.action in ("append", "rewrite"):
+            update = shardupdate.append_update(self.spec, base.size, base.garbage, base.ranges,
+                                               base.minishards, keys, values, deleted)
+            if update.empty:
+                storage.delete(name, if_generation=plan.generation)
+            elif plan.action == "append":
+                storage.append_and_patch(name, plan.generation, update.offset, update.tail,
+                                         update.index)
+            else:  # the same bytes as an append would leave, written as a new object
+                storage.write(name, [update.index, memoryview(old)[len(update.index):],
+                                     *update.tail], if_generation=plan.generation)
+            return
         parts = shardupdate.rewrite_shard(self.spec, old, keys, values, deleted, where)
         if parts is None:
             storage.delete(name, if_generation=check)

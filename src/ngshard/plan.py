@@ -12,7 +12,8 @@ from typing import Any
 #: What a commit does to one shard file.
 ACTIONS = {
     "create": "write a new shard file",
-    "rewrite": "read the whole shard, merge, write it anew (atomic replace)",
+    "rewrite": "read the whole shard, write it anew with the changes after the old bytes "
+               "(atomic replace)",
     "append": "append new chunks and minishard indices, then patch the shard index",
     "compact": "rewrite without the garbage of earlier appends",
     "delete": "remove the shard file (no key left)",
