@@ -279,13 +279,14 @@ class ShardedKV(MutableMapping):
     def _retrying(self, fn, *args):
         """Run a read, again after each shard found changed under it; only a shard that keeps
         changing (another writer committing to it without pause) makes the read give up."""
-        stale: Counter[str] = Counter()
+        stale: Counter[str] | None = None
         while True:
             try:
                 return fn(*args)
             except _StaleShard as e:
                 name = str(e)
                 self._forget(name)
+                stale = stale or Counter()
                 stale[name] += 1
                 if stale[name] > _RETRIES:
                     raise NgShardError(f"{self.storage.path(name)}: changed {_RETRIES} times "

@@ -261,7 +261,9 @@ class LocalStorage(Storage):
         replaced file cannot change under an open descriptor, but one patched in place (an
         append update) can: then the read matches no generation and the caller reads again."""
         gen = cls._info(before).generation
-        return gen if cls._info(after).generation == gen else ("changed during read", gen)
+        same = (before.st_ino, before.st_size, before.st_mtime_ns) == \
+            (after.st_ino, after.st_size, after.st_mtime_ns)
+        return gen if same else ("changed during read", gen)
 
     def read_range(self, name: str, start: int, end: int) -> tuple[Hashable | None, bytes | None]:
         try:
