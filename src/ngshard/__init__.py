@@ -21,6 +21,17 @@ from .spec import ShardingSpec
 
 __version__ = "0.1.0"
 
+_VOLUME_NAMES = ("Volume", "create_volume", "open_volume")
+
+
+def __getattr__(name: str):
+    # Volumes pull in image and segmentation codecs: load them on first use only.
+    if name in _VOLUME_NAMES:
+        from . import volume
+
+        return getattr(volume, name)
+    raise AttributeError(f"module 'ngshard' has no attribute {name!r}")
+
 __all__ = [
     "ConflictError",
     "CorruptDataError",
@@ -29,7 +40,10 @@ __all__ = [
     "ReadOnlyError",
     "ShardedKV",
     "ShardingSpec",
+    "Volume",
     "SpecError",
+    "create_volume",
     "open_kv",
+    "open_volume",
     "write_kv",
 ]

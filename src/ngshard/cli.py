@@ -15,7 +15,9 @@ from tqdm.auto import tqdm
 from .errors import NgShardError
 from .kv import ShardedKV, open_kv
 from .spec import check_key
+from .storage import open_storage
 from .verify import verify_kv
+from .volume.info import VolumeInfo
 
 
 def _parse_key(text: str) -> int:
@@ -48,7 +50,44 @@ def _size(n: float) -> str:
     raise AssertionError("unreachable")
 
 
+def _volume_info(url: str) -> VolumeInfo | None:
+    """The layer's info if ``url`` is a precomputed volume (its info has scales)."""
+    raw = open_storage(url).read("info")
+    try:
+        doc = json.loads(raw) if raw is not None else None
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or "scales" not in doc:
+        return None
+    return VolumeInfo.from_json(doc, f"{url}/info")
+
+
+def describe_volume(url: str, info: VolumeInfo) -> None:
+    print(f"volume       {url}")
+    print(f"layer        {info.type}, {info.data_type}, {info.num_channels} channel(s), "
+          f"{len(info.scales)} scale(s)")
+    storage = open_storage(url)
+    for i, s in enumerate(info.scales):
+        files = storage.child(s.key).list()
+        sizes = [storage.child(s.key).stat(n) for n in files] if s.sharding else []
+        where = (f"{len(files)} shard file(s), {_size(sum(x.size for x in sizes if x))}"
+                 if s.sharding else f"{len(files)} chunk file(s)")
+        sharding = "unsharded" if s.sharding is None else (
+            f"sharded ({s.sharding.hash}, preshift {s.sharding.preshift_bits}, minishard "
+            f"{s.sharding.minishard_bits}, shard {s.sharding.shard_bits} bits)")
+        print(f"scale {i}      key {s.key}: size {s.size}, offset {s.voxel_offset}, "
+              f"resolution {s.resolution}, chunks {s.chunk_size}, {s.encoding}, {sharding}; "
+              f"{where}")
+
+
 def cmd_info(args: argparse.Namespace) -> None:
+    info = _volume_info(args.url) if args.spec is None else None
+    if info is not None:
+        if args.json:
+            print(json.dumps(info.to_json(), indent=1))
+        else:
+            describe_volume(args.url, info)
+        return
     kv = _open(args)
     stats = kv.stats()
     total_keys = sum(s["keys"] for s in stats)
@@ -200,7 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--spec", metavar="JSON|FILE",
                        help="sharding spec (JSON text or file) when URL has no info file")
 
-    p = command("info", cmd_info, "describe a sharded store: spec, shards, keys, sizes")
+    p = command("info", cmd_info, "describe a sharded store (spec, shards, keys, sizes) or a "
+                "precomputed volume (scales, chunking, sharding, encoding, files)")
     store_args(p)
     p.add_argument("--json", action="store_true", help="print JSON")
     p = command("ls", cmd_ls, "list the keys of a store, one per line")

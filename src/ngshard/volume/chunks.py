@@ -1,0 +1,91 @@
+"""Chunk stores: grid positions -> encoded chunk bytes, whether the chunks live in a sharded
+key-value store (keyed by compressed Morton code) or as one file per chunk. Volumes read and
+write through this one small interface, in batches; writes are staged until ``commit``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..codec import gzip_decompress
+from ..kv import ShardedKV
+from ..storage import Storage
+from ..threads import pmap
+from .grid import ChunkGrid
+
+
+class ChunkStore:
+    """Encoded chunks by grid position, read in batches, written on commit."""
+
+    grid: ChunkGrid
+
+    def get(self, positions: np.ndarray) -> list[bytes | None]:
+        """The encoded chunk at each (n, 3) position, None where absent."""
+        raise NotImplementedError
+
+    def put(self, positions: np.ndarray, chunks: Sequence[bytes]) -> None:
+        """Stage chunks; reads see them at once, storage on :meth:`commit`."""
+        raise NotImplementedError
+
+    def commit(self, *, progress: bool = False) -> None:
+        raise NotImplementedError
+
+    def where(self, position: Sequence[int]) -> str:
+        """The chunk's location, for error messages."""
+        raise NotImplementedError
+
+
+class ShardedChunks(ChunkStore):
+    """Chunks in a sharded store, keyed by the compressed Morton code of their position."""
+
+    def __init__(self, kv: ShardedKV, grid: ChunkGrid) -> None:
+        self.kv, self.grid = kv, grid
+
+    def get(self, positions: np.ndarray) -> list[bytes | None]:
+        keys = self.grid.morton(positions)
+        found = self.kv.get_many(keys)
+        return [found.get(k) for k in keys.tolist()]
+
+    def put(self, positions: np.ndarray, chunks: Sequence[bytes]) -> None:
+        self.kv.update(zip(self.grid.morton(positions).tolist(), chunks))
+
+    def commit(self, *, progress: bool = False) -> None:
+        self.kv.commit(progress=progress)
+
+    def where(self, position: Sequence[int]) -> str:
+        key = int(self.grid.morton(np.array([position]))[0])
+        return f"{self.kv.storage.url} chunk {key} at grid position {tuple(position)}"
+
+
+class FileChunks(ChunkStore):
+    """One file per chunk, named ``x0-x1_y0-y1_z0-z1`` (a ``.gz`` twin is read too)."""
+
+    def __init__(self, storage: Storage, grid: ChunkGrid) -> None:
+        self.storage, self.grid = storage, grid
+        self._staged: dict[str, bytes] = {}
+
+    def _read(self, name: str) -> bytes | None:
+        staged = self._staged.get(name)
+        if staged is not None:
+            return staged
+        data = self.storage.read(name)
+        if data is None:
+            packed = self.storage.read(f"{name}.gz")
+            data = None if packed is None else gzip_decompress(
+                packed, self.storage.path(f"{name}.gz"))
+        return data
+
+    def get(self, positions: np.ndarray) -> list[bytes | None]:
+        return pmap(self._read, self.grid.chunk_names(positions), min_items=4)
+
+    def put(self, positions: np.ndarray, chunks: Sequence[bytes]) -> None:
+        self._staged.update(zip(self.grid.chunk_names(positions), chunks))
+
+    def commit(self, *, progress: bool = False) -> None:
+        staged, self._staged = self._staged, {}
+        pmap(lambda item: self.storage.write(item[0], [item[1]]), list(staged.items()),
+             min_items=4)
+
+    def where(self, position: Sequence[int]) -> str:
+        return self.storage.path(self.grid.chunk_names(np.array([position]))[0])

@@ -1,0 +1,174 @@
+"""The ``info`` file of a Neuroglancer precomputed image or segmentation layer, validated.
+
+Unknown members (mesh, skeletons, segment_properties, ...) are kept and written back as they
+were, so rewriting an info never drops what another tool put there.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..errors import SpecError
+from ..spec import ShardingSpec
+
+DATA_TYPES = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "float32")
+LAYER_TYPES = ("image", "segmentation")
+ENCODINGS = ("raw", "jpeg", "png", "compressed_segmentation", "compresso", "jxl")
+_SCALE_FIELDS = ("key", "size", "voxel_offset", "resolution", "chunk_sizes", "encoding",
+                 "sharding", "compressed_segmentation_block_size")
+
+
+def _vector(doc: dict, name: str, where: str, *, kind=int, positive=True,
+            default: Any = None) -> tuple:
+    value = doc.get(name, default)
+    if value is None:
+        raise SpecError(f"{where}: missing {name}")
+    ok = isinstance(value, list) and len(value) == 3 and all(
+        isinstance(v, (int, float) if kind is float else int) and not isinstance(v, bool)
+        for v in value)
+    if ok and positive:
+        ok = all(v > 0 for v in value)
+    if not ok:
+        what = "positive " if positive else ""
+        noun = "numbers" if kind is float else "integers"
+        raise SpecError(f"{where}: {name} must be 3 {what}{noun}"
+                        f", got {value!r}")
+    return tuple(kind(v) for v in value)
+
+
+@dataclass(frozen=True)
+class Scale:
+    """One resolution level of a volume."""
+
+    key: str
+    size: tuple[int, int, int]
+    chunk_size: tuple[int, int, int]
+    resolution: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    voxel_offset: tuple[int, int, int] = (0, 0, 0)
+    encoding: str = "raw"
+    sharding: ShardingSpec | None = None
+    compressed_segmentation_block_size: tuple[int, int, int] | None = None
+    extra: dict = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str, data_type: str) -> Scale:
+        if not isinstance(doc, dict):
+            raise SpecError(f"{where}: must be a JSON object")
+        key = doc.get("key")
+        if not isinstance(key, str) or not key or key.startswith("/"):
+            raise SpecError(f"{where}: key must be a non-empty relative path, got {key!r}")
+        chunk_sizes = doc.get("chunk_sizes")
+        if not isinstance(chunk_sizes, list) or not chunk_sizes:
+            raise SpecError(f"{where}: chunk_sizes must be a non-empty list of [x, y, z]")
+        sharding = doc.get("sharding")
+        if sharding is not None:
+            if len(chunk_sizes) != 1:
+                raise SpecError(f"{where}: a sharded scale must have exactly one chunk size")
+            sharding = ShardingSpec.from_json(sharding)
+        encoding = doc.get("encoding")
+        if encoding not in ENCODINGS:
+            raise SpecError(f"{where}: encoding must be one of {', '.join(ENCODINGS)}, "
+                            f"got {encoding!r}")
+        block = None
+        if encoding == "compressed_segmentation":
+            if data_type not in ("uint32", "uint64"):
+                raise SpecError(f"{where}: compressed_segmentation needs data_type uint32 or "
+                                f"uint64, not {data_type}")
+            block = _vector(doc, "compressed_segmentation_block_size", where)
+        if encoding in ("jpeg", "png") and data_type != "uint8":
+            raise SpecError(f"{where}: {encoding} needs data_type uint8, not {data_type}")
+        return cls(
+            key=key,
+            size=_vector(doc, "size", where),
+            chunk_size=_vector({"chunk_sizes": chunk_sizes[0]}, "chunk_sizes", where),
+            resolution=_vector(doc, "resolution", where, kind=float),
+            voxel_offset=_vector(doc, "voxel_offset", where, positive=False,
+                                 default=[0, 0, 0]),
+            encoding=encoding,
+            sharding=sharding,
+            compressed_segmentation_block_size=block,
+            extra={k: v for k, v in doc.items() if k not in _SCALE_FIELDS},
+        )
+
+    def to_json(self) -> dict:
+        doc = {"key": self.key, "size": list(self.size), "voxel_offset": list(self.voxel_offset),
+               "resolution": list(self.resolution), "chunk_sizes": [list(self.chunk_size)],
+               "encoding": self.encoding, **self.extra}
+        if self.sharding is not None:
+            doc["sharding"] = self.sharding.to_json()
+        if self.compressed_segmentation_block_size is not None:
+            doc["compressed_segmentation_block_size"] = list(
+                self.compressed_segmentation_block_size)
+        return doc
+
+
+@dataclass(frozen=True)
+class VolumeInfo:
+    """The whole ``info`` of a layer: type, data type, channels and scales (finest first)."""
+
+    type: str
+    data_type: str
+    num_channels: int
+    scales: tuple[Scale, ...]
+    extra: dict = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str = "info") -> VolumeInfo:
+        """Parse and validate; SpecError names the member that is wrong."""
+        if isinstance(doc, (str, bytes)):
+            try:
+                doc = json.loads(doc)
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                raise SpecError(f"{where}: not valid JSON ({e})") from None
+        if not isinstance(doc, dict):
+            raise SpecError(f"{where}: must be a JSON object")
+        layer_type = doc.get("type")
+        if layer_type not in LAYER_TYPES:
+            raise SpecError(f"{where}: type must be one of {', '.join(LAYER_TYPES)}, "
+                            f"got {layer_type!r}")
+        data_type = doc.get("data_type")
+        if data_type not in DATA_TYPES:
+            raise SpecError(f"{where}: data_type must be one of {', '.join(DATA_TYPES)}, "
+                            f"got {data_type!r}")
+        channels = doc.get("num_channels")
+        if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1:
+            raise SpecError(f"{where}: num_channels must be a positive integer, got {channels!r}")
+        scales = doc.get("scales")
+        if not isinstance(scales, list) or not scales:
+            raise SpecError(f"{where}: scales must be a non-empty list")
+        parsed = tuple(Scale.from_json(s, f"{where}: scales[{i}]", data_type)
+                       for i, s in enumerate(scales))
+        keys = [s.key for s in parsed]
+        if len(set(keys)) != len(keys):
+            raise SpecError(f"{where}: scale keys must be unique, got {keys}")
+        return cls(layer_type, data_type, channels, parsed, extra={
+            k: v for k, v in doc.items()
+            if k not in ("type", "data_type", "num_channels", "scales", "@type")})
+
+    def to_json(self) -> dict:
+        return {"@type": "neuroglancer_multiscale_volume", "type": self.type,
+                "data_type": self.data_type, "num_channels": self.num_channels,
+                "scales": [s.to_json() for s in self.scales], **self.extra}
+
+    def scale(self, which: int | str) -> Scale:
+        """A scale by index or key."""
+        if isinstance(which, str):
+            for s in self.scales:
+                if s.key == which:
+                    return s
+            raise SpecError(f"no scale with key {which!r}; keys: "
+                            f"{', '.join(s.key for s in self.scales)}")
+        try:
+            return self.scales[which]
+        except (IndexError, TypeError):
+            raise SpecError(f"scale must be an index below {len(self.scales)} or a key, "
+                            f"got {which!r}") from None
+
+    def with_scale(self, scale: Scale) -> VolumeInfo:
+        """A copy with ``scale`` replacing the scale of the same key, or added last."""
+        scales = [scale if s.key == scale.key else s for s in self.scales]
+        if scale.key not in (s.key for s in self.scales):
+            scales.append(scale)
+        return replace(self, scales=tuple(scales))

@@ -1,0 +1,163 @@
+"""Precomputed volumes against tensorstore: what it writes ngshard reads, and the reverse,
+value for value, over dtypes, channels, ragged sizes, offsets, encodings and sharding."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import tensorstore as ts
+
+import ngshard
+from ngshard.volume import VolumeInfo, create_volume, open_volume
+
+IDENTITY = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "identity", "preshift_bits": 1,
+            "minishard_bits": 2, "shard_bits": 2, "minishard_index_encoding": "gzip",
+            "data_encoding": "gzip"}
+MURMUR = dict(IDENTITY, hash="murmurhash3_x86_128", preshift_bits=0, data_encoding="raw")
+
+CASES = [  # id, dtype, channels, encoding, sharding
+    ("uint8-raw-unsharded", "uint8", 1, "raw", None),
+    ("uint16-2ch-identity", "uint16", 2, "raw", IDENTITY),
+    ("uint32-cseg-murmur", "uint32", 1, "compressed_segmentation", MURMUR),
+    ("uint64-cseg-unsharded", "uint64", 1, "compressed_segmentation", None),
+    ("uint64-raw-identity", "uint64", 1, "raw", IDENTITY),
+    ("float32-3ch-murmur", "float32", 3, "raw", MURMUR),
+]
+SIZE, CHUNK, OFFSET = (37, 21, 11), (8, 8, 4), (5, -3, 100)
+
+
+def ts_spec(path, dtype, channels, encoding, sharding, create=False) -> dict:
+    scale = {"size": list(SIZE), "chunk_size": list(CHUNK), "voxel_offset": list(OFFSET),
+             "resolution": [4, 4, 40], "encoding": encoding}
+    if sharding:
+        scale["sharding"] = sharding
+    if encoding == "compressed_segmentation":
+        scale["compressed_segmentation_block_size"] = [4, 4, 2]
+    spec = {"driver": "neuroglancer_precomputed",
+            "kvstore": {"driver": "file", "path": str(path)}}
+    if create:
+        spec.update(create=True, scale_metadata=scale, multiscale_metadata={
+            "data_type": dtype, "num_channels": channels,
+            "type": "segmentation" if encoding == "compressed_segmentation" else "image"})
+    return spec
+
+
+def sample(dtype, channels, seed=0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    shape = (*SIZE, channels)
+    if np.dtype(dtype).kind == "f":
+        return rng.standard_normal(shape).astype(dtype)
+    hi = min(np.iinfo(dtype).max, 2**63 - 1)
+    labels = rng.integers(0, hi, 12, dtype=np.int64, endpoint=True).astype(dtype)
+    return labels[rng.integers(0, 12, shape)]  # few labels, as segmentations have
+
+
+@pytest.mark.parametrize("dtype, channels, encoding, sharding",
+                         [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_tensorstore_writes_ngshard_reads(tmp_path, dtype, channels, encoding, sharding):
+    data = sample(dtype, channels)
+    store = ts.open(ts_spec(tmp_path, dtype, channels, encoding, sharding, create=True)).result()
+    store[ts.d[:].translate_to[0]].write(data).result()
+    vol = open_volume(tmp_path)
+    assert vol.shape == (*SIZE, channels) and vol.dtype == np.dtype(dtype)
+    assert vol.voxel_offset == OFFSET and vol.chunk_size == CHUNK
+    np.testing.assert_array_equal(vol[:], data)
+    for index in [(slice(3, 30, 4), slice(None, None, -3), 7), (Ellipsis, 0), (-1, -1, -1),
+                  (slice(8, 16), slice(0, 8), slice(4, 8))]:
+        np.testing.assert_array_equal(vol[index], data[index])
+
+
+@pytest.mark.parametrize("dtype, channels, encoding, sharding",
+                         [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_ngshard_writes_tensorstore_reads(tmp_path, dtype, channels, encoding, sharding):
+    data = sample(dtype, channels, seed=1)
+    vol = create_volume(tmp_path, dtype=dtype, shape=(*SIZE, channels), chunk_size=CHUNK,
+                        encoding=encoding, resolution=(4, 4, 40), voxel_offset=OFFSET,
+                        sharding=sharding, compressed_segmentation_block_size=(4, 4, 2))
+    vol[:10, :, :5] = data[:10, :, :5]  # partial chunks first: read-modify-write later
+    vol[10:] = data[10:]
+    vol[:10, :, 5:] = data[:10, :, 5:]
+    np.testing.assert_array_equal(vol[:], data)  # reads see staged chunks
+    vol.commit()
+    store = ts.open(ts_spec(tmp_path, dtype, channels, encoding, sharding)).result()
+    np.testing.assert_array_equal(store[ts.d[:].translate_to[0]].read().result(), data)
+    np.testing.assert_array_equal(open_volume(tmp_path)[:], data)
+
+
+def test_absent_chunks_read_as_zero_and_updates_merge(tmp_path):
+    with create_volume(tmp_path, dtype="uint16", shape=SIZE, chunk_size=CHUNK,
+                       sharding="auto") as vol:
+        vol[1:3, 2, 3] = 7
+    vol = open_volume(tmp_path, mode="r+")
+    expect = np.zeros((*SIZE, 1), np.uint16)
+    expect[1:3, 2, 3] = 7
+    np.testing.assert_array_equal(vol[:], expect)
+    vol[2:5, 2, 3, 0] = [9, 9, 9]
+    vol.commit()
+    expect[2:5, 2, 3] = 9
+    np.testing.assert_array_equal(open_volume(tmp_path)[:], expect)
+
+
+def test_auto_sharding_makes_box_shards(tmp_path):
+    spec = ngshard.volume.auto_sharding((1024, 1024, 512), (64, 64, 64), 64**3, 64 * 64**3)
+    assert spec.hash == "identity"
+    assert spec.preshift_bits + spec.minishard_bits + spec.shard_bits == 4 + 4 + 3
+    assert spec.preshift_bits + spec.minishard_bits == 6  # 64 chunks per shard
+
+
+def test_several_scales_by_index_and_key(tmp_path):
+    create_volume(tmp_path, dtype="uint8", shape=SIZE, chunk_size=CHUNK)
+    info = json.loads((tmp_path / "info").read_text())
+    coarse = dict(info["scales"][0], key="coarse", size=[19, 11, 6], resolution=[8, 8, 80])
+    info["scales"].append(coarse)
+    (tmp_path / "info").write_text(json.dumps(info))
+    with ngshard.volume.Volume(ngshard.storage.open_storage(str(tmp_path)),
+                               VolumeInfo.from_json(info), "coarse", "r+") as vol:
+        vol[:] = 3
+    assert open_volume(tmp_path, 1).shape == (19, 11, 6, 1)
+    assert (open_volume(tmp_path, "coarse")[:] == 3).all()
+    assert (open_volume(tmp_path, 0)[:] == 0).all()
+    assert [s.key for s in open_volume(tmp_path).scales] == ["1_1_1", "coarse"]
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda i: i.update(type="mesh"), "type"),
+    (lambda i: i.update(data_type="complex64"), "data_type"),
+    (lambda i: i.update(num_channels=0), "num_channels"),
+    (lambda i: i["scales"][0].update(size=[1, 2]), r"scales\[0\]: size"),
+    (lambda i: i["scales"][0].update(encoding="zip"), "encoding"),
+    (lambda i: i["scales"][0].update(chunk_sizes=[[8, 8, 4], [4, 4, 4]],
+                                     sharding=IDENTITY), "exactly one chunk size"),
+    (lambda i: i.update(scales=[]), "scales"),
+])
+def test_bad_info_names_the_member(tmp_path, change, message):
+    create_volume(tmp_path, dtype="uint8", shape=SIZE, chunk_size=CHUNK)
+    info = json.loads((tmp_path / "info").read_text())
+    change(info)
+    (tmp_path / "info").write_text(json.dumps(info))
+    with pytest.raises(ngshard.SpecError, match=message):
+        open_volume(tmp_path)
+
+
+def test_bad_indices_values_and_chunks(tmp_path):
+    with create_volume(tmp_path, dtype="uint8", shape=SIZE, chunk_size=CHUNK) as vol:
+        vol[:] = 1
+    vol = open_volume(tmp_path, mode="r+")
+    with pytest.raises(IndexError):
+        vol[37]
+    with pytest.raises(IndexError):
+        vol[0, 0, 0, 0, 0]
+    with pytest.raises(TypeError):
+        vol[0, 0, 0] = 1.5
+    with pytest.raises(ValueError, match="do not fit"):
+        vol[0, 0, 0] = 300
+    with pytest.raises(ValueError, match="shape"):
+        vol[0:2, 0, 0] = [1, 2, 3]
+    with pytest.raises(ngshard.NgShardError, match="read-only"):
+        open_volume(tmp_path)[0, 0, 0] = 1
+    chunk = next(p for p in (tmp_path / "1_1_1").iterdir() if p.name.startswith("0-8_"))
+    chunk.write_bytes(chunk.read_bytes()[:-1])
+    with pytest.raises(ngshard.CorruptDataError, match=chunk.name):
+        open_volume(tmp_path)[:]
