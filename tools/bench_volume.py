@@ -1,0 +1,141 @@
+"""Benchmark of precomputed volumes: ngshard beside tensorstore (and cloud-volume when it is
+installed: `pip install cloud-volume`), same data, one process.
+
+    python tools/bench_volume.py [--size 512] [--chunk 64] [--repeat 3]
+
+A uint8 raw volume and a uint64 compressed_segmentation volume, sharded into one shard: whole
+write, whole read, and 100 random chunks read at once. Prints medians and ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import tempfile
+import time
+
+import numpy as np
+import tensorstore as ts
+
+import ngshard
+from ngshard.volume import auto_sharding
+
+try:
+    import cloudvolume
+except ImportError:  # an optional peer
+    cloudvolume = None
+
+
+def timed(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def ts_open(path: str, scale: dict, dtype: str, create: bool = False):
+    spec = {"driver": "neuroglancer_precomputed", "kvstore": {"driver": "file", "path": path}}
+    if create:
+        spec.update(create=True, delete_existing=True, scale_metadata=scale,
+                    multiscale_metadata={"data_type": dtype, "num_channels": 1,
+                                         "type": "image" if dtype == "uint8" else
+                                         "segmentation"})
+    return ts.open(spec).result()
+
+
+def cloudvolume_fns(work: str, dtype: str, encoding: str, spec, data: np.ndarray, n: int,
+                    c: int):
+    """(write, read) through cloud-volume on the same layout."""
+    path = f"file://{work}/cv"
+    info = cloudvolume.CloudVolume.create_new_info(
+        1, "image" if dtype == "uint8" else "segmentation", dtype, encoding, [1, 1, 1],
+        [0, 0, 0], [n] * 3, chunk_size=[c] * 3, compressed_segmentation_block_size=[8, 8, 8])
+    info["scales"][0]["sharding"] = spec.to_json()
+
+    def write():
+        shutil.rmtree(f"{work}/cv", ignore_errors=True)
+        cv = cloudvolume.CloudVolume(path, info=info, progress=False)
+        cv.commit_info()
+        cv[:] = data
+
+    return write, lambda: cloudvolume.CloudVolume(path, progress=False)[:]
+
+
+def bench_case(work: str, dtype: str, encoding: str, data: np.ndarray, n: int, c: int,
+               picks: np.ndarray, repeat: int) -> None:
+    spec = auto_sharding((n, n, n), (c, c, c), c**3 * data.itemsize, n**3 * data.itemsize,
+                         encoding)
+    scale = {"size": [n] * 3, "chunk_size": [c] * 3, "resolution": [1, 1, 1],
+             "encoding": encoding, "sharding": spec.to_json()}
+    if encoding == "compressed_segmentation":
+        scale["compressed_segmentation_block_size"] = [8, 8, 8]
+    ours, theirs = f"{work}/ours", f"{work}/ts"
+
+    def ng_write():
+        shutil.rmtree(ours, ignore_errors=True)
+        with ngshard.create_volume(ours, dtype=dtype, shape=(n, n, n), chunk_size=(c,) * 3,
+                                   encoding=encoding, sharding=spec,
+                                   compressed_segmentation_block_size=(8, 8, 8)) as vol:
+            vol[:] = data
+
+    def ts_write():
+        ts_open(theirs, scale, dtype, create=True)[ts.d[:].translate_to[0]].write(data).result()
+
+    def ng_random():
+        vol = ngshard.open_volume(ours)
+        return [vol.read_box(p, p + c) for p in picks]
+
+    def ts_random():
+        store = ts_open(theirs, scale, dtype)
+        futures = [store[p[0]:p[0] + c, p[1]:p[1] + c, p[2]:p[2] + c].read() for p in picks]
+        return [f.result() for f in futures]
+
+    ng_write()
+    ts_write()
+    assert np.array_equal(ngshard.open_volume(ours)[:], data), "ngshard misread its volume"
+    cv = cloudvolume_fns(work, dtype, encoding, spec, data, n, c) if cloudvolume else (None,) * 2
+    rows = [("write whole", ng_write, ts_write, cv[0]),
+            ("read whole", lambda: ngshard.open_volume(ours)[:],
+             lambda: ts_open(theirs, scale, dtype).read().result(), cv[1]),
+            ("100 random chunks", ng_random, ts_random, None)]
+    for label, ng_fn, ts_fn, cv_fn in rows:
+        t_ng, t_ts = timed(ng_fn, repeat), timed(ts_fn, repeat)
+        line = (f"  {label:<20} ngshard {t_ng:8.3f} s   tensorstore {t_ts:8.3f} s   "
+                f"ratio {t_ng / t_ts:5.2f}")
+        if cv_fn is not None:
+            t_cv = timed(cv_fn, repeat)
+            line += f"   cloud-volume {t_cv:8.3f} s   ratio {t_ng / t_cv:5.2f}"
+        print(line)
+    shutil.rmtree(ours, ignore_errors=True)
+    shutil.rmtree(theirs, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", type=int, default=512)
+    ap.add_argument("--chunk", type=int, default=64)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    n, c = args.size, args.chunk
+    rng = np.random.default_rng(0)
+    cases = {
+        "uint8 raw": ("uint8", "raw", rng.integers(0, 256, (n, n, n, 1), dtype=np.uint8)),
+        "uint64 compressed_segmentation": (
+            "uint64", "compressed_segmentation",
+            np.repeat(rng.integers(0, 2**40, (n // 16, n, n, 1), dtype=np.uint64), 16, axis=0)),
+    }
+    picks = rng.integers(0, n // c, (100, 3)) * c
+    work = tempfile.mkdtemp(prefix="ngshard-volbench-")
+    try:
+        for name, (dtype, encoding, data) in cases.items():
+            print(f"{name}: {n}^3 voxels, {c}^3 chunks, one shard")
+            bench_case(work, dtype, encoding, data, n, c, picks, args.repeat)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
