@@ -161,3 +161,11 @@ def test_bad_indices_values_and_chunks(tmp_path):
     chunk.write_bytes(chunk.read_bytes()[:-1])
     with pytest.raises(ngshard.CorruptDataError, match=chunk.name):
         open_volume(tmp_path)[:]
+
+
+def test_xyz_arrays_fill_a_single_channel(tmp_path):
+    labels = np.arange(16 * 8 * 4, dtype=np.uint64).reshape(16, 8, 4)
+    with create_volume(tmp_path, dtype="uint64", shape=(16, 8, 4), chunk_size=(8, 8, 4),
+                       encoding="compressed_segmentation", sharding="auto") as vol:
+        vol[:] = labels
+    np.testing.assert_array_equal(open_volume(tmp_path)[..., 0], labels)

@@ -155,6 +155,10 @@ class Volume:
         value = np.asarray(value)
         self._check_value(value)
         target = np.zeros(tuple(stop - start), self.dtype)
+        selected = target[post]
+        if value.ndim == selected.ndim - 1 and isinstance(post[3], slice) and \
+                selected.shape[-1] == 1:  # an (x, y, z) array for a single channel
+            value = value[..., None]
         try:
             target[post] = value
         except ValueError as e:
