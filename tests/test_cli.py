@@ -138,3 +138,32 @@ def test_verify(store, tmp_path, capsys):
     (tmp_path / "kv" / other).write_bytes((tmp_path / "kv" / names[0]).read_bytes())
     assert main(["verify", store, "-q"]) == 1
     assert "belongs in shard" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("sharding", [None, "auto"])
+def test_volume_info_and_verify(tmp_path, capsys, sharding):
+    from ngshard.volume import create_volume
+
+    with create_volume(tmp_path / "vol", dtype="uint16", shape=(20, 12, 6), chunk_size=(8, 8, 4),
+                       sharding=sharding) as vol:
+        vol[:] = 5
+    url = str(tmp_path / "vol")
+    assert main(["info", url]) == 0
+    out = capsys.readouterr().out
+    assert "uint16" in out and "chunks (8, 8, 4)" in out
+    assert ("sharded (identity" in out) == (sharding == "auto")
+    assert main(["verify", url, "-q"]) == 0
+    assert "12 chunks decoded" in capsys.readouterr().out
+    scale_dir = tmp_path / "vol" / "1_1_1"
+    if sharding is None:  # damage one chunk file; name a file that is no chunk
+        victim = sorted(scale_dir.iterdir())[0]
+        victim.write_bytes(victim.read_bytes()[:-2])
+        (scale_dir / "junk").write_bytes(b"")
+        expected = [victim.name, "junk: not a chunk"]
+    else:  # a key past the grid
+        with ngshard.open_kv(scale_dir, mode="r+") as kv:
+            kv[2**40] = b"x"
+        expected = ["outside the"]
+    assert main(["verify", url, "-q"]) == 1
+    out = capsys.readouterr().out
+    assert all(e in out for e in expected)

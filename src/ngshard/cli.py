@@ -16,7 +16,8 @@ from .errors import NgShardError
 from .kv import ShardedKV, open_kv
 from .spec import check_key
 from .storage import open_storage
-from .verify import verify_kv
+from .verify import verify_kv, verify_volume
+from .volume import Volume
 from .volume.info import VolumeInfo
 
 
@@ -194,6 +195,13 @@ def cmd_import(args: argparse.Namespace) -> None:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    info = _volume_info(args.url) if args.spec is None else None
+    if info is not None:
+        reports = [verify_volume(Volume(open_storage(args.url), info, i), progress=not args.quiet)
+                   for i in range(len(info.scales))]
+        for scale, report in zip(info.scales, reports):
+            print(f"scale {scale.key}: {report}".replace(" keys,", " chunks decoded,", 1))
+        return 0 if all(r.ok for r in reports) else 1
     report = verify_kv(_open(args), progress=not args.quiet)
     print(report)
     return 0 if report.ok else 1
@@ -270,7 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
                 "or a JSON-lines file of {\"key\": KEY, \"value\": BASE64} (- for stdin)")
     write_args(p)
     p.add_argument("source", metavar="DIR|NDJSON")
-    p = command("verify", cmd_verify, "check every shard, index, key and chunk of a store")
+    p = command("verify", cmd_verify, "check every shard, index, key and chunk of a store, or "
+                "decode every chunk of every scale of a volume")
     store_args(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p = command("compact", cmd_compact, "rewrite shards without the garbage left by appends")

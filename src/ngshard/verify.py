@@ -10,6 +10,9 @@ from tqdm.auto import tqdm
 from . import codec, shardupdate
 from .errors import NgShardError
 from .kv import ShardedKV
+from .volume import Volume
+from .volume.chunks import ShardedChunks
+from .volume.encodings import decode_chunk
 
 
 @dataclass
@@ -98,4 +101,46 @@ def verify_kv(kv: ShardedKV, *, progress: bool = False) -> VerifyReport:
         if n.endswith(".shard") and kv.spec.parse_shard_filename(n) is None:
             report.problems.append(f"{kv.storage.path(n)}: not a shard name of this spec "
                                    f"(shard_bits {kv.spec.shard_bits})")
+    return report
+
+
+def verify_volume(vol: Volume, *, progress: bool = False) -> VerifyReport:
+    """Check one scale of a volume: its shards as :func:`verify_kv` does, that every stored
+    chunk belongs to the grid, and that every chunk decodes to its clipped shape. ``keys``
+    counts the chunks."""
+    chunks = vol.chunks
+    if isinstance(chunks, ShardedChunks):
+        report = verify_kv(chunks.kv, progress=progress)
+        report.keys = 0
+        codes = chunks.kv.keys_array()
+        limit = np.uint64(1) << np.uint64(sum(vol.grid.bits)) if sum(vol.grid.bits) < 64 \
+            else None
+        beyond = codes >= limit if limit is not None else np.zeros(len(codes), bool)
+        report.problems += [f"{chunks.kv.storage.url}: chunk {int(k)} lies outside the "
+                            f"{vol.grid.shape} chunk grid" for k in codes[beyond][:10]]
+        positions = vol.grid.unmorton(codes[~beyond])
+    else:
+        report, found = VerifyReport(), []
+        for name in chunks.storage.list():
+            try:
+                found.append(vol.grid.parse_chunk_name(name.removesuffix(".gz")))
+            except NgShardError:
+                report.problems.append(f"{chunks.storage.path(name)}: not a chunk of the "
+                                       f"{vol.grid.shape} chunk grid")
+        positions = np.array(found, np.int64).reshape(-1, 3)
+    starts, stops = vol.grid.bounds(positions)
+    shapes = [(*s, vol.info.num_channels) for s in (stops - starts).tolist()]
+    block = vol.scale.compressed_segmentation_block_size
+    batches = range(0, len(positions), 256)
+    for first in tqdm(batches, desc="decoding", unit="batch", disable=not progress):
+        batch = positions[first:first + 256]
+        for i, blob in enumerate(chunks.get(batch), first):
+            if blob is None:
+                continue
+            try:
+                decode_chunk(blob, vol.scale.encoding, shapes[i], vol.dtype, block_size=block,
+                             where=chunks.where(positions[i].tolist()))
+                report.keys += 1
+            except NgShardError as e:
+                report.problems.append(str(e))
     return report
