@@ -169,3 +169,32 @@ def test_xyz_arrays_fill_a_single_channel(tmp_path):
                        encoding="compressed_segmentation", sharding="auto") as vol:
         vol[:] = labels
     np.testing.assert_array_equal(open_volume(tmp_path)[..., 0], labels)
+
+
+def test_add_scale_mean_for_images_mode_for_segmentation(tmp_path):
+    rng = np.random.default_rng(3)
+    image = rng.integers(0, 200, (21, 13, 6, 1)).astype(np.uint8)
+    with create_volume(tmp_path / "img", dtype="uint8", shape=image.shape, chunk_size=(8, 8, 4),
+                       resolution=(4, 4, 40), sharding="auto") as vol:
+        vol[:] = image
+    coarse = open_volume(tmp_path / "img").add_scale((2, 2, 1))
+    assert coarse.shape == (11, 7, 6, 1) and coarse.resolution == (8, 8, 40)
+    padded = np.pad(image, [(0, 1), (0, 1), (0, 0), (0, 0)], mode="edge").astype(float)
+    means = padded.reshape(11, 2, 7, 2, 6, 1).mean(axis=(1, 3))
+    np.testing.assert_array_equal(open_volume(tmp_path / "img", "8_8_40")[:],
+                                  np.rint(means).astype(np.uint8))
+    store = ts.open({"driver": "neuroglancer_precomputed", "scale_index": 1,
+                     "kvstore": {"driver": "file", "path": str(tmp_path / "img")}}).result()
+    np.testing.assert_array_equal(store[ts.d[:].translate_to[0]].read().result(),
+                                  open_volume(tmp_path / "img", 1)[:])
+
+    labels = np.zeros((4, 4, 2, 1), np.uint64)
+    labels[0:2, 0:2, 0, 0] = [[7, 7], [9, 9]]  # first block: 7 and 9 twice each, 0 four times
+    labels[2:4, 0:2, :, 0] = 5
+    labels[2, 0, 0, 0] = 2**63
+    with create_volume(tmp_path / "seg", dtype="uint64", shape=labels.shape,
+                       chunk_size=(4, 4, 2), encoding="compressed_segmentation") as vol:
+        vol[:] = labels
+    mode = open_volume(tmp_path / "seg").add_scale((2, 2, 2))[:]
+    assert mode.shape == (2, 2, 1, 1)
+    assert mode[0, 0, 0, 0] == 0 and mode[1, 0, 0, 0] == 5 and mode[1, 1, 0, 0] == 0

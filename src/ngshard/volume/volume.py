@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from ..errors import NgShardError, SpecError
 from ..kv import ShardedKV
@@ -22,6 +23,7 @@ from ..spec import ShardingSpec
 from ..storage import Storage, open_storage
 from ..threads import pmap
 from .chunks import ChunkStore, FileChunks, ShardedChunks
+from .downsample import downsample_mean, downsample_mode
 from .encodings import decode_chunk, encode_chunk
 from .grid import ChunkGrid
 from .info import Scale, VolumeInfo
@@ -207,6 +209,41 @@ class Volume:
             return encode_chunk(array, self.scale.encoding, block_size=block)
 
         self.chunks.put(positions, pmap(chunk, range(len(positions)), min_items=4))
+
+    def add_scale(self, factor: Sequence[int] = (2, 2, 2), *, progress: bool = False
+                  ) -> Volume:
+        """Make (or remake) the scale ``factor`` times coarser than this one and fill it from
+        this one: the mean for images, the most frequent label for segmentations. Works one
+        new chunk at a time, so memory follows the chunk size, not the volume. Returns the new
+        scale, committed."""
+        factor = tuple(int(f) for f in factor)
+        if len(factor) != 3 or min(factor) < 1:
+            raise SpecError(f"factor must be 3 positive integers, got {factor!r}")
+        s = self.scale
+        size = tuple(-(-n // f) for n, f in zip(s.size, factor))
+        resolution = tuple(r * f for r, f in zip(s.resolution, factor))
+        chunk_bytes = int(np.prod(s.chunk_size)) * self.info.num_channels * self.dtype.itemsize
+        sharding = None if s.sharding is None else auto_sharding(
+            size, s.chunk_size, chunk_bytes, encoding=s.encoding)
+        scale = Scale(key="_".join(f"{r:g}" for r in resolution), size=size,
+                      chunk_size=s.chunk_size, resolution=resolution,
+                      voxel_offset=tuple(o // f for o, f in zip(s.voxel_offset, factor)),
+                      encoding=s.encoding, sharding=sharding,
+                      compressed_segmentation_block_size=s.compressed_segmentation_block_size)
+        info = self.info.with_scale(scale)
+        self.storage.write("info", [json.dumps(info.to_json(), indent=1).encode()])
+        self.info = info
+        coarse = Volume(self.storage, info, scale.key, "r+")
+        reduce = downsample_mode if info.type == "segmentation" else downsample_mean
+        grid = coarse.grid
+        starts, stops = grid.bounds(grid.positions_in((0, 0, 0), size))
+        channels = self.info.num_channels
+        for lo, hi in tqdm(zip(starts, stops), total=len(starts), desc=f"scale {scale.key}",
+                           unit="chunk", disable=not progress):
+            fine = self.read_box(lo * factor, np.minimum(hi * factor, s.size))
+            coarse._write_box(np.r_[lo, 0], np.r_[hi, channels], reduce(fine, factor))
+        coarse.commit(progress=progress)
+        return coarse
 
     def commit(self, *, progress: bool = False) -> None:
         """Write the staged chunks (shard by shard for a sharded scale)."""
