@@ -324,3 +324,26 @@ def test_fuzz_decode_minishard_index(data, encoding, file_size, index_end):
     assert len(keys) == len(starts) == len(sizes)
     assert keys == sorted(set(keys))
     assert all(start + size <= file_size for start, size in zip(starts, sizes))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300), st.integers(0, 400), st.integers(0, 255), st.booleans())
+def test_gzip_decoding_agrees_with_zlib_on_damaged_streams(payload, at, byte, cut):
+    """The fast libdeflate path returns exactly what zlib would, or the error zlib gives."""
+    packed = bytearray(gzip_compress(payload))
+    if cut:
+        del packed[at % (len(packed) + 1):]
+    elif packed:
+        packed[at % len(packed)] = byte
+    try:
+        expected = zlib.decompress(bytes(packed), 31)
+        tail_ok = zlib.decompressobj(31)
+        tail_ok.decompress(bytes(packed))
+        expected = expected if tail_ok.eof and not tail_ok.unused_data else None
+    except zlib.error:
+        expected = None
+    if expected is None:
+        with pytest.raises(CorruptDataError):
+            gzip_decompress(bytes(packed), WHERE)
+    else:
+        assert gzip_decompress(bytes(packed), WHERE) == expected

@@ -8,10 +8,12 @@ the reader nor make it allocate more than the bytes it actually read.
 
 from __future__ import annotations
 
+import struct
 import zlib
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+import deflate
 import numpy as np
 
 from .errors import CorruptDataError
@@ -21,16 +23,29 @@ _ZERO = np.uint64(0)
 
 
 def gzip_compress(data: bytes, level: int = 6) -> bytes:
-    """One gzip stream holding ``data``."""
-    c = zlib.compressobj(level, zlib.DEFLATED, 31)
-    return c.compress(data) + c.flush()
+    """One gzip stream holding ``data`` (libdeflate: about twice zlib's speed)."""
+    return deflate.gzip_compress(data, level)
 
 
 def gzip_decompress(data: bytes, where: str = "") -> bytes:
     """Decode one or more concatenated gzip streams; CorruptDataError if it is not gzip.
 
-    Deflate expands at most about 1032:1, so the output is bounded by the input read.
+    libdeflate takes the common single-stream case at several times zlib's speed; it sizes
+    its output from the stream's trailer, so that claim is checked first (deflate expands at
+    most about 1032:1). Anything else goes through zlib, which streams and is bounded by the
+    bytes actually read.
     """
+    if len(data) >= 18 and data[:2] == b"\x1f\x8b" and \
+            0 < int.from_bytes(data[-4:], "little") <= 1032 * len(data):
+        try:
+            out = deflate.gzip_decompress(bytes(data))
+        except deflate.DeflateError:
+            out = None  # several streams, or damage: zlib tells which
+        # libdeflate stops at the end of the first stream: only if the file's own trailer
+        # (CRC and length) describes this output was there nothing after it
+        if out is not None and data[-8:] == struct.pack("<II", zlib.crc32(out),
+                                                        len(out) & 0xFFFFFFFF):
+            return out
     out = []
     rest = memoryview(data)
     while True:
