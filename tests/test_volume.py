@@ -198,3 +198,15 @@ def test_add_scale_mean_for_images_mode_for_segmentation(tmp_path):
     mode = open_volume(tmp_path / "seg").add_scale((2, 2, 2))[:]
     assert mode.shape == (2, 2, 1, 1)
     assert mode[0, 0, 0, 0] == 0 and mode[1, 0, 0, 0] == 5 and mode[1, 1, 0, 0] == 0
+
+
+def test_read_chunks_in_one_batch(tmp_path):
+    data = sample("uint16", 2)
+    with create_volume(tmp_path, dtype="uint16", shape=(*SIZE, 2), chunk_size=CHUNK,
+                       sharding="auto") as vol:
+        vol[:20] = data[:20]
+    vol = open_volume(tmp_path)
+    got = vol.read_chunks([[0, 0, 0], [4, 2, 2], [1, 1, 1]])  # the middle one is absent
+    np.testing.assert_array_equal(got[0], data[:8, :8, :4])
+    assert got[1].shape == (5, 5, 3, 2) and not got[1].any()  # clipped edge chunk
+    np.testing.assert_array_equal(got[2], data[8:16, 8:16, 4:8])
