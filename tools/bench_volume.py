@@ -66,8 +66,10 @@ def cloudvolume_fns(work: str, dtype: str, encoding: str, spec, data: np.ndarray
 
 def bench_case(work: str, dtype: str, encoding: str, data: np.ndarray, n: int, c: int,
                picks: np.ndarray, repeat: int) -> None:
-    spec = auto_sharding((n, n, n), (c, c, c), c**3 * data.itemsize, n**3 * data.itemsize,
-                         encoding)
+    # one shard, chunk data stored as it is (the setting of the figures)
+    spec = ngshard.ShardingSpec.from_json(dict(
+        auto_sharding((n, n, n), (c, c, c), c**3 * data.itemsize, n**3 * data.itemsize,
+                      encoding).to_json(), data_encoding="raw"))
     scale = {"size": [n] * 3, "chunk_size": [c] * 3, "resolution": [1, 1, 1],
              "encoding": encoding, "sharding": spec.to_json()}
     if encoding == "compressed_segmentation":

@@ -77,8 +77,10 @@ class Scale:
                 raise SpecError(f"{where}: compressed_segmentation needs data_type uint32 or "
                                 f"uint64, not {data_type}")
             block = _vector(doc, "compressed_segmentation_block_size", where)
-        if encoding in ("jpeg", "png") and data_type != "uint8":
-            raise SpecError(f"{where}: {encoding} needs data_type uint8, not {data_type}")
+        image_types = {"jpeg": ("uint8",), "png": ("uint8", "uint16")}.get(encoding)
+        if image_types and data_type not in image_types:
+            raise SpecError(f"{where}: {encoding} needs data_type {' or '.join(image_types)}, "
+                            f"not {data_type}")
         return cls(
             key=key,
             size=_vector(doc, "size", where),
