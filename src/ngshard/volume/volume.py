@@ -166,7 +166,12 @@ class Volume:
             raise IndexError("assignment takes steps of 1 only")
         value = np.asarray(value)
         self._check_value(value)
-        target = np.zeros(tuple(stop - start), self.dtype)
+        box = tuple(int(n) for n in stop - start)
+        if value.shape == box and value.dtype == self.dtype and \
+                all(isinstance(p, slice) for p in post):  # the box itself: no copy
+            self._write_box(start, stop, value)
+            return
+        target = np.zeros(box, self.dtype)
         selected = target[post]
         if value.ndim == selected.ndim - 1 and isinstance(post[3], slice) and \
                 selected.shape[-1] == 1:  # an (x, y, z) array for a single channel
@@ -208,6 +213,10 @@ class Volume:
 
         def chunk(i: int) -> bytes:
             a, b = c_starts[i], c_stops[i]
+            if whole[i]:  # encode straight from the data
+                return encode_chunk(data[tuple(slice(x, y) for x, y in zip(a - start[:3],
+                                                                         b - start[:3]))],
+                                    self.scale.encoding, block_size=block)
             array = old.get(i)
             if array is None:
                 array = np.zeros((*(b - a), self.info.num_channels), self.dtype, order="F")
