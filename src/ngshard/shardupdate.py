@@ -113,9 +113,7 @@ def shard_from_file(spec: ShardingSpec, keys: np.ndarray, sizes: np.ndarray,
                                  spec.num_minishards, spec.minishard_index_encoding,
                                  offsets[order] - np.uint64(header), data_size)
     garbage = data_size - int(sizes.sum())
-    if garbage:
-        parts.append(TRAILER_MAGIC + (garbage + TRAILER_SIZE).to_bytes(8, "little"))
-    return parts
+    return parts + [trailer(garbage + TRAILER_SIZE)] if garbage else parts
 
 
 class Append(NamedTuple):
@@ -125,14 +123,18 @@ class Append(NamedTuple):
     tail: list[Buffer]
     index: bytes
     empty: bool  # no key is left: delete the file instead
-    garbage: int  # bytes of the new file that no index references
 
 
 # Appends end with a trailer recording the file's unreferenced bytes, so deciding when to
 # compact needs no pass over every minishard index. Readers ignore it (the format allows
-# unused bytes); a file without one (every other writer, and our rewrites) has no garbage.
+# unused bytes); a file without one (every other writer, our compactions) has no garbage.
 TRAILER_MAGIC = b"ngsh-gc1"
 TRAILER_SIZE = 16
+
+
+def trailer(garbage: int) -> bytes:
+    """The trailer recording ``garbage`` unreferenced bytes (its own 16 included)."""
+    return TRAILER_MAGIC + garbage.to_bytes(8, "little")
 
 
 def trailer_garbage(tail: bytes, file_size: int) -> int:
@@ -177,10 +179,9 @@ def append_update(spec: ShardingSpec, file_size: int, garbage: int, ranges: np.n
     new_ranges[empty_now] = spec.shard_index_size
     garbage += (int(old.sizes[changed].sum()) + TRAILER_SIZE
                 + int((ranges[touched_ms, 1] - ranges[touched_ms, 0]).sum()))
-    trailer = TRAILER_MAGIC + garbage.to_bytes(8, "little")
-    return Append(file_size, [*new_values, *parts, trailer],
+    return Append(file_size, [*new_values, *parts, trailer(garbage)],
                   codec.encode_shard_index(new_ranges, spec.num_minishards),
-                  bool(empty_now.all()), garbage)
+                  bool(empty_now.all()))
 
 
 def live_bytes(spec: ShardingSpec, ranges: np.ndarray,
