@@ -210,3 +210,13 @@ def test_read_chunks_in_one_batch(tmp_path):
     np.testing.assert_array_equal(got[0], data[:8, :8, :4])
     assert got[1].shape == (5, 5, 3, 2) and not got[1].any()  # clipped edge chunk
     np.testing.assert_array_equal(got[2], data[8:16, 8:16, 4:8])
+
+
+def test_reads_of_many_chunks_go_in_batches(tmp_path, capsys):
+    data = sample("uint8", 1)[:20, :20, :10]
+    with create_volume(tmp_path, dtype="uint8", shape=data.shape, chunk_size=(2, 2, 2),
+                       sharding="auto") as vol:
+        vol[:] = data  # 500 chunks: more than one read batch
+    vol = open_volume(tmp_path, progress=True)
+    np.testing.assert_array_equal(vol[:], data)
+    assert "reading chunks" in capsys.readouterr().err

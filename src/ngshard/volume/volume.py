@@ -29,6 +29,7 @@ from .grid import ChunkGrid
 from .info import Scale, VolumeInfo
 
 DEFAULT_SHARD_BYTES = 2 << 30
+_READ_BATCH = 256  # chunks fetched and decoded together
 
 
 def _normalize(index: Any, shape: Sequence[int]) -> tuple[np.ndarray, np.ndarray, tuple]:
@@ -72,8 +73,9 @@ class Volume:
     :func:`create_volume`."""
 
     def __init__(self, storage: Storage, info: VolumeInfo, scale: int | str = 0,
-                 mode: str = "r") -> None:
+                 mode: str = "r", *, progress: bool = False) -> None:
         self.storage, self.info, self.mode = storage, info, mode
+        self.progress = progress  # progress bars on reads and commits of many chunks
         self.scale: Scale = info.scale(scale)
         self.grid = ChunkGrid(self.scale.size, self.scale.chunk_size, self.scale.voxel_offset)
         self.dtype = np.dtype(info.data_type)
@@ -141,14 +143,19 @@ class Volume:
         if (stop <= start).any():
             return out
         positions = self.grid.positions_in(start, stop)
-        arrays = self._decode(positions, self.chunks.get(positions))
         c_starts, c_stops = self.grid.bounds(positions)
-        for array, a, b in zip(arrays, c_starts, c_stops):
-            if array is None:
-                continue
-            lo, hi = np.maximum(a, start), np.minimum(b, stop)
-            out[tuple(slice(x, y) for x, y in zip(lo - start, hi - start))] = \
-                array[tuple(slice(x, y) for x, y in zip(lo - a, hi - a))]
+        # Batches bound the encoded bytes held at once and give the progress bar its steps.
+        batches = range(0, len(positions), _READ_BATCH)
+        for first in tqdm(batches, desc="reading chunks", unit="batch",
+                          disable=not self.progress or len(batches) < 2):
+            part = slice(first, first + _READ_BATCH)
+            arrays = self._decode(positions[part], self.chunks.get(positions[part]))
+            for array, a, b in zip(arrays, c_starts[part], c_stops[part]):
+                if array is None:
+                    continue
+                lo, hi = np.maximum(a, start), np.minimum(b, stop)
+                out[tuple(slice(x, y) for x, y in zip(lo - start, hi - start))] = \
+                    array[tuple(slice(x, y) for x, y in zip(lo - a, hi - a))]
         return out
 
     def __getitem__(self, index: Any) -> np.ndarray:
@@ -264,9 +271,9 @@ class Volume:
         coarse.commit(progress=progress)
         return coarse
 
-    def commit(self, *, progress: bool = False) -> None:
+    def commit(self, *, progress: bool | None = None) -> None:
         """Write the staged chunks (shard by shard for a sharded scale)."""
-        self.chunks.commit(progress=progress)
+        self.chunks.commit(progress=self.progress if progress is None else progress)
 
     def __enter__(self) -> Volume:
         return self
@@ -283,8 +290,10 @@ def _read_info(storage: Storage) -> VolumeInfo:
     return VolumeInfo.from_json(raw, storage.path("info"))
 
 
-def open_volume(url: str | os.PathLike, scale: int | str = 0, mode: str = "r") -> Volume:
-    """Open one scale (index or key) of the precomputed volume at ``url``.
+def open_volume(url: str | os.PathLike, scale: int | str = 0, mode: str = "r", *,
+                progress: bool = False) -> Volume:
+    """Open one scale (index or key) of the precomputed volume at ``url``; ``progress`` shows
+    progress bars on reads and commits of many chunks.
 
     >>> vol = open_volume("gs://bucket/em")            # doctest: +SKIP
     >>> vol[0:512, 0:512, 100, 0].shape                # doctest: +SKIP
@@ -293,7 +302,7 @@ def open_volume(url: str | os.PathLike, scale: int | str = 0, mode: str = "r") -
     if mode not in ("r", "r+"):
         raise SpecError(f"mode must be 'r' or 'r+', got {mode!r}")
     storage = open_storage(os.fspath(url))
-    return Volume(storage, _read_info(storage), scale, mode)
+    return Volume(storage, _read_info(storage), scale, mode, progress=progress)
 
 
 def auto_sharding(size: Sequence[int], chunk_size: Sequence[int], chunk_bytes: int,
