@@ -341,13 +341,10 @@ class ShardedKV(MutableMapping):
         keys = np.unique(as_key_array(keys))
         out: dict[int, bytes] = {}
         if self._staging:
-            staged, lengths = self._staging.status()
-            hit = codec.member(keys, staged)
-            for k in keys[hit].tolist():
-                value = self._staging.lookup(k)[1]
-                if value is not None:
-                    out[k] = value
-            keys = keys[~hit]
+            staged = self._staging.lookup_many(keys)
+            out.update((k, v) for k, v in staged.items() if v is not None)
+            keys = keys[~codec.member(keys, np.sort(np.fromiter(staged, np.uint64,
+                                                                 len(staged))))]
         if self.mode != "w":
             out.update(self._retrying(self._get_many, keys))
         return out

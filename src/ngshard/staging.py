@@ -34,12 +34,17 @@ def _lengths(values: Sequence) -> np.ndarray:
                        count=len(values))
 
 
-def last_wins(keys: np.ndarray) -> np.ndarray:
-    """Positions of the last occurrence of each distinct key, in key order."""
-    order = np.argsort(keys, kind="stable")
+def _last_of_runs(order: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """From a stable sort ``order`` in which equal keys are adjacent, the last (newest)
+    position of each key."""
     last = np.ones(len(order), bool)
     last[:-1] = keys[order][1:] != keys[order][:-1]
     return order[last]
+
+
+def last_wins(keys: np.ndarray) -> np.ndarray:
+    """Positions of the last occurrence of each distinct key, in key order."""
+    return _last_of_runs(np.argsort(keys, kind="stable"), keys)
 
 
 @dataclass
@@ -159,10 +164,30 @@ class Staging:
             hits = np.flatnonzero(keys == k)
             if len(hits):
                 return True, values[hits[-1]]
-        spilled = self._spilled_changes(self.spec.locate_one(key)[0], np.array([key], np.uint64))
-        if spilled is None or not len(spilled.keys):
-            return False, None
-        return True, spilled.values[0]
+        found = self._spilled_lookup(np.array([key], np.uint64))
+        return (True, found[key]) if key in found else (False, None)
+
+    def lookup_many(self, keys: np.ndarray) -> dict[int, bytes | None]:
+        """The staged keys among sorted unique ``keys``: {key: value, None for a deletion}."""
+        mem_keys, _, mem_values = self._memory()
+        pick = last_wins(mem_keys)
+        in_memory = member(keys, mem_keys[pick])
+        pos = np.searchsorted(mem_keys[pick], keys[in_memory])
+        found = dict(zip(keys[in_memory].tolist(),
+                         map(mem_values.__getitem__, pick[pos].tolist())))
+        found.update(self._spilled_lookup(keys[~in_memory]))
+        return found
+
+    def _spilled_lookup(self, keys: np.ndarray) -> dict[int, bytes | None]:
+        """Spilled changes of ``keys`` (reading only their values), one pass per shard."""
+        if not self._spilled or not len(keys):
+            return {}
+        nums = self.spec.locate(keys)[0].astype(np.int64)
+        found: dict[int, bytes | None] = {}
+        for shard in np.intersect1d(nums, list(self._spilled)).tolist():
+            changes = self._spilled_changes(shard, keys[nums == shard])
+            found.update(zip(changes.keys.tolist(), changes.values))
+        return found
 
     def iter_changes(self) -> Iterator[ShardChanges]:
         """The net changes of every shard with staged changes, in shard order; each shard's
@@ -171,10 +196,7 @@ class Staging:
         nums = self.spec.locate(mem_keys)[0].astype(np.int64) if len(mem_keys) \
             else np.zeros(0, np.int64)
         # by shard, then key; lexsort is stable, so the last of equal keys is the newest
-        order = np.lexsort((mem_keys, nums))
-        last = np.ones(len(order), bool)
-        last[:-1] = mem_keys[order][1:] != mem_keys[order][:-1]
-        pick = order[last]
+        pick = _last_of_runs(np.lexsort((mem_keys, nums)), mem_keys)
         nums_sorted = nums[pick]
         shards = np.union1d(np.unique(nums), np.array(sorted(self._spilled), np.int64))
         starts = np.searchsorted(nums_sorted, shards, side="left").tolist()
