@@ -166,15 +166,18 @@ class ShardedKV(MutableMapping):
         if info is not None:
             return info, None
         stem = name[:-len(".shard")]
-        index, data = self.storage.stat(f"{stem}.index"), self.storage.stat(f"{stem}.data")
-        return (index, data) if index is not None and data is not None else None
+        index = self.storage.stat(f"{stem}.index")
+        data = None if index is None else self.storage.stat(f"{stem}.data")
+        return (index, data) if data is not None else None
 
     def _shards(self, names: list[str]) -> dict[str, _Shard | None]:
         """The current state of each named shard (None: no such file), indices read as needed."""
         out: dict[str, _Shard | None] = {}
         todo = []
-        for name in names:
-            infos = self._stat(name)
+        # remote stats are requests: issue them together
+        stats = map(self._stat, names) if self.storage.reads_report_generation else \
+            pmap(self._stat, names, min_items=4)
+        for name, infos in zip(names, stats):
             cached = self._cache.get(name)
             generation = infos and (infos[0].generation if infos[1] is None
                                     else (infos[0].generation, infos[1].generation))
@@ -329,11 +332,12 @@ class ShardedKV(MutableMapping):
         encoding = self.spec.data_encoding
         for (name, rows), chunks in zip(found.items(), reads):
             where = self.storage.path(name)
-            if encoding == "raw":
-                out.update(zip(rows[:, 0].tolist(), chunks))
-            else:
-                for key, start, chunk in zip(rows[:, 0].tolist(), rows[:, 1].tolist(), chunks):
-                    out[key] = codec.decode(chunk, encoding, f"{where} (chunk {key} at {start})")
+            keys = rows[:, 0].tolist()
+            if encoding != "raw":  # decompression releases the GIL: spread it over threads
+                chunks = pmap(lambda job, where=where: codec.decode(
+                    job[2], encoding, f"{where} (chunk {job[0]} at {job[1]})"),
+                    zip(keys, rows[:, 1].tolist(), chunks))
+            out.update(zip(keys, chunks))
         return out
 
     def get_many(self, keys: Iterable[int] | np.ndarray) -> dict[int, bytes]:
