@@ -100,7 +100,7 @@ def test_absent_chunks_read_as_zero_and_updates_merge(tmp_path):
     np.testing.assert_array_equal(open_volume(tmp_path)[:], expect)
 
 
-def test_auto_sharding_makes_box_shards(tmp_path):
+def test_auto_sharding_bits():
     spec = ngshard.volume.auto_sharding((1024, 1024, 512), (64, 64, 64), 64**3, 64 * 64**3)
     assert spec.hash == "identity"
     assert spec.preshift_bits + spec.minishard_bits + spec.shard_bits == 4 + 4 + 3

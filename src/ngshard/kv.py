@@ -615,8 +615,8 @@ class ShardedKV(MutableMapping):
 
         # Spilled changes are larger than memory: write them one shard at a time, unless each
         # shard is made from its spill file without reading it (new raw shards).
-        in_memory = staging.spilled and (self.mode != "w" or self.spec.data_encoding != "raw")
-        in_flight = 1 if in_memory else 2 * WORKERS
+        loads_spills = staging.spilled and (self.mode != "w" or self.spec.data_encoding != "raw")
+        in_flight = 1 if loads_spills else 2 * WORKERS
         if staging.spilled:
             staging.spill()
         for _ in tqdm(bounded_map(lambda job: self._apply(*job), jobs(), in_flight),
