@@ -131,6 +131,11 @@ def test_several_scales_by_index_and_key(tmp_path):
     (lambda i: i["scales"][0].update(chunk_sizes=[[8, 8, 4], [4, 4, 4]],
                                      sharding=IDENTITY), "exactly one chunk size"),
     (lambda i: i.update(scales=[]), "scales"),
+    (lambda i: i["scales"][0].update(encoding="compressed_segmentation",
+                                     compressed_segmentation_block_size=[8, 8, 8]),
+     r"scales\[0\]: encoding 'compressed_segmentation' does not support data type uint8"),
+    (lambda i: i.update(num_channels=2) or i["scales"][0].update(encoding="jpeg"),
+     r"scales\[0\]: .*jpeg.* 2 channels"),
 ])
 def test_bad_info_names_the_member(tmp_path, change, message):
     create_volume(tmp_path, dtype="uint8", shape=SIZE, chunk_size=CHUNK)

@@ -12,6 +12,8 @@ from typing import Any
 
 from ..errors import SpecError
 from ..spec import ShardingSpec
+from .encodings import ENCODINGS as SUPPORTED
+from .encodings import check_encoding
 
 DATA_TYPES = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "float32")
 LAYER_TYPES = ("image", "segmentation")
@@ -53,7 +55,7 @@ class Scale:
     extra: dict = field(default_factory=dict, compare=False)
 
     @classmethod
-    def from_json(cls, doc: Any, where: str, data_type: str) -> Scale:
+    def from_json(cls, doc: Any, where: str, data_type: str, num_channels: int = 1) -> Scale:
         if not isinstance(doc, dict):
             raise SpecError(f"{where}: must be a JSON object")
         key = doc.get("key")
@@ -71,16 +73,14 @@ class Scale:
         if encoding not in ENCODINGS:
             raise SpecError(f"{where}: encoding must be one of {', '.join(ENCODINGS)}, "
                             f"got {encoding!r}")
+        if encoding in SUPPORTED:  # the others are valid, but ngshard cannot decode them
+            try:
+                check_encoding(encoding, data_type, num_channels)
+            except SpecError as e:
+                raise SpecError(f"{where}: {e}") from None
         block = None
         if encoding == "compressed_segmentation":
-            if data_type not in ("uint32", "uint64"):
-                raise SpecError(f"{where}: compressed_segmentation needs data_type uint32 or "
-                                f"uint64, not {data_type}")
             block = _vector(doc, "compressed_segmentation_block_size", where)
-        image_types = {"jpeg": ("uint8",), "png": ("uint8", "uint16")}.get(encoding)
-        if image_types and data_type not in image_types:
-            raise SpecError(f"{where}: {encoding} needs data_type {' or '.join(image_types)}, "
-                            f"not {data_type}")
         return cls(
             key=key,
             size=_vector(doc, "size", where),
@@ -140,7 +140,7 @@ class VolumeInfo:
         scales = doc.get("scales")
         if not isinstance(scales, list) or not scales:
             raise SpecError(f"{where}: scales must be a non-empty list")
-        parsed = tuple(Scale.from_json(s, f"{where}: scales[{i}]", data_type)
+        parsed = tuple(Scale.from_json(s, f"{where}: scales[{i}]", data_type, channels)
                        for i, s in enumerate(scales))
         keys = [s.key for s in parsed]
         if len(set(keys)) != len(keys):
