@@ -84,7 +84,7 @@ def rewrite_shard(spec: ShardingSpec, old: Buffer | None, keys: np.ndarray,
     joins = np.zeros(len(kept.keys), bool)
     joins[1:] = kept.starts[1:] == ends[:-1]
     run_first = np.flatnonzero(~joins)
-    run_last = np.append(run_first[1:], len(joins)).astype(np.intp)[:len(run_first)] - 1
+    run_last = np.append(run_first[1:], len(joins)) - 1 if len(run_first) else run_first
     data = [old[s:e] for s, e in zip(kept.starts[run_first].tolist(),
                                      ends[run_last].tolist())] + new_values
     sizes = np.concatenate([kept.sizes, new_sizes])
