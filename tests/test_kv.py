@@ -210,6 +210,30 @@ def test_coalesce_merges_near_ranges_only():
     assert merged.tolist() == [[0, 300], [10_000, 10_010]]
 
 
+def test_large_local_reads_in_pieces_match_the_file(tmp_path):
+    """Reads past 8 MiB go in pieces on threads into one buffer: every byte where it belongs,
+    near ranges merged, a range past the end comes back short."""
+    blob = np.random.default_rng(1).integers(0, 256, 21 << 20, np.uint8).tobytes()
+    (tmp_path / "big").write_bytes(blob)
+    store = storage.open_storage(tmp_path)
+    ranges = np.array([[5, 9 << 20], [(9 << 20) + 100, 13 << 20], [(20 << 20) + 3, 22 << 20],
+                       [17, 4 << 20]])
+    gen, chunks = store.read_ranges([("big", ranges)])[0]
+    assert gen == store.stat("big").generation
+    assert [bytes(c) for c in chunks] == [blob[a:b] for a, b in ranges.tolist()]
+    assert len(chunks[2]) == len(blob) - ((20 << 20) + 3)
+
+
+def test_get_many_copies_unless_asked_not_to(tmp_path):
+    spec = ngshard.ShardingSpec(minishard_bits=0)
+    ngshard.write_kv(tmp_path, spec, {k: bytes([k]) * 1000 for k in range(20)})
+    kv = ngshard.open_kv(tmp_path, spec)
+    assert all(type(v) is bytes for v in kv.get_many(range(20)).values())
+    views = kv.get_many(range(20), copy=False)
+    assert {k: bytes(v) for k, v in views.items()} == {k: bytes([k]) * 1000 for k in range(20)}
+    assert any(isinstance(v, memoryview) for v in views.values())
+
+
 def test_atomic_write_leaves_no_temp_files(tmp_path):
     store = storage.open_storage(tmp_path)
     store.write("a.shard", [b"x" * 10, b"y"])

@@ -225,3 +225,26 @@ def test_reads_of_many_chunks_go_in_batches(tmp_path, capsys):
     vol = open_volume(tmp_path, progress=True)
     np.testing.assert_array_equal(vol[:], data)
     assert "reading chunks" in capsys.readouterr().err
+
+
+def test_large_raw_volume_both_ways(tmp_path):
+    """Reads big enough to go in threaded pieces into a shared buffer, and whole-chunk writes
+    cut from a C-ordered array, agree with tensorstore."""
+    spec = dict(IDENTITY, preshift_bits=3, minishard_bits=6, shard_bits=0, data_encoding="raw")
+    data = np.random.default_rng(2).integers(0, 256, (320, 256, 128, 1), dtype=np.uint8)
+    scale = {"size": [320, 256, 128], "chunk_size": [32, 32, 32], "resolution": [1, 1, 1],
+             "encoding": "raw", "sharding": spec}
+    store = ts.open({"driver": "neuroglancer_precomputed", "create": True,
+                     "kvstore": {"driver": "file", "path": str(tmp_path / "ts")},
+                     "scale_metadata": scale, "multiscale_metadata": {
+                         "data_type": "uint8", "num_channels": 1, "type": "image"}}).result()
+    store.write(data).result()
+    theirs = open_volume(tmp_path / "ts")
+    np.testing.assert_array_equal(theirs[:], data)
+    np.testing.assert_array_equal(theirs[5:300, 40:, 17], data[5:300, 40:, 17])
+    with create_volume(tmp_path / "ng", dtype="uint8", shape=data.shape, chunk_size=(32,) * 3,
+                       sharding=spec) as vol:
+        vol[:] = data
+    ours = ts.open({"driver": "neuroglancer_precomputed",
+                    "kvstore": {"driver": "file", "path": str(tmp_path / "ng")}}).result()
+    np.testing.assert_array_equal(ours.read().result(), data)

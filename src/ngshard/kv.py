@@ -325,10 +325,10 @@ class ShardedKV(MutableMapping):
                 [keys[g][hit], table.starts[p], table.starts[p] + table.sizes[p]], axis=1)
         return found, {s.name: s for s, _ in present}
 
-    def _get_many(self, keys: np.ndarray) -> dict[int, bytes]:
+    def _get_many(self, keys: np.ndarray) -> dict[int, bytes | memoryview]:
         found, shards = self._lookup(keys)
         reads = self._read_through([(shards[name], rows[:, 1:]) for name, rows in found.items()])
-        out: dict[int, bytes] = {}
+        out: dict[int, bytes | memoryview] = {}
         encoding = self.spec.data_encoding
         for (name, rows), chunks in zip(found.items(), reads):
             where = self.storage.path(name)
@@ -340,10 +340,14 @@ class ShardedKV(MutableMapping):
             out.update(zip(keys, chunks))
         return out
 
-    def get_many(self, keys: Iterable[int] | np.ndarray) -> dict[int, bytes]:
-        """Values of many keys at once, as {key: value}; absent keys are left out."""
+    def get_many(self, keys: Iterable[int] | np.ndarray, *, copy: bool = True
+                 ) -> dict[int, bytes | memoryview]:
+        """Values of many keys at once, as {key: value}; absent keys are left out.
+
+        ``copy=False`` may return read-only memoryviews into the batch's read buffers instead
+        of bytes, saving a copy of every value (they keep those buffers alive)."""
         keys = np.unique(as_key_array(keys))
-        out: dict[int, bytes] = {}
+        out: dict[int, bytes | memoryview] = {}
         if self._staging:
             staged = self._staging.lookup_many(keys)
             out.update((k, v) for k, v in staged.items() if v is not None)
@@ -351,6 +355,8 @@ class ShardedKV(MutableMapping):
                                                                  len(staged))))]
         if self.mode != "w":
             out.update(self._retrying(self._get_many, keys))
+        if copy:
+            out = {k: v if type(v) is bytes else bytes(v) for k, v in out.items()}
         return out
 
     def _find_one(self, key: int) -> tuple[_Shard, int, int] | None:

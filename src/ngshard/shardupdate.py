@@ -137,8 +137,9 @@ def trailer(garbage: int) -> bytes:
     return TRAILER_MAGIC + garbage.to_bytes(8, "little")
 
 
-def trailer_garbage(tail: bytes, file_size: int) -> int:
+def trailer_garbage(tail: bytes | memoryview, file_size: int) -> int:
     """Unreferenced bytes recorded by the trailer in a file's last 16 bytes, 0 if none."""
+    tail = bytes(tail)
     if len(tail) != TRAILER_SIZE or not tail.startswith(TRAILER_MAGIC):
         return 0
     garbage = int.from_bytes(tail[8:], "little")

@@ -20,8 +20,8 @@ class ChunkStore:
 
     grid: ChunkGrid
 
-    def get(self, positions: np.ndarray) -> list[bytes | None]:
-        """The encoded chunk at each (n, 3) position, None where absent."""
+    def get(self, positions: np.ndarray) -> list[bytes | memoryview | None]:
+        """The encoded chunk at each (n, 3) position (bytes-like), None where absent."""
         raise NotImplementedError
 
     def put(self, positions: np.ndarray, chunks: Sequence[bytes]) -> None:
@@ -42,9 +42,9 @@ class ShardedChunks(ChunkStore):
     def __init__(self, kv: ShardedKV, grid: ChunkGrid) -> None:
         self.kv, self.grid = kv, grid
 
-    def get(self, positions: np.ndarray) -> list[bytes | None]:
+    def get(self, positions: np.ndarray) -> list[bytes | memoryview | None]:
         keys = self.grid.morton(positions)
-        found = self.kv.get_many(keys)
+        found = self.kv.get_many(keys, copy=False)
         return [found.get(k) for k in keys.tolist()]
 
     def put(self, positions: np.ndarray, chunks: Sequence[bytes]) -> None:

@@ -89,7 +89,12 @@ def encode_chunk(array: np.ndarray, encoding: str, *, block_size: Sequence[int] 
         raise SpecError(f"chunk arrays are (x, y, z, channels), not {array.ndim}-D")
     dt = check_encoding(encoding, array.dtype, array.shape[3])
     if encoding == "raw":
-        return np.asarray(array, dt.newbyteorder("<")).tobytes(order="F")
+        array = np.asarray(array, dt.newbyteorder("<"))
+        if not (array.flags.c_contiguous or array.flags.f_contiguous):
+            # A box cut from a larger array: gathering it first (contiguous runs) makes the
+            # transposing copy below run in cache, about 3x faster than doing both at once.
+            array = np.ascontiguousarray(array)
+        return array.tobytes(order="F")
     if encoding == "compressed_segmentation":
         return _encode_cseg(array, _block_size(block_size))
     if encoding == "jpeg" and not (isinstance(quality, (int, np.integer)) and 0 <= quality <= 100):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -113,7 +113,11 @@ class Volume:
 
     # --- reading -------------------------------------------------------------------------
 
-    def _decode(self, positions: np.ndarray, blobs: list[bytes | None]) -> list[np.ndarray | None]:
+    def _decode(self, positions: np.ndarray, blobs: list[bytes | memoryview | None],
+                consume: Callable[[int, np.ndarray], None] | None = None
+                ) -> list[np.ndarray | None]:
+        """Decode chunks on threads; ``consume(i, array)``, if given, also runs there (for each
+        present chunk) and its arrays are not returned."""
         starts, stops = self.grid.bounds(positions)
         shapes = [(*shape, self.info.num_channels) for shape in (stops - starts).tolist()]
         block = self.scale.compressed_segmentation_block_size
@@ -121,8 +125,12 @@ class Volume:
         def one(i: int) -> np.ndarray | None:
             if blobs[i] is None:
                 return None
-            return decode_chunk(blobs[i], self.scale.encoding, shapes[i], self.dtype,
-                                block_size=block, where=self.chunks.where(positions[i].tolist()))
+            array = decode_chunk(blobs[i], self.scale.encoding, shapes[i], self.dtype,
+                                 block_size=block, where=self.chunks.where(positions[i].tolist()))
+            if consume is None:
+                return array
+            consume(i, array)
+            return None
 
         return pmap(one, range(len(blobs)), min_items=4)
 
@@ -143,19 +151,20 @@ class Volume:
         if (stop <= start).any():
             return out
         positions = self.grid.positions_in(start, stop)
-        c_starts, c_stops = self.grid.bounds(positions)
+        c_starts = self.grid.bounds(positions)[0]
+
+        def place(i: int, array: np.ndarray) -> None:  # on the decoding thread
+            a = c_starts[i]
+            lo, hi = np.maximum(a, start), np.minimum(a + array.shape[:3], stop)
+            out[tuple(slice(x, y) for x, y in zip(lo - start, hi - start))] = \
+                array[tuple(slice(x, y) for x, y in zip(lo - a, hi - a))]
+
         # Batches bound the encoded bytes held at once and give the progress bar its steps.
         batches = range(0, len(positions), _READ_BATCH)
         for first in tqdm(batches, desc="reading chunks", unit="batch",
                           disable=not self.progress or len(batches) < 2):
-            part = slice(first, first + _READ_BATCH)
-            arrays = self._decode(positions[part], self.chunks.get(positions[part]))
-            for array, a, b in zip(arrays, c_starts[part], c_stops[part]):
-                if array is None:
-                    continue
-                lo, hi = np.maximum(a, start), np.minimum(b, stop)
-                out[tuple(slice(x, y) for x, y in zip(lo - start, hi - start))] = \
-                    array[tuple(slice(x, y) for x, y in zip(lo - a, hi - a))]
+            part = positions[first:first + _READ_BATCH]
+            self._decode(part, self.chunks.get(part), lambda i, a, first=first: place(first + i, a))
         return out
 
     def __getitem__(self, index: Any) -> np.ndarray:
