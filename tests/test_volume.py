@@ -101,10 +101,19 @@ def test_absent_chunks_read_as_zero_and_updates_merge(tmp_path):
 
 
 def test_auto_sharding_bits():
-    spec = ngshard.volume.auto_sharding((1024, 1024, 512), (64, 64, 64), 64**3, 64 * 64**3)
+    auto = ngshard.volume.auto_sharding
+    spec = auto((1024, 1024, 512), (64, 64, 64), 64**3, 64 * 64**3)
     assert spec.hash == "identity"
-    assert spec.preshift_bits + spec.minishard_bits + spec.shard_bits == 4 + 4 + 3
-    assert spec.preshift_bits + spec.minishard_bits == 6  # 64 chunks per shard
+    assert (spec.preshift_bits, spec.minishard_bits, spec.shard_bits) == (3, 3, 5)  # 64 per shard
+    # at most the target: 100 chunks fit, 64 are taken
+    assert auto((1024, 1024, 512), (64, 64, 64), 64**3, 100 * 64**3).shard_bits == 5
+    # small chunks: the shard index stops at 2**11 entries (32 KiB) and minishards grow
+    spec = auto((4096,) * 3, (32,) * 3, 32**3)
+    assert (spec.preshift_bits, spec.minishard_bits, spec.shard_bits) == (5, 11, 5)
+    # a volume smaller than one shard, and one chunk larger than the target
+    assert auto((100,) * 3, (64,) * 3, 64**3).to_json()["shard_bits"] == 0
+    spec = auto((4096,) * 3, (64,) * 3, 64**3, shard_bytes=1000)
+    assert (spec.preshift_bits, spec.minishard_bits, spec.shard_bits) == (0, 0, 18)
 
 
 def test_several_scales_by_index_and_key(tmp_path):

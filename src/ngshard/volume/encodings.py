@@ -20,10 +20,10 @@ import zlib
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
-import compressed_segmentation as cseg
 import numpy as np
 
 from ..errors import CorruptDataError, SpecError
+from . import cseg
 
 __all__ = ["ENCODINGS", "IMAGE_CHANNELS", "check_encoding", "decode_chunk", "encode_chunk"]
 
@@ -75,9 +75,9 @@ def decode_chunk(data: bytes, encoding: str, shape: tuple[int, int, int, int], d
         if encoding == "raw":
             return _decode_raw(data, shape, dt)
         if encoding == "compressed_segmentation":
-            return _decode_cseg(data, shape, dt, _block_size(block_size))
+            return cseg.decode(data, shape, dt, _block_size(block_size))
         return _decode_image(data, encoding, shape, dt)
-    except (SpecError, _Corrupt) as e:
+    except (SpecError, _Corrupt, CorruptDataError) as e:
         raise CorruptDataError(f"{where}: {e}" if where else str(e)) from None
 
 
@@ -96,7 +96,7 @@ def encode_chunk(array: np.ndarray, encoding: str, *, block_size: Sequence[int] 
             array = np.ascontiguousarray(array)
         return array.tobytes(order="F")
     if encoding == "compressed_segmentation":
-        return _encode_cseg(array, _block_size(block_size))
+        return cseg.encode(array, _block_size(block_size))
     if encoding == "jpeg" and not (isinstance(quality, (int, np.integer)) and 0 <= quality <= 100):
         raise SpecError(f"jpeg quality must be an integer in 0..100, not {quality!r}")
     return _encode_image(array, encoding, dt, int(quality))
@@ -136,162 +136,6 @@ def _decode_raw(data: bytes, shape: tuple[int, ...], dt: np.dtype) -> np.ndarray
                        f"{shape} of {dt.name}")
     arr = np.frombuffer(data, dt.newbyteorder("<")).reshape(shape, order="F")
     return arr if arr.dtype == dt else arr.astype(dt)
-
-
-# --- compressed_segmentation -------------------------------------------------------------------
-# Layout (neuroglancer's spec): per channel a uint32 offset (in words, from the start) of that
-# channel's data; per channel and block (x fastest) a 2-word header: table offset (24 bits),
-# bits per value (8 bits), value offset (24 bits, as tensorstore reads it); offsets are in words
-# from the channel start, and a channel's data runs to the end of the buffer. Values are packed
-# LSB first over the whole block (x fastest), also past the volume's edge.
-
-_VALID_BITS = np.zeros(256, bool)
-_VALID_BITS[[0, 1, 2, 4, 8, 16, 32]] = True
-_MASKS = np.array([(1 << b) - 1 for b in range(33)], np.uint64)
-_SLAB = 1 << 20  # voxels per step of the numpy decoder
-
-
-def _encode_cseg(array: np.ndarray, bs: tuple[int, int, int]) -> bytes:
-    c = array.shape[3]
-    parts = []
-    for ch in range(c):
-        # one Fortran-ordered 3-D channel at a time: the package segfaults on 4-D Fortran input
-        # and ignores the strides of non-contiguous arrays
-        vol = np.asfortranarray(array[..., ch], array.dtype.newbyteorder("="))
-        try:
-            parts.append(cseg.compress(vol, block_size=bs, order="F")[4:])
-        except OverflowError as e:
-            raise SpecError(f"compressed_segmentation cannot encode this {array.dtype.name} "
-                            f"chunk with block size {bs}: {e}") from None
-    sizes = np.array([len(p) // 4 for p in parts], np.int64)
-    offsets = c + np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    if offsets[-1] + sizes[-1] >= 2**32:
-        raise SpecError("compressed_segmentation chunk too large (channel offsets over 32 bits)")
-    return offsets.astype("<u4").tobytes() + b"".join(parts)
-
-
-def _decode_cseg(data: bytes, shape: tuple[int, ...], dt: np.dtype,
-                 bs: tuple[int, int, int]) -> np.ndarray:
-    if len(data) % 4:
-        raise _Corrupt(f"compressed_segmentation chunk of {len(data)} bytes, not whole words")
-    words = np.frombuffer(data, "<u4")
-    xyz, c = shape[:3], shape[3]
-    if words.size < c:
-        raise _Corrupt(f"compressed_segmentation chunk of {len(data)} bytes cannot hold "
-                       f"{c} channel offsets")
-    offsets = words[:c].astype(np.int64)
-    if (offsets > words.size).any():
-        raise _Corrupt(f"compressed_segmentation channel offsets {offsets.tolist()} past the "
-                       f"end ({words.size} words)")
-    if min(shape) == 0:
-        return np.zeros(shape, dt, order="F")
-    chans = [_cseg_channel(data, words, int(s), xyz, bs, dt, ch) for ch, s in enumerate(offsets)]
-    if c == 1:
-        return chans[0][..., None]
-    out = np.empty(shape, dt, order="F")
-    for ch, a in enumerate(chans):
-        out[..., ch] = a
-    return out
-
-
-def _cseg_channel(data: bytes, words: np.ndarray, start: int, xyz: tuple[int, ...],
-                  bs: tuple[int, int, int], dt: np.dtype, ch: int) -> np.ndarray:
-    """Validate one channel's block headers as tensorstore does, then decode it."""
-    n = words.size - start  # the channel's words: from its offset to the end of the buffer
-    grid = [-(-v // b) for v, b in zip(xyz, bs)]
-    nblocks = grid[0] * grid[1] * grid[2]
-    if 2 * nblocks > n:
-        raise _Corrupt(f"compressed_segmentation channel {ch}: {n} words cannot hold "
-                       f"{nblocks} block headers")
-    hdr = words[start:start + 2 * nblocks].reshape(nblocks, 2)
-    table = (hdr[:, 0] & 0xFFFFFF).astype(np.int64)
-    bits = (hdr[:, 0] >> 24).astype(np.int64)
-    values = (hdr[:, 1] & 0xFFFFFF).astype(np.int64)
-    bad = ~_VALID_BITS[bits]
-    bv = bs[0] * bs[1] * bs[2]
-    need = np.array([min((bv * b + 31) // 32, n + 1) for b in range(33)], np.int64)
-    bad |= (table > n) | (values + need[np.minimum(bits, 32)] > n)
-    entry = dt.itemsize // 4
-    table_size = (n - table) // entry
-    bad |= (bits == 0) & (table_size == 0)
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise _Corrupt(f"compressed_segmentation channel {ch}: bad header of block {i} "
-                       f"(table offset {table[i]}, {bits[i]} bits, values at {values[i]}; "
-                       f"channel has {n} words)")
-    # blocks whose table may be shorter than 2**bits: their indices must be checked
-    risky = np.nonzero((bits > 0) & (table_size < (np.int64(1) << bits)))[0]
-    volume = xyz[0] * xyz[1] * xyz[2]
-    if ((bits == 32).any() or (hdr[:, 1] >> 24).any()
-            or risky.size * bv > 8 * volume + 4096):
-        # the package mis-decodes 32-bit blocks and reads all 32 bits of the value offset
-        return _cseg_numpy(words, start, xyz, bs, grid, table, bits, values, table_size, dt, ch)
-    if risky.size:
-        _check_indices(words, start, xyz, bs, grid, bits, values, table_size, risky, ch)
-    # the package decodes channel 0 of a buffer whose first word is that channel's offset
-    buf = data if start == 1 and type(data) is bytes else b"\1\0\0\0" + bytes(data[4 * start:])
-    return cseg.decompress(buf, tuple(xyz), dt, bs, order="F")
-
-
-def _unpack(words: np.ndarray, first: np.ndarray, b: int, count: int) -> np.ndarray:
-    """Indices [k, count] packed ``b`` bits each, LSB first, from word ``first[k]`` on."""
-    nw = (count * b + 31) // 32
-    w = words[first[:, None] + np.arange(nw)]
-    if b == 32:
-        return w
-    shifts = np.arange(32 // b, dtype=np.uint32) * np.uint32(b)
-    idx = (w[:, :, None] >> shifts) & np.uint32((1 << b) - 1)
-    return idx.reshape(len(first), -1)[:, :count]
-
-
-def _check_indices(words, start, xyz, bs, grid, bits, values, table_size, blocks, ch) -> None:
-    """Raise unless every index inside the volume of these blocks is within its table."""
-    bx, by, bz = bs
-    bv = bx * by * bz
-    lin = np.arange(bv)
-    lx, ly, lz = lin % bx, lin // bx % by, lin // (bx * by)
-    # extent of each block inside the volume
-    ex = np.minimum(bx, xyz[0] - blocks % grid[0] * bx)
-    ey = np.minimum(by, xyz[1] - blocks // grid[0] % grid[1] * by)
-    ez = np.minimum(bz, xyz[2] - blocks // (grid[0] * grid[1]) * bz)
-    for b in np.unique(bits[blocks]).tolist():
-        sel = bits[blocks] == b
-        blk = blocks[sel]
-        idx = _unpack(words, start + values[blk], b, bv)
-        inside = (lx < ex[sel, None]) & (ly < ey[sel, None]) & (lz < ez[sel, None])
-        over = np.where(inside, idx, 0).max(axis=1) >= table_size[blk]
-        if over.any():
-            i = int(blk[np.argmax(over)])
-            raise _Corrupt(f"compressed_segmentation channel {ch}: block {i} indexes past its "
-                           f"table of {table_size[i]} entries")
-
-
-def _cseg_numpy(words, start, xyz, bs, grid, table, bits, values, table_size, dt, ch):
-    """Decode one validated channel voxel by voxel in numpy, checking every table index."""
-    x, y, z = xyz
-    bx, by, bz = bs
-    entry = dt.itemsize // 4
-    xs, ys = np.arange(x)[:, None, None], np.arange(y)[None, :, None]
-    bxy = xs // bx + grid[0] * (ys // by)
-    lxy = xs % bx + bx * (ys % by)
-    out = np.empty(xyz, dt, order="F")
-    step = max(1, _SLAB // (x * y))
-    for z0 in range(0, z, step):
-        zs = np.arange(z0, min(z, z0 + step))[None, None, :]
-        blk = bxy + grid[0] * grid[1] * (zs // bz)
-        b = bits[blk]
-        pos = (lxy + bx * by * (zs % bz)) * b  # bit position in the block (0 if no bits)
-        word = np.where(b > 0, start + values[blk] + (pos >> 5), 0)
-        idx = ((words[word].astype(np.uint64) >> (pos & 31).astype(np.uint64))
-               & _MASKS[b]).astype(np.int64)
-        if (idx >= table_size[blk]).any():
-            raise _Corrupt(f"compressed_segmentation channel {ch}: an index past its table")
-        at = start + table[blk] + idx * entry
-        label = words[at].astype(dt)
-        if entry == 2:
-            label |= words[at + 1].astype(dt) << dt.type(32)
-        out[:, :, z0:z0 + zs.shape[2]] = label
-    return out
 
 
 # --- jpeg and png ------------------------------------------------------------------------------

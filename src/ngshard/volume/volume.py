@@ -9,7 +9,6 @@ merges, and stages the new chunks; ``commit`` writes them, shard by shard.
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -30,6 +29,7 @@ from .info import Scale, VolumeInfo
 
 DEFAULT_SHARD_BYTES = 2 << 30
 _READ_BATCH = 256  # chunks fetched and decoded together
+_MAX_MINISHARD_BITS = 11  # a shard index of at most 32 KiB
 
 
 def _normalize(index: Any, shape: Sequence[int]) -> tuple[np.ndarray, np.ndarray, tuple]:
@@ -316,15 +316,22 @@ def open_volume(url: str | os.PathLike, scale: int | str = 0, mode: str = "r", *
 
 def auto_sharding(size: Sequence[int], chunk_size: Sequence[int], chunk_bytes: int,
                   shard_bytes: int = DEFAULT_SHARD_BYTES, encoding: str = "raw") -> ShardingSpec:
-    """Sharding for a scale: identity hash over Morton codes, so every shard is a box of
-    chunks; about ``shard_bytes`` (uncompressed) per shard; 8 chunks (a 2x2x2 block) per
-    minishard, so minishard indices stay a few hundred bytes and one index read covers a
-    spatially compact group."""
+    """Sharding for a scale: identity hash over compressed Morton codes, so every shard is a
+    box of chunks holding at most ``shard_bytes`` uncompressed (the largest power of two of
+    chunks that fits); minishards of 8 consecutive codes (a 2x2x2 block where the grid has
+    bits in every axis), so a minishard index is 192 bytes and one index read covers a
+    compact group; but at most 2**11 minishards per shard, so the shard index, which readers
+    fetch whole, stays at most 32 KiB: past that, minishards grow instead.
+
+    igneous (cloud-volume's rule) picks the same shards for power-of-two chunk sizes (it
+    targets 3.5e9 bytes) but puts every chunk of a shard in one minishard up to 4000 chunks,
+    so each chunk read fetches a 12-50 KB minishard index (``tools/compare_auto_sharding.py``).
+    """
     grid = ChunkGrid(tuple(size), tuple(chunk_size))
     total_bits = sum(grid.bits)
-    per_shard = max(0, min(total_bits, int(math.floor(math.log2(max(1, shard_bytes //
-                                                                     max(1, chunk_bytes)))))))
-    preshift = min(3, per_shard)
+    chunks_per_shard = max(1, shard_bytes // max(1, chunk_bytes))
+    per_shard = min(total_bits, chunks_per_shard.bit_length() - 1)
+    preshift = max(min(3, per_shard), per_shard - _MAX_MINISHARD_BITS)
     return ShardingSpec(hash="identity", preshift_bits=preshift,
                         minishard_bits=per_shard - preshift, shard_bits=total_bits - per_shard,
                         minishard_index_encoding="gzip",
