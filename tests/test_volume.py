@@ -226,13 +226,17 @@ def test_read_chunks_in_one_batch(tmp_path):
     np.testing.assert_array_equal(got[2], data[8:16, 8:16, 4:8])
 
 
-def test_reads_of_many_chunks_go_in_batches(tmp_path, capsys):
+def test_reads_and_writes_of_many_chunks_go_in_batches(tmp_path, capsys):
     data = sample("uint8", 1)[:20, :20, :10]
     with create_volume(tmp_path, dtype="uint8", shape=data.shape, chunk_size=(2, 2, 2),
-                       sharding="auto") as vol:
-        vol[:] = data  # 500 chunks: more than one read batch
+                       sharding="auto", progress=True) as vol:
+        vol[:] = 7
+        vol[1:, 1:] = data[1:, 1:]  # 500 chunks, more than one batch; most partly covered
+    assert "writing chunks" in capsys.readouterr().err
     vol = open_volume(tmp_path, progress=True)
-    np.testing.assert_array_equal(vol[:], data)
+    expect = data.copy()
+    expect[0], expect[:, 0] = 7, 7
+    np.testing.assert_array_equal(vol[:], expect)
     assert "reading chunks" in capsys.readouterr().err
 
 

@@ -74,8 +74,8 @@ def test_compressed_segmentation_encoder_matches_the_reference(xyz, dtype, block
                                                                value_bits, seed, c_order):
     """Every bit width (0 to 16), both of the encoder's sort paths (small and full-width
     labels), both memory orders and repeated tables: the C++ reference encoder writes the
-    same number of bytes (so identical tables are shared as it shares them) and its decoder
-    reads ours back."""
+    same number of bytes (so identical tables are shared as it shares them), and each decoder
+    reads what either encoder wrote."""
     rng = np.random.default_rng(seed)
     hi = min(2**value_bits, np.iinfo(dtype).max)
     pool = rng.integers(0, hi, distinct, dtype=dtype, endpoint=True)
@@ -85,6 +85,24 @@ def test_compressed_segmentation_encoder_matches_the_reference(xyz, dtype, block
     reference = cseg_reference.compress(np.asfortranarray(a), block_size=block, order="F")
     assert len(data) == len(reference)
     assert np.array_equal(cseg_reference.decompress(data, xyz, dtype, block, order="F"), a)
+    for encoded in (data, reference):
+        back = decode_chunk(encoded, CS, (*xyz, 1), dtype, block_size=block)
+        assert np.array_equal(back[..., 0], a)
+
+
+@pytest.mark.parametrize("dtype", ["uint32", "uint64"])
+@pytest.mark.parametrize("distinct", [2, 4, 16, 256, 512])  # the largest index of each width
+def test_compressed_segmentation_full_tables(dtype, distinct):
+    rng = np.random.default_rng(distinct)
+    pool = rng.integers(0, np.iinfo(dtype).max, distinct, dtype=dtype, endpoint=True)
+    a = pool[np.arange(16 * 16 * 8) % distinct].reshape(16, 16, 8)  # every block: all values
+    reference = cseg_reference.compress(np.asfortranarray(a), block_size=(8, 8, 8), order="F")
+    for c_order in (True, False):
+        data = encode_chunk(maybe_c_order(a, c_order)[..., None], CS, block_size=(8, 8, 8))
+        assert len(data) == len(reference)
+        for encoded in (data, reference):
+            back = decode_chunk(encoded, CS, (16, 16, 8, 1), dtype, block_size=(8, 8, 8))
+            assert np.array_equal(back[..., 0], a)
 
 
 def test_compressed_segmentation_32_bit_blocks():

@@ -47,8 +47,9 @@ def ts_open(path: str, scale: dict, dtype: str, create: bool = False):
 
 
 def cloudvolume_fns(work: str, dtype: str, encoding: str, spec, data: np.ndarray, n: int,
-                    c: int):
-    """(write, read) through cloud-volume on the same layout."""
+                    c: int, picks: np.ndarray):
+    """(write, read, random chunks) through cloud-volume on the same layout. cloud-volume has
+    no call that reads many separate boxes at once: the chunks are read one after another."""
     path = f"file://{work}/cv"
     info = cloudvolume.CloudVolume.create_new_info(
         1, "image" if dtype == "uint8" else "segmentation", dtype, encoding, [1, 1, 1],
@@ -61,7 +62,11 @@ def cloudvolume_fns(work: str, dtype: str, encoding: str, spec, data: np.ndarray
         cv.commit_info()
         cv[:] = data
 
-    return write, lambda: cloudvolume.CloudVolume(path, progress=False)[:]
+    def random():
+        cv = cloudvolume.CloudVolume(path, progress=False)
+        return [cv[p[0]:p[0] + c, p[1]:p[1] + c, p[2]:p[2] + c] for p in picks]
+
+    return write, lambda: cloudvolume.CloudVolume(path, progress=False)[:], random
 
 
 def bench_case(work: str, dtype: str, encoding: str, data: np.ndarray, n: int, c: int,
@@ -97,11 +102,12 @@ def bench_case(work: str, dtype: str, encoding: str, data: np.ndarray, n: int, c
     ng_write()
     ts_write()
     assert np.array_equal(ngshard.open_volume(ours)[:], data), "ngshard misread its volume"
-    cv = cloudvolume_fns(work, dtype, encoding, spec, data, n, c) if cloudvolume else (None,) * 2
+    cv = cloudvolume_fns(work, dtype, encoding, spec, data, n, c, picks) if cloudvolume \
+        else (None,) * 3
     rows = [("write whole", ng_write, ts_write, cv[0]),
             ("read whole", lambda: ngshard.open_volume(ours)[:],
              lambda: ts_open(theirs, scale, dtype).read().result(), cv[1]),
-            ("100 random chunks", ng_random, ts_random, None)]
+            ("100 random chunks", ng_random, ts_random, cv[2])]
     for label, ng_fn, ts_fn, cv_fn in rows:
         t_ng, t_ts = timed(ng_fn, repeat), timed(ts_fn, repeat)
         line = (f"  {label:<20} ngshard {t_ng:8.3f} s   tensorstore {t_ts:8.3f} s   "

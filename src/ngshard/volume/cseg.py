@@ -6,14 +6,12 @@ per value (8 bits), value offset (24 bits, as tensorstore reads it); offsets are
 the channel start, and a channel's data runs to the end of the buffer. Values are packed LSB
 first over the whole block (x fastest), also past the volume's edge.
 
-Encoding is numpy, vectorized over all blocks of a channel, so it runs on many threads at once
-(the C++ ``compressed_segmentation`` package holds the GIL). It writes the bytes the reference
-encoder writes, up to the order of the sections: identical tables are stored once.
-
-Decoding goes through the C++ package, which checks nothing: out-of-range offsets, bit widths
-or table indices make it read outside the buffer (segfaults or silently wrong labels), and it
-mis-decodes valid 32-bit blocks. Every channel is therefore validated first, with tensorstore's
-rules, and blocks the package cannot decode safely go through a numpy decoder.
+Both directions are numpy, vectorized over all blocks of a channel, so they run on every
+thread at once. The C++ ``compressed_segmentation`` package (the tests' reference) is not used:
+it holds the GIL, checks nothing (out-of-range offsets, bit widths or table indices make it
+read outside the buffer: segfaults or silently wrong labels) and mis-decodes valid 32-bit
+blocks. The encoder writes as many bytes as the reference encoder (identical tables are stored
+once); the decoder first validates every header with tensorstore's rules.
 """
 
 from __future__ import annotations
@@ -21,7 +19,6 @@ from __future__ import annotations
 import math
 import threading
 
-import compressed_segmentation as _cpp
 import numpy as np
 
 from ..errors import CorruptDataError, SpecError
@@ -60,6 +57,16 @@ def encode(array: np.ndarray, bs: tuple[int, int, int]) -> bytes:
     if offsets[-1] + sizes[-1] >= 2**32:
         raise SpecError("compressed_segmentation chunk too large (channel offsets over 32 bits)")
     return b"".join([offsets.astype("<u4").tobytes(), *(w.tobytes() for w in channels)])
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer: a well-spread 64-bit hash of each value."""
+    z = x.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+    z ^= z >> np.uint64(30)
+    z *= np.uint64(0xBF58476D1CE4E5B9)
+    z ^= z >> np.uint64(27)
+    z *= np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
 
 
 def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -159,9 +166,7 @@ def _encode_channel(vol: np.ndarray, bs: tuple[int, int, int]) -> np.ndarray:
     elif len(mixed):
         tables[_ranges(tstart[mixed], counts[mixed])] = s[new]
     # a table equal to an earlier one is stored once: candidates by hash, confirmed by value
-    t64 = tables.astype(np.uint64)
-    h = np.add.reduceat(t64 * (t64 | np.uint64(1)), tstart) ^ np.add.reduceat(t64, tstart)
-    h ^= counts.astype(np.uint64) << np.uint64(40)
+    h = np.add.reduceat(_mix(tables), tstart) ^ _mix(counts)
     _, first, which = np.unique(h, return_index=True, return_inverse=True)
     cand = first[which.ravel()]
     rep = np.arange(nb)
@@ -211,6 +216,8 @@ def decode(data: bytes | memoryview, shape: tuple[int, ...], dt: np.dtype,
         raise CorruptDataError(f"compressed_segmentation chunk of {len(data)} bytes, not whole "
                                f"words")
     words = np.frombuffer(data, "<u4")
+    if not words.flags.aligned:  # a chunk at any byte offset of a shard
+        words = words.copy()
     xyz, c = shape[:3], shape[3]
     if words.size < c:
         raise CorruptDataError(f"compressed_segmentation chunk of {len(data)} bytes cannot hold "
@@ -221,7 +228,7 @@ def decode(data: bytes | memoryview, shape: tuple[int, ...], dt: np.dtype,
                                f"past the end ({words.size} words)")
     if min(shape) == 0:
         return np.zeros(shape, dt, order="F")
-    chans = [_decode_channel(data, words, int(s), xyz, bs, dt, ch) for ch, s in enumerate(offsets)]
+    chans = [_decode_channel(words, int(s), xyz, bs, dt, ch) for ch, s in enumerate(offsets)]
     if c == 1:
         return chans[0][..., None]
     out = np.empty(shape, dt, order="F")
@@ -230,8 +237,8 @@ def decode(data: bytes | memoryview, shape: tuple[int, ...], dt: np.dtype,
     return out
 
 
-def _decode_channel(data: bytes, words: np.ndarray, start: int, xyz: tuple[int, ...],
-                  bs: tuple[int, int, int], dt: np.dtype, ch: int) -> np.ndarray:
+def _decode_channel(words: np.ndarray, start: int, xyz: tuple[int, ...],
+                    bs: tuple[int, int, int], dt: np.dtype, ch: int) -> np.ndarray:
     """Validate one channel's block headers as tensorstore does, then decode it."""
     n = words.size - start  # the channel's words: from its offset to the end of the buffer
     grid = [-(-v // b) for v, b in zip(xyz, bs)]
@@ -255,55 +262,88 @@ def _decode_channel(data: bytes, words: np.ndarray, start: int, xyz: tuple[int, 
         raise CorruptDataError(f"compressed_segmentation channel {ch}: bad header of block {i} "
                                f"(table offset {table[i]}, {bits[i]} bits, values at {values[i]}; "
                                f"channel has {n} words)")
-    # blocks whose table may be shorter than 2**bits: their indices must be checked
-    risky = np.nonzero((bits > 0) & (table_size < (np.int64(1) << bits)))[0]
-    volume = xyz[0] * xyz[1] * xyz[2]
-    if ((bits == 32).any() or (hdr[:, 1] >> 24).any()
-            or risky.size * bv > 8 * volume + 4096):
-        # the package mis-decodes 32-bit blocks and reads all 32 bits of the value offset
-        return _decode_numpy(words, start, xyz, bs, grid, table, bits, values, table_size, dt, ch)
-    if risky.size:
-        _check_indices(words, start, xyz, bs, grid, bits, values, table_size, risky, ch)
-    # the package decodes channel 0 of a buffer whose first word is that channel's offset
-    buf = data if start == 1 and type(data) is bytes else b"\1\0\0\0" + bytes(data[4 * start:])
-    return _cpp.decompress(buf, tuple(xyz), dt, bs, order="F")
+    if nblocks * bv > 8 * math.prod(xyz) + 4096:  # blocks mostly past the edge (hostile)
+        return _decode_voxels(words, start, xyz, bs, grid, table, bits, values, table_size,
+                              dt, ch)
+    return _decode_blocks(words, start, xyz, bs, grid, table, bits, values, table_size, dt, ch)
+
+
+def _decode_blocks(words, start, xyz, bs, grid, table, bits, values, table_size, dt, ch):
+    """Decode one validated channel: unpack the indices of all blocks of a bit width at once,
+    put them in output order (cheap: 1 or 2 bytes each), then fetch every label in one gather
+    from the table words."""
+    bx, by, bz = bs
+    gx, gy, gz = grid
+    nb, bv = gx * gy * gz, bx * by * bz
+    idt = np.dtype(f"u{max(1, int(bits.max()) // 8)}")
+    idx = np.zeros((nb, bv), idt)
+    for b in np.flatnonzero(np.bincount(bits)[1:]).tolist():
+        b += 1
+        blk = np.flatnonzero(bits == b)
+        got = _unpack(words, start + values[blk], b, bv)
+        if (got.max(axis=1) >= table_size[blk]).any():
+            # only voxels past the volume's edge may point anywhere
+            over = got >= table_size[blk, None]
+            _check_inside(over, blk, xyz, bs, grid, table_size, ch)
+            got = np.where(over, 0, got)
+        idx[blk] = got
+    # voxel (x, y, z) of the F-ordered output is element (z, y, x) of this C-ordered array
+    ordered = np.empty((gz, bz, gy, by, gx, bx), idt)
+    np.copyto(ordered, idx.reshape(gz, gy, gx, bz, by, bx).transpose(0, 3, 1, 4, 2, 5))
+    first = start + table  # word of each block's table
+    entry = dt.itemsize // 4
+    if entry == 1:
+        source = words
+    elif (first % 2 == first[0] % 2).all():  # uint64 entries all at even (or all at odd) words
+        odd = int(first[0] % 2)
+        source = words[odd:odd + (len(words) - odd) // 2 * 2].view("<u8")
+        if not source.flags.aligned:  # unaligned gathers are several times slower than a copy
+            source = source.copy()
+        first = (first - odd) // 2
+    else:
+        source = None
+    if source is not None:
+        at = np.add(ordered, first.reshape(gz, 1, gy, 1, gx, 1), dtype=np.int64)
+        labels = np.take(source, at.ravel()).astype(dt, copy=False)
+    else:
+        at = np.add(np.multiply(ordered, 2, dtype=np.int64), first.reshape(gz, 1, gy, 1, gx, 1))
+        labels = words[at].astype(dt) | (words[at + 1].astype(dt) << dt.type(32))
+    return labels.reshape(gz * bz, gy * by, gx * bx).T[:xyz[0], :xyz[1], :xyz[2]]
 
 
 def _unpack(words: np.ndarray, first: np.ndarray, b: int, count: int) -> np.ndarray:
     """Indices [k, count] packed ``b`` bits each, LSB first, from word ``first[k]`` on."""
     nw = (count * b + 31) // 32
-    w = words[first[:, None] + np.arange(nw)]
-    if b == 32:
-        return w
+    if len(first) and (np.diff(first) == nw).all():  # consecutive blocks: one slice
+        w = words[first[0]:first[0] + nw * len(first)].reshape(len(first), nw)
+    else:
+        w = words[first[:, None] + np.arange(nw)]
+    if b >= 8:
+        return w.view(f"<u{b // 8}")[:, :count]
     shifts = np.arange(32 // b, dtype=np.uint32) * np.uint32(b)
     idx = (w[:, :, None] >> shifts) & np.uint32((1 << b) - 1)
     return idx.reshape(len(first), -1)[:, :count]
 
 
-def _check_indices(words, start, xyz, bs, grid, bits, values, table_size, blocks, ch) -> None:
-    """Raise unless every index inside the volume of these blocks is within its table."""
+def _check_inside(over: np.ndarray, blk: np.ndarray, xyz, bs, grid, table_size, ch) -> None:
+    """Raise if an index past its block's table (``over``: blocks x voxels) lies inside the
+    volume; those past the edge are padding, and any value there is valid."""
     bx, by, bz = bs
-    bv = bx * by * bz
-    lin = np.arange(bv)
+    lin = np.arange(bx * by * bz)
     lx, ly, lz = lin % bx, lin // bx % by, lin // (bx * by)
-    # extent of each block inside the volume
-    ex = np.minimum(bx, xyz[0] - blocks % grid[0] * bx)
-    ey = np.minimum(by, xyz[1] - blocks // grid[0] % grid[1] * by)
-    ez = np.minimum(bz, xyz[2] - blocks // (grid[0] * grid[1]) * bz)
-    for b in np.unique(bits[blocks]).tolist():
-        sel = bits[blocks] == b
-        blk = blocks[sel]
-        idx = _unpack(words, start + values[blk], b, bv)
-        inside = (lx < ex[sel, None]) & (ly < ey[sel, None]) & (lz < ez[sel, None])
-        over = np.where(inside, idx, 0).max(axis=1) >= table_size[blk]
-        if over.any():
-            i = int(blk[np.argmax(over)])
-            raise CorruptDataError(f"compressed_segmentation channel {ch}: block {i} indexes "
-                                   f"past its table of {table_size[i]} entries")
+    ex = np.minimum(bx, xyz[0] - blk % grid[0] * bx)  # the block's extent inside the volume
+    ey = np.minimum(by, xyz[1] - blk // grid[0] % grid[1] * by)
+    ez = np.minimum(bz, xyz[2] - blk // (grid[0] * grid[1]) * bz)
+    inside = (lx < ex[:, None]) & (ly < ey[:, None]) & (lz < ez[:, None])
+    bad = (over & inside).any(axis=1)
+    if bad.any():
+        i = int(blk[np.argmax(bad)])
+        raise CorruptDataError(f"compressed_segmentation channel {ch}: block {i} indexes past "
+                               f"its table of {table_size[i]} entries")
 
 
-def _decode_numpy(words, start, xyz, bs, grid, table, bits, values, table_size, dt, ch):
-    """Decode one validated channel voxel by voxel in numpy, checking every table index."""
+def _decode_voxels(words, start, xyz, bs, grid, table, bits, values, table_size, dt, ch):
+    """Decode one validated channel voxel by voxel, for blocks far larger than the chunk."""
     x, y, z = xyz
     bx, by, bz = bs
     entry = dt.itemsize // 4

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -28,7 +28,7 @@ from .grid import ChunkGrid
 from .info import Scale, VolumeInfo
 
 DEFAULT_SHARD_BYTES = 2 << 30
-_READ_BATCH = 256  # chunks fetched and decoded together
+_BATCH = 256  # chunks read and decoded, or encoded and staged, together
 _MAX_MINISHARD_BITS = 11  # a shard index of at most 32 KiB
 
 
@@ -75,7 +75,7 @@ class Volume:
     def __init__(self, storage: Storage, info: VolumeInfo, scale: int | str = 0,
                  mode: str = "r", *, progress: bool = False) -> None:
         self.storage, self.info, self.mode = storage, info, mode
-        self.progress = progress  # progress bars on reads and commits of many chunks
+        self.progress = progress  # progress bars on reads, writes and commits of many chunks
         self.scale: Scale = info.scale(scale)
         self.grid = ChunkGrid(self.scale.size, self.scale.chunk_size, self.scale.voxel_offset)
         self.dtype = np.dtype(info.data_type)
@@ -160,12 +160,15 @@ class Volume:
                 array[tuple(slice(x, y) for x, y in zip(lo - a, hi - a))]
 
         # Batches bound the encoded bytes held at once and give the progress bar its steps.
-        batches = range(0, len(positions), _READ_BATCH)
-        for first in tqdm(batches, desc="reading chunks", unit="batch",
-                          disable=not self.progress or len(batches) < 2):
-            part = positions[first:first + _READ_BATCH]
+        for first in self._batches(len(positions), "reading chunks"):
+            part = positions[first:first + _BATCH]
             self._decode(part, self.chunks.get(part), lambda i, a, first=first: place(first + i, a))
         return out
+
+    def _batches(self, n: int, desc: str) -> Iterable[int]:
+        """Starts of batches of ``n`` chunks, with a progress bar if asked for and worth it."""
+        return tqdm(range(0, n, _BATCH), desc=desc, unit="batch", total=-(-n // _BATCH),
+                    disable=not self.progress or n <= _BATCH)
 
     def __getitem__(self, index: Any) -> np.ndarray:
         start, stop, post = _normalize(index, self.shape)
@@ -218,6 +221,13 @@ class Volume:
         if (stop <= start).any():
             return
         positions = self.grid.positions_in(start[:3], stop[:3])
+        for first in self._batches(len(positions), "writing chunks"):
+            self._write_chunks(positions[first:first + _BATCH], start, stop, data)
+
+    def _write_chunks(self, positions: np.ndarray, start: np.ndarray, stop: np.ndarray,
+                      data: np.ndarray) -> None:
+        """Encode and stage the chunks at ``positions`` from ``data``, the box [start, stop),
+        merging into the stored chunks those it covers only in part."""
         c_starts, c_stops = self.grid.bounds(positions)
         all_channels = start[3] == 0 and stop[3] == self.info.num_channels
         whole = all_channels & (c_starts >= start[:3]).all(axis=1) & \
@@ -302,7 +312,7 @@ def _read_info(storage: Storage) -> VolumeInfo:
 def open_volume(url: str | os.PathLike, scale: int | str = 0, mode: str = "r", *,
                 progress: bool = False) -> Volume:
     """Open one scale (index or key) of the precomputed volume at ``url``; ``progress`` shows
-    progress bars on reads and commits of many chunks.
+    progress bars on reads, writes and commits of many chunks.
 
     >>> vol = open_volume("gs://bucket/em")            # doctest: +SKIP
     >>> vol[0:512, 0:512, 100, 0].shape                # doctest: +SKIP
@@ -344,12 +354,18 @@ def create_volume(url: str | os.PathLike, *, dtype: Any, shape: Sequence[int],
                   voxel_offset: Sequence[int] = (0, 0, 0), num_channels: int | None = None,
                   sharding: None | str | ShardingSpec | dict = None,
                   shard_bytes: int = DEFAULT_SHARD_BYTES,
-                  compressed_segmentation_block_size: Sequence[int] = (8, 8, 8)) -> Volume:
+                  compressed_segmentation_block_size: Sequence[int] = (8, 8, 8),
+                  progress: bool = False) -> Volume:
     """Write the ``info`` of a new single-scale precomputed layer and open it for writing.
 
     ``shape`` is (x, y, z) or (x, y, z, channels). ``sharding``: None (a file per chunk),
     "auto" (see :func:`auto_sharding`), or a spec. ``layer_type`` defaults to "segmentation"
-    for compressed_segmentation and "image" otherwise.
+    for compressed_segmentation and "image" otherwise. ``progress`` shows progress bars on
+    writes, reads and commits of many chunks.
+
+    >>> with create_volume("/tmp/em", dtype="uint8", shape=(1024, 1024, 256),
+    ...                    sharding="auto") as vol:                    # doctest: +SKIP
+    ...     vol[:, :, :64] = np.load("slab.npy")
     """
     shape = tuple(int(s) for s in shape)
     channels = num_channels or (shape[3] if len(shape) == 4 else 1)
@@ -373,4 +389,4 @@ def create_volume(url: str | os.PathLike, *, dtype: Any, shape: Sequence[int],
                                  "num_channels": channels, "scales": [scale]})
     storage = open_storage(os.fspath(url))
     storage.write("info", [json.dumps(info.to_json(), indent=1).encode()])
-    return Volume(storage, info, 0, "r+")
+    return Volume(storage, info, 0, "r+", progress=progress)
