@@ -302,11 +302,16 @@ def _decode_blocks(words, start, xyz, bs, grid, table, bits, values, table_size,
         first = (first - odd) // 2
     else:
         source = None
+    # each block's first table word, repeated over its voxels of one z plane: the additions
+    # below then run in long rows
+    first = np.repeat(np.repeat(first.reshape(gz, gy, 1, gx), bx, axis=3), by, axis=2)
+    first = first.reshape(gz, 1, gy * by * gx * bx)
+    ordered = ordered.reshape(gz, bz, gy * by * gx * bx)
     if source is not None:
-        at = np.add(ordered, first.reshape(gz, 1, gy, 1, gx, 1), dtype=np.int64)
+        at = np.add(ordered, first, dtype=np.int64)
         labels = np.take(source, at.ravel()).astype(dt, copy=False)
     else:
-        at = np.add(np.multiply(ordered, 2, dtype=np.int64), first.reshape(gz, 1, gy, 1, gx, 1))
+        at = np.add(np.multiply(ordered, 2, dtype=np.int64), first).ravel()
         labels = words[at].astype(dt) | (words[at + 1].astype(dt) << dt.type(32))
     return labels.reshape(gz * bz, gy * by, gx * bx).T[:xyz[0], :xyz[1], :xyz[2]]
 
