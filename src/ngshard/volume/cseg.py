@@ -143,6 +143,15 @@ def _encode_channel(vol: np.ndarray, bs: tuple[int, int, int]) -> np.ndarray:
     # the input, so the gathering copy reads runs: z fastest for C order. The order of voxels
     # does not change a block's table; its indices are put in x-fastest order when packed.
     z_fastest = abs(vol.strides[2]) < abs(vol.strides[0])
+    if not (vol.flags.c_contiguous or vol.flags.f_contiguous):
+        # a box of a larger array: copy it whole first, in its own memory order (few pages
+        # touched at a time), then regroup it in cache
+        if z_fastest:
+            box = _scratch("box", vol.shape, vol.dtype)
+        else:
+            box = _scratch("box", vol.shape[::-1], vol.dtype).T
+        np.copyto(box, vol)
+        vol = box
     inner = (bx, by, bz) if z_fastest else (bz, by, bx)
     blocks = _scratch("blocks", (gz, gy, gx, *inner), vol.dtype)
     if z_fastest:
