@@ -105,6 +105,20 @@ def test_compressed_segmentation_full_tables(dtype, distinct):
             assert np.array_equal(back[..., 0], a)
 
 
+def test_compressed_segmentation_large_ids_next_to_background():
+    """Connectome-sized IDs (about 2**59) share blocks with background 0 in one half of the
+    chunk, so blocks of both of the encoder's sort paths meet in one channel."""
+    rng = np.random.default_rng(5)
+    ids = np.uint64(720575940379279360) + rng.integers(0, 5000, 40).astype(np.uint64)
+    a = ids[rng.integers(0, 40, (32, 24, 16))]
+    a[:16][rng.random((16, 24, 16)) < 0.3] = 0
+    data = encode_chunk(a[..., None], CS, block_size=(8, 8, 8))
+    reference = cseg_reference.compress(np.asfortranarray(a), block_size=(8, 8, 8), order="F")
+    assert len(data) == len(reference)
+    back = decode_chunk(data, CS, (*a.shape, 1), "uint64", block_size=(8, 8, 8))
+    assert np.array_equal(back[..., 0], a)
+
+
 def test_compressed_segmentation_32_bit_blocks():
     a = np.random.default_rng(3).permutation(48 * 48 * 32).astype(np.uint64).reshape(48, 48, 32, 1)
     data = encode_chunk(a, CS, block_size=(48, 48, 32))
