@@ -17,7 +17,7 @@ from .kv import ShardedKV, open_kv
 from .spec import check_key
 from .storage import open_storage
 from .verify import verify_kv, verify_volume
-from .volume import Volume
+from .volume import Volume, open_volume
 from .volume.info import VolumeInfo
 
 
@@ -215,20 +215,23 @@ def cmd_compact(args: argparse.Namespace) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
-    from .demo import make_demo_store
+    from .demo import make_demo
 
     path = os.path.abspath(args.dir)
-    print(f"writing a sample sharded skeleton layer to {path} ...")
-    make_demo_store(path)
-    args.url, args.spec, args.json = path, None, False
-    cmd_info(args)
-    kv = open_kv(path)
-    keys = kv.keys_array()[:5].tolist()
-    print(f"first keys   {', '.join(map(str, keys))}")
-    value = kv[keys[0]]
-    print(f"ngshard get {path} {keys[0]}  ->  {len(value)} bytes "
-          f"({int.from_bytes(value[:4], 'little')} vertices)")
-    print("try:  ngshard ls", path, "| head;  ngshard info", path)
+    skeletons = os.path.join(path, "skeletons")
+    print(f"writing a sample segmentation layer with skeletons to {path} ...")
+    make_demo(path)
+    args.spec, args.json = None, False
+    for args.url in (path, skeletons):
+        cmd_info(args)
+    vol = open_volume(path)
+    labels = vol[0:256:64, 128, 64, 0]
+    print(f"segment IDs at x=0,64,128,192, y=128, z=64:  "
+          f"{', '.join(map(str, labels.tolist()))}")
+    value = open_kv(skeletons)[int(labels[0])]
+    print(f"its skeleton ({skeletons}):  {len(value)} bytes, "
+          f"{int.from_bytes(value[:4], 'little')} vertices")
+    print(f"try:  ngshard verify {path};  ngshard ls {skeletons} | head")
 
 
 def build_parser() -> argparse.ArgumentParser:
