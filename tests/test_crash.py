@@ -32,7 +32,7 @@ from ngshard import shardupdate
 
 SPEC = ngshard.ShardingSpec(hash="murmurhash3_x86_128", minishard_bits=3, shard_bits=3,
                             minishard_index_encoding="gzip", data_encoding="raw")
-TMP = re.compile(r"\.[0-7]\.shard\.[0-9a-f]{32}\.tmp")
+TMP = re.compile(r"\.[0-7]\.shard~\d+@[^~]+~[0-9a-f]{32}\.tmp")
 
 # Forked per run: stage the change set, say so, commit. Answers "reap" with the exit status.
 ZYGOTE = """
@@ -176,6 +176,8 @@ def check_store(path, old: dict, new: dict, all_keys: list[int], per_minishard: 
     assert sum(s["keys"] for s in kv.stats()) == len(items)
     if with_tensorstore:
         assert ts_read(path, all_keys) == items
+    ngshard.open_kv(path, SPEC, "a")  # the next writer removes what the killed one left
+    assert on_disk(path) == (items, 0)
     phase = phases.pop() if len(phases) == 1 else "mixed"
     return phase, sum(len(p) > 1 for p in shard_phases.values()), tmps
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import subprocess
+import sys
 import uuid
 
 import numpy as np
@@ -232,6 +235,31 @@ def test_get_many_copies_unless_asked_not_to(tmp_path):
     views = kv.get_many(range(20), copy=False)
     assert {k: bytes(v) for k, v in views.items()} == {k: bytes([k]) * 1000 for k in range(20)}
     assert any(isinstance(v, memoryview) for v in views.values())
+
+
+def test_writers_remove_what_dead_writers_of_this_host_left(tmp_path):
+    spec = ngshard.ShardingSpec(minishard_bits=0)
+    ngshard.write_kv(tmp_path, spec, {1: b"one"})
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    host = socket.gethostname()
+    stale = [f".0.shard~{dead.pid}@{host}~{'a' * 32}.tmp",
+             f"{storage.SPILL_PREFIX}{dead.pid}@{host}~x1y2"]
+    kept = [f".0.shard~{os.getpid()}@{host}~{'b' * 32}.tmp",  # a live writer's
+            f".0.shard~{dead.pid}@other-host~{'c' * 32}.tmp",  # perhaps live, elsewhere
+            f"{storage.SPILL_PREFIX}{os.getpid()}@{host}~z9"]
+    for name in stale + kept:
+        if name.startswith(storage.SPILL_PREFIX):
+            (tmp_path / name).mkdir()
+            (tmp_path / name / "0.spill").write_bytes(b"x" * 100)
+        else:
+            (tmp_path / name).write_bytes(b"partial")
+    ngshard.open_kv(tmp_path, spec)  # readers leave them alone
+    assert all((tmp_path / n).exists() for n in stale)
+    with ngshard.open_kv(tmp_path, spec, "a") as kv:
+        kv[2] = b"two"
+    assert sorted(os.listdir(tmp_path)) == sorted(["0.shard", *kept])
+    assert ngshard.open_kv(tmp_path, spec).get_many([1, 2]) == {1: b"one", 2: b"two"}
 
 
 def test_atomic_write_leaves_no_temp_files(tmp_path):

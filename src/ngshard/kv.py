@@ -26,7 +26,7 @@ from .plan import CommitPlan, ShardPlan
 from .shardupdate import TRAILER_SIZE
 from .spec import ShardingSpec, as_key_array, check_key
 from .staging import DELETED, ShardChanges, Staging
-from .storage import ANY, LocalStorage, ObjectInfo, Storage, open_storage
+from .storage import ANY, LocalStorage, ObjectInfo, Storage, open_storage, remove_stale
 from .threads import WORKERS, bounded_map, pmap
 
 DEFAULT_CACHE_BYTES = 256 << 20
@@ -137,6 +137,10 @@ class ShardedKV(MutableMapping):
             # beside the shards: a spilled shard is then renamed into place, not copied
             os.makedirs(storage.root, exist_ok=True)
             spill_dir = storage.root
+        if mode != "r":  # what killed writers left behind
+            local = storage.root if isinstance(storage, LocalStorage) else None
+            for folder in {spill_dir, local} - {None}:
+                remove_stale(folder)
         self._staging = None if mode == "r" else Staging(spec, staged_bytes, spill_dir)
 
     def __repr__(self) -> str:

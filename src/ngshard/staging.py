@@ -21,7 +21,7 @@ import numpy as np
 
 from .codec import member
 from .spec import ShardingSpec
-from .storage import write_buffers
+from .storage import SPILL_PREFIX, owner_tag, write_buffers
 
 DELETED = -1  # length recorded for a deletion
 
@@ -237,7 +237,8 @@ class Staging:
         if not len(keys):
             return
         if self._tmp is None:
-            self._tmp = tempfile.mkdtemp(prefix="ngshard-staged-", dir=self._spill_parent)
+            self._tmp = tempfile.mkdtemp(prefix=SPILL_PREFIX + owner_tag(),
+                                         dir=self._spill_parent)
         nums = self.spec.locate(keys)[0]
         order = np.argsort(nums, kind="stable")
         bounds = np.flatnonzero(np.diff(nums[order])) + 1

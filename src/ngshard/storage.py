@@ -10,6 +10,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
+import shutil
+import socket
 import uuid
 from collections.abc import Hashable, Iterator, Sequence
 from typing import Any, NamedTuple
@@ -25,6 +28,51 @@ ANY = object()
 
 # Ranges closer than this are read as one; reading a few unused KiB beats another request.
 MAX_GAP = 4096
+
+#: Prefix of the directories staged changes spill to.
+SPILL_PREFIX = ".ngshard-staged-"
+# Temporary files and spill directories carry "<pid>@<host>~" in their names, so that a later
+# writer can tell those a killed process left behind.
+_TEMP_FILE = re.compile(r"^\..+~(\d+)@([^~/]+)~[0-9a-f]+\.tmp$")
+_SPILL_DIR = re.compile(rf"^{re.escape(SPILL_PREFIX)}(\d+)@([^~/]+)~")
+
+
+def owner_tag() -> str:
+    """``<pid>@<host>~``: what this process's temporary names carry."""
+    return f"{os.getpid()}@{socket.gethostname()}~"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_stale(folder: str) -> int:
+    """Remove the temporary files and spill directories in ``folder`` that processes of this
+    host left when they died (those of live processes and of other hosts stay); returns how
+    many. Readers never look at them: this only frees the space."""
+    removed = 0
+    host = socket.gethostname()
+    try:
+        entries = list(os.scandir(folder))
+    except (FileNotFoundError, NotADirectoryError):
+        return 0
+    for entry in entries:
+        match = _TEMP_FILE.match(entry.name) or _SPILL_DIR.match(entry.name)
+        if match is None or match[2] != host or _alive(int(match[1])):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+            removed += 1
+    return removed
 
 
 class ObjectInfo(NamedTuple):
@@ -306,7 +354,7 @@ class LocalStorage(Storage):
         os.makedirs(folder, exist_ok=True)
         if self._adopt(path, parts, if_generation, name):
             return
-        tmp = os.path.join(folder, f".{base}.{uuid.uuid4().hex}.tmp")
+        tmp = os.path.join(folder, f".{base}~{owner_tag()}{uuid.uuid4().hex}.tmp")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             try:
