@@ -311,6 +311,38 @@ def test_compressed_segmentation_truncated_and_garbled(dtype):
     corrupt(data, CS, (2**10, 2**10, 2**10, 1), dtype, block=(1, 1, 1), match="block headers")
 
 
+@settings(max_examples=120, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.sampled_from(["uint32", "uint64"]), st.integers(0, 2**32 - 1),
+       st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 2**32 - 1)), min_size=1,
+                max_size=3), st.integers(0, 8))
+def test_compressed_segmentation_damage_as_tensorstore_sees_it(tmp_path_factory, dtype, seed,
+                                                              edits, cut):
+    """Random words of a valid chunk (2 channels, edge blocks) overwritten, and the end cut:
+    the decoder raises CorruptDataError or returns what tensorstore returns, never anything
+    else (no IndexError, no other labels)."""
+    path = tmp_path_factory.mktemp("damage")
+    store, scale_dir = ts_volume(path, CS, dtype, 2, [7, 6, 5], [7, 6, 5], [4, 4, 2])
+    scale_dir.mkdir(exist_ok=True)
+    words = np.frombuffer(encode_chunk(labels(np.random.default_rng(seed), (7, 6, 5, 2), dtype,
+                                              9), CS, block_size=(4, 4, 2)), "<u4").copy()
+    for where, value in edits:
+        words[where % len(words)] = value
+    data = words.tobytes()[:len(words) * 4 - 4 * cut]
+    (scale_dir / "0-7_0-6_0-5").write_bytes(data)
+    try:
+        want = store.read().result()
+    except ValueError:
+        want = None
+    try:
+        got = decode_chunk(data, CS, (7, 6, 5, 2), dtype, block_size=(4, 4, 2))
+    except CorruptDataError:
+        got = None
+    assert (got is None) == (want is None)
+    if got is not None:
+        assert np.array_equal(got, want)
+
+
 @pytest.mark.parametrize("encoding", ["png", "jpeg"])
 def test_images_truncated_garbled_wrong_size(encoding):
     a = sample(encoding, "uint8", (8, 4, 2, 3))
