@@ -6,6 +6,7 @@ import hashlib
 import os
 import re
 import threading
+import time
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
@@ -22,6 +23,19 @@ class RangeHandler(SimpleHTTPRequestHandler):
 
     def log_message(self, *args) -> None:
         self.server.requests.append((self.command, self.path, self.headers.get("Range")))
+
+    def do_HEAD(self) -> None:
+        """With ``server.head_delay`` seconds of latency; ``server.heads_at_once`` records the
+        most HEADs in flight together."""
+        with self.server.lock:
+            self.server.in_flight += 1
+            self.server.heads_at_once = max(self.server.heads_at_once, self.server.in_flight)
+        try:
+            time.sleep(self.server.head_delay)
+            super().do_HEAD()
+        finally:
+            with self.server.lock:
+                self.server.in_flight -= 1
 
     def _etag(self, path: str) -> str:
         st = os.stat(path)
@@ -59,16 +73,26 @@ class RangeHandler(SimpleHTTPRequestHandler):
 
 
 @pytest.fixture
-def http_dir(tmp_path):
-    """(directory, base URL, list of requests) of a real HTTP server serving the directory."""
+def http_server(tmp_path):
+    """A real HTTP server on 127.0.0.1 serving ``.root`` at ``.base``; ``.requests`` logs
+    what it was asked; ``.head_delay`` and ``.heads_at_once`` are those of RangeHandler."""
     root = tmp_path / "www"
     root.mkdir()
     server = ThreadingHTTPServer(("127.0.0.1", 0), partial(RangeHandler, directory=str(root)))
+    server.root, server.base = root, f"http://127.0.0.1:{server.server_address[1]}"
     server.requests = []
+    server.lock, server.in_flight, server.heads_at_once, server.head_delay = \
+        threading.Lock(), 0, 0, 0.0
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield root, f"http://127.0.0.1:{server.server_address[1]}", server.requests
+        yield server
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture
+def http_dir(http_server):
+    """(directory, base URL, list of requests) of a real HTTP server serving the directory."""
+    return http_server.root, http_server.base, http_server.requests

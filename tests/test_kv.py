@@ -195,6 +195,18 @@ def test_http_reads_are_batched(http_dir):
     assert {k: kv[k] for k in sample} == {k: items[k] for k in sample}
 
 
+def test_http_stats_of_a_batch_go_out_together(http_server):
+    """The generation checks after a batch's range reads (one HEAD per shard) are all in
+    flight at once, so a batch pays one round trip for them, not one per shard."""
+    spec = ngshard.ShardingSpec(minishard_bits=1, shard_bits=3)
+    items = {k: b"v%d" % k for k in range(400)}
+    ngshard.write_kv(http_server.root / "kv", spec, items)
+    kv = ngshard.open_kv(f"{http_server.base}/kv", spec)
+    http_server.head_delay = 0.2
+    assert kv.get_many(range(400)) == items
+    assert http_server.heads_at_once == spec.num_shards
+
+
 def test_http_spec_from_info_and_missing_shards(http_dir):
     root, base, _ = http_dir
     ngshard.write_kv(root / "kv", SPEC, {3: b"three"})

@@ -163,24 +163,26 @@ class ShardedKV(MutableMapping):
                 name = next(iter(self._cache))
             self._forget(name)
 
-    def _stat(self, name: str) -> tuple[ObjectInfo, ObjectInfo | None] | None:
-        """(info, None) of a shard file, (index info, data info) of an obsolete two-file
-        shard, None if neither is there."""
-        info = self.storage.stat(name)
-        if info is not None:
-            return info, None
-        stem = name[:-len(".shard")]
-        index = self.storage.stat(f"{stem}.index")
-        data = None if index is None else self.storage.stat(f"{stem}.data")
-        return (index, data) if data is not None else None
+    def _stats(self, names: list[str]) -> list[tuple[ObjectInfo, ObjectInfo | None] | None]:
+        """For each shard: (info, None) of its file, (index info, data info) of an obsolete
+        two-file shard, None if neither is there. Remote stats of a step go out together."""
+        infos = self.storage.stat_many(names)
+        missing = [i for i, info in enumerate(infos) if info is None]
+        stems = [names[i][:-len(".shard")] for i in missing]
+        index = self.storage.stat_many([f"{stem}.index" for stem in stems])
+        have = [k for k, info in enumerate(index) if info is not None]
+        data = self.storage.stat_many([f"{stems[k]}.data" for k in have])
+        out: list = [(info, None) if info is not None else None for info in infos]
+        for k, info in zip(have, data):
+            if info is not None:
+                out[missing[k]] = (index[k], info)
+        return out
 
     def _shards(self, names: list[str]) -> dict[str, _Shard | None]:
         """The current state of each named shard (None: no such file), indices read as needed."""
         out: dict[str, _Shard | None] = {}
         todo = []
-        # remote stats are requests: issue them together
-        stats = map(self._stat, names) if self.storage.reads_report_generation else \
-            pmap(self._stat, names, min_items=4)
+        stats = self._stats(names)
         for name, infos in zip(names, stats):
             cached = self._cache.get(name)
             generation = infos and (infos[0].generation if infos[1] is None

@@ -7,6 +7,7 @@ through fsspec with all ranges of a batch issued in one concurrent ``cat_ranges`
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import os
@@ -18,6 +19,7 @@ from collections.abc import Hashable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import fsspec
+import fsspec.asyn
 import numpy as np
 
 from .errors import ConflictError
@@ -223,6 +225,10 @@ class Storage:
     def read(self, name: str) -> bytes | None:
         """The whole object, None if it does not exist."""
         raise NotImplementedError
+
+    def stat_many(self, names: Sequence[str]) -> list[ObjectInfo | None]:
+        """:meth:`stat` of many objects (remote stores ask for them all at once)."""
+        return [self.stat(name) for name in names]
 
     def read_ranges(self, requests: Sequence[tuple[str, np.ndarray]]
                     ) -> list[tuple[Hashable | None, list[bytes | memoryview] | None]]:
@@ -467,20 +473,41 @@ class FsspecStorage(Storage):
                                              "LastModified", "last_modified", "created"))
         return ObjectInfo(int(info["size"]), (info["size"], token))
 
-    def stat(self, name: str) -> ObjectInfo | None:
-        try:
-            info = self.fs.info(self._full(name))
-        except FileNotFoundError:
-            return None
+    @classmethod
+    def _file_info(cls, info: dict) -> ObjectInfo | None:
         if info.get("type") == "directory" or info.get("size") is None:
             return None
-        return self._info(info)
+        return cls._info(info)
+
+    def stat(self, name: str) -> ObjectInfo | None:
+        try:
+            return self._file_info(self.fs.info(self._full(name)))
+        except FileNotFoundError:
+            return None
 
     def read(self, name: str) -> bytes | None:
         try:
             return self.fs.cat_file(self._full(name))
         except FileNotFoundError:
             return None
+
+    def stat_many(self, names: Sequence[str]) -> list[ObjectInfo | None]:
+        if not names:
+            return []
+        if not getattr(self.fs, "async_impl", False):
+            return pmap(self.stat, names, min_items=2)
+
+        async def one(name: str) -> ObjectInfo | None:
+            try:
+                return self._file_info(await self.fs._info(self._full(name)))
+            except FileNotFoundError:
+                return None
+
+        async def every() -> list[ObjectInfo | None]:
+            return list(await asyncio.gather(*map(one, names)))
+
+        # all requests in flight at once, on the filesystem's own event loop
+        return fsspec.asyn.sync(self.fs.loop, every)
 
     def read_ranges(self, requests):
         flat_paths, flat_starts, flat_ends, plans = [], [], [], []
@@ -495,7 +522,7 @@ class FsspecStorage(Storage):
             if flat_paths else []
         # Range reads cannot say which version they read, so ask afterwards: a generation
         # that still matches the caller's means the bytes came from that version.
-        infos = pmap(self.stat, [name for name, _ in requests], min_items=2)
+        infos = self.stat_many([name for name, _ in requests])
         results = []
         for (first, merged, ranges, assignment), info in zip(plans, infos):
             mine = blobs[first:first + len(merged)]
