@@ -24,15 +24,15 @@ class RangeHandler(SimpleHTTPRequestHandler):
     def log_message(self, *args) -> None:
         self.server.requests.append((self.command, self.path, self.headers.get("Range")))
 
-    def do_HEAD(self) -> None:
-        """With ``server.head_delay`` seconds of latency; ``server.heads_at_once`` records the
-        most HEADs in flight together."""
+    def handle_one_request(self) -> None:
+        """With ``server.delay`` seconds of latency; ``server.at_once`` records the most
+        requests in flight together."""
         with self.server.lock:
             self.server.in_flight += 1
-            self.server.heads_at_once = max(self.server.heads_at_once, self.server.in_flight)
+            self.server.at_once = max(self.server.at_once, self.server.in_flight)
         try:
-            time.sleep(self.server.head_delay)
-            super().do_HEAD()
+            time.sleep(self.server.delay)
+            super().handle_one_request()
         finally:
             with self.server.lock:
                 self.server.in_flight -= 1
@@ -72,17 +72,20 @@ class RangeHandler(SimpleHTTPRequestHandler):
         super().end_headers()
 
 
+class Server(ThreadingHTTPServer):
+    request_queue_size = 256  # clients open many connections at once
+
+
 @pytest.fixture
 def http_server(tmp_path):
     """A real HTTP server on 127.0.0.1 serving ``.root`` at ``.base``; ``.requests`` logs
-    what it was asked; ``.head_delay`` and ``.heads_at_once`` are those of RangeHandler."""
+    what it was asked; ``.delay`` and ``.at_once`` are those of RangeHandler."""
     root = tmp_path / "www"
     root.mkdir()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(RangeHandler, directory=str(root)))
+    server = Server(("127.0.0.1", 0), partial(RangeHandler, directory=str(root)))
     server.root, server.base = root, f"http://127.0.0.1:{server.server_address[1]}"
     server.requests = []
-    server.lock, server.in_flight, server.heads_at_once, server.head_delay = \
-        threading.Lock(), 0, 0, 0.0
+    server.lock, server.in_flight, server.at_once, server.delay = threading.Lock(), 0, 0, 0.0
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -261,3 +261,17 @@ def test_large_raw_volume_both_ways(tmp_path):
     ours = ts.open({"driver": "neuroglancer_precomputed",
                     "kvstore": {"driver": "file", "path": str(tmp_path / "ng")}}).result()
     np.testing.assert_array_equal(ours.read().result(), data)
+
+
+def test_unsharded_volume_over_http_reads_chunks_all_at_once(http_server):
+    """Chunk files of a batch are requested together (missing ones, and their .gz twins,
+    too), so a remote read pays a round trip per batch, not per chunk."""
+    data = sample("uint16", 2)
+    store = ts.open(ts_spec(http_server.root, "uint16", 2, "raw", None, create=True)).result()
+    store[ts.d[:].translate_to[0]].write(data).result()
+    key = json.loads((http_server.root / "info").read_text())["scales"][0]["key"]
+    (http_server.root / key / "13-21_5-13_104-108").unlink()  # absent chunks read as 0
+    data[8:16, 8:16, 4:8] = 0
+    http_server.delay = 0.2
+    np.testing.assert_array_equal(open_volume(http_server.base)[:], data)
+    assert http_server.at_once == np.prod([-(-s // c) for s, c in zip(SIZE, CHUNK)])

@@ -15,7 +15,7 @@ import re
 import shutil
 import socket
 import uuid
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import fsspec
@@ -229,6 +229,14 @@ class Storage:
     def stat_many(self, names: Sequence[str]) -> list[ObjectInfo | None]:
         """:meth:`stat` of many objects (remote stores ask for them all at once)."""
         return [self.stat(name) for name in names]
+
+    def read_many(self, names: Sequence[str]) -> list[bytes | None]:
+        """:meth:`read` of many whole objects (remote stores ask for them all at once)."""
+        return pmap(self.read, names, min_items=4)
+
+    def write_many(self, items: Sequence[tuple[str, bytes]]) -> None:
+        """Write many whole objects, each atomically (remote stores send them all at once)."""
+        pmap(lambda item: self.write(item[0], [item[1]]), items, min_items=4)
 
     def read_ranges(self, requests: Sequence[tuple[str, np.ndarray]]
                     ) -> list[tuple[Hashable | None, list[bytes | memoryview] | None]]:
@@ -491,23 +499,43 @@ class FsspecStorage(Storage):
         except FileNotFoundError:
             return None
 
-    def stat_many(self, names: Sequence[str]) -> list[ObjectInfo | None]:
-        if not names:
+    def _all_at_once(self, run: Callable[[Any], Awaitable], items: Sequence,
+                     run_sync: Callable[[Any], Any]) -> list:
+        """``run`` over ``items`` with every request in flight at once, on the filesystem's
+        own event loop; ``run_sync`` on threads for filesystems that are not async."""
+        if not items:
             return []
         if not getattr(self.fs, "async_impl", False):
-            return pmap(self.stat, names, min_items=2)
+            return pmap(run_sync, items, min_items=2)
 
+        async def every() -> list:
+            return list(await asyncio.gather(*map(run, items)))
+
+        return fsspec.asyn.sync(self.fs.loop, every)
+
+    def stat_many(self, names: Sequence[str]) -> list[ObjectInfo | None]:
         async def one(name: str) -> ObjectInfo | None:
             try:
                 return self._file_info(await self.fs._info(self._full(name)))
             except FileNotFoundError:
                 return None
 
-        async def every() -> list[ObjectInfo | None]:
-            return list(await asyncio.gather(*map(one, names)))
+        return self._all_at_once(one, names, self.stat)
 
-        # all requests in flight at once, on the filesystem's own event loop
-        return fsspec.asyn.sync(self.fs.loop, every)
+    def read_many(self, names: Sequence[str]) -> list[bytes | None]:
+        async def one(name: str) -> bytes | None:
+            try:
+                return await self.fs._cat_file(self._full(name))
+            except FileNotFoundError:
+                return None
+
+        return self._all_at_once(one, names, self.read)
+
+    def write_many(self, items: Sequence[tuple[str, bytes]]) -> None:
+        async def one(item: tuple[str, bytes]) -> None:
+            await self.fs._pipe_file(self._full(item[0]), item[1])
+
+        self._all_at_once(one, items, lambda item: self.write(item[0], [item[1]]))
 
     def read_ranges(self, requests):
         flat_paths, flat_starts, flat_ends, plans = [], [], [], []

@@ -11,7 +11,6 @@ import numpy as np
 from ..codec import gzip_decompress
 from ..kv import ShardedKV
 from ..storage import Storage
-from ..threads import pmap
 from .grid import ChunkGrid
 
 
@@ -65,27 +64,22 @@ class FileChunks(ChunkStore):
         self.storage, self.grid = storage, grid
         self._staged: dict[str, bytes] = {}
 
-    def _read(self, name: str) -> bytes | None:
-        staged = self._staged.get(name)
-        if staged is not None:
-            return staged
-        data = self.storage.read(name)
-        if data is None:
-            packed = self.storage.read(f"{name}.gz")
-            data = None if packed is None else gzip_decompress(
-                packed, self.storage.path(f"{name}.gz"))
-        return data
-
     def get(self, positions: np.ndarray) -> list[bytes | None]:
-        return pmap(self._read, self.grid.chunk_names(positions), min_items=4)
+        names = self.grid.chunk_names(positions)
+        todo = [n for n in names if n not in self._staged]
+        found = dict(zip(todo, self.storage.read_many(todo)))
+        gz = [n for n in todo if found[n] is None]
+        for name, packed in zip(gz, self.storage.read_many([f"{n}.gz" for n in gz])):
+            if packed is not None:
+                found[name] = gzip_decompress(packed, self.storage.path(f"{name}.gz"))
+        return [self._staged[n] if n in self._staged else found[n] for n in names]
 
     def put(self, positions: np.ndarray, chunks: Sequence[bytes]) -> None:
         self._staged.update(zip(self.grid.chunk_names(positions), chunks))
 
     def commit(self, *, progress: bool = False) -> None:
         staged, self._staged = self._staged, {}
-        pmap(lambda item: self.storage.write(item[0], [item[1]]), list(staged.items()),
-             min_items=4)
+        self.storage.write_many(list(staged.items()))
 
     def where(self, position: Sequence[int]) -> str:
         return self.storage.path(self.grid.chunk_names(np.array([position]))[0])
