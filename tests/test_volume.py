@@ -11,6 +11,7 @@ import tensorstore as ts
 
 import ngshard
 from ngshard.volume import VolumeInfo, create_volume, open_volume
+from ngshard.volume.downsample import downsample_mode
 
 IDENTITY = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "identity", "preshift_bits": 1,
             "minishard_bits": 2, "shard_bits": 2, "minishard_index_encoding": "gzip",
@@ -212,6 +213,15 @@ def test_add_scale_mean_for_images_mode_for_segmentation(tmp_path):
     mode = open_volume(tmp_path / "seg").add_scale((2, 2, 2))[:]
     assert mode.shape == (2, 2, 1, 1)
     assert mode[0, 0, 0, 0] == 0 and mode[1, 0, 0, 0] == 5 and mode[1, 1, 0, 0] == 0
+
+    # chunk by chunk, each in slabs on threads: the same as the whole array at once
+    labels = sample("uint64", 1)
+    with create_volume(tmp_path / "seg2", dtype="uint64", shape=labels.shape, chunk_size=CHUNK,
+                       encoding="compressed_segmentation", sharding="auto") as vol:
+        vol[:] = labels
+    for factor in [(2, 2, 2), (3, 1, 2)]:
+        got = open_volume(tmp_path / "seg2").add_scale(factor)[:]
+        np.testing.assert_array_equal(got, downsample_mode(labels, factor))
 
 
 def test_read_chunks_in_one_batch(tmp_path):

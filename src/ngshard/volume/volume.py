@@ -20,7 +20,7 @@ from ..errors import NgShardError, SpecError
 from ..kv import ShardedKV
 from ..spec import ShardingSpec
 from ..storage import Storage, open_storage
-from ..threads import pmap
+from ..threads import WORKERS, pmap
 from .chunks import ChunkStore, FileChunks, ShardedChunks
 from .downsample import downsample_mean, downsample_mode
 from .encodings import decode_chunk, encode_chunk
@@ -286,7 +286,8 @@ class Volume:
         for lo, hi in tqdm(zip(starts, stops), total=len(starts), desc=f"scale {scale.key}",
                            unit="chunk", disable=not progress):
             fine = self.read_box(lo * factor, np.minimum(hi * factor, s.size))
-            coarse._write_box(np.r_[lo, 0], np.r_[hi, channels], reduce(fine, factor))
+            coarse._write_box(np.r_[lo, 0], np.r_[hi, channels],
+                              _in_slabs(reduce, fine, factor))
         coarse.commit(progress=progress)
         return coarse
 
@@ -300,6 +301,15 @@ class Volume:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None and self.mode != "r":
             self.commit()
+
+
+def _in_slabs(reduce: Callable[[np.ndarray, Sequence[int]], np.ndarray], fine: np.ndarray,
+              factor: Sequence[int]) -> np.ndarray:
+    """``reduce(fine, factor)`` in slabs along z on threads (whole blocks in each)."""
+    step = -(-fine.shape[2] // factor[2] // WORKERS) * factor[2]
+    parts = pmap(lambda z: reduce(fine[:, :, z:z + step], factor),
+                 range(0, fine.shape[2], step), min_items=2)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=2)
 
 
 def _read_info(storage: Storage) -> VolumeInfo:
