@@ -280,13 +280,54 @@ def test_obsolete_two_file_shards_are_read(tmp_path):
     assert sorted(kv) == sorted(items)
     key = next(iter(items))
     assert kv[key] == items[key]
-    with pytest.raises(ngshard.NgShardError, match="two-file"), \
-            ngshard.open_kv(tmp_path, SPEC, "r+") as kv:
-        kv[key] = b"x"
+
+
+@pytest.mark.parametrize("strategy", ["append", "rewrite"])
+def test_obsolete_two_file_shards_are_converted_by_updates(tmp_path, strategy):
+    items = items_of(300)
+    ngshard.write_kv(tmp_path, SPEC, items)
+    for name in os.listdir(tmp_path):
+        data = (tmp_path / name).read_bytes()
+        stem = name[:-len(".shard")]
+        (tmp_path / f"{stem}.index").write_bytes(data[:SPEC.shard_index_size])
+        (tmp_path / f"{stem}.data").write_bytes(data[SPEC.shard_index_size:])
+        os.unlink(tmp_path / name)
+    keys = sorted(items)
+    with ngshard.open_kv(tmp_path, SPEC, "r+", strategy=strategy) as kv:
+        kv[keys[0]] = b"new"
+        del kv[keys[1]]
+        plan = kv.plan()
+        assert {p.action for p in plan.shards} == {"convert"}
+        changed = {p.name for p in plan.shards}
+    items[keys[0]] = b"new"
+    del items[keys[1]]
+    on_disk = set(os.listdir(tmp_path))
+    for name in changed:  # one file each, the pair gone; the other shards still pairs
+        stem = name[:-len(".shard")]
+        assert name in on_disk and not {f"{stem}.index", f"{stem}.data"} & on_disk
+    assert any(n.endswith(".index") for n in on_disk)
+    assert dict(ngshard.open_kv(tmp_path, SPEC).items()) == items
+
+    def shard_of(key: int) -> str:
+        return SPEC.shard_filename(int(SPEC.locate(np.array([key], np.uint64))[0][0]))
+
+    # tensorstore reads the converted shards (it does not read the pairs at all)
+    assert ts_contents(tmp_path, SPEC) == {k: v for k, v in items.items()
+                                           if shard_of(k) in changed}
+    # a shard whose every key goes: the pair goes too, no file is left for it
+    name = sorted(n for n in on_disk if n.endswith(".index"))[0][:-len(".index")]
+    gone = [k for k in items if shard_of(k) == f"{name}.shard"]
+    with ngshard.open_kv(tmp_path, SPEC, "r+", strategy=strategy) as kv:
+        for k in gone:
+            del kv[k]
+    assert not any(n.startswith(f"{name}.") for n in os.listdir(tmp_path))
+    for k in gone:
+        del items[k]
+    assert dict(ngshard.open_kv(tmp_path, SPEC).items()) == items
     with ngshard.open_kv(tmp_path, SPEC, "w") as kv:  # writing anew replaces the layout
-        kv[key] = b"x"
+        kv[keys[5]] = b"x"
     assert all(n.endswith(".shard") for n in os.listdir(tmp_path))
-    assert dict(ngshard.open_kv(tmp_path, SPEC).items()) == {key: b"x"}
+    assert dict(ngshard.open_kv(tmp_path, SPEC).items()) == {keys[5]: b"x"}
 
 
 def test_rewrite_on_remote_storage(tmp_path):

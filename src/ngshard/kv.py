@@ -560,10 +560,6 @@ class ShardedKV(MutableMapping):
                 return None  # only deletions of keys that are not there
             return ShardPlan(name, num, "create", sets=int(is_set.sum()),
                              keys_after=int(is_set.sum()), write_bytes=new_bytes)
-        if shard.split:
-            raise NgShardError(f"{self.storage.path(name[:-6])}.index/.data: updating the "
-                               f"obsolete two-file shard layout is not supported; write the "
-                               f"store anew (mode 'w')")
         touched = np.unique(self.spec.locate(keys)[1]).astype(np.intp)
         self._load_minishards([(shard, touched)])
         entries = shardupdate.Entries.of({m: shard.minishards[m] for m in touched.tolist()})
@@ -580,13 +576,15 @@ class ShardedKV(MutableMapping):
                                          if m in shard.minishards) if known else None
         base = dict(sets=int(is_set.sum()), deletes=deletes, keys_after=keys_after,
                     size_before=shard.size, generation=shard.generation)
-        if touched_after == 0 and (other_ranges[:, 0] == other_ranges[:, 1]).all():
-            return ShardPlan(name, num, "delete", **dict(base, keys_after=0))
-        # Sizes after the change; new minishard indices are counted raw (gzip only shrinks).
-        new_index = 24 * touched_after
+        new_index = 24 * touched_after  # counted raw (gzip only shrinks)
         old_index = int((shard.ranges[touched, 1] - shard.ranges[touched, 0]).sum())
         dropped = int(entries.sizes[codec.member(entries.keys, keys)].sum())
         live_after = shard.size - shard.garbage - dropped - old_index + new_bytes + new_index
+        if shard.split:  # readers and writers then deal with one file, as with any other
+            return ShardPlan(name, num, "convert", read_bytes=shard.size,
+                             write_bytes=live_after, **base)
+        if touched_after == 0 and (other_ranges[:, 0] == other_ranges[:, 1]).all():
+            return ShardPlan(name, num, "delete", **dict(base, keys_after=0))
         # Both strategies add the changes after the old bytes (in place, or in a copy) and
         # leave the replaced ones as garbage, until it passes compact_ratio.
         size_after = shard.size + new_bytes + new_index + shardupdate.TRAILER_SIZE
@@ -682,11 +680,12 @@ class ShardedKV(MutableMapping):
         where = storage.path(name)
         old = None
         if plan.action in ("rewrite", "compact"):
-            gen, chunks = storage.read_ranges([(name, np.array([[0, plan.size_before]]))])[0]
-            if chunks is None or (gen is not None and gen != plan.generation):
-                raise ConflictError(f"{where}: changed on storage since the commit was planned "
-                                    f"(another writer?)")
-            old = chunks[0]
+            old = self._read_whole([name], [plan.size_before], [plan.generation], where)[0]
+        elif plan.action == "convert":  # the pair's bytes are those of the one file
+            pair = [f"{name[:-6]}.index", f"{name[:-6]}.data"]
+            index_size = self.spec.shard_index_size
+            old = b"".join(self._read_whole(pair, [index_size, plan.size_before - index_size],
+                                            plan.generation, where))
         if plan.action in ("append", "rewrite"):
             update = shardupdate.append_update(self.spec, base.size, base.garbage, base.ranges,
                                                base.minishards, keys, values, deleted)
@@ -700,10 +699,26 @@ class ShardedKV(MutableMapping):
                                      *update.tail], if_generation=plan.generation)
             return
         parts = shardupdate.rewrite_shard(self.spec, old, keys, values, deleted, where)
-        if parts is None:
+        if plan.action == "convert":
+            if parts is not None:  # first the new file (readers prefer it), then the pair
+                storage.write(name, parts, if_generation=None)
+            for legacy, generation in zip(reversed(pair), reversed(plan.generation)):
+                storage.delete(legacy, if_generation=generation)
+        elif parts is None:
             storage.delete(name, if_generation=check)
         else:
             storage.write(name, parts, if_generation=check)
+
+    def _read_whole(self, names: list[str], sizes: list[int], generations: list[Any],
+                    where: str) -> list[bytes | memoryview]:
+        """The first ``sizes`` bytes of objects that must still have ``generations``."""
+        reads = self.storage.read_ranges([(n, np.array([[0, size]]))
+                                          for n, size in zip(names, sizes)])
+        for (gen, chunks), generation in zip(reads, generations):
+            if chunks is None or (gen is not None and gen != generation):
+                raise ConflictError(f"{where}: changed on storage since the commit was planned "
+                                    f"(another writer?)")
+        return [chunks[0] for _, chunks in reads]
 
     def compact(self, names: Iterable[str] | None = None, *, progress: bool = False
                 ) -> CommitPlan:

@@ -16,6 +16,8 @@ ACTIONS = {
                "(atomic replace)",
     "append": "append new chunks and minishard indices, then patch the shard index",
     "compact": "rewrite without the garbage of earlier appends",
+    "convert": "read an obsolete <shard>.index/.data pair, write it with the changes as one "
+               "shard file, remove the pair",
     "delete": "remove the shard file (no key left)",
 }
 
