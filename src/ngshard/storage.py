@@ -68,12 +68,14 @@ def remove_stale(folder: str) -> int:
         match = _TEMP_FILE.match(entry.name) or _SPILL_DIR.match(entry.name)
         if match is None or match[2] != host or _alive(int(match[1])):
             continue
-        with contextlib.suppress(FileNotFoundError):
+        try:
             if entry.is_dir(follow_symlinks=False):
                 shutil.rmtree(entry.path)
             else:
                 os.unlink(entry.path)
             removed += 1
+        except OSError:  # gone already, or not ours to remove: it only costs space
+            continue
     return removed
 
 

@@ -150,21 +150,13 @@ def _unique_rows(sub: np.ndarray, lo: np.ndarray, hi: np.ndarray
     return s, new, inv.reshape(m, bv), rank[:, -1].astype(np.int64) + 1
 
 
-def _encode_channel(vol: np.ndarray, bs: tuple[int, int, int]) -> np.ndarray:
-    """One (x, y, z) channel -> its words: block headers, packed indices, then tables."""
-    xyz = vol.shape
-    grid = [-(-v // b) for v, b in zip(xyz, bs)]
-    pad = [(0, g * b - v) for v, g, b in zip(xyz, grid, bs)]
-    if any(p[1] for p in pad):
-        vol = np.pad(vol, pad, mode="edge")
-    bx, by, bz = bs
-    gx, gy, gz = grid
-    nb, bv = gx * gy * gz, bx * by * bz
-    if nb == 0:
-        return np.zeros(0, "<u4")
-    # Rows of blocks in header order (x fastest). Within a row, voxels in the memory order of
-    # the input, so the gathering copy reads runs: z fastest for C order. The order of voxels
-    # does not change a block's table; its indices are put in x-fastest order when packed.
+def _blocks(vol: np.ndarray, bs: tuple[int, int, int], grid: list[int]
+            ) -> tuple[np.ndarray, bool]:
+    """(blocks, z_fastest): one row per block, in header order (x fastest). Within a row the
+    voxels lie in the memory order of the input (z fastest for C order, x fastest otherwise),
+    so the gathering copy reads runs; that order does not change a block's table, and its
+    indices are put back in x-fastest order when packed."""
+    (bx, by, bz), (gx, gy, gz) = bs, grid
     z_fastest = abs(vol.strides[2]) < abs(vol.strides[0])
     if not (vol.flags.c_contiguous or vol.flags.f_contiguous):
         # a box of a larger array: copy it whole first, in its own memory order (few pages
@@ -181,7 +173,39 @@ def _encode_channel(vol: np.ndarray, bs: tuple[int, int, int]) -> np.ndarray:
         np.copyto(blocks, vol.reshape(gx, bx, gy, by, gz, bz).transpose(4, 2, 0, 1, 3, 5))
     else:
         np.copyto(blocks, vol.T.reshape(gz, bz, gy, by, gx, bx).transpose(0, 2, 4, 1, 3, 5))
-    blocks = blocks.reshape(nb, bv)
+    return blocks.reshape(gx * gy * gz, bx * by * bz), z_fastest
+
+
+def _first_equal_tables(tables: np.ndarray, tstart: np.ndarray, counts: np.ndarray
+                        ) -> np.ndarray:
+    """For each block, the first block with an equal table (itself if none), so that equal
+    tables are stored once: candidates by hash, confirmed by value."""
+    h = np.add.reduceat(_mix(tables), tstart) ^ _mix(counts)
+    _, first, which = np.unique(h, return_index=True, return_inverse=True)
+    cand = first[which.ravel()]
+    rep = np.arange(len(counts))
+    dup = np.flatnonzero((cand != rep) & (counts == counts[cand]))
+    if len(dup):
+        n = counts[dup]
+        diff = tables[_ranges(tstart[dup], n)] != tables[_ranges(tstart[cand[dup]], n)]
+        same = ~np.logical_or.reduceat(diff, np.cumsum(n) - n)
+        rep[dup[same]] = cand[dup[same]]
+    return rep
+
+
+def _encode_channel(vol: np.ndarray, bs: tuple[int, int, int]) -> np.ndarray:
+    """One (x, y, z) channel -> its words: block headers, packed indices, then tables."""
+    xyz = vol.shape
+    grid = [-(-v // b) for v, b in zip(xyz, bs)]
+    pad = [(0, g * b - v) for v, g, b in zip(xyz, grid, bs)]
+    if any(p[1] for p in pad):
+        vol = np.pad(vol, pad, mode="edge")
+    bx, by, bz = bs
+    gx, gy, gz = grid
+    nb, bv = gx * gy * gz, bx * by * bz
+    if nb == 0:
+        return np.zeros(0, "<u4")
+    blocks, z_fastest = _blocks(vol, bs, grid)
     entry = blocks.dtype.itemsize // 4
     lo, hi = blocks.min(axis=1), blocks.max(axis=1)
     mixed = np.flatnonzero(lo != hi)
@@ -191,23 +215,14 @@ def _encode_channel(vol: np.ndarray, bs: tuple[int, int, int]) -> np.ndarray:
             np.take(blocks, mixed, axis=0, out=_scratch("mixed", (len(mixed), bv), blocks.dtype))
         s, new, inv, counts[mixed] = _unique_rows(sub, lo[mixed], hi[mixed])
     tstart = np.cumsum(counts) - counts
-    tables = np.empty(int(tstart[-1] + counts[-1]), blocks.dtype)
-    tables[tstart] = lo
     if len(mixed) == nb:
         tables = s[new]
-    elif len(mixed):
-        tables[_ranges(tstart[mixed], counts[mixed])] = s[new]
-    # a table equal to an earlier one is stored once: candidates by hash, confirmed by value
-    h = np.add.reduceat(_mix(tables), tstart) ^ _mix(counts)
-    _, first, which = np.unique(h, return_index=True, return_inverse=True)
-    cand = first[which.ravel()]
-    rep = np.arange(nb)
-    dup = np.flatnonzero((cand != rep) & (counts == counts[cand]))
-    if len(dup):
-        n = counts[dup]
-        diff = tables[_ranges(tstart[dup], n)] != tables[_ranges(tstart[cand[dup]], n)]
-        same = ~np.logical_or.reduceat(diff, np.cumsum(n) - n)
-        rep[dup[same]] = cand[dup[same]]
+    else:
+        tables = np.empty(int(tstart[-1] + counts[-1]), blocks.dtype)
+        tables[tstart] = lo
+        if len(mixed):
+            tables[_ranges(tstart[mixed], counts[mixed])] = s[new]
+    rep = _first_equal_tables(tables, tstart, counts)
     bits = _BITS[np.minimum(np.frexp((counts - 1).astype(np.float64))[1], 32)]
     nwords = (bv * bits + 31) // 32
     voff = 2 * nb + np.cumsum(nwords) - nwords
