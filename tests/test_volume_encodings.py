@@ -68,14 +68,14 @@ def test_compressed_segmentation_round_trip(xyz, c, dtype, block, distinct, seed
 @given(st.tuples(st.integers(1, 24), st.integers(1, 20), st.integers(1, 12)),
        st.sampled_from(["uint32", "uint64"]),
        st.tuples(st.integers(1, 8), st.integers(1, 8), st.integers(1, 8)),
-       st.sampled_from([1, 2, 3, 4, 5, 16, 17, 256, 257, 600]), st.sampled_from([7, 40, 64]),
+       st.sampled_from([1, 2, 3, 4, 5, 16, 17, 256, 257, 600]), st.sampled_from([7, 40, 50, 64]),
        st.integers(0, 2**32 - 1), st.booleans())
 def test_compressed_segmentation_encoder_matches_the_reference(xyz, dtype, block, distinct,
                                                                value_bits, seed, c_order):
-    """Every bit width (0 to 16), both of the encoder's sort paths (small and full-width
-    labels), both memory orders and repeated tables: the C++ reference encoder writes the
-    same number of bytes (so identical tables are shared as it shares them), and each decoder
-    reads what either encoder wrote."""
+    """Every bit width (0 to 16), all of the encoder's sort paths (labels spanning up to
+    2**40, 2**50 and 2**64), both memory orders and repeated tables: the C++ reference
+    encoder writes the same number of bytes (so identical tables are shared as it shares
+    them), and each decoder reads what either encoder wrote."""
     rng = np.random.default_rng(seed)
     hi = min(2**value_bits, np.iinfo(dtype).max)
     pool = rng.integers(0, hi, distinct, dtype=dtype, endpoint=True)
@@ -107,11 +107,19 @@ def test_compressed_segmentation_full_tables(dtype, distinct):
 
 def test_compressed_segmentation_large_ids_next_to_background():
     """Connectome-sized IDs (about 2**59) share blocks with background 0 in one half of the
-    chunk, so blocks of both of the encoder's sort paths meet in one channel."""
+    chunk, so blocks of the encoder's keyed and argsort paths meet in one channel."""
     rng = np.random.default_rng(5)
     ids = np.uint64(720575940379279360) + rng.integers(0, 5000, 40).astype(np.uint64)
     a = ids[rng.integers(0, 40, (32, 24, 16))]
     a[:16][rng.random((16, 24, 16)) < 0.3] = 0
+    data = encode_chunk(a[..., None], CS, block_size=(8, 8, 8))
+    reference = cseg_reference.compress(np.asfortranarray(a), block_size=(8, 8, 8), order="F")
+    assert len(data) == len(reference)
+    back = decode_chunk(data, CS, (*a.shape, 1), "uint64", block_size=(8, 8, 8))
+    assert np.array_equal(back[..., 0], a)
+    # labels spanning 2**52: too wide to key by index in the chunk, narrow enough by index
+    # in the block
+    a = rng.integers(0, 2**52, 64, dtype=np.uint64)[rng.integers(0, 64, (64, 64, 16))]
     data = encode_chunk(a[..., None], CS, block_size=(8, 8, 8))
     reference = cseg_reference.compress(np.asfortranarray(a), block_size=(8, 8, 8), order="F")
     assert len(data) == len(reference)

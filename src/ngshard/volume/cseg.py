@@ -33,6 +33,7 @@ _SLAB = 1 << 20  # voxels per step of the numpy decoder
 _BITS = np.array([0, 1, 2, 4, 4, 8, 8, 8, 8] + [16] * 8 + [32] * 16, np.int64)
 _SCRATCH_MAX = 16 << 20  # bytes of one reused per-thread buffer
 _local = threading.local()
+_POSITIONS = np.zeros(0, np.uint64)
 
 
 def _scratch(slot: str, shape: tuple[int, ...], dtype) -> np.ndarray:
@@ -97,9 +98,22 @@ def _pack(idx: np.ndarray, b: int) -> np.ndarray:
     return np.ascontiguousarray(i8).view("<u4")
 
 
-def _sort_by_key(sub: np.ndarray, lo: np.ndarray, hi: np.ndarray, pbits: int
+def _positions(n: int) -> np.ndarray:
+    """arange(n) as uint64, from a cache shared by all threads (read only)."""
+    global _POSITIONS
+    positions = _POSITIONS  # another thread may replace it meanwhile: use one
+    if len(positions) < n:
+        positions = np.arange(max(n, 2 * len(positions)), dtype=np.uint64)
+        positions.flags.writeable = False
+        _POSITIONS = positions
+    return positions[:n]
+
+
+def _sort_by_key(sub: np.ndarray, lo: np.ndarray, hi: np.ndarray, pbits: int, flat: bool
                  ) -> tuple[np.ndarray, np.ndarray]:
-    """Rows sorted, and the positions they came from, for rows spanning < 2**(64 - pbits)."""
+    """Rows sorted, and where each value came from (its index in the flattened ``sub`` if
+    ``flat``, else in its row), for rows spanning < 2**(64 - pbits)."""
+    m, bv = sub.shape
     key = _scratch("key", sub.shape, np.uint64)
     offset = int(hi.max()) >= 1 << (64 - pbits)  # values that fit need no offset
     if offset:
@@ -107,7 +121,7 @@ def _sort_by_key(sub: np.ndarray, lo: np.ndarray, hi: np.ndarray, pbits: int
         key <<= np.uint64(pbits)
     else:
         np.left_shift(sub, np.uint64(pbits), dtype=np.uint64, out=key)
-    key |= np.arange(sub.shape[1], dtype=np.uint64)
+    key |= _positions(m * bv).reshape(m, bv) if flat else _positions(bv)
     key.sort(axis=1)
     order = np.bitwise_and(key, np.uint64((1 << pbits) - 1),
                            out=_scratch("order", sub.shape, np.uint64)).view(np.int64)
@@ -123,28 +137,37 @@ def _unique_rows(sub: np.ndarray, lo: np.ndarray, hi: np.ndarray
     its values sorted, the first-of-each-value mask over them, each voxel's index among the
     row's distinct values, and the number of distinct values."""
     m, bv = sub.shape
-    pbits = max(1, (bv - 1).bit_length())
     # Value (less the row's least) and position in one key: a plain (SIMD) sort then gives the
-    # order, 3x faster than an argsort; rows whose values span too much take the argsort.
-    keyed = (hi - lo).astype(np.uint64) < np.uint64(1 << (64 - pbits))
-    if keyed.all():
-        s, order = _sort_by_key(sub, lo, hi, pbits)
+    # order, 3x faster than an argsort. The position is the voxel's index in the whole array
+    # where the values leave room for it, else in its row; rows whose values span too much
+    # for even that take the argsort.
+    span = (hi - lo).astype(np.uint64)
+    flat_bits = max(1, (m * bv - 1).bit_length())
+    if int(span.max()) < 1 << (64 - flat_bits):
+        s, order = _sort_by_key(sub, lo, hi, flat_bits, flat=True)
     else:
-        s = np.empty_like(sub)
-        order = np.empty((m, bv), np.int64)
-        rows = np.flatnonzero(keyed)
-        if len(rows):
-            s[rows], order[rows] = _sort_by_key(sub[rows], lo[rows], hi[rows], pbits)
-        rows = np.flatnonzero(~keyed)
-        order[rows] = np.argsort(sub[rows], axis=1)
-        s[rows] = np.take_along_axis(sub[rows], order[rows], axis=1)
+        pbits = max(1, (bv - 1).bit_length())
+        keyed = span < np.uint64(1 << (64 - pbits))
+        if keyed.all():
+            s, order = _sort_by_key(sub, lo, hi, pbits, flat=False)
+        else:
+            s = np.empty_like(sub)
+            order = np.empty((m, bv), np.int64)
+            rows = np.flatnonzero(keyed)
+            if len(rows):
+                s[rows], order[rows] = _sort_by_key(sub[rows], lo[rows], hi[rows], pbits,
+                                                    flat=False)
+            rows = np.flatnonzero(~keyed)
+            order[rows] = np.argsort(sub[rows], axis=1)
+            s[rows] = np.take_along_axis(sub[rows], order[rows], axis=1)
+        order += (np.arange(m) * bv)[:, None]
     new = _scratch("new", (m, bv), bool)
     new[:, 0] = True
     np.not_equal(s[:, 1:], s[:, :-1], out=new[:, 1:])
     rdt = np.uint16 if bv <= 1 << 16 else np.uint32
-    rank = np.cumsum(new, axis=1, dtype=rdt, out=_scratch("rank", (m, bv), rdt))
-    rank -= rdt(1)
-    order += (np.arange(m) * bv)[:, None]
+    rank = _scratch("rank", (m, bv), rdt)
+    rank[:, 0] = 0
+    np.cumsum(new[:, 1:], axis=1, dtype=rdt, out=rank[:, 1:])
     inv = _scratch("inv", (m * bv,), rdt)
     inv[order.ravel()] = rank.ravel()
     return s, new, inv.reshape(m, bv), rank[:, -1].astype(np.int64) + 1
