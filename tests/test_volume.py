@@ -22,6 +22,7 @@ CASES = [  # id, dtype, channels, encoding, sharding
     ("uint8-raw-unsharded", "uint8", 1, "raw", None),
     ("uint16-2ch-identity", "uint16", 2, "raw", IDENTITY),
     ("uint32-cseg-murmur", "uint32", 1, "compressed_segmentation", MURMUR),
+    ("uint32-2ch-cseg-identity", "uint32", 2, "compressed_segmentation", IDENTITY),
     ("uint64-cseg-unsharded", "uint64", 1, "compressed_segmentation", None),
     ("uint64-raw-identity", "uint64", 1, "raw", IDENTITY),
     ("float32-3ch-murmur", "float32", 3, "raw", MURMUR),

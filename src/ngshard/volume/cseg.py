@@ -38,7 +38,8 @@ _POSITIONS = np.zeros(0, np.uint64)
 
 def _scratch(slot: str, shape: tuple[int, ...], dtype) -> np.ndarray:
     """An uninitialized array in a buffer this thread reuses from chunk to chunk: fresh memory
-    for every large temporary costs a page fault per 4 KiB, a third of the encoding time."""
+    for every large temporary costs a page fault per 4 KiB, a third of the encoding time.
+    Only for temporaries: nothing returned may live in one."""
     n = math.prod(shape) * np.dtype(dtype).itemsize
     if n > _SCRATCH_MAX:
         return np.empty(shape, dtype)
@@ -280,8 +281,12 @@ def _encode_channel(vol: np.ndarray, bs: tuple[int, int, int]) -> np.ndarray:
 
 
 def decode(data: bytes | memoryview, shape: tuple[int, ...], dt: np.dtype,
-           bs: tuple[int, int, int]) -> np.ndarray:
-    """An (x, y, z, channels) array of ``dt`` from a chunk; CorruptDataError on bad bytes."""
+           bs: tuple[int, int, int], *, reuse: bool = False) -> np.ndarray:
+    """An (x, y, z, channels) array of ``dt`` from a chunk; CorruptDataError on bad bytes.
+
+    ``reuse``: the result may live in a buffer this thread reuses on its next decode, for
+    callers that copy it out at once (saves the page faults of a fresh array).
+    """
     if len(data) % 4:
         raise CorruptDataError(f"compressed_segmentation chunk of {len(data)} bytes, not whole "
                                f"words")
@@ -298,17 +303,17 @@ def decode(data: bytes | memoryview, shape: tuple[int, ...], dt: np.dtype,
                                f"past the end ({words.size} words)")
     if min(shape) == 0:
         return np.zeros(shape, dt, order="F")
-    chans = [_decode_channel(words, int(s), xyz, bs, dt, ch) for ch, s in enumerate(offsets)]
     if c == 1:
-        return chans[0][..., None]
+        return _decode_channel(words, int(offsets[0]), xyz, bs, dt, 0, reuse)[..., None]
     out = np.empty(shape, dt, order="F")
-    for ch, a in enumerate(chans):
-        out[..., ch] = a
+    for ch, start in enumerate(offsets.tolist()):
+        out[..., ch] = _decode_channel(words, start, xyz, bs, dt, ch, True)
     return out
 
 
 def _decode_channel(words: np.ndarray, start: int, xyz: tuple[int, ...],
-                    bs: tuple[int, int, int], dt: np.dtype, ch: int) -> np.ndarray:
+                    bs: tuple[int, int, int], dt: np.dtype, ch: int, reuse: bool
+                    ) -> np.ndarray:
     """Validate one channel's block headers as tensorstore does, then decode it."""
     n = words.size - start  # the channel's words: from its offset to the end of the buffer
     grid = [-(-v // b) for v, b in zip(xyz, bs)]
@@ -335,10 +340,12 @@ def _decode_channel(words: np.ndarray, start: int, xyz: tuple[int, ...],
     if nblocks * bv > 8 * math.prod(xyz) + 4096:  # blocks mostly past the edge (hostile)
         return _decode_voxels(words, start, xyz, bs, grid, table, bits, values, table_size,
                               dt, ch)
-    return _decode_blocks(words, start, xyz, bs, grid, table, bits, values, table_size, dt, ch)
+    return _decode_blocks(words, start, xyz, bs, grid, table, bits, values, table_size, dt, ch,
+                          reuse)
 
 
-def _decode_blocks(words, start, xyz, bs, grid, table, bits, values, table_size, dt, ch):
+def _decode_blocks(words, start, xyz, bs, grid, table, bits, values, table_size, dt, ch,
+                   reuse):
     """Decode one validated channel: unpack the indices of all blocks of a bit width at once,
     put them in output order (cheap: 1 or 2 bytes each), then fetch every label in one gather
     from the table words."""
@@ -346,7 +353,8 @@ def _decode_blocks(words, start, xyz, bs, grid, table, bits, values, table_size,
     gx, gy, gz = grid
     nb, bv = gx * gy * gz, bx * by * bz
     idt = np.dtype(f"u{max(1, int(bits.max()) // 8)}")
-    idx = np.zeros((nb, bv), idt)
+    idx = _scratch("idx", (nb, bv), idt)  # reused buffers: see _scratch
+    idx[bits == 0] = 0
     for b in np.flatnonzero(np.bincount(bits)[1:]).tolist():
         b += 1
         blk = np.flatnonzero(bits == b)
@@ -358,7 +366,7 @@ def _decode_blocks(words, start, xyz, bs, grid, table, bits, values, table_size,
             got = np.where(over, 0, got)
         idx[blk] = got
     # voxel (x, y, z) of the F-ordered output is element (z, y, x) of this C-ordered array
-    ordered = np.empty((gz, bz, gy, by, gx, bx), idt)
+    ordered = _scratch("ordered", (gz, bz, gy, by, gx, bx), idt)
     np.copyto(ordered, idx.reshape(gz, gy, gx, bz, by, bx).transpose(0, 3, 1, 4, 2, 5))
     first = start + table  # word of each block's table
     entry = dt.itemsize // 4
@@ -378,8 +386,9 @@ def _decode_blocks(words, start, xyz, bs, grid, table, bits, values, table_size,
     first = first.reshape(gz, 1, gy * by * gx * bx)
     ordered = ordered.reshape(gz, bz, gy * by * gx * bx)
     if source is not None:
-        at = np.add(ordered, first, dtype=np.int64)
-        labels = np.take(source, at.ravel()).astype(dt, copy=False)
+        at = np.add(ordered, first, dtype=np.int64, out=_scratch("at", ordered.shape, np.int64))
+        labels = _scratch("labels", (at.size,), dt) if reuse else np.empty(at.size, dt)
+        np.take(source, at.ravel(), out=labels, mode="clip")  # the indices were checked
     else:
         at = np.add(np.multiply(ordered, 2, dtype=np.int64), first).ravel()
         labels = words[at].astype(dt) | (words[at + 1].astype(dt) << dt.type(32))

@@ -62,12 +62,15 @@ def check_encoding(encoding: str, dtype, num_channels: int | None = None) -> np.
     return dt
 
 
-def decode_chunk(data: bytes, encoding: str, shape: tuple[int, int, int, int], dtype, *,
-                 block_size: Sequence[int] | None = None, where: str = "") -> np.ndarray:
+def decode_chunk(data: bytes | memoryview, encoding: str, shape: tuple[int, int, int, int],
+                 dtype, *, block_size: Sequence[int] | None = None, where: str = "",
+                 reuse: bool = False) -> np.ndarray:
     """Decode one chunk to an array of ``shape`` (x, y, z, channels: the clipped chunk shape).
 
     ``block_size`` is the scale's ``compressed_segmentation_block_size``. The result may be a
-    read-only view of ``data`` (raw) and need not be contiguous.
+    read-only view of ``data`` (raw) and need not be contiguous. With ``reuse`` it may also
+    live in a buffer that this thread's next decode overwrites: for callers that copy it out
+    at once.
     """
     try:
         shape = _shape(shape)
@@ -75,7 +78,7 @@ def decode_chunk(data: bytes, encoding: str, shape: tuple[int, int, int, int], d
         if encoding == "raw":
             return _decode_raw(data, shape, dt)
         if encoding == "compressed_segmentation":
-            return cseg.decode(data, shape, dt, _block_size(block_size))
+            return cseg.decode(data, shape, dt, _block_size(block_size), reuse=reuse)
         return _decode_image(data, encoding, shape, dt)
     except (SpecError, _Corrupt, CorruptDataError) as e:
         raise CorruptDataError(f"{where}: {e}" if where else str(e)) from None

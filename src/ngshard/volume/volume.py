@@ -126,7 +126,8 @@ class Volume:
             if blobs[i] is None:
                 return None
             array = decode_chunk(blobs[i], self.scale.encoding, shapes[i], self.dtype,
-                                 block_size=block, where=self.chunks.where(positions[i].tolist()))
+                                 block_size=block, where=self.chunks.where(positions[i].tolist()),
+                                 reuse=consume is not None)  # consumed on this thread, now
             if consume is None:
                 return array
             consume(i, array)
