@@ -53,6 +53,10 @@ def _scratch(slot: str, shape: tuple[int, ...], dtype) -> np.ndarray:
 def encode(array: np.ndarray, bs: tuple[int, int, int]) -> bytes:
     """Encode an (x, y, z, channels) uint32 or uint64 array with block size ``bs``."""
     array = np.asarray(array, array.dtype.newbyteorder("="))
+    if array.shape[3] == 1:  # the common case, in one buffer
+        words = _encode_channel(array[..., 0], bs, lead=1)
+        words[0] = 1
+        return words.tobytes()
     channels = [_encode_channel(array[..., ch], bs) for ch in range(array.shape[3])]
     sizes = np.array([len(w) for w in channels], np.int64)
     offsets = len(channels) + np.cumsum(sizes) - sizes
@@ -217,8 +221,9 @@ def _first_equal_tables(tables: np.ndarray, tstart: np.ndarray, counts: np.ndarr
     return rep
 
 
-def _encode_channel(vol: np.ndarray, bs: tuple[int, int, int]) -> np.ndarray:
-    """One (x, y, z) channel -> its words: block headers, packed indices, then tables."""
+def _encode_channel(vol: np.ndarray, bs: tuple[int, int, int], lead: int = 0) -> np.ndarray:
+    """One (x, y, z) channel -> ``lead`` words left for the caller, then the channel's: block
+    headers, packed indices, tables."""
     xyz = vol.shape
     grid = [-(-v // b) for v, b in zip(xyz, bs)]
     pad = [(0, g * b - v) for v, g, b in zip(xyz, grid, bs)]
@@ -228,7 +233,7 @@ def _encode_channel(vol: np.ndarray, bs: tuple[int, int, int]) -> np.ndarray:
     gx, gy, gz = grid
     nb, bv = gx * gy * gz, bx * by * bz
     if nb == 0:
-        return np.zeros(0, "<u4")
+        return np.zeros(lead, "<u4")
     blocks, z_fastest = _blocks(vol, bs, grid)
     entry = blocks.dtype.itemsize // 4
     lo, hi = blocks.min(axis=1), blocks.max(axis=1)
@@ -258,7 +263,8 @@ def _encode_channel(vol: np.ndarray, bs: tuple[int, int, int]) -> np.ndarray:
     if total >= 1 << 24:
         raise SpecError(f"compressed_segmentation cannot encode this {vol.dtype.name} chunk "
                         f"with block size {bs}: {total} words overflow its 24-bit offsets")
-    words = np.empty(total, "<u4")
+    out = np.empty(lead + total, "<u4")
+    words = out[lead:]
     words[0:2 * nb:2] = toff.astype(np.uint32) | (bits.astype(np.uint32) << 24)
     words[1:2 * nb:2] = voff.astype(np.uint32)
     if len(mixed):
@@ -266,18 +272,23 @@ def _encode_channel(vol: np.ndarray, bs: tuple[int, int, int]) -> np.ndarray:
         for b in np.flatnonzero(np.bincount(mixed_bits)).tolist():
             sel = np.flatnonzero(mixed_bits == b)
             idx = inv if len(sel) == len(inv) else inv[sel]
-            if z_fastest:
-                idx = idx.reshape(-1, bx, by, bz).transpose(0, 3, 2, 1).reshape(len(sel), bv)
-            packed = _pack(idx, b)
-            first_w = voff[mixed[sel]]
-            if (first_w[-1] - first_w[0]) == packed.shape[1] * (len(sel) - 1):  # one run
+            if z_fastest:  # a view: its copy happens below
+                idx = idx.reshape(-1, bx, by, bz).transpose(0, 3, 2, 1)
+            first_w, nw = voff[mixed[sel]], -(-bv * b // 32)
+            run = (first_w[-1] - first_w[0]) == nw * (len(sel) - 1)
+            if run and b >= 8 and (bv * b) % 32 == 0:  # whole bytes: cast straight into place
+                target = words[first_w[0]:first_w[0] + nw * len(sel)].view(f"<u{b // 8}")
+                np.copyto(target.reshape(idx.shape), idx, casting="unsafe")
+                continue
+            packed = _pack(idx.reshape(len(sel), bv), b)
+            if run:
                 words[first_w[0]:first_w[0] + packed.size] = packed.ravel()
             else:
-                words[_ranges(first_w, np.full(len(sel), packed.shape[1]))] = packed.ravel()
+                words[_ranges(first_w, np.full(len(sel), nw))] = packed.ravel()
     owners = np.flatnonzero(own)
     words[vend:].view(blocks.dtype.newbyteorder("<"))[:] = \
         tables[_ranges(tstart[owners], counts[owners])]
-    return words
+    return out
 
 
 def decode(data: bytes | memoryview, shape: tuple[int, ...], dt: np.dtype,
