@@ -4,7 +4,8 @@ installed: `pip install cloud-volume`), same data, one process.
     python tools/bench_volume.py [--size 512] [--chunk 64] [--repeat 3]
 
 A uint8 raw volume and a uint64 compressed_segmentation volume, sharded into one shard: whole
-write, whole read, and 100 random chunks read at once. Prints medians and ratios.
+write, whole read, and 100 random chunks read at once. The libraries take turns; prints the
+median times and the median of the per-turn ratios.
 """
 
 from __future__ import annotations
@@ -27,13 +28,18 @@ except ImportError:  # an optional peer
     cloudvolume = None
 
 
-def timed(fn, repeat: int) -> float:
-    times = []
+def timed(fns: list, repeat: int) -> tuple[list[float], list[float]]:
+    """Each function ``repeat`` times, taking turns, so that a machine whose speed drifts
+    over minutes (this one does) slows every library alike. Returns the median time of each
+    and the median, over the turns, of the first one's time over each one's."""
+    times = [[] for _ in fns]
     for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+        for fn, mine in zip(fns, times):
+            t = time.perf_counter()
+            fn()
+            mine.append(time.perf_counter() - t)
+    ratios = [statistics.median(a / b for a, b in zip(times[0], other)) for other in times]
+    return [statistics.median(t) for t in times], ratios
 
 
 def ts_open(path: str, scale: dict, dtype: str, create: bool = False):
@@ -109,12 +115,12 @@ def bench_case(work: str, dtype: str, encoding: str, data: np.ndarray, n: int, c
              lambda: ts_open(theirs, scale, dtype).read().result(), cv[1]),
             ("100 random chunks", ng_random, ts_random, cv[2])]
     for label, ng_fn, ts_fn, cv_fn in rows:
-        t_ng, t_ts = timed(ng_fn, repeat), timed(ts_fn, repeat)
+        fns = [ng_fn, ts_fn] + ([cv_fn] if cv_fn is not None else [])
+        (t_ng, t_ts, *t_cv), (_, r_ts, *r_cv) = timed(fns, repeat)
         line = (f"  {label:<20} ngshard {t_ng:8.3f} s   tensorstore {t_ts:8.3f} s   "
-                f"ratio {t_ng / t_ts:5.2f}")
-        if cv_fn is not None:
-            t_cv = timed(cv_fn, repeat)
-            line += f"   cloud-volume {t_cv:8.3f} s   ratio {t_ng / t_cv:5.2f}"
+                f"ratio {r_ts:5.2f}")
+        if t_cv:
+            line += f"   cloud-volume {t_cv[0]:8.3f} s   ratio {r_cv[0]:5.2f}"
         print(line)
     shutil.rmtree(ours, ignore_errors=True)
     shutil.rmtree(theirs, ignore_errors=True)
