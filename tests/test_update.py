@@ -266,15 +266,21 @@ def test_reader_sees_appends_and_compaction(store):
     assert reader[key] == b"version 2" and len(reader) == len(items)
 
 
-def test_obsolete_two_file_shards_are_read(tmp_path):
+def two_file_store(path) -> dict[int, bytes]:
+    """A store of 300 items in the obsolete layout: each shard as <shard>.index + .data."""
     items = items_of(300)
-    ngshard.write_kv(tmp_path, SPEC, items)
-    for name in os.listdir(tmp_path):
-        data = (tmp_path / name).read_bytes()
+    ngshard.write_kv(path, SPEC, items)
+    for name in os.listdir(path):
+        data = (path / name).read_bytes()
         stem = name[:-len(".shard")]
-        (tmp_path / f"{stem}.index").write_bytes(data[:SPEC.shard_index_size])
-        (tmp_path / f"{stem}.data").write_bytes(data[SPEC.shard_index_size:])
-        os.unlink(tmp_path / name)
+        (path / f"{stem}.index").write_bytes(data[:SPEC.shard_index_size])
+        (path / f"{stem}.data").write_bytes(data[SPEC.shard_index_size:])
+        os.unlink(path / name)
+    return items
+
+
+def test_obsolete_two_file_shards_are_read(tmp_path):
+    items = two_file_store(tmp_path)
     kv = ngshard.open_kv(tmp_path, SPEC)
     assert kv.get_many(items) == items
     assert sorted(kv) == sorted(items)
@@ -284,14 +290,7 @@ def test_obsolete_two_file_shards_are_read(tmp_path):
 
 @pytest.mark.parametrize("strategy", ["append", "rewrite"])
 def test_obsolete_two_file_shards_are_converted_by_updates(tmp_path, strategy):
-    items = items_of(300)
-    ngshard.write_kv(tmp_path, SPEC, items)
-    for name in os.listdir(tmp_path):
-        data = (tmp_path / name).read_bytes()
-        stem = name[:-len(".shard")]
-        (tmp_path / f"{stem}.index").write_bytes(data[:SPEC.shard_index_size])
-        (tmp_path / f"{stem}.data").write_bytes(data[SPEC.shard_index_size:])
-        os.unlink(tmp_path / name)
+    items = two_file_store(tmp_path)
     keys = sorted(items)
     with ngshard.open_kv(tmp_path, SPEC, "r+", strategy=strategy) as kv:
         kv[keys[0]] = b"new"
