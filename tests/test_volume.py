@@ -225,6 +225,16 @@ def test_add_scale_mean_for_images_mode_for_segmentation(tmp_path):
         np.testing.assert_array_equal(got, downsample_mode(labels, factor))
 
 
+def test_numpy_reads_the_whole_scale(tmp_path):
+    data = sample("uint16", 2)
+    with create_volume(tmp_path, dtype="uint16", shape=data.shape, chunk_size=CHUNK) as vol:
+        vol[:] = data
+    vol = open_volume(tmp_path)
+    np.testing.assert_array_equal(np.asarray(vol), data)
+    assert np.asarray(vol, dtype=np.float32).dtype == np.float32
+    assert float(np.mean(vol)) == pytest.approx(float(data.mean()))
+
+
 def test_read_chunks_in_one_batch(tmp_path):
     data = sample("uint16", 2)
     with create_volume(tmp_path, dtype="uint16", shape=(*SIZE, 2), chunk_size=CHUNK,

@@ -176,6 +176,12 @@ class Volume:
         box = self.read_box(start[:3], stop[:3])[..., start[3]:stop[3]]
         return box[post]
 
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        """The whole scale, for ``np.asarray(vol)`` (every read makes a new array)."""
+        if copy is False:
+            raise ValueError("a Volume's voxels are read from storage: they are always copied")
+        return self[...] if dtype is None else self[...].astype(dtype, copy=False)
+
     # --- writing -------------------------------------------------------------------------
 
     def __setitem__(self, index: Any, value: Any) -> None:
