@@ -350,8 +350,8 @@ class ShardedKV(MutableMapping):
                  ) -> dict[int, bytes | memoryview]:
         """Values of many keys at once, as {key: value}; absent keys are left out.
 
-        ``copy=False`` may return read-only memoryviews into the batch's read buffers instead
-        of bytes, saving a copy of every value (they keep those buffers alive)."""
+        ``copy=False`` may return memoryviews into the batch's read buffers instead of bytes,
+        saving a copy of every value (they keep those buffers alive)."""
         keys = np.unique(as_key_array(keys))
         out: dict[int, bytes | memoryview] = {}
         if self._staging:

@@ -10,11 +10,16 @@ from collections.abc import Sequence
 import numpy as np
 
 
-def _blocks(data: np.ndarray, factor: Sequence[int]) -> np.ndarray:
-    """(x, y, z, c) -> (X, Y, Z, c, n) with the n = prod(factor) voxels of each block last;
-    ragged edges are padded by repeating the last voxel, so edge blocks stay unbiased."""
+def _padded(data: np.ndarray, factor: Sequence[int]) -> np.ndarray:
+    """``data`` grown to whole blocks by repeating its last voxels, so edge blocks stay
+    unbiased."""
     pad = [(0, -s % f) for s, f in zip(data.shape[:3], factor)] + [(0, 0)]
-    data = np.pad(data, pad, mode="edge")
+    return np.pad(data, pad, mode="edge")
+
+
+def _blocks(data: np.ndarray, factor: Sequence[int]) -> np.ndarray:
+    """(x, y, z, c) -> (X, Y, Z, c, n) with the n = prod(factor) voxels of each block last."""
+    data = _padded(data, factor)
     x, y, z, c = data.shape
     fx, fy, fz = factor
     blocks = data.reshape(x // fx, fx, y // fy, fy, z // fz, fz, c)
@@ -46,10 +51,9 @@ def downsample_mode(data: np.ndarray, factor: Sequence[int]) -> np.ndarray:
 
 def _mode_by_pairs(data: np.ndarray, factor: Sequence[int]) -> np.ndarray:
     """downsample_mode for blocks of at most 8 voxels (2x2x2 and smaller): each voxel of a
-    block counts its equals among the others, over whole strided views, which for so few
-    voxels beats sorting every block several times."""
-    pad = [(0, -s % f) for s, f in zip(data.shape[:3], factor)] + [(0, 0)]
-    data = np.pad(data, pad, mode="edge")
+    block counts its equals among the others, one whole array of such voxels at a time, which
+    for so few voxels beats sorting every block."""
+    data = _padded(data, factor)
     fx, fy, fz = factor
     # contiguous copies: the comparisons below then run at memory speed
     views = [data[i::fx, j::fy, k::fz].copy(order="K") for i, j, k in itertools.product(
