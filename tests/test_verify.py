@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 import ngshard
-from ngshard import codec
+from ngshard.sharded import format as codec
 from ngshard.verify import verify_kv
 
 SPEC = ngshard.ShardingSpec(minishard_bits=1, shard_bits=1, data_encoding="gzip")

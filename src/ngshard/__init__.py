@@ -8,18 +8,24 @@ disk, HTTP or object storage::
     data = kv.get_many([1, 2, 3])                   # {key: bytes}, batched reads
 """
 
+from importlib.metadata import PackageNotFoundError, version
+
 from .errors import (
     ConflictError,
     CorruptDataError,
     InvalidKeyError,
+    MissingDependencyError,
     NgShardError,
+    NotFoundError,
     ReadOnlyError,
     SpecError,
 )
-from .kv import ShardedKV, open_kv, write_kv
-from .spec import ShardingSpec
+from .sharded import ShardedKV, ShardingSpec, open_kv, write_kv
 
-__version__ = "0.1.0"
+try:
+    __version__ = version("ngshard")
+except PackageNotFoundError:  # running from a source tree
+    __version__ = "0.1.0"
 
 _VOLUME_NAMES = ("Volume", "create_volume", "open_volume")
 
@@ -36,7 +42,9 @@ __all__ = [
     "ConflictError",
     "CorruptDataError",
     "InvalidKeyError",
+    "MissingDependencyError",
     "NgShardError",
+    "NotFoundError",
     "ReadOnlyError",
     "ShardedKV",
     "ShardingSpec",

@@ -9,8 +9,7 @@ import os
 
 import numpy as np
 
-from .kv import write_kv
-from .spec import ShardingSpec
+from .sharded import ShardingSpec, write_kv
 from .storage import open_storage
 
 DEMO_SPEC = ShardingSpec(hash="murmurhash3_x86_128", preshift_bits=0, minishard_bits=4,

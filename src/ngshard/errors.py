@@ -26,3 +26,12 @@ class ReadOnlyError(NgShardError, PermissionError):
 class ConflictError(NgShardError):
     """A shard changed on storage between reading it for a commit and writing it back:
     another writer was at work (the rule is one writer per shard at a time)."""
+
+
+class NotFoundError(NgShardError, FileNotFoundError):
+    """No store, layer or file where one was expected; the message names the place."""
+
+
+class MissingDependencyError(NgShardError, ImportError):
+    """An optional package is needed for this URL or encoding; the message says what to
+    install."""

@@ -5,11 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from tqdm.auto import tqdm
 
-from . import codec, shardupdate
+from .compression import decode
 from .errors import NgShardError
-from .kv import ShardedKV
+from .progress import progress_bar
+from .sharded import ShardedKV
+from .sharded.format import Entries, decode_all, decode_shard_index
+from .sharded.update import live_bytes
 from .volume import Volume
 from .volume.chunks import ShardedChunks
 from .volume.encodings import decode_chunk
@@ -46,20 +48,22 @@ def _overlaps(ranges: np.ndarray) -> np.ndarray:
     return r[bad]
 
 
-def _check_shard(kv: ShardedKV, name: str, data: bytes, report: VerifyReport) -> None:
+def _check_shard(kv: ShardedKV, name: str, data: bytes, report: VerifyReport
+                 ) -> np.ndarray | None:
+    """Check one whole shard; returns its keys, None if its indices do not decode."""
     spec, where = kv.spec, kv.storage.path(name)
     report.shards += 1
     report.bytes += len(data)
     try:
-        indices = shardupdate.decode_all(spec, memoryview(data), where)
+        indices = decode_all(spec, memoryview(data), where)
     except NgShardError as e:
         report.problems.append(str(e))
-        return
-    ranges = codec.decode_shard_index(data[:spec.shard_index_size], spec.num_minishards,
-                                      len(data), where)
-    entries = shardupdate.Entries.of(indices)
+        return None
+    ranges = decode_shard_index(data[:spec.shard_index_size], spec.num_minishards,
+                                len(data), where)
+    entries = Entries.of(indices)
     report.keys += len(entries.keys)
-    report.garbage_bytes += len(data) - shardupdate.live_bytes(spec, ranges, indices)
+    report.garbage_bytes += len(data) - live_bytes(spec, ranges, indices)
     problems = report.problems
     num = spec.parse_shard_filename(name)
     shard_of, minishard_of = spec.locate(entries.keys)
@@ -77,17 +81,24 @@ def _check_shard(kv: ShardedKV, name: str, data: bytes, report: VerifyReport) ->
         for key, s, n in zip(entries.keys.tolist(), entries.starts.tolist(),
                              entries.sizes.tolist()):
             try:
-                codec.decode(data[s:s + n], spec.data_encoding, f"{where} (chunk {key} at {s})")
+                decode(data[s:s + n], spec.data_encoding, f"{where} (chunk {key} at {s})")
             except NgShardError as e:
                 problems.append(str(e))
+    return entries.keys
 
 
 def verify_kv(kv: ShardedKV, *, progress: bool = False) -> VerifyReport:
     """Read every shard of a store whole and check it: shard index bounds, minishard indices
     decode, no ranges overlap, every key sits in its own shard and minishard, and encoded
     chunks decode. Memory: one shard at a time."""
-    report = VerifyReport()
-    for name in tqdm(kv.shard_names(), desc="verifying", unit="shard", disable=not progress):
+    return _verify_shards(kv, progress)[0]
+
+
+def _verify_shards(kv: ShardedKV, progress: bool) -> tuple[VerifyReport, np.ndarray]:
+    """The report of :func:`verify_kv` and the keys of the shards whose indices decode."""
+    report, keys = VerifyReport(), [np.zeros(0, np.uint64)]
+    for name in progress_bar(kv.shard_names(), desc="verifying", unit="shard",
+                             enabled=progress):
         data = kv.storage.read(name)
         if data is None:  # an obsolete two-file shard: check the two files as one
             stem = name[:-len(".shard")]
@@ -96,12 +107,18 @@ def verify_kv(kv: ShardedKV, *, progress: bool = False) -> VerifyReport:
                 report.problems.append(f"{kv.storage.path(name)}: vanished during the check")
                 continue
             data = index + rest
-        _check_shard(kv, name, data, report)
+        try:
+            found = _check_shard(kv, name, data, report)
+        except IsADirectoryError:
+            report.problems.append(f"{kv.storage.path(name)}: a directory, not a shard file")
+            continue
+        if found is not None:
+            keys.append(found)
     for n in kv.storage.list():
         if n.endswith(".shard") and kv.spec.parse_shard_filename(n) is None:
             report.problems.append(f"{kv.storage.path(n)}: not a shard name of this spec "
                                    f"(shard_bits {kv.spec.shard_bits})")
-    return report
+    return report, np.concatenate(keys)
 
 
 def verify_volume(vol: Volume, *, progress: bool = False) -> VerifyReport:
@@ -110,15 +127,12 @@ def verify_volume(vol: Volume, *, progress: bool = False) -> VerifyReport:
     counts the chunks."""
     chunks = vol.chunks
     if isinstance(chunks, ShardedChunks):
-        report = verify_kv(chunks.kv, progress=progress)
+        report, codes = _verify_shards(chunks.kv, progress)
         report.keys = 0
-        codes = chunks.kv.keys_array()
-        limit = np.uint64(1) << np.uint64(sum(vol.grid.bits)) if sum(vol.grid.bits) < 64 \
-            else None
-        beyond = codes >= limit if limit is not None else np.zeros(len(codes), bool)
+        inside = vol.grid.codes_in_grid(codes)
         report.problems += [f"{chunks.kv.storage.url}: chunk {int(k)} lies outside the "
-                            f"{vol.grid.shape} chunk grid" for k in codes[beyond][:10]]
-        positions = vol.grid.unmorton(codes[~beyond])
+                            f"{vol.grid.shape} chunk grid" for k in codes[~inside][:10]]
+        positions = vol.grid.unmorton(codes[inside])
     else:
         report, found = VerifyReport(), []
         for name in chunks.storage.list():
@@ -132,9 +146,15 @@ def verify_volume(vol: Volume, *, progress: bool = False) -> VerifyReport:
     shapes = [(*s, vol.info.num_channels) for s in (stops - starts).tolist()]
     block = vol.scale.compressed_segmentation_block_size
     batches = range(0, len(positions), 256)
-    for first in tqdm(batches, desc="decoding", unit="batch", disable=not progress):
+    for first in progress_bar(batches, desc="decoding", unit="batch", enabled=progress):
         batch = positions[first:first + 256]
-        for i, blob in enumerate(chunks.get(batch), first):
+        try:
+            blobs = chunks.get(batch)
+        except NgShardError as e:  # reported by the shard checks already, or a new problem
+            if str(e) not in report.problems:
+                report.problems.append(str(e))
+            continue
+        for i, blob in enumerate(blobs, first):
             if blob is None:
                 continue
             try:

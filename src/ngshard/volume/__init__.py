@@ -1,6 +1,14 @@
-"""Precomputed volumes: the info model, chunk grids, chunk encodings and numpy slicing."""
+"""Precomputed volumes: the info model, chunk grids, chunk encodings and numpy slicing.
+
+``info`` (the info model), ``vectors``, ``grid`` (chunk grid, Morton codes), ``encodings`` and
+``cseg`` (chunk codecs), ``chunks`` (chunk stores: sharded or a file per chunk), ``volume``
+(numpy indexing), ``layers`` (the info on storage: open and create), ``sharding`` (auto
+sharding), ``downsample`` and ``scales`` (coarser scales).
+"""
 
 from .info import Scale, VolumeInfo
-from .volume import Volume, auto_sharding, create_volume, open_volume
+from .layers import create_volume, open_volume
+from .sharding import auto_sharding
+from .volume import Volume
 
 __all__ = ["Scale", "Volume", "VolumeInfo", "auto_sharding", "create_volume", "open_volume"]

@@ -8,8 +8,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..codec import gzip_decompress
-from ..kv import ShardedKV
+from ..compression import gzip_decompress
+from ..errors import NgShardError
+from ..sharded import ShardedKV
 from ..storage import Storage
 from .grid import ChunkGrid
 
@@ -34,6 +35,12 @@ class ChunkStore:
         """The chunk's location, for error messages."""
         raise NotImplementedError
 
+    def list_positions(self) -> np.ndarray:
+        """(n, 3) grid positions of the chunks present (stored or staged), from the shard
+        indices or the file listing; entries that name no chunk of the grid are left out
+        (``verify`` reports them)."""
+        raise NotImplementedError
+
 
 class ShardedChunks(ChunkStore):
     """Chunks in a sharded store, keyed by the compressed Morton code of their position."""
@@ -51,6 +58,10 @@ class ShardedChunks(ChunkStore):
 
     def commit(self, *, progress: bool = False) -> None:
         self.kv.commit(progress=progress)
+
+    def list_positions(self) -> np.ndarray:
+        codes = self.kv.keys_array()
+        return self.grid.unmorton(codes[self.grid.codes_in_grid(codes)])
 
     def where(self, position: Sequence[int]) -> str:
         key = int(self.grid.morton(np.array([position]))[0])
@@ -80,6 +91,15 @@ class FileChunks(ChunkStore):
     def commit(self, *, progress: bool = False) -> None:
         staged, self._staged = self._staged, {}
         self.storage.write_many(list(staged.items()))
+
+    def list_positions(self) -> np.ndarray:
+        found = []
+        for name in {n.removesuffix(".gz") for n in self.storage.list()} | set(self._staged):
+            try:
+                found.append(self.grid.parse_chunk_name(name))
+            except NgShardError:
+                continue
+        return np.array(sorted(found), np.int64).reshape(-1, 3)
 
     def where(self, position: Sequence[int]) -> str:
         return self.storage.path(self.grid.chunk_names(np.array([position]))[0])

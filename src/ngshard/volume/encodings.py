@@ -22,10 +22,11 @@ from types import MappingProxyType
 
 import numpy as np
 
-from ..errors import CorruptDataError, SpecError
+from ..errors import CorruptDataError, MissingDependencyError, SpecError
 from . import cseg
 
-__all__ = ["ENCODINGS", "IMAGE_CHANNELS", "check_encoding", "decode_chunk", "encode_chunk"]
+__all__ = ["ENCODINGS", "IMAGE_CHANNELS", "check_encoding", "decode_chunk", "encode_chunk",
+           "require_codec"]
 
 _DT = np.dtype
 ENCODINGS: Mapping[str, frozenset[np.dtype]] = MappingProxyType({
@@ -186,9 +187,16 @@ def _pillow():
     try:
         from PIL import Image
     except ImportError:
-        raise ImportError("jpeg and png chunks need Pillow: pip install 'ngshard[images]'") \
-            from None
+        raise MissingDependencyError("jpeg and png chunks need Pillow: pip install "
+                                     "'ngshard[images]'") from None
     return Image
+
+
+def require_codec(encoding: str) -> None:
+    """MissingDependencyError now, before anything is written, if ``encoding`` needs a package
+    that is not installed."""
+    if encoding in ("jpeg", "png"):
+        _pillow()
 
 
 def _check_png_chunks(data: bytes) -> None:

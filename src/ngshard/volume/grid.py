@@ -8,7 +8,6 @@ coordinates (``voxel_offset`` added).
 
 from __future__ import annotations
 
-import operator
 import re
 from dataclasses import dataclass
 from functools import reduce
@@ -17,33 +16,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import SpecError
-from ..spec import ShardingSpec
-
-Vec3 = tuple[int, int, int]
+from ..sharded.spec import ShardingSpec
+from .vectors import Vec3, vec3
 
 _NAME = re.compile(r"_".join([r"(-?[0-9]+)-(-?[0-9]+)"] * 3))
-
-
-def _vec3(value: Any, field: str, *, positive: bool) -> Vec3:
-    """A 3-tuple of Python ints, or SpecError naming the field."""
-    try:
-        items = list(value)
-    except TypeError:
-        raise SpecError(f"{field} must be 3 integers (x, y, z), got {value!r}") from None
-    if len(items) != 3:
-        raise SpecError(f"{field} must be 3 integers (x, y, z), got {value!r}")
-    out = []
-    for v in items:
-        if isinstance(v, (bool, np.bool_)):
-            raise SpecError(f"{field} must be 3 integers (x, y, z), got {value!r}")
-        try:
-            v = operator.index(v)
-        except TypeError:
-            raise SpecError(f"{field} must be 3 integers (x, y, z), got {value!r}") from None
-        if positive and v <= 0:
-            raise SpecError(f"{field} must be positive, got {tuple(items)!r}")
-        out.append(v)
-    return tuple(out)
 
 
 def _int_array(values: Any, what: str) -> np.ndarray:
@@ -70,10 +46,10 @@ class ChunkGrid:
     voxel_offset: Vec3 = (0, 0, 0)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "size", _vec3(self.size, "size", positive=True))
-        object.__setattr__(self, "chunk_size", _vec3(self.chunk_size, "chunk_size",
+        object.__setattr__(self, "size", vec3(self.size, "size", positive=True))
+        object.__setattr__(self, "chunk_size", vec3(self.chunk_size, "chunk_size",
                                                      positive=True))
-        object.__setattr__(self, "voxel_offset", _vec3(self.voxel_offset, "voxel_offset",
+        object.__setattr__(self, "voxel_offset", vec3(self.voxel_offset, "voxel_offset",
                                                        positive=False))
 
     @property
@@ -117,8 +93,8 @@ class ChunkGrid:
         """The (n, 3) positions of every chunk overlapping the voxel box [start, stop)
         (0-based), in C order over (x, y, z): z varies fastest. Parts of the box outside the
         volume are ignored; an empty box gives no positions."""
-        start = np.asarray(_vec3(start, "start", positive=False))
-        stop = np.asarray(_vec3(stop, "stop", positive=False))
+        start = np.asarray(vec3(start, "start", positive=False))
+        stop = np.asarray(vec3(stop, "stop", positive=False))
         size = np.array(self.size)
         lo, hi = np.clip(start, 0, size), np.clip(stop, 0, size)
         if (hi <= lo).any():
@@ -192,15 +168,26 @@ class ChunkGrid:
         if total < 64 and (arr >> np.uint64(total)).any():
             raise SpecError(f"Morton code {int(arr.max())} has more than the {total} bits of "
                             f"grid shape {self.shape}")
-        pos = np.zeros((*arr.shape, 3), np.uint64)
-        one = np.uint64(1)
-        for j, (d, i) in enumerate(self._interleave()):
-            pos[..., d] |= ((arr >> np.uint64(j)) & one) << np.uint64(i)
+        pos = self._deinterleave(arr)
         bad = (pos >= np.array(self.shape, np.uint64)).any(axis=-1)
         if bad.any():
             raise SpecError(f"Morton code {int(arr[bad][0])} is position "
                             f"{tuple(pos[bad][0].tolist())}, outside grid shape {self.shape}")
         return pos.astype(np.int64)
+
+    def _deinterleave(self, codes: np.ndarray) -> np.ndarray:
+        pos = np.zeros((*codes.shape, 3), np.uint64)
+        one = np.uint64(1)
+        for j, (d, i) in enumerate(self._interleave()):
+            pos[..., d] |= ((codes >> np.uint64(j)) & one) << np.uint64(i)
+        return pos
+
+    def codes_in_grid(self, codes: np.ndarray) -> np.ndarray:
+        """Mask of the uint64 ``codes`` that are Morton codes of chunks of this grid."""
+        total = self._check_code_bits()
+        codes = np.asarray(codes, np.uint64)
+        ok = (codes >> np.uint64(total)) == 0 if total < 64 else np.ones(codes.shape, bool)
+        return ok & (self._deinterleave(codes) < np.array(self.shape, np.uint64)).all(axis=-1)
 
     # --- sharding --------------------------------------------------------------------------
 

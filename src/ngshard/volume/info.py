@@ -6,14 +6,15 @@ were, so rewriting an info never drops what another tool put there.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import SpecError
-from ..spec import ShardingSpec
+from ..sharded.infofile import parse_info
+from ..sharded.spec import ShardingSpec
 from .encodings import ENCODINGS as SUPPORTED
 from .encodings import check_encoding
+from .vectors import vec3
 
 DATA_TYPES = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "float32")
 LAYER_TYPES = ("image", "segmentation")
@@ -22,22 +23,25 @@ _SCALE_FIELDS = ("key", "size", "voxel_offset", "resolution", "chunk_sizes", "en
                  "sharding", "compressed_segmentation_block_size")
 
 
-def _vector(doc: dict, name: str, where: str, *, kind=int, positive=True,
+def _vector(doc: dict, name: str, where: str, *, kind: type = int, positive: bool = True,
             default: Any = None) -> tuple:
+    """Member ``name`` of ``doc`` as a 3-vector (a JSON list)."""
     value = doc.get(name, default)
     if value is None:
         raise SpecError(f"{where}: missing {name}")
-    ok = isinstance(value, list) and len(value) == 3 and all(
-        isinstance(v, (int, float) if kind is float else int) and not isinstance(v, bool)
-        for v in value)
-    if ok and positive:
-        ok = all(v > 0 for v in value)
-    if not ok:
-        what = "positive " if positive else ""
-        noun = "numbers" if kind is float else "integers"
-        raise SpecError(f"{where}: {name} must be 3 {what}{noun}"
-                        f", got {value!r}")
-    return tuple(kind(v) for v in value)
+    if not isinstance(value, list):
+        raise SpecError(f"{where}: {name} must be a list of 3 numbers, got {value!r}")
+    return vec3(value, f"{where}: {name}", kind=kind, positive=positive)
+
+
+def _check_key(key: Any, where: str) -> str:
+    """A scale key is a relative path inside the layer: no '..', no absolute path."""
+    if not isinstance(key, str) or not key:
+        raise SpecError(f"{where}: key must be a non-empty relative path, got {key!r}")
+    parts = key.replace("\\", "/").split("/")
+    if key.startswith(("/", "\\")) or ":" in parts[0] or any(p in ("..", ".", "") for p in parts):
+        raise SpecError(f"{where}: key must be a relative path inside the layer, got {key!r}")
+    return key
 
 
 @dataclass(frozen=True)
@@ -58,9 +62,7 @@ class Scale:
     def from_json(cls, doc: Any, where: str, data_type: str, num_channels: int = 1) -> Scale:
         if not isinstance(doc, dict):
             raise SpecError(f"{where}: must be a JSON object")
-        key = doc.get("key")
-        if not isinstance(key, str) or not key or key.startswith("/"):
-            raise SpecError(f"{where}: key must be a non-empty relative path, got {key!r}")
+        key = _check_key(doc.get("key"), where)
         chunk_sizes = doc.get("chunk_sizes")
         if not isinstance(chunk_sizes, list) or not chunk_sizes:
             raise SpecError(f"{where}: chunk_sizes must be a non-empty list of [x, y, z]")
@@ -120,10 +122,7 @@ class VolumeInfo:
     def from_json(cls, doc: Any, where: str = "info") -> VolumeInfo:
         """Parse and validate; SpecError names the member that is wrong."""
         if isinstance(doc, (str, bytes)):
-            try:
-                doc = json.loads(doc)
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise SpecError(f"{where}: not valid JSON ({e})") from None
+            doc = parse_info(doc, where)
         if not isinstance(doc, dict):
             raise SpecError(f"{where}: must be a JSON object")
         layer_type = doc.get("type")

@@ -8,28 +8,22 @@ merges, and stages the new chunks; ``commit`` writes them, shard by shard.
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
-from ..errors import NgShardError, SpecError
-from ..kv import ShardedKV
-from ..spec import ShardingSpec
-from ..storage import Storage, open_storage
-from ..threads import WORKERS, pmap
+from ..errors import ReadOnlyError
+from ..progress import progress_bar
+from ..sharded import ShardedKV
+from ..storage import Storage
+from ..threads import pmap
 from .chunks import ChunkStore, FileChunks, ShardedChunks
-from .downsample import downsample_mean, downsample_mode
 from .encodings import decode_chunk, encode_chunk
 from .grid import ChunkGrid
 from .info import Scale, VolumeInfo
 
-DEFAULT_SHARD_BYTES = 2 << 30
 _BATCH = 256  # chunks read and decoded, or encoded and staged, together
-_MAX_MINISHARD_BITS = 11  # a shard index of at most 32 KiB
 
 
 def _normalize(index: Any, shape: Sequence[int]) -> tuple[np.ndarray, np.ndarray, tuple]:
@@ -168,8 +162,8 @@ class Volume:
 
     def _batches(self, n: int, desc: str) -> Iterable[int]:
         """Starts of batches of ``n`` chunks, with a progress bar if asked for and worth it."""
-        return tqdm(range(0, n, _BATCH), desc=desc, unit="batch", total=-(-n // _BATCH),
-                    disable=not self.progress or n <= _BATCH)
+        return progress_bar(range(0, n, _BATCH), desc=desc, unit="batch",
+                            total=-(-n // _BATCH), enabled=self.progress and n > _BATCH)
 
     def __getitem__(self, index: Any) -> np.ndarray:
         start, stop, post = _normalize(index, self.shape)
@@ -186,7 +180,7 @@ class Volume:
 
     def __setitem__(self, index: Any, value: Any) -> None:
         if self.mode == "r":
-            raise NgShardError(f"{self.storage.url}: volume is open read-only")
+            raise ReadOnlyError(f"{self.storage.url}: volume is open read-only (mode 'r')")
         start, stop, post = _normalize(index, self.shape)
         if any(isinstance(p, slice) and p.step not in (None, 1) for p in post):
             raise IndexError("assignment takes steps of 1 only")
@@ -265,38 +259,11 @@ class Volume:
     def add_scale(self, factor: Sequence[int] = (2, 2, 2), *, progress: bool = False
                   ) -> Volume:
         """Make (or remake) the scale ``factor`` times coarser than this one and fill it from
-        this one: the mean for images, the most frequent label for segmentations. Works one
-        new chunk at a time, so memory follows the chunk size, not the volume. Returns the new
-        scale, committed."""
-        factor = tuple(int(f) for f in factor)
-        if len(factor) != 3 or min(factor) < 1:
-            raise SpecError(f"factor must be 3 positive integers, got {factor!r}")
-        s = self.scale
-        size = tuple(-(-n // f) for n, f in zip(s.size, factor))
-        resolution = tuple(r * f for r, f in zip(s.resolution, factor))
-        chunk_bytes = int(np.prod(s.chunk_size)) * self.info.num_channels * self.dtype.itemsize
-        sharding = None if s.sharding is None else auto_sharding(
-            size, s.chunk_size, chunk_bytes, encoding=s.encoding)
-        scale = Scale(key="_".join(f"{r:g}" for r in resolution), size=size,
-                      chunk_size=s.chunk_size, resolution=resolution,
-                      voxel_offset=tuple(o // f for o, f in zip(s.voxel_offset, factor)),
-                      encoding=s.encoding, sharding=sharding,
-                      compressed_segmentation_block_size=s.compressed_segmentation_block_size)
-        info = self.info.with_scale(scale)
-        self.storage.write("info", [json.dumps(info.to_json(), indent=1).encode()])
-        self.info = info
-        coarse = Volume(self.storage, info, scale.key, "r+")
-        reduce = downsample_mode if info.type == "segmentation" else downsample_mean
-        grid = coarse.grid
-        starts, stops = grid.bounds(grid.positions_in((0, 0, 0), size))
-        channels = self.info.num_channels
-        for lo, hi in tqdm(zip(starts, stops), total=len(starts), desc=f"scale {scale.key}",
-                           unit="chunk", disable=not progress):
-            fine = self.read_box(lo * factor, np.minimum(hi * factor, s.size))
-            coarse._write_box(np.r_[lo, 0], np.r_[hi, channels],
-                              _in_slabs(reduce, fine, factor))
-        coarse.commit(progress=progress)
-        return coarse
+        this one's present chunks: the mean for images, the most frequent label for
+        segmentations. Returns the new scale, committed (see :func:`scales.add_scale`)."""
+        from .scales import add_scale
+
+        return add_scale(self, factor, progress=progress)
 
     def commit(self, *, progress: bool | None = None) -> None:
         """Write the staged chunks (shard by shard for a sharded scale)."""
@@ -308,102 +275,3 @@ class Volume:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None and self.mode != "r":
             self.commit()
-
-
-def _in_slabs(reduce: Callable[[np.ndarray, Sequence[int]], np.ndarray], fine: np.ndarray,
-              factor: Sequence[int]) -> np.ndarray:
-    """``reduce(fine, factor)`` in slabs along z on threads (whole blocks in each)."""
-    step = -(-fine.shape[2] // factor[2] // WORKERS) * factor[2]
-    parts = pmap(lambda z: reduce(fine[:, :, z:z + step], factor),
-                 range(0, fine.shape[2], step), min_items=2)
-    return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=2)
-
-
-def _read_info(storage: Storage) -> VolumeInfo:
-    raw = storage.read("info")
-    if raw is None:
-        raise SpecError(f"{storage.path('info')}: no info file: not a precomputed volume")
-    return VolumeInfo.from_json(raw, storage.path("info"))
-
-
-def open_volume(url: str | os.PathLike, scale: int | str = 0, mode: str = "r", *,
-                progress: bool = False) -> Volume:
-    """Open one scale (index or key) of the precomputed volume at ``url``; ``progress`` shows
-    progress bars on reads, writes and commits of many chunks.
-
-    >>> vol = open_volume("gs://bucket/em")            # doctest: +SKIP
-    >>> vol[0:512, 0:512, 100, 0].shape                # doctest: +SKIP
-    (512, 512)
-    """
-    if mode not in ("r", "r+"):
-        raise SpecError(f"mode must be 'r' or 'r+', got {mode!r}")
-    storage = open_storage(os.fspath(url))
-    return Volume(storage, _read_info(storage), scale, mode, progress=progress)
-
-
-def auto_sharding(size: Sequence[int], chunk_size: Sequence[int], chunk_bytes: int,
-                  shard_bytes: int = DEFAULT_SHARD_BYTES, encoding: str = "raw") -> ShardingSpec:
-    """Sharding for a scale: identity hash over compressed Morton codes, so every shard is a
-    box of chunks holding at most ``shard_bytes`` uncompressed (the largest power of two of
-    chunks that fits); minishards of 8 consecutive codes (a 2x2x2 block where the grid has
-    bits in every axis), so a minishard index is 192 bytes and one index read covers a
-    compact group; but at most 2**11 minishards per shard, so the shard index, which readers
-    fetch whole, stays at most 32 KiB: past that, minishards grow instead.
-
-    igneous (cloud-volume's rule) picks the same shards for power-of-two chunk sizes (it
-    targets 3.5e9 bytes) but puts every chunk of a shard in one minishard up to 4000 chunks,
-    so each chunk read fetches a 12-50 KB minishard index (``tools/compare_auto_sharding.py``).
-    """
-    grid = ChunkGrid(tuple(size), tuple(chunk_size))
-    total_bits = sum(grid.bits)
-    chunks_per_shard = max(1, shard_bytes // max(1, chunk_bytes))
-    per_shard = min(total_bits, chunks_per_shard.bit_length() - 1)
-    preshift = max(min(3, per_shard), per_shard - _MAX_MINISHARD_BITS)
-    return ShardingSpec(hash="identity", preshift_bits=preshift,
-                        minishard_bits=per_shard - preshift, shard_bits=total_bits - per_shard,
-                        minishard_index_encoding="gzip",
-                        data_encoding="gzip" if encoding == "raw" else "raw")
-
-
-def create_volume(url: str | os.PathLike, *, dtype: Any, shape: Sequence[int],
-                  chunk_size: Sequence[int] = (64, 64, 64), layer_type: str | None = None,
-                  encoding: str = "raw", resolution: Sequence[float] = (1, 1, 1),
-                  voxel_offset: Sequence[int] = (0, 0, 0), num_channels: int | None = None,
-                  sharding: None | str | ShardingSpec | dict = None,
-                  shard_bytes: int = DEFAULT_SHARD_BYTES,
-                  compressed_segmentation_block_size: Sequence[int] = (8, 8, 8),
-                  progress: bool = False) -> Volume:
-    """Write the ``info`` of a new single-scale precomputed layer and open it for writing.
-
-    ``shape`` is (x, y, z) or (x, y, z, channels). ``sharding``: None (a file per chunk),
-    "auto" (see :func:`auto_sharding`), or a spec. ``layer_type`` defaults to "segmentation"
-    for compressed_segmentation and "image" otherwise. ``progress`` shows progress bars on
-    writes, reads and commits of many chunks.
-
-    >>> with create_volume("/tmp/em", dtype="uint8", shape=(1024, 1024, 256),
-    ...                    sharding="auto") as vol:                    # doctest: +SKIP
-    ...     vol[:, :, :64] = np.load("slab.npy")
-    """
-    shape = tuple(int(s) for s in shape)
-    channels = num_channels or (shape[3] if len(shape) == 4 else 1)
-    dtype = np.dtype(dtype)
-    layer_type = layer_type or ("segmentation" if encoding == "compressed_segmentation"
-                                else "image")
-    chunk_bytes = int(np.prod(chunk_size)) * channels * dtype.itemsize
-    if sharding == "auto":
-        sharding = auto_sharding(shape[:3], chunk_size, chunk_bytes, shard_bytes, encoding)
-    elif isinstance(sharding, (dict, str)):
-        sharding = ShardingSpec.from_json(sharding)
-    key = "_".join(f"{r:g}" for r in resolution)
-    scale = {"key": key, "size": list(shape[:3]), "voxel_offset": list(voxel_offset),
-             "resolution": list(resolution), "chunk_sizes": [list(chunk_size)],
-             "encoding": encoding}
-    if sharding is not None:
-        scale["sharding"] = sharding.to_json()
-    if encoding == "compressed_segmentation":
-        scale["compressed_segmentation_block_size"] = list(compressed_segmentation_block_size)
-    info = VolumeInfo.from_json({"type": layer_type, "data_type": dtype.name,
-                                 "num_channels": channels, "scales": [scale]})
-    storage = open_storage(os.fspath(url))
-    storage.write("info", [json.dumps(info.to_json(), indent=1).encode()])
-    return Volume(storage, info, 0, "r+", progress=progress)

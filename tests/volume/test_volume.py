@@ -10,6 +10,7 @@ import pytest
 import tensorstore as ts
 
 import ngshard
+import ngshard.progress
 from ngshard.volume import VolumeInfo, create_volume, open_volume
 from ngshard.volume.downsample import downsample_mode
 
@@ -247,7 +248,8 @@ def test_read_chunks_in_one_batch(tmp_path):
     np.testing.assert_array_equal(got[2], data[8:16, 8:16, 4:8])
 
 
-def test_reads_and_writes_of_many_chunks_go_in_batches(tmp_path, capsys):
+def test_reads_and_writes_of_many_chunks_go_in_batches(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(ngshard.progress, "DELAY", 0)  # bars show at once, not after 1 s
     data = sample("uint8", 1)[:20, :20, :10]
     with create_volume(tmp_path, dtype="uint8", shape=data.shape, chunk_size=(2, 2, 2),
                        sharding="auto", progress=True) as vol:

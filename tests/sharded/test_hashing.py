@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ngshard import ShardingSpec
-from ngshard.hashing import _PARALLEL_MIN, murmur_array, murmur_one
+from ngshard.sharded.hashing import PARALLEL_MIN, murmur_array, murmur_one
 
 MASK64 = (1 << 64) - 1
 EDGE_KEYS = [0, 1, 2, 3, 255, 256, 2**32 - 1, 2**32, 2**63 - 1, 2**63, 2**63 + 1,
@@ -38,7 +38,7 @@ def test_murmur_vectors(key, expected):
 
 def test_murmur_array_matches_mmh3_on_a_million_keys():
     keys = np.array(some_keys(1_000_000, seed=1), np.uint64)
-    assert keys.size > _PARALLEL_MIN  # one call over the threaded path
+    assert keys.size > PARALLEL_MIN  # one call over the threaded path
     expected = np.fromiter(map(ref_murmur, keys.tolist()), np.uint64, count=keys.size)
     got = murmur_array(keys)
     assert got.dtype == np.uint64 and got.shape == keys.shape

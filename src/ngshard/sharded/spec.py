@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidKeyError, SpecError
+from ..errors import InvalidKeyError, SpecError
 from .hashing import murmur_array, murmur_one
 
 SHARDING_TYPE = "neuroglancer_uint64_sharded_v1"

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from ngshard import InvalidKeyError, ShardingSpec, SpecError
-from ngshard.spec import as_key_array, check_key
+from ngshard.sharded.spec import as_key_array, check_key
 
 TYPE = "neuroglancer_uint64_sharded_v1"
 FULL = {"@type": TYPE, "preshift_bits": 3, "hash": "murmurhash3_x86_128", "minishard_bits": 6,

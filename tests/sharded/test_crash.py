@@ -28,7 +28,7 @@ import pytest
 import tensorstore as ts
 
 import ngshard
-from ngshard import shardupdate
+from ngshard.sharded.format import decode_all
 
 SPEC = ngshard.ShardingSpec(hash="murmurhash3_x86_128", minishard_bits=3, shard_bits=3,
                             minishard_index_encoding="gzip", data_encoding="raw")
@@ -135,12 +135,14 @@ def on_disk(path) -> tuple[dict[int, bytes], int]:
     """Every item decoded straight from the shard files, and the number of temp files."""
     items, tmps = {}, 0
     for name in sorted(os.listdir(path)):
+        if name == "info":
+            continue
         if SPEC.parse_shard_filename(name) is None:
             assert TMP.fullmatch(name), f"unexpected file {name}"
             tmps += 1
             continue
         data = (path / name).read_bytes()
-        for index in shardupdate.decode_all(SPEC, data, name).values():
+        for index in decode_all(SPEC, data, name).values():
             items.update((k, data[s:s + n]) for k, s, n in
                          zip(index.keys.tolist(), index.starts.tolist(), index.sizes.tolist()))
     return items, tmps
@@ -168,7 +170,8 @@ def check_store(path, old: dict, new: dict, all_keys: list[int], per_minishard: 
             phases.add("old" if a == o else "new")
             shard_phases.setdefault(unit[0], set()).add("old" if a == o else "new")
     kv = ngshard.open_kv(path, SPEC)
-    assert kv.shard_names() == sorted(n for n in os.listdir(path) if not TMP.fullmatch(n))
+    assert kv.shard_names() == sorted(n for n in os.listdir(path)
+                                      if not TMP.fullmatch(n) and n != "info")
     assert kv.get_many(all_keys) == items
     assert len(kv) == len(items) and sorted(kv.keys_array().tolist()) == sorted(items)
     for k in all_keys[::97]:
@@ -188,7 +191,7 @@ def test_sigkill_during_commit_leaves_old_or_new(tmp_path, strategy):
     all_keys = sorted(old.keys() | new.keys())
     pristine, store, job = tmp_path / "pristine", tmp_path / "store", tmp_path / "job.pickle"
     ngshard.write_kv(pristine, SPEC, old)
-    assert len(os.listdir(pristine)) == SPEC.num_shards
+    assert len(os.listdir(pristine)) == SPEC.num_shards + 1  # and the info
     job.write_bytes(pickle.dumps((SPEC.to_json(), sets, deletes)))
     per_minishard = strategy == "append"
 

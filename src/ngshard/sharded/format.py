@@ -8,67 +8,20 @@ the reader nor make it allocate more than the bytes it actually read.
 
 from __future__ import annotations
 
-import struct
-import zlib
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-import deflate
 import numpy as np
 
-from .errors import CorruptDataError
+from .._arrays import member, segment_cumsum
+from ..compression import decode, gzip_compress
+from ..errors import CorruptDataError
+
+if TYPE_CHECKING:
+    from .spec import ShardingSpec
 
 _U64 = np.dtype("<u8")
 _ZERO = np.uint64(0)
-
-
-def gzip_compress(data: bytes, level: int = 6) -> bytes:
-    """One gzip stream holding ``data`` (libdeflate: about twice zlib's speed)."""
-    return deflate.gzip_compress(data, level)
-
-
-def gzip_decompress(data: bytes, where: str = "") -> bytes:
-    """Decode one or more concatenated gzip streams; CorruptDataError if it is not gzip.
-
-    libdeflate takes the common single-stream case at several times zlib's speed; it sizes
-    its output from the stream's trailer, so that claim is checked first (deflate expands at
-    most about 1032:1). Anything else goes through zlib, which streams and is bounded by the
-    bytes actually read.
-    """
-    if len(data) >= 18 and data[:2] == b"\x1f\x8b" and \
-            0 < int.from_bytes(data[-4:], "little") <= 1032 * len(data):
-        try:
-            out = deflate.gzip_decompress(bytes(data))
-        except deflate.DeflateError:
-            out = None  # several streams, or damage: zlib tells which
-        # libdeflate stops at the end of the first stream: only if the file's own trailer
-        # (CRC and length) describes this output was there nothing after it
-        if out is not None and data[-8:] == struct.pack("<II", zlib.crc32(out),
-                                                        len(out) & 0xFFFFFFFF):
-            return out
-    out = []
-    rest = memoryview(data)
-    while True:
-        d = zlib.decompressobj(31)
-        try:
-            out.append(d.decompress(rest))
-        except zlib.error as e:
-            raise CorruptDataError(f"{where}: bad gzip data ({e})") from None
-        if not d.eof:
-            raise CorruptDataError(f"{where}: truncated gzip data")
-        rest = memoryview(d.unused_data)
-        if not rest:
-            return b"".join(out) if len(out) > 1 else out[0]
-
-
-def encode(data: bytes, encoding: str) -> bytes:
-    """Apply a sharded-format encoding ("raw" or "gzip")."""
-    return gzip_compress(data) if encoding == "gzip" else data
-
-
-def decode(data: bytes, encoding: str, where: str = "") -> bytes:
-    """Undo a sharded-format encoding ("raw" or "gzip")."""
-    return gzip_decompress(data, where) if encoding == "gzip" else bytes(data)
 
 
 # --- shard index ---------------------------------------------------------------------------
@@ -102,14 +55,6 @@ def encode_shard_index(ranges: np.ndarray, num_minishards: int) -> bytes:
 
 # --- minishard index -----------------------------------------------------------------------
 
-def member(values: np.ndarray, sorted_ref: np.ndarray) -> np.ndarray:
-    """``np.isin(values, sorted_ref)`` for a sorted reference, by binary search: far cheaper
-    than a general ``isin`` on the small arrays of minishard work."""
-    if not len(sorted_ref):
-        return np.zeros(np.shape(values), bool)
-    pos = np.minimum(np.searchsorted(sorted_ref, values), len(sorted_ref) - 1)
-    return sorted_ref[pos] == values
-
 
 class MinishardIndex(NamedTuple):
     """The chunks of one minishard, sorted by key: absolute data offsets into the shard file."""
@@ -130,14 +75,6 @@ class MinishardIndex(NamedTuple):
 
 EMPTY_MINISHARD = MinishardIndex(*(np.zeros(0, np.uint64) for _ in range(3)))
 
-
-def _segment_cumsum(values: np.ndarray, first: np.ndarray, seg: np.ndarray) -> np.ndarray:
-    """Cumulative sums restarting at each segment, modulo 2**64."""
-    total = np.cumsum(values, dtype=np.uint64)
-    before = np.zeros(len(first), np.uint64)
-    nonzero = first > 0
-    before[nonzero] = total[first[nonzero] - 1]
-    return total - before[seg]
 
 
 def decode_minishard_indices(bufs: Sequence[bytes], encoding: str, index_end: int,
@@ -164,10 +101,10 @@ def decode_minishard_indices(bufs: Sequence[bytes], encoding: str, index_end: in
     base = 3 * first[seg] + within
     stride = counts[seg]
     sizes = table[base + 2 * stride].astype(np.uint64)
-    keys = _segment_cumsum(table[base], first, seg)
+    keys = segment_cumsum(table[base], first, seg)
     # start_i = index_end + sum(row1[:i+1]) + sum(sizes[:i]), all modulo 2**64.
-    starts = _segment_cumsum(table[base + stride], first, seg)
-    starts += _segment_cumsum(sizes, first, seg) - sizes + np.uint64(index_end)
+    starts = segment_cumsum(table[base + stride], first, seg)
+    starts += segment_cumsum(sizes, first, seg) - sizes + np.uint64(index_end)
     limit = np.uint64(file_size)
     bad = np.flatnonzero((starts > limit) | (sizes > limit - np.minimum(starts, limit)))
     if len(bad):
@@ -261,3 +198,42 @@ def assemble_shard(minishards: np.ndarray, keys: np.ndarray, sizes: np.ndarray,
     ends = index_end + data_size + np.cumsum(lengths)
     ranges = np.stack([ends - lengths, ends], axis=1).astype(np.uint64)
     return [encode_shard_index(ranges, num_minishards), *data, *parts]
+
+
+# --- whole shards held in memory ----------------------------------------------------------
+
+class Entries(NamedTuple):
+    """Chunk entries of a shard: minishard, key, absolute start and size, as parallel arrays."""
+
+    minishards: np.ndarray
+    keys: np.ndarray
+    starts: np.ndarray
+    sizes: np.ndarray
+
+    @classmethod
+    def of(cls, indices: dict[int, MinishardIndex]) -> Entries:
+        ms = sorted(m for m, idx in indices.items() if len(idx.keys))
+        if not ms:
+            return cls(*(np.zeros(0, np.uint64) for _ in range(4)))
+        counts = [len(indices[m].keys) for m in ms]
+        return cls(np.repeat(np.array(ms, np.uint64), counts),
+                   *(np.concatenate([getattr(indices[m], f) for m in ms])
+                     for f in ("keys", "starts", "sizes")))
+
+    def without(self, keys: np.ndarray) -> Entries:
+        """The entries whose key is not in ``keys`` (sorted)."""
+        keep = ~member(self.keys, keys)
+        return Entries(*(col[keep] for col in self))
+
+
+def decode_all(spec: ShardingSpec, data: bytes | memoryview, where: str
+               ) -> dict[int, MinishardIndex]:
+    """Every non-empty minishard index of a whole shard file held in memory."""
+    ranges = decode_shard_index(bytes(data[:spec.shard_index_size]), spec.num_minishards,
+                                len(data), where)
+    ms = np.flatnonzero(ranges[:, 0] != ranges[:, 1]).tolist()
+    bufs = [data[int(ranges[m, 0]):int(ranges[m, 1])] for m in ms]
+    indices = decode_minishard_indices(
+        bufs, spec.minishard_index_encoding, spec.shard_index_size, len(data),
+        lambda i: f"{where} (minishard {ms[i]} index at offset {int(ranges[ms[i], 0])})")
+    return dict(zip(ms, indices))

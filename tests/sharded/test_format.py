@@ -11,8 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ngshard import CorruptDataError, ShardingSpec, codec
-from ngshard.codec import (
+from ngshard import CorruptDataError, ShardingSpec
+from ngshard import compression as codec
+from ngshard.compression import gzip_compress, gzip_decompress
+from ngshard.sharded.format import (
+    EMPTY_MINISHARD,
     MinishardIndex,
     decode_minishard_index,
     decode_minishard_indices,
@@ -20,8 +23,6 @@ from ngshard.codec import (
     encode_minishard_indices,
     encode_shard,
     encode_shard_index,
-    gzip_compress,
-    gzip_decompress,
 )
 
 U64 = (1 << 64) - 1
@@ -135,7 +136,7 @@ def test_minishard_find():
     found, pos = idx.find(np.array([0, 1, 3, 5, 2**64 - 1, 2**64 - 2], np.uint64))
     assert found.tolist() == [False, True, False, True, True, False]
     assert pos[found].tolist() == [0, 1, 2]
-    found, _ = codec.EMPTY_MINISHARD.find(np.array([0, 7], np.uint64))
+    found, _ = EMPTY_MINISHARD.find(np.array([0, 7], np.uint64))
     assert found.tolist() == [False, False]
 
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .codec import member
+from .._arrays import member
+from ..storage import SPILL_PREFIX, owner_tag, write_buffers
 from .spec import ShardingSpec
-from .storage import SPILL_PREFIX, owner_tag, write_buffers
 
 DELETED = -1  # length recorded for a deletion
 

@@ -9,53 +9,23 @@ bytes to write, for the two update strategies.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import codec
+from .._arrays import member
+from .format import (
+    Entries,
+    MinishardIndex,
+    assemble_shard,
+    decode_all,
+    encode_minishard_indices,
+    encode_shard_index,
+)
 from .spec import ShardingSpec
-from .storage import FileSlice
 
 Buffer = bytes | memoryview
-
-
-class Entries(NamedTuple):
-    """Chunk entries of a shard: minishard, key, absolute start and size, as parallel arrays."""
-
-    minishards: np.ndarray
-    keys: np.ndarray
-    starts: np.ndarray
-    sizes: np.ndarray
-
-    @classmethod
-    def of(cls, indices: dict[int, codec.MinishardIndex]) -> Entries:
-        ms = sorted(m for m, idx in indices.items() if len(idx.keys))
-        if not ms:
-            return cls(*(np.zeros(0, np.uint64) for _ in range(4)))
-        counts = [len(indices[m].keys) for m in ms]
-        return cls(np.repeat(np.array(ms, np.uint64), counts),
-                   *(np.concatenate([getattr(indices[m], f) for m in ms])
-                     for f in ("keys", "starts", "sizes")))
-
-    def without(self, keys: np.ndarray) -> Entries:
-        """The entries whose key is not in ``keys`` (sorted)."""
-        keep = ~codec.member(self.keys, keys)
-        return Entries(*(col[keep] for col in self))
-
-
-def decode_all(spec: ShardingSpec, data: Buffer, where: str) -> dict[int, codec.MinishardIndex]:
-    """Every non-empty minishard index of a whole shard file held in memory."""
-    ranges = codec.decode_shard_index(bytes(data[:spec.shard_index_size]), spec.num_minishards,
-                                      len(data), where)
-    ms = np.flatnonzero(ranges[:, 0] != ranges[:, 1]).tolist()
-    bufs = [data[int(ranges[m, 0]):int(ranges[m, 1])] for m in ms]
-    indices = codec.decode_minishard_indices(
-        bufs, spec.minishard_index_encoding, spec.shard_index_size, len(data),
-        lambda i: f"{where} (minishard {ms[i]} index at offset {int(ranges[ms[i], 0])})")
-    return dict(zip(ms, indices))
 
 
 def rewrite_shard(spec: ShardingSpec, old: Buffer | None, keys: np.ndarray,
@@ -91,25 +61,26 @@ def rewrite_shard(spec: ShardingSpec, old: Buffer | None, keys: np.ndarray,
     offsets = np.cumsum(sizes, dtype=np.uint64) - sizes  # back to back in that order
     minishards = np.concatenate([kept.minishards, spec.locate(new_keys)[1]])
     order = np.lexsort((all_keys, minishards))
-    return codec.assemble_shard(minishards[order], all_keys[order], sizes[order], data,
+    return assemble_shard(minishards[order], all_keys[order], sizes[order], data,
                                 spec.num_minishards, spec.minishard_index_encoding,
                                 offsets[order], int(sizes.sum()))
 
 
-def shard_from_file(spec: ShardingSpec, keys: np.ndarray, sizes: np.ndarray,
-                    deleted: np.ndarray, path: str, offsets: np.ndarray) -> list:
-    """A new shard whose chunk data is the file ``path`` from its first
-    ``spec.shard_index_size`` bytes (room left for the shard index) to its end, value i at
-    ``offsets[i]``. The writer may take the file over rather than copy it. Bytes of the file
-    that no kept key references (deletions, overwritten values) become garbage, recorded by a
-    trailer."""
+def shard_from_region(spec: ShardingSpec, keys: np.ndarray, sizes: np.ndarray,
+                      deleted: np.ndarray, region: Any, region_size: int, offsets: np.ndarray
+                      ) -> list:
+    """A new shard whose chunk data is ``region`` (one part the writer copies or takes over,
+    e.g. a spill file), which starts ``spec.shard_index_size`` bytes into its file (room left
+    for the shard index) and holds ``region_size`` bytes; value i lies at ``offsets[i]`` of
+    that file. Bytes of the region that no kept key references (deletions, overwritten
+    values) become garbage, recorded by a trailer."""
     keys, sizes, offsets = keys[~deleted], sizes[~deleted], offsets[~deleted]
     header = spec.shard_index_size
-    data_size = os.path.getsize(path) - header
+    data_size = region_size
     minishards = spec.locate(keys)[1]
     order = np.lexsort((keys, minishards))
-    parts = codec.assemble_shard(minishards[order], keys[order], sizes[order],
-                                 [FileSlice(path, header, data_size, owned=True)],
+    parts = assemble_shard(minishards[order], keys[order], sizes[order],
+                                 [region],
                                  spec.num_minishards, spec.minishard_index_encoding,
                                  offsets[order] - np.uint64(header), data_size)
     garbage = data_size - int(sizes.sum())
@@ -147,7 +118,7 @@ def trailer_garbage(tail: bytes | memoryview, file_size: int) -> int:
 
 
 def append_update(spec: ShardingSpec, file_size: int, garbage: int, ranges: np.ndarray,
-                  touched: dict[int, codec.MinishardIndex], keys: np.ndarray,
+                  touched: dict[int, MinishardIndex], keys: np.ndarray,
                   values: Sequence[Buffer | None], deleted: np.ndarray) -> Append:
     """Append the changes to a shard of ``file_size`` bytes, ``garbage`` of them unreferenced,
     whose shard index is ``ranges``.
@@ -156,7 +127,7 @@ def append_update(spec: ShardingSpec, file_size: int, garbage: int, ranges: np.n
     is the data-encoded new value of ``keys[i]``, ignored where ``deleted[i]``.
     """
     old = Entries.of(touched)
-    changed = codec.member(old.keys, keys)
+    changed = member(old.keys, keys)
     kept = Entries(*(col[~changed] for col in old))
     new_keys = keys[~deleted]
     new_values = [v for v, d in zip(values, deleted.tolist()) if not d] if deleted.any() \
@@ -166,7 +137,7 @@ def append_update(spec: ShardingSpec, file_size: int, garbage: int, ranges: np.n
     ms = np.concatenate([kept.minishards, spec.locate(new_keys)[1]])
     all_keys = np.concatenate([kept.keys, new_keys])
     order = np.lexsort((all_keys, ms))
-    parts, lengths = codec.encode_minishard_indices(
+    parts, lengths = encode_minishard_indices(
         ms[order], all_keys[order], np.concatenate([kept.starts, starts])[order],
         np.concatenate([kept.sizes, sizes])[order], spec.shard_index_size,
         spec.num_minishards, spec.minishard_index_encoding)
@@ -181,12 +152,12 @@ def append_update(spec: ShardingSpec, file_size: int, garbage: int, ranges: np.n
     garbage += (int(old.sizes[changed].sum()) + TRAILER_SIZE
                 + int((ranges[touched_ms, 1] - ranges[touched_ms, 0]).sum()))
     return Append(file_size, [*new_values, *parts, trailer(garbage)],
-                  codec.encode_shard_index(new_ranges, spec.num_minishards),
+                  encode_shard_index(new_ranges, spec.num_minishards),
                   bool(empty_now.all()))
 
 
 def live_bytes(spec: ShardingSpec, ranges: np.ndarray,
-               indices: dict[int, codec.MinishardIndex]) -> int:
+               indices: dict[int, MinishardIndex]) -> int:
     """Bytes of a shard file that its indices reference: shard index, minishard indices, chunks.
     The rest of the file is garbage left by append updates."""
     return (spec.shard_index_size + int((ranges[:, 1] - ranges[:, 0]).sum())

@@ -11,14 +11,14 @@ from __future__ import annotations
 import mmh3
 import numpy as np
 
-from .threads import WORKERS, pool
+from ..threads import WORKERS, pool
 
 _U32 = np.uint32
 _C1, _C2, _C3 = _U32(0x239B961B), _U32(0xAB0E9789), _U32(0x38B34AE5)
 _F1, _F2 = _U32(0x85EBCA6B), _U32(0xC2B2AE35)
 _MASK64 = (1 << 64) - 1
 # Below this many keys the thread hand-off costs more than it saves.
-_PARALLEL_MIN = 1 << 18
+PARALLEL_MIN = 1 << 18
 
 
 def murmur_one(key: int) -> int:
@@ -73,7 +73,7 @@ def murmur_array(keys: np.ndarray) -> np.ndarray:
     keys = np.ascontiguousarray(keys, dtype="<u8").reshape(-1)
     out = np.empty(keys.shape, dtype=np.uint64)
     n = keys.size
-    if n < _PARALLEL_MIN:
+    if n < PARALLEL_MIN:
         _murmur_block(keys, out)
         return out
     step = -(-n // WORKERS)

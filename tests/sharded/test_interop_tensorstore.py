@@ -6,6 +6,7 @@ library and read back by the other, key for key.
 
 from __future__ import annotations
 
+import json
 import random
 import time
 
@@ -177,13 +178,15 @@ def test_overwrite_removes_obsolete_shards(tmp_path):
     spec = TYPICAL
     parsed = ngshard.ShardingSpec.from_json(spec)
     ngshard.write_kv(tmp_path, spec, ITEMS)
-    (tmp_path / "info").write_text("{}")
+    (tmp_path / "info").write_text('{"note": "kept"}')
     assert len(shard_files(tmp_path)) == 16
     shards, _ = parsed.locate(np.array(list(ITEMS), np.uint64))
     new = {k: v[::-1] + b"!" for (k, v), s in zip(ITEMS.items(), shards.tolist()) if s in (2, 7)}
     ngshard.write_kv(tmp_path, spec, new)
     assert sorted(shard_files(tmp_path)) == [parsed.shard_filename(s) for s in (2, 7)]
-    assert (tmp_path / "info").read_text() == "{}"
+    # the info keeps what others put there and records the spec
+    assert json.loads((tmp_path / "info").read_text()) == {"note": "kept",
+                                                          "sharding": parsed.to_json()}
     gone = [k for k in ITEMS if k not in new][:50]
     assert_ngshard_holds(ngshard.open_kv(tmp_path, spec), new, gone)
     assert ts_read(tmp_path, spec, list(new) + gone) == new

@@ -11,7 +11,7 @@ import pytest
 
 import ngshard
 
-FIXTURES = Path(__file__).parent.parent / "fixtures" / "cloudvolume"
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "cloudvolume"
 CASES = ["murmur_gzip", "identity_raw", "identity_noshard"]
 MAX_KEY = 2**64 - 1
 

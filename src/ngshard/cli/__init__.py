@@ -1,0 +1,132 @@
+"""The ``ngshard`` command line. Exit status: 0 success, 1 an error (one line on standard error;
+``--debug`` shows the traceback), 2 a usage error, 3 a key that is not there (``get``, ``rm``)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+
+from .. import __version__
+from ..errors import NgShardError
+from .demo import cmd_demo
+from .store import (
+    KeyNotFound,
+    cmd_compact,
+    cmd_get,
+    cmd_import,
+    cmd_info,
+    cmd_ls,
+    cmd_put,
+    cmd_rm,
+    cmd_verify,
+)
+
+EXIT_ERROR, EXIT_USAGE, EXIT_MISSING_KEY = 1, 2, 3
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ngshard", description=(
+        "Neuroglancer precomputed sharded stores and volumes. URL is a local path or any "
+        "fsspec URL (file://, memory://, http(s)://, s3://, gs://). Exit status: 0 success, "
+        "1 error, 2 usage error, 3 key not found."))
+    parser.add_argument("--version", action="version", version=f"ngshard {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, fn, help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help)
+        p.set_defaults(fn=fn)
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                       help="show tracebacks of errors")
+        return p
+
+    def store_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("url", metavar="URL", help="a sharded store, or a volume's root")
+        p.add_argument("--spec", metavar="JSON|FILE",
+                       help="sharding spec (JSON text or file) when URL has no info file")
+        p.add_argument("--scale", metavar="INDEX|KEY",
+                       help="for a volume root: the scale whose store to use (default: all "
+                            "scales; scale 0 for get)")
+
+    def write_args(p: argparse.ArgumentParser) -> None:
+        store_args(p)
+        p.add_argument("--strategy", choices=("auto", "append", "rewrite"), default="auto",
+                       help="append to local shards, or rewrite them whole (default: append "
+                            "for local files, rewrite elsewhere)")
+        p.add_argument("--plan", action="store_true", help="print the commit plan first")
+        quiet(p)
+
+    def quiet(p: argparse.ArgumentParser) -> None:
+        p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+
+    p = command("info", cmd_info, "describe a sharded store (spec, shards, keys, sizes, "
+                "garbage) or a precomputed volume (scales, chunking, sharding, encoding, and "
+                "the stores of its sharded scales)")
+    store_args(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p = command("ls", cmd_ls, "list the keys of a store (or of a volume's scales), one per line")
+    store_args(p)
+    p.add_argument("--sort", action="store_true", help="sort numerically (default: shard order)")
+    p.add_argument("--chunks", action="store_true",
+                   help="for volume scales: print each chunk's grid position (x y z) after "
+                        "its Morton key")
+    p = command("get", cmd_get, "write the value of one key to stdout or a file")
+    store_args(p)
+    p.add_argument("key", metavar="KEY", help="uint64 key, decimal or 0x hex")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    p = command("put", cmd_put, "set the value of one key (creates the store if needed)")
+    write_args(p)
+    p.add_argument("key", metavar="KEY", help="uint64 key, decimal or 0x hex")
+    p.add_argument("file", metavar="FILE", help="file holding the value, - for stdin")
+    p = command("rm", cmd_rm, "delete keys")
+    write_args(p)
+    p.add_argument("keys", metavar="KEY", nargs="+", help="uint64 keys")
+    p.add_argument("-f", "--force", action="store_true", help="ignore absent keys")
+    p = command("import", cmd_import, "add many keys: from a directory of files named by key "
+                "(decimal, leading zeros allowed, or 0x hex), or a JSON-lines file of "
+                "{\"key\": KEY, \"value\": BASE64} (- for stdin)")
+    write_args(p)
+    p.add_argument("source", metavar="DIR|NDJSON")
+    p = command("verify", cmd_verify, "check every shard, index, key and chunk of a store, or "
+                "decode every chunk of every scale of a volume; exit 1 on any problem")
+    store_args(p)
+    quiet(p)
+    p = command("compact", cmd_compact, "rewrite shards without the garbage left by appends "
+                "(every sharded scale of a volume)")
+    store_args(p)
+    quiet(p)
+    p = command("demo", cmd_demo, "write a sample sharded segmentation layer and show it")
+    p.add_argument("dir", nargs="?", default="ngshard-demo", help="where (default ./ngshard-demo)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args) or 0
+    except BrokenPipeError:  # e.g. `ngshard ls URL | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        return 130
+    except (NgShardError, OSError) as e:
+        if args.debug:
+            traceback.print_exc()
+        print(f"ngshard: error: {_message(e)}", file=sys.stderr)
+        return EXIT_MISSING_KEY if isinstance(e, KeyNotFound) else EXIT_ERROR
+
+
+def _message(e: BaseException) -> str:
+    """One line for any expected failure; OSErrors name their file."""
+    if isinstance(e, NgShardError) or not isinstance(e, OSError):
+        return str(e)
+    where = e.filename or ""
+    what = e.strerror or str(e)
+    return f"{where}: {what}" if where else what
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""What a command's URL names: a sharded store (its own info, a volume scale's directory, or a
+spec given with --spec), or a volume root whose sharded scales are stores. The info is read
+once per command, here."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass
+
+from ..errors import NotFoundError, SpecError
+from ..sharded import ShardedKV, open_kv
+from ..sharded.infofile import read_info
+from ..storage import Storage, open_storage
+from ..volume import Volume, VolumeInfo
+
+
+@dataclass
+class Target:
+    """One store a command works on; ``volume`` is set for a volume scale."""
+
+    label: str
+    kv: ShardedKV
+    volume: Volume | None = None
+
+
+def progress_wanted(args: argparse.Namespace) -> bool:
+    """Progress bars only on a terminal, and never with --quiet."""
+    return not getattr(args, "quiet", False) and sys.stderr.isatty()
+
+
+def _volume(storage: Storage, doc: dict | None) -> VolumeInfo | None:
+    if doc is None or "scales" not in doc:
+        return None
+    return VolumeInfo.from_json(doc, storage.path("info"))
+
+
+def volume_at(args: argparse.Namespace) -> tuple[Storage, VolumeInfo | None]:
+    """The storage of the URL and its volume info if it is a volume root (unless --spec);
+    resolved once per command."""
+    if getattr(args, "resolved", None) is None:
+        storage = open_storage(args.url)
+        args.resolved = (storage, None if args.spec is not None else
+                         _volume(storage, read_info(storage)))
+    return args.resolved
+
+
+def scale_indices(args: argparse.Namespace, info: VolumeInfo, writing: bool) -> list[int]:
+    which = getattr(args, "scale", None)
+    if which is None:
+        if writing:
+            keys = ", ".join(s.key for s in info.scales)
+            raise SpecError(f"{args.url} is a volume (scales {keys}): give --scale to say "
+                            f"which scale's store to change")
+        return list(range(len(info.scales)))
+    scale = info.scale(int(which) if which.isdigit() else which)
+    return [info.scales.index(scale)]
+
+
+def targets(args: argparse.Namespace, mode: str = "r") -> list[Target]:
+    """The stores the URL names, opened in ``mode``. A volume root gives its sharded scales
+    (all, or --scale); a read of a place with neither an info file nor a shard is an error."""
+    storage, info = volume_at(args)
+    writing = mode != "r"
+    if info is not None:
+        out = []
+        for i in scale_indices(args, info, writing):
+            scale = info.scales[i]
+            if scale.sharding is None:
+                if getattr(args, "scale", None) is not None:
+                    raise SpecError(f"{args.url}: scale {scale.key} is unsharded (one file per "
+                                    f"chunk): there is no sharded store to work on")
+                continue
+            vol = Volume(storage, info, i, "r" if mode == "r" else "r+")
+            out.append(Target(f"{storage.path(scale.key)}", vol.chunks.kv, vol))
+        if not out:
+            raise SpecError(f"{args.url}: a volume with no sharded scale (one file per chunk)")
+        return out
+    strategy = getattr(args, "strategy", "auto")
+    kv = open_kv(storage, spec=args.spec, mode=mode, strategy=strategy) if writing else \
+        open_kv(storage, spec=args.spec)
+    return [Target(storage.url, kv)]
+
+
+def require_present(target: Target) -> None:
+    """A store that is read must be there: shards, or at least an info file."""
+    kv = target.kv
+    if not kv.shard_names() and kv.storage.read("info") is None:
+        where = kv.storage.url
+        missing = kv.storage.local_root is not None and not os.path.exists(where)
+        reason = "no such directory" if missing else "no shard files and no info file"
+        raise NotFoundError(f"{where}: {reason}: not a sharded store")

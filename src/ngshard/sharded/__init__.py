@@ -1,0 +1,12 @@
+"""The Neuroglancer sharded format (``neuroglancer_uint64_sharded_v1``).
+
+Bottom to top: ``spec``/``hashing`` (key arithmetic), ``format`` (pure shard and minishard index
+bytes), ``update`` (pure: old shard + changes -> new bytes), ``staging`` (changes held or
+spilled), ``legacy`` (the two-file variant's names), ``reader`` (index cache, lookups, listing),
+``plan`` and ``commit`` (deciding and writing), ``kv`` (the ShardedKV facade), ``infofile``.
+"""
+
+from .kv import ShardedKV, open_kv, write_kv
+from .spec import ShardingSpec
+
+__all__ = ["ShardedKV", "ShardingSpec", "open_kv", "write_kv"]

@@ -1,0 +1,97 @@
+"""The ``info`` file of a layer or store: read defensively, written atomically, and the sharding
+spec found in it (a store's own ``sharding``, or the scale of a volume whose key names it).
+
+Stores written by ngshard carry at least ``{"sharding": spec}``, so the next open needs no spec.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..errors import SpecError
+from ..storage import Storage
+from .spec import ShardingSpec
+
+INFO = "info"
+# Far more than any real info holds; deeper nesting is hostile and would exhaust the stack.
+_MAX_DEPTH = 100
+
+
+def _depth(doc: Any) -> int:
+    """Nesting depth of parsed JSON, without recursion."""
+    deepest, todo = 0, [(doc, 1)]
+    while todo:
+        value, depth = todo.pop()
+        deepest = max(deepest, depth)
+        if depth > _MAX_DEPTH:
+            break
+        children = value.values() if isinstance(value, dict) else \
+            value if isinstance(value, list) else ()
+        todo += [(c, depth + 1) for c in children if isinstance(c, (dict, list))]
+    return deepest
+
+
+def parse_info(raw: bytes | str, where: str) -> dict:
+    """An info document as a dict; SpecError naming ``where`` for anything else (bad JSON,
+    not an object, nesting past 100 levels, numbers too long to convert)."""
+    try:
+        doc = json.loads(raw)
+    except RecursionError:
+        raise SpecError(f"{where}: JSON nested too deeply") from None
+    except (ValueError, UnicodeDecodeError) as e:  # ValueError: also integers of 4300+ digits
+        raise SpecError(f"{where}: not valid JSON ({e})") from None
+    if not isinstance(doc, dict):
+        raise SpecError(f"{where}: expected a JSON object, got {type(doc).__name__}")
+    if _depth(doc) > _MAX_DEPTH:
+        raise SpecError(f"{where}: JSON nested more than {_MAX_DEPTH} levels deep")
+    return doc
+
+
+def read_info(storage: Storage) -> dict | None:
+    """The parsed ``info`` of a store or layer, None if it has none."""
+    raw = storage.read(INFO)
+    return None if raw is None else parse_info(raw, storage.path(INFO))
+
+
+def write_info(storage: Storage, doc: dict) -> None:
+    """Write ``info`` atomically."""
+    storage.write(INFO, [json.dumps(doc, indent=1).encode()])
+
+
+def parent_scale_spec(storage: Storage) -> tuple[bool, ShardingSpec | None]:
+    """Whether ``storage`` is a scale directory of a volume (the parent's info has a scale
+    whose key is its name), and that scale's sharding spec (None if unsharded)."""
+    parent = storage.parent()
+    if parent is None:
+        return False, None
+    key = storage.url.rstrip("/").rpartition("/")[2]
+    info = read_info(parent)
+    for scale in (info or {}).get("scales", []) if info else []:
+        if isinstance(scale, dict) and scale.get("key") == key:
+            sharding = scale.get("sharding")
+            return True, None if sharding is None else ShardingSpec.from_json(sharding)
+    return False, None
+
+
+def spec_from_info(storage: Storage) -> ShardingSpec:
+    """The sharding spec of a store from its ``info`` (ngshard's stores, skeleton, mesh and
+    annotation layers), or from the scale of the parent volume whose key is the store's
+    directory name."""
+    info = read_info(storage)
+    where = storage.path(INFO)
+    if info is not None:
+        if "sharding" not in info:
+            if "scales" in info:
+                raise SpecError(f"{storage.url} is a volume: its scales are the sharded "
+                                f"stores (give a scale, e.g. --scale 0)")
+            raise SpecError(f"{where}: has no 'sharding' member: not a sharded store "
+                            f"(give the spec with --spec)")
+        return ShardingSpec.from_json(info["sharding"])
+    is_scale, spec = parent_scale_spec(storage)
+    if is_scale and spec is None:
+        raise SpecError(f"{storage.url}: an unsharded scale of a volume (one file per chunk)")
+    if spec is not None:
+        return spec
+    raise SpecError(f"{where}: no info file: give the sharding spec (--spec JSON|FILE, or "
+                    f"spec= in Python)")

@@ -1,0 +1,399 @@
+"""ShardedKV: a MutableMapping from uint64 keys to bytes over the shard files of one directory.
+
+The facade over the parts of this package: reads go through the :class:`ShardReader` (index
+cache, batched lookups), changes are staged (:class:`Staging`), planned (``plan.py``) and
+written shard by shard (``commit.py``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+import os
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
+from typing import Any
+
+import numpy as np
+
+from .._arrays import member
+from ..errors import InvalidKeyError, NgShardError, NotFoundError, ReadOnlyError, SpecError
+from ..storage import Storage, open_storage, remove_stale
+from . import commit as committing
+from .infofile import parent_scale_spec, read_info, spec_from_info, write_info
+from .plan import CommitPlan, plan_commit
+from .reader import DEFAULT_CACHE_BYTES, ShardReader
+from .spec import ShardingSpec, as_key_array, check_key
+from .staging import DELETED, Staging
+
+DEFAULT_STAGED_BYTES = 1 << 30
+DEFAULT_BUFFER_BYTES = 192 << 20
+MODES = ("r", "r+", "a", "w")
+STRATEGIES = ("auto", "append", "rewrite")
+
+
+class ShardedKV(MutableMapping):
+    """uint64 -> bytes over a directory of shard files. Open with :func:`open_kv`.
+
+    Values are ``bytes``. Reads see the staged changes; :meth:`commit` writes them shard by
+    shard (see :func:`open_kv` for the modes and strategies).
+    """
+
+    def __init__(self, storage: Storage, spec: ShardingSpec, mode: str = "r", *,
+                 strategy: str = "auto", compact_ratio: float | None = 0.5,
+                 staged_bytes: int = DEFAULT_STAGED_BYTES, spill_dir: str | None = None,
+                 cache_bytes: int = DEFAULT_CACHE_BYTES, info: bool = False) -> None:
+        if mode not in MODES:
+            raise SpecError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if strategy not in STRATEGIES:
+            raise SpecError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+        if strategy == "auto":
+            strategy = "append" if storage.supports_append else "rewrite"
+        if strategy == "append" and not storage.supports_append:
+            raise SpecError(f"{storage.url}: strategy 'append' needs local files; use 'rewrite'")
+        if mode == "r+" and not storage.list():
+            raise NotFoundError(f"{storage.url}: no store here (mode 'a' or 'w' creates one)")
+        self.storage, self.spec, self.mode = storage, spec, mode
+        self.strategy, self.compact_ratio = strategy, compact_ratio
+        #: The reads and the index cache (``reader.cached_bytes``, ``reader.forget()``).
+        self.reader = ShardReader(storage, spec, cache_bytes)
+        self._write_info = info and mode != "r"
+        local = storage.local_root
+        if spill_dir is None and local is not None and mode != "r":
+            # beside the shards: a spilled shard is then renamed into place, not copied
+            os.makedirs(local, exist_ok=True)
+            spill_dir = local
+        if mode != "r":  # what killed writers left behind
+            for folder in {spill_dir, local} - {None}:
+                remove_stale(folder)
+        self._staging = None if mode == "r" else Staging(spec, staged_bytes, spill_dir)
+
+    def __repr__(self) -> str:
+        return f"ShardedKV({self.storage.url!r}, mode={self.mode!r})"
+
+    # --- reads -----------------------------------------------------------------------------
+
+    def get_many(self, keys: Iterable[int] | np.ndarray, *, copy: bool = True
+                 ) -> dict[int, bytes | memoryview]:
+        """Values of many keys at once, as {key: value}; absent keys are left out.
+
+        ``copy=False`` may return memoryviews into the batch's read buffers instead of bytes,
+        saving a copy of every value (they keep those buffers alive)."""
+        keys = np.unique(as_key_array(keys))
+        out: dict[int, bytes | memoryview] = {}
+        if self._staging:
+            staged = self._staging.lookup_many(keys)
+            out.update((k, v) for k, v in staged.items() if v is not None)
+            keys = keys[~member(keys, np.sort(np.fromiter(staged, np.uint64, len(staged))))]
+        if self.mode != "w":
+            out.update(self.reader.get_many(keys))
+        if copy:
+            out = {k: v if type(v) is bytes else bytes(v) for k, v in out.items()}
+        return out
+
+    def _get(self, k: int) -> bytes | None:
+        if self._staging:
+            staged, value = self._staging.lookup(k)
+            if staged:
+                return value
+        return None if self.mode == "w" else self.reader.get_one(k)
+
+    def __getitem__(self, key: int) -> bytes:
+        value = self._get(check_key(key))
+        if value is None:
+            raise KeyError(key)
+        return value if type(value) is bytes else bytes(value)
+
+    def __contains__(self, key: object) -> bool:
+        try:
+            k = check_key(key)
+        except InvalidKeyError:  # a key this mapping cannot hold is not in it
+            return False
+        if self._staging:
+            staged, value = self._staging.lookup(k)
+            if staged:
+                return value is not None
+        return self.mode != "w" and self.reader.contains(k)
+
+    # --- listing ---------------------------------------------------------------------------
+
+    def shard_names(self) -> list[str]:
+        """Names of the shards present, in shard order (an obsolete two-file shard is listed
+        under the name of the single file it stands for)."""
+        return self.reader.shard_names()
+
+    def keys_array(self) -> np.ndarray:
+        """All keys as a uint64 array: stored keys sorted by shard and key, then staged
+        additions. Reads only the shard and minishard indices (one batched read each); memory
+        is O(keys)."""
+        stored = self.reader.keys_array() if self.mode != "w" else np.zeros(0, np.uint64)
+        if not self._staging:
+            return stored
+        staged, lengths = self._staging.status()
+        stored = stored[~member(stored, staged)]
+        return np.concatenate([stored, staged[lengths != DELETED]])
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.keys_array().tolist())
+
+    def __len__(self) -> int:
+        return len(self.keys_array())
+
+    def stats(self) -> list[dict]:
+        """Per shard file present: name, size in bytes, number of keys, garbage fraction."""
+        return self.reader.stats()
+
+    # --- staged changes ----------------------------------------------------------------------
+
+    def _writable(self) -> Staging:
+        if self._staging is None:
+            raise ReadOnlyError(f"{self.storage.url}: store is open read-only (mode {self.mode!r})")
+        return self._staging
+
+    def __setitem__(self, key: int, value: bytes) -> None:
+        self._writable().set(check_key(key), _as_bytes(value, key))
+
+    def __delitem__(self, key: int) -> None:
+        staging = self._writable()
+        k = check_key(key)
+        if k not in self:
+            raise KeyError(key)
+        staging.set(k, None)
+
+    def update(self, other: Any = (), /, **kwargs: Any) -> None:
+        """Stage many values (a mapping or (key, value) pairs) at once."""
+        staging = self._writable()
+        if kwargs:
+            raise TypeError("keys must be integers, not keyword arguments")
+        for keys, values in _batches(other):
+            staging.set_many(keys, values)
+
+    def set_many(self, keys: Iterable[int] | np.ndarray, values: list[bytes]) -> None:
+        """Stage ``values[i]`` for ``keys[i]`` (a uint64 array, say): no per-key Python work."""
+        keys = as_key_array(keys)
+        if len(keys) != len(values):
+            raise ValueError(f"{len(keys)} keys but {len(values)} values")
+        if not set(map(type, values)) <= {bytes}:
+            values = [_as_bytes(v, k) for k, v in zip(keys.tolist(), values)]
+        self._writable().set_many(keys, values)
+
+    def abort(self) -> None:
+        """Drop the staged changes; the store is left as it was."""
+        if self._staging is not None:
+            self._staging.clear()
+
+    # --- commit ------------------------------------------------------------------------------
+
+    def plan(self) -> CommitPlan:
+        """What :meth:`commit` would do to each shard, decided from the indices alone."""
+        staging = self._writable()
+        keys, lengths = staging.status()
+        return plan_commit(self.reader, keys, lengths, mode=self.mode, strategy=self.strategy,
+                           compact_ratio=self.compact_ratio, version=staging.version)
+
+    def commit(self, plan: CommitPlan | None = None, *, progress: bool = False) -> CommitPlan:
+        """Apply the staged changes shard by shard, following ``plan`` (by default a fresh
+        :meth:`plan`); returns the plan.
+
+        Each shard file is replaced atomically (create, rewrite, compact) or appended to and
+        then patched (append), so a crash leaves every shard readable, old or new. A shard that
+        changed on storage since the plan was made raises ConflictError before it is written.
+        """
+        staging = self._writable()
+        plan = self.plan() if plan is None else plan
+        committing.commit_staged(self.reader, staging, plan, self.mode, progress=progress)
+        if self._write_info:
+            _record_spec(self.storage, self.spec)
+            self._write_info = False
+        if self.mode == "w":
+            self.mode = "a"  # the store exists now: later commits update it
+        return plan
+
+    def compact(self, names: Iterable[str] | None = None, *, progress: bool = False
+                ) -> CommitPlan:
+        """Rewrite shards without the garbage of earlier appends (all shards with garbage by
+        default, or the named ones). Nothing else may be staged."""
+        if self._writable():
+            raise NgShardError(f"{self.storage.url}: commit or abort staged changes before "
+                               f"compacting")
+        return committing.compact(self.reader, self.shard_names() if names is None else names,
+                                  progress=progress)
+
+    def close(self) -> None:
+        """Drop the caches and any staged changes not committed."""
+        self.reader.forget()
+        if self._staging is not None:
+            self._staging.clear()
+
+    def __enter__(self) -> ShardedKV:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self._staging is not None and exc_type is None:
+            self.commit()
+        self.close()
+
+
+def _as_bytes(value: Any, key: Any) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    raise TypeError(f"value of key {key} must be bytes, got {type(value).__name__}")
+
+
+_BATCH = 1 << 16
+
+
+def _batches(items: Mapping[int, bytes] | Iterable[tuple[int, bytes]]
+             ) -> Iterator[tuple[np.ndarray, list[bytes]]]:
+    """(keys, values) in batches, keys checked and converted at numpy speed."""
+    if isinstance(items, Mapping):
+        chunks = [(list(items.keys()), list(items.values()))]
+    else:
+        it = iter(items)
+        first, second = operator.itemgetter(0), operator.itemgetter(1)
+        chunks = ((list(map(first, batch)), list(map(second, batch)))
+                  for batch in iter(lambda: list(itertools.islice(it, _BATCH)), []))
+    for keys, values in chunks:
+        if not set(map(type, values)) <= {bytes}:
+            values = [_as_bytes(v, k) for k, v in zip(keys, values)]
+        yield as_key_array(keys), values
+
+
+def _as_spec(spec: ShardingSpec | dict | str) -> ShardingSpec:
+    if isinstance(spec, ShardingSpec):
+        return spec
+    if isinstance(spec, str) and not spec.lstrip().startswith("{"):
+        try:
+            with open(spec) as f:
+                spec = f.read()
+        except OSError as e:
+            raise SpecError(f"sharding spec: {spec!r} is neither JSON nor a readable file "
+                            f"({e.strerror})") from None
+    return ShardingSpec.from_json(spec)
+
+
+def _record_spec(storage: Storage, spec: ShardingSpec) -> None:
+    """Give a store written by ngshard an ``info`` holding its spec (unless it is a volume's
+    scale, whose spec lives in the volume's info, or its info already says so)."""
+    info = read_info(storage)
+    if info is None and parent_scale_spec(storage)[0]:
+        return
+    info = info or {}
+    if info.get("sharding") != spec.to_json():
+        write_info(storage, {**info, "sharding": spec.to_json()})
+
+
+def open_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str | None = None,
+            mode: str = "r", *, strategy: str = "auto", compact_ratio: float | None = 0.5,
+            staged_bytes: int = DEFAULT_STAGED_BYTES, spill_dir: str | None = None,
+            cache_bytes: int = DEFAULT_CACHE_BYTES, info: bool = True) -> ShardedKV:
+    """Open the sharded key-value store at ``url``.
+
+    Parameters
+    ----------
+    url
+        A local path, any fsspec URL (``file://``, ``memory://``, ``http(s)://``, ``s3://``,
+        ``gs://``) or an open :class:`~ngshard.storage.Storage`.
+    spec
+        A :class:`ShardingSpec`, its JSON (object, text or file name), or None to read the
+        ``sharding`` member of ``<url>/info`` (or of the volume scale ``url`` names).
+    mode
+        "r" read only; "r+" update an existing store; "a" update, creating the store if
+        needed; "w" create a new store (the shard files already there are removed on commit).
+        Changes are staged (spilling past ``staged_bytes`` to ``spill_dir``) and written by
+        ``commit()`` or on clean exit of a ``with`` block.
+    strategy
+        "append" (local files: append changes and patch the shard index; cost follows the
+        change, not the shard), "rewrite" (read, merge, replace whole shards; object stores),
+        or "auto". Appending leaves garbage; a shard whose garbage would pass
+        ``compact_ratio`` is compacted instead (None: never).
+    cache_bytes
+        Budget of the shard and minishard index cache.
+    info
+        Writers record the spec in ``<url>/info`` on commit, so later opens need none.
+
+    Returns
+    -------
+    ShardedKV
+
+    Raises
+    ------
+    SpecError
+        A bad spec, mode or strategy, no spec to be found, or a spec that contradicts the
+        store's info.
+    NotFoundError
+        Mode "r+" where there is no store.
+
+    Examples
+    --------
+    >>> with open_kv("memory://doc-kv", {"@type": "neuroglancer_uint64_sharded_v1",
+    ...              "hash": "identity", "preshift_bits": 0, "minishard_bits": 1,
+    ...              "shard_bits": 1}, mode="w") as kv:
+    ...     kv[7] = b"seven"
+    >>> open_kv("memory://doc-kv")[7]
+    b'seven'
+    """
+    storage = open_storage(url)
+    if spec is None:
+        if mode == "w":
+            raise SpecError("mode 'w' needs a sharding spec")
+        spec = spec_from_info(storage)
+    else:
+        spec = _as_spec(spec)
+        if mode in ("r+", "a"):
+            _check_recorded(storage, spec)
+    return ShardedKV(storage, spec, mode, strategy=strategy, compact_ratio=compact_ratio,
+                     staged_bytes=staged_bytes, spill_dir=spill_dir, cache_bytes=cache_bytes,
+                     info=info)
+
+
+def _check_recorded(storage: Storage, spec: ShardingSpec) -> None:
+    """Refuse to update a store with a spec other than the one its info records: keys would
+    land in the wrong shards."""
+    try:
+        recorded = spec_from_info(storage)
+    except SpecError:
+        return  # no recorded spec (or none readable): the given one is all there is
+    if recorded != spec:
+        raise SpecError(f"{storage.path('info')}: records sharding {recorded.to_json()}, "
+                        f"not the spec given ({spec.to_json()})")
+
+
+def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
+             items: Mapping[int, bytes] | Iterable[tuple[int, bytes]], *,
+             progress: bool = False, buffer_bytes: int = DEFAULT_BUFFER_BYTES,
+             spill_dir: str | None = None, info: bool = True) -> None:
+    """Write a whole store at ``url`` from a mapping or an iterable of (key, bytes).
+
+    Parameters
+    ----------
+    url
+        Where (a local path, any fsspec URL, or an open Storage).
+    spec
+        The sharding spec (or its JSON).
+    items
+        The store's contents; the last value of a repeated key wins. Shard files of an
+        earlier store there are replaced or removed, each atomically.
+    buffer_bytes, spill_dir
+        Items may be more than memory: past ``buffer_bytes`` they are partitioned by shard
+        into temporary files (in ``spill_dir``), and each shard is built from its partition,
+        so memory stays bounded by the buffer plus the largest shard.
+    info
+        Record the spec in ``<url>/info`` (``{"sharding": ...}``, other members kept).
+
+    Raises
+    ------
+    SpecError
+        A bad spec.
+    InvalidKeyError
+        A key outside [0, 2**64).
+    TypeError
+        A value that is not bytes.
+    """
+    kv = open_kv(url, spec, "w", staged_bytes=buffer_bytes, spill_dir=spill_dir, info=info)
+    try:
+        kv.update(items)
+        kv.commit(progress=progress)
+    finally:
+        kv.close()

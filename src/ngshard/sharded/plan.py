@@ -1,0 +1,166 @@
+"""The plan of a commit: what happens to each shard, decided before anything is written.
+
+Deciding reads only indices (here); doing (``commit.py``) follows the plan shard by shard.
+Printing a plan shows a user what a commit will cost before it runs. Byte counts are those of
+the raw encodings (gzip only shrinks them), indices included.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .._arrays import member
+from .format import Entries
+from .reader import ShardReader
+from .staging import DELETED
+from .update import TRAILER_SIZE
+
+#: What a commit does to one shard file.
+ACTIONS = {
+    "create": "write a new shard file",
+    "rewrite": "read the whole shard, write it anew with the changes after the old bytes "
+               "(atomic replace)",
+    "append": "append new chunks and minishard indices, then patch the shard index",
+    "compact": "rewrite without the garbage of earlier appends",
+    "convert": "read an obsolete <shard>.index/.data pair, write it with the changes as one "
+               "shard file, remove the pair",
+    "delete": "remove the shard file (no key left)",
+}
+
+
+@dataclass
+class ShardPlan:
+    """One shard's part of a commit."""
+
+    name: str
+    shard: int
+    action: str
+    sets: int = 0  # keys written (new or replaced)
+    deletes: int = 0  # present keys removed
+    keys_after: int | None = 0  # None: not known without reading every minishard index
+    read_bytes: int = 0  # bytes read to carry out the action (indices were read to plan it)
+    write_bytes: int = 0  # bytes written: data, indices and trailer, counted unencoded
+    size_before: int = 0
+    garbage_after: float = 0.0  # fraction of the file left unreferenced
+    generation: Any = field(default=None, repr=False)  # of the file the plan was made from
+
+
+@dataclass
+class CommitPlan:
+    """The plan of a whole commit, one entry per shard that changes."""
+
+    url: str
+    strategy: str
+    shards: list[ShardPlan]
+    staged_version: int = field(default=-1, repr=False)  # of the changes it was made for
+
+    @property
+    def write_bytes(self) -> int:
+        return sum(s.write_bytes for s in self.shards)
+
+    @property
+    def read_bytes(self) -> int:
+        return sum(s.read_bytes for s in self.shards)
+
+    def __str__(self) -> str:
+        head = (f"commit to {self.url} (strategy {self.strategy}): {len(self.shards)} shard(s), "
+                f"read {self.read_bytes} B, write {self.write_bytes} B")
+        rows = [f"  {'shard':<20} {'action':<8} {'sets':>8} {'deletes':>8} {'keys after':>10} "
+                f"{'read B':>12} {'write B':>12} {'garbage':>7}"]
+        rows += [f"  {s.name:<20} {s.action:<8} {s.sets:>8} {s.deletes:>8} "
+                 f"{'?' if s.keys_after is None else s.keys_after:>10} "
+                 f"{s.read_bytes:>12} {s.write_bytes:>12} {s.garbage_after:>7.1%}"
+                 for s in self.shards]
+        return "\n".join([head, *rows])
+
+
+def plan_commit(reader: ShardReader, keys: np.ndarray, lengths: np.ndarray, *, mode: str,
+                strategy: str, compact_ratio: float | None, version: int = -1) -> CommitPlan:
+    """What a commit of the staged ``keys`` (sorted; ``lengths[i]`` bytes, or DELETED) does to
+    each shard, decided from the shard and touched minishard indices alone. Mode "w" replaces
+    the whole store: every shard is created, and shards present with no key are deleted."""
+    spec = reader.spec
+    nums = spec.locate(keys)[0].astype(np.int64) if len(keys) else np.zeros(0, int)
+    order = np.argsort(nums, kind="stable")  # by shard, keys still sorted within
+    shards, first = np.unique(nums[order], return_index=True)
+    groups = dict(zip(shards.tolist(), np.split(order, first[1:])))
+    url = reader.storage.url
+    if mode == "w":
+        plans = [_create(spec, spec.shard_filename(num), num, lengths[group])
+                 for num, group in groups.items()]
+        plans = [p for p in plans if p is not None]
+        planned = {p.name for p in plans}
+        plans += [ShardPlan(n, spec.parse_shard_filename(n), "delete")
+                  for n in reader.shard_names() if n not in planned]
+        return CommitPlan(url, strategy, sorted(plans, key=lambda p: p.shard), version)
+    names = {num: spec.shard_filename(num) for num in groups}
+    reader.retrying(reader.shards, list(names.values()))  # all shard indices in one batch
+    plans = []
+    for num, name in names.items():
+        group = groups[num]
+        plan = reader.retrying(_plan_shard, reader, name, num, keys[group], lengths[group],
+                               strategy, compact_ratio)
+        if plan is not None:
+            plans.append(plan)
+    return CommitPlan(url, strategy, plans, version)
+
+
+def _create(spec: Any, name: str, num: int, lengths: np.ndarray) -> ShardPlan | None:
+    """A new shard of the set values among ``lengths`` (None if there are none)."""
+    sets = lengths[lengths != DELETED]
+    if not len(sets):
+        return None  # only deletions of keys that are not there
+    return ShardPlan(name, num, "create", sets=len(sets), keys_after=len(sets),
+                     write_bytes=spec.shard_index_size + int(sets.sum()) + 24 * len(sets))
+
+
+def _plan_shard(reader: ShardReader, name: str, num: int, keys: np.ndarray,
+                lengths: np.ndarray, strategy: str, compact_ratio: float | None
+                ) -> ShardPlan | None:
+    """Decide one shard's action from its shard index and its touched minishards only."""
+    spec = reader.spec
+    shard = reader.shards([name])[name]
+    if shard is None:
+        return _create(spec, name, num, lengths)
+    is_set = lengths != DELETED
+    new_bytes = int(lengths[is_set].sum())
+    touched = np.unique(spec.locate(keys)[1]).astype(np.intp)
+    reader.load_minishards([(shard, touched)])
+    entries = Entries.of({m: shard.minishards[m] for m in touched.tolist()})
+    present = member(keys, np.sort(entries.keys))
+    deletes = int((present & ~is_set).sum())
+    touched_after = len(entries.keys) - deletes + int((is_set & ~present).sum())
+    others = np.ones(spec.num_minishards, bool)
+    others[touched] = False
+    other_ranges = shard.ranges[others]
+    known = all(m in shard.minishards for m in np.flatnonzero(
+        others & (shard.ranges[:, 0] != shard.ranges[:, 1])).tolist())
+    keys_after = touched_after + sum(len(shard.minishards[m].keys) for m in
+                                     np.flatnonzero(others).tolist()
+                                     if m in shard.minishards) if known else None
+    base = dict(sets=int(is_set.sum()), deletes=deletes, keys_after=keys_after,
+                size_before=shard.size, generation=shard.generation)
+    new_index = 24 * touched_after
+    old_index = int((shard.ranges[touched, 1] - shard.ranges[touched, 0]).sum())
+    dropped = int(entries.sizes[member(entries.keys, keys)].sum())
+    live_after = shard.size - shard.garbage - dropped - old_index + new_bytes + new_index
+    if shard.split:  # readers and writers then deal with one file, as with any other
+        return ShardPlan(name, num, "convert", read_bytes=shard.size,
+                         write_bytes=live_after, **base)
+    if touched_after == 0 and (other_ranges[:, 0] == other_ranges[:, 1]).all():
+        return ShardPlan(name, num, "delete", **dict(base, keys_after=0))
+    # Both strategies add the changes after the old bytes (in place, or in a copy) and
+    # leave the replaced ones as garbage, until it passes compact_ratio.
+    size_after = shard.size + new_bytes + new_index + TRAILER_SIZE
+    garbage = 1 - live_after / size_after
+    if compact_ratio is not None and garbage > compact_ratio:
+        return ShardPlan(name, num, "compact", read_bytes=shard.size,
+                         write_bytes=live_after, **base)
+    if strategy == "rewrite":
+        return ShardPlan(name, num, "rewrite", read_bytes=shard.size,
+                         write_bytes=size_after, garbage_after=garbage, **base)
+    return ShardPlan(name, num, "append", garbage_after=garbage,
+                     write_bytes=size_after - shard.size + spec.shard_index_size, **base)

@@ -1,0 +1,387 @@
+"""Reading a sharded store: shard and minishard indices cached by shard generation, batched
+lookups, retries when a shard is replaced mid-read, and listing from the indices alone.
+
+A batch of keys costs one read per shard index, one per group of nearby minishard indices and
+one per group of nearby chunks, all issued together. The cache is bounded by bytes and every
+entry is tied to the generation of the file it was read from, so a shard replaced under an open
+store is read again rather than at stale offsets.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import numpy as np
+
+from ..compression import decode
+from ..errors import CorruptDataError, NgShardError
+from ..storage import ObjectInfo, Storage
+from ..threads import pmap
+from . import legacy
+from .format import (
+    EMPTY_MINISHARD,
+    MinishardIndex,
+    decode_minishard_indices,
+    decode_shard_index,
+)
+from .spec import ShardingSpec
+from .update import TRAILER_SIZE, live_bytes, trailer_garbage
+
+DEFAULT_CACHE_BYTES = 256 << 20
+_PARALLEL_DECODE_BYTES = 2 << 20
+_RETRIES = 5  # a shard replaced more often during one read is an error, not a race
+R = TypeVar("R")
+
+
+@dataclass
+class ShardState:
+    """What is known of one shard file: its index and the minishard indices decoded so far."""
+
+    name: str
+    size: int
+    generation: Any
+    ranges: np.ndarray  # (num_minishards, 2) absolute [start, end) of each minishard index
+    minishards: dict[int, MinishardIndex] = field(default_factory=dict)
+    nbytes: int = 0
+    # Where the bytes after the shard index live: the shard file itself, or for the obsolete
+    # two-file variant the <shard>.data file, which starts at the end of the shard index.
+    data_name: str = ""
+    data_shift: int = 0
+    data_generation: Any = None
+    garbage: int = 0  # unreferenced bytes, as recorded by the trailer of an append
+
+    def __post_init__(self) -> None:
+        if not self.data_name:
+            self.data_name, self.data_generation = self.name, self.generation
+
+    @property
+    def split(self) -> bool:
+        """True for the obsolete two-file variant."""
+        return self.data_name != self.name
+
+    def key_count(self) -> int:
+        return sum(len(i.keys) for i in self.minishards.values())
+
+
+class StaleShard(Exception):
+    """A shard file changed between reading its index and reading through it."""
+
+
+class ShardReader:
+    """Reads of the shards of one store, with the index cache. Not thread-safe."""
+
+    def __init__(self, storage: Storage, spec: ShardingSpec,
+                 cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+        self.storage, self.spec, self.cache_bytes = storage, spec, cache_bytes
+        self._cache: OrderedDict[str, ShardState] = OrderedDict()
+        self._cached_bytes = 0
+        self._names: dict[int, str] = {}  # shard number -> file name, for single-key reads
+
+    @property
+    def cached_bytes(self) -> int:
+        """Bytes of shard and minishard indices held in the cache (at most ``cache_bytes``,
+        beyond the shard in use)."""
+        return self._cached_bytes
+
+    @property
+    def cached_shards(self) -> int:
+        """Number of shards whose indices are cached."""
+        return len(self._cache)
+
+    def forget(self, name: str | None = None) -> None:
+        """Drop one shard's cached indices (all, with no name)."""
+        if name is None:
+            self._cache.clear()
+            self._cached_bytes = 0
+            return
+        old = self._cache.pop(name, None)
+        if old is not None:
+            self._cached_bytes -= old.nbytes
+
+    def _account(self, shard: ShardState, nbytes: int) -> None:
+        shard.nbytes += nbytes
+        self._cached_bytes += nbytes
+        while self._cached_bytes > self.cache_bytes and len(self._cache) > 1:
+            name = next(iter(self._cache))
+            if name == shard.name:
+                self._cache.move_to_end(name)
+                name = next(iter(self._cache))
+            self.forget(name)
+
+    def _stats(self, names: list[str]) -> list[tuple[ObjectInfo, ObjectInfo | None] | None]:
+        """For each shard: (info, None) of its file, (index info, data info) of an obsolete
+        two-file shard, None if neither is there. Remote stats of a step go out together."""
+        infos = self.storage.stat_many(names)
+        missing = [i for i, info in enumerate(infos) if info is None]
+        pairs = [legacy.pair_names(names[i]) for i in missing]
+        index = self.storage.stat_many([p[0] for p in pairs])
+        have = [k for k, info in enumerate(index) if info is not None]
+        data = self.storage.stat_many([pairs[k][1] for k in have])
+        out: list = [(info, None) if info is not None else None for info in infos]
+        for k, info in zip(have, data):
+            if info is not None:
+                out[missing[k]] = (index[k], info)
+        return out
+
+    def shards(self, names: list[str]) -> dict[str, ShardState | None]:
+        """The current state of each named shard (None: no such file), indices read as needed."""
+        out: dict[str, ShardState | None] = {}
+        todo = []
+        for name, infos in zip(names, self._stats(names)):
+            cached = self._cache.get(name)
+            generation = infos and (infos[0].generation if infos[1] is None
+                                    else (infos[0].generation, infos[1].generation))
+            if infos is None:
+                self.forget(name)
+                out[name] = None
+            elif cached is not None and cached.generation == generation:
+                self._cache.move_to_end(name)
+                out[name] = cached
+            else:
+                self.forget(name)
+                todo.append((name, infos, generation))
+        if not todo:
+            return out
+        size = self.spec.shard_index_size
+        index_names = [name if data is None else legacy.pair_names(name)[0]
+                       for name, (_, data), _ in todo]
+        # The shard index, and where appends happen (local files), the end of the file,
+        # where an append leaves its trailer.
+        trailer = self.storage.supports_append
+
+        def wanted(info: ObjectInfo) -> list[list[int]]:
+            head = [[0, min(size, info.size)]]
+            return head + [[max(0, info.size - TRAILER_SIZE), info.size]] if trailer else head
+
+        reads = self.storage.read_ranges(
+            [(n, wanted(info)) for n, (_, (info, _), _) in zip(index_names, todo)])
+        for index_name, (name, (info, data), generation), (gen, chunks) in \
+                zip(index_names, todo, reads):
+            if chunks is None or (gen is not None and gen != info.generation):
+                raise StaleShard(name)
+            total = info.size + (data.size if data is not None else 0)
+            if data is not None and info.size != size:
+                raise CorruptDataError(f"{self.storage.path(index_name)}: {info.size} bytes, "
+                                       f"not the {size} of a shard index")
+            ranges = decode_shard_index(chunks[0], self.spec.num_minishards, total,
+                                        self.storage.path(index_name))
+            shard = ShardState(name, total, generation, ranges,
+                               garbage=trailer_garbage(chunks[1], total) if trailer else 0)
+            if data is not None:
+                shard.data_name, shard.data_shift = legacy.pair_names(name)[1], size
+                shard.data_generation = data.generation
+            self._cache[name] = shard
+            self._account(shard, ranges.nbytes)
+            out[name] = shard
+        return out
+
+    def read_through(self, wanted: list[tuple[ShardState, np.ndarray]]) -> list[list[bytes]]:
+        """Read ``(shard, (n, 2) absolute ranges)`` past the shard indices, in one batch,
+        checking each shard's bytes came from the generation its index was read from."""
+        reads = self.storage.read_ranges(
+            [(s.data_name, np.asarray(r, np.int64) - s.data_shift) for s, r in wanted])
+        for (shard, ranges), (gen, chunks) in zip(wanted, reads):
+            self._check_read(shard, ranges, gen, chunks)
+        return [chunks for _, chunks in reads]
+
+    def load_minishards(self, wanted: list[tuple[ShardState, np.ndarray]]) -> None:
+        """Read and decode the minishard indices not cached yet, in one batch."""
+        todo = []
+        for shard, minishards in wanted:
+            missing = [m for m in np.unique(minishards).tolist() if m not in shard.minishards]
+            empty = [m for m in missing if shard.ranges[m, 0] == shard.ranges[m, 1]]
+            for m in empty:
+                shard.minishards[m] = EMPTY_MINISHARD
+            missing = [m for m in missing if shard.ranges[m, 0] != shard.ranges[m, 1]]
+            if missing:
+                todo.append((shard, missing))
+        if not todo:
+            return
+        reads = self.read_through([(shard, shard.ranges[missing]) for shard, missing in todo])
+
+        def decode_job(job):
+            (shard, missing), chunks = job
+            path = self.storage.path(shard.name)
+            return decode_minishard_indices(
+                chunks, self.spec.minishard_index_encoding, self.spec.shard_index_size,
+                shard.size, lambda i: f"{path} (minishard {missing[i]} index at offset "
+                                      f"{int(shard.ranges[missing[i], 0])})")
+
+        # Threads pay off only on large indices; on small ones the GIL makes them cost.
+        large = sum(len(c) for chunks in reads for c in chunks) > _PARALLEL_DECODE_BYTES
+        jobs = zip(todo, reads)
+        decoded = pmap(decode_job, jobs, min_items=2) if large else map(decode_job, jobs)
+        for (shard, missing), indices in zip(todo, decoded):
+            shard.minishards.update(zip(missing, indices))
+            self._account(shard, sum(index.nbytes for index in indices))
+
+    def _check_read(self, shard: ShardState, ranges: np.ndarray, gen: Any,
+                    chunks: list[bytes] | None) -> None:
+        """Raise StaleShard if the bytes were not read from the shard's cached generation, and
+        CorruptDataError if they were but the file ended early."""
+        if chunks is None or (gen is not None and gen != shard.data_generation):
+            self.forget(shard.name)
+            raise StaleShard(shard.name)
+        wanted = (ranges[:, 1] - ranges[:, 0]).tolist()
+        if list(map(len, chunks)) != wanted:
+            i = next(i for i, c in enumerate(chunks) if len(c) != wanted[i])
+            raise CorruptDataError(f"{self.storage.path(shard.name)}: bytes [{int(ranges[i, 0])}, "
+                                   f"{int(ranges[i, 1])}) lie past the end of the file")
+
+    def retrying(self, fn: Callable[..., R], *args: Any) -> R:
+        """Run a read, again after each shard found changed under it; only a shard that keeps
+        changing (another writer committing to it without pause) makes the read give up."""
+        stale: Counter[str] | None = None
+        while True:
+            try:
+                return fn(*args)
+            except StaleShard as e:
+                name = str(e)
+                self.forget(name)
+                stale = stale or Counter()
+                stale[name] += 1
+                if stale[name] > _RETRIES:
+                    raise NgShardError(f"{self.storage.path(name)}: changed {_RETRIES} times "
+                                       f"during one read") from None
+
+    # --- lookups ---------------------------------------------------------------------------
+
+    def _lookup(self, keys: np.ndarray) -> tuple[dict[str, np.ndarray], dict[str, ShardState]]:
+        """For unique keys: per shard name, an (n, 3) array of (key, start, end) found there."""
+        shard_nums, minishards = self.spec.locate(keys)
+        order = np.argsort(shard_nums, kind="stable")
+        shard_nums, minishards, keys = shard_nums[order], minishards[order], keys[order]
+        bounds = np.flatnonzero(np.diff(shard_nums)) + 1
+        groups = np.split(np.arange(len(keys)), bounds) if len(keys) else []
+        names = [self.spec.shard_filename(int(shard_nums[g[0]])) for g in groups]
+        states = self.shards(names)
+        present = [(states[n], g) for n, g in zip(names, groups) if states[n] is not None]
+        self.load_minishards([(s, minishards[g]) for s, g in present])
+        found: dict[str, np.ndarray] = {}
+        for shard, g in present:
+            # One sorted table of the needed minishards, then one search for all keys.
+            needed = np.unique(minishards[g]).tolist()
+            parts = [shard.minishards[m] for m in needed]
+            table = MinishardIndex(*(np.concatenate(col) for col in zip(*parts)))
+            owner = np.repeat(needed, [len(p.keys) for p in parts]).astype(np.uint64)
+            order = np.argsort(table.keys, kind="stable")
+            table = MinishardIndex(*(col[order] for col in table))
+            hit, pos = table.find(keys[g])
+            # a key counts only in its own minishard
+            hit[hit] = owner[order][pos[hit]] == minishards[g][hit]
+            p = pos[hit]
+            found[shard.name] = np.stack(
+                [keys[g][hit], table.starts[p], table.starts[p] + table.sizes[p]], axis=1)
+        return found, {s.name: s for s, _ in present}
+
+    def _get_many(self, keys: np.ndarray) -> dict[int, bytes | memoryview]:
+        found, shards = self._lookup(keys)
+        reads = self.read_through([(shards[name], rows[:, 1:]) for name, rows in found.items()])
+        out: dict[int, bytes | memoryview] = {}
+        encoding = self.spec.data_encoding
+        for (name, rows), chunks in zip(found.items(), reads):
+            where = self.storage.path(name)
+            keys = rows[:, 0].tolist()
+            if encoding != "raw":  # decompression releases the GIL: spread it over threads
+                chunks = pmap(lambda job, where=where: decode(
+                    job[2], encoding, f"{where} (chunk {job[0]} at {job[1]})"),
+                    zip(keys, rows[:, 1].tolist(), chunks))
+            out.update(zip(keys, chunks))
+        return out
+
+    def get_many(self, keys: np.ndarray) -> dict[int, bytes | memoryview]:
+        """Stored values of unique uint64 ``keys``, absent keys left out; values may be views
+        into the batch's read buffers."""
+        return self.retrying(self._get_many, keys)
+
+    def _find_one(self, key: int) -> tuple[ShardState, int, int] | None:
+        """(shard, start, end) of one key's chunk, None if absent: the single-key fast path."""
+        shard_num, m = self.spec.locate_one(key)
+        name = self._names.get(shard_num) or self._names.setdefault(
+            shard_num, self.spec.shard_filename(shard_num))
+        # Where reads report the generation they saw (local files), a cached index is used
+        # without a stat first: a hit is confirmed by the read of its data, a miss by a stat.
+        shard = self._cache.get(name) if self.storage.reads_report_generation else None
+        fresh = shard is None
+        if fresh:
+            shard = self.shards([name])[name]
+            if shard is None:
+                return None
+        index = shard.minishards.get(m)
+        if index is None:
+            self.load_minishards([(shard, np.array([m]))])
+            index = shard.minishards[m]
+        k = np.uint64(key)
+        pos = int(index.keys.searchsorted(k))
+        if pos == len(index.keys) or index.keys[pos] != k:
+            if not fresh and self.shards([name])[name] is not shard:
+                raise StaleShard(name)
+            return None
+        start = int(index.starts[pos])
+        return shard, start, start + int(index.sizes[pos])
+
+    def _get_one(self, key: int) -> bytes | None:
+        found = self._find_one(key)
+        if found is None:
+            return None
+        shard, start, end = found
+        shift = shard.data_shift
+        gen, chunk = self.storage.read_range(shard.data_name, start - shift, end - shift)
+        if chunk is None or len(chunk) != end - start or gen != shard.data_generation:
+            self._check_read(shard, np.array([[start, end]]), gen,
+                             None if chunk is None else [chunk])
+        if self.spec.data_encoding == "raw":
+            return chunk
+        return decode(chunk, self.spec.data_encoding,
+                      f"{self.storage.path(shard.name)} (chunk {key} at {start})")
+
+    def get_one(self, key: int) -> bytes | None:
+        """The stored value of one key (a checked int), None if absent."""
+        return self.retrying(self._get_one, key)
+
+    def contains(self, key: int) -> bool:
+        """Whether one key (a checked int) is stored."""
+        if self.storage.reads_report_generation:  # a cached hit must be confirmed by a stat
+            self.retrying(self.shards, [self.spec.shard_filename(self.spec.locate_one(key)[0])])
+        return self.retrying(self._find_one, key) is not None
+
+    # --- listing ---------------------------------------------------------------------------
+
+    def shard_names(self) -> list[str]:
+        """Names of the shards present, in shard order (an obsolete two-file shard is listed
+        under the name of the single file it stands for)."""
+        names = set(self.storage.list())
+        return sorted(n for n in names | legacy.shards_of_pairs(names)
+                      if self.spec.parse_shard_filename(n) is not None)
+
+    def full_shards(self, names: list[str]) -> list[ShardState]:
+        """The named shards that exist, with every minishard index loaded."""
+        present = [s for s in self.shards(names).values() if s is not None]
+        everything = np.arange(self.spec.num_minishards)
+        self.load_minishards([(s, everything[s.ranges[:, 0] != s.ranges[:, 1]])
+                              for s in present])
+        return present
+
+    def _shard_keys(self, names: list[str]) -> list[np.ndarray]:
+        out = []
+        for shard in self.full_shards(names):
+            parts = [idx.keys for idx in shard.minishards.values() if len(idx.keys)]
+            out.append(np.sort(np.concatenate(parts)) if parts else np.zeros(0, np.uint64))
+        return out
+
+    def keys_array(self) -> np.ndarray:
+        """Every stored key, sorted by shard and key."""
+        parts = self.retrying(self._shard_keys, self.shard_names())
+        return np.concatenate(parts) if parts else np.zeros(0, np.uint64)
+
+    def stats(self) -> list[dict]:
+        """Per shard file present: name, size in bytes, number of keys, garbage fraction."""
+        out = []
+        for s in self.retrying(self.full_shards, self.shard_names()):
+            live = live_bytes(self.spec, s.ranges, s.minishards)
+            out.append({"name": s.name, "bytes": s.size, "keys": s.key_count(),
+                        "garbage": 1 - live / s.size if s.size else 0.0})
+        return out

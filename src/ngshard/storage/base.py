@@ -1,0 +1,179 @@
+"""The byte-store interface every storage implements, and the range arithmetic they share.
+
+Everything above the storage layer addresses objects by name relative to a root URL. A store
+says what it can do through capability flags (``supports_append``, ``local_root``,
+``reads_report_generation``) so callers never test for a concrete class.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Hashable, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ..errors import ConflictError
+from ..threads import pmap
+
+#: ``if_generation`` value that skips the generation check.
+ANY = object()
+
+# Ranges closer than this are read as one; reading a few unused KiB beats another request.
+MAX_GAP = 4096
+
+
+def changed_on_storage(path: str, since: str = "it was read") -> ConflictError:
+    """The one error for an object another writer changed under us."""
+    return ConflictError(f"{path}: changed on storage since {since} (another writer?); "
+                         f"nothing was written")
+
+class ObjectInfo(NamedTuple):
+    """Size of an object and a token that changes whenever the object is replaced or modified."""
+
+    size: int
+    generation: Hashable
+
+
+def coalesce(ranges: np.ndarray, max_gap: int = MAX_GAP) -> tuple[np.ndarray, np.ndarray]:
+    """Merge ``(n, 2)`` [start, end) ranges that overlap or lie within ``max_gap`` of each other.
+
+    Returns the merged ranges and, for each input range, the index of the merged one holding it.
+    A merged range wastes at most ``max_gap`` bytes per input range, so its size needs no cap.
+    """
+    ranges = np.asarray(ranges, np.int64).reshape(-1, 2)
+    if len(ranges) == 0:
+        return ranges, np.zeros(0, np.intp)
+    order = np.argsort(ranges[:, 0], kind="stable")
+    starts, ends = ranges[order, 0], ranges[order, 1]
+    reach = np.maximum.accumulate(ends)
+    new = np.empty(len(starts), bool)
+    new[0] = True
+    new[1:] = starts[1:] > reach[:-1] + max_gap
+    group = np.cumsum(new) - 1
+    last = np.r_[np.flatnonzero(new)[1:], len(starts)] - 1
+    assignment = np.empty(len(ranges), np.intp)
+    assignment[order] = group
+    return np.stack([starts[new], reach[last]], axis=1), assignment
+
+
+def split_merged(merged: np.ndarray, blobs: Sequence[bytes], ranges: np.ndarray,
+           assignment: np.ndarray) -> list[bytes | memoryview]:
+    """The requested ranges out of the merged reads: views, not copies (a volume read of many
+    chunks would otherwise copy every byte once more)."""
+    if len(ranges) == len(merged) and (ranges == merged).all():  # nothing was merged
+        return list(blobs)
+    views = [memoryview(b) for b in blobs]
+    offsets = ranges[:, 0] - merged[assignment, 0]
+    return [views[g][o:o + n] for g, o, n in
+            zip(assignment.tolist(), offsets.tolist(), (ranges[:, 1] - ranges[:, 0]).tolist())]
+
+
+class FileSlice(NamedTuple):
+    """Bytes [offset, offset + size) of a local file, written into an object without passing
+    through this process's memory where the system allows (copy_file_range)."""
+
+    path: str
+    offset: int
+    size: int
+    owned: bool = False  # a temporary file the writer may take over instead of copying
+
+    def read(self) -> bytes:
+        with open(self.path, "rb") as f:
+            return os.pread(f.fileno(), self.size, self.offset)
+
+
+
+
+class Storage:
+    """A directory of objects addressed by name. Use :func:`open_storage` to get one."""
+
+    url: str
+    #: True where every read returns the generation of the bytes it read (pinned by one file
+    #: descriptor), so a cached index can be used first and checked by the read itself.
+    reads_report_generation = False
+    #: True where objects can be appended to and patched in place (local files).
+    supports_append = False
+    #: The directory of a store on a local filesystem (temporary files can be renamed into
+    #: place there), None elsewhere.
+    local_root: str | None = None
+
+    def path(self, name: str) -> str:
+        """The full location of ``name``, for messages."""
+        return f"{self.url.rstrip('/')}/{name}"
+
+    def stat(self, name: str) -> ObjectInfo | None:
+        """Size and generation of an object, None if it does not exist."""
+        raise NotImplementedError
+
+    def read(self, name: str) -> bytes | None:
+        """The whole object, None if it does not exist."""
+        raise NotImplementedError
+
+    def stat_many(self, names: Sequence[str]) -> list[ObjectInfo | None]:
+        """:meth:`stat` of many objects (remote stores ask for them all at once)."""
+        return [self.stat(name) for name in names]
+
+    def read_many(self, names: Sequence[str]) -> list[bytes | None]:
+        """:meth:`read` of many whole objects (remote stores ask for them all at once)."""
+        return pmap(self.read, names, min_items=4)
+
+    def write_many(self, items: Sequence[tuple[str, bytes]]) -> None:
+        """Write many whole objects, each atomically (remote stores send them all at once)."""
+        pmap(lambda item: self.write(item[0], [item[1]]), items, min_items=4)
+
+    def read_ranges(self, requests: Sequence[tuple[str, np.ndarray]]
+                    ) -> list[tuple[Hashable | None, list[bytes | memoryview] | None]]:
+        """Read ``(name, (n, 2) ranges)`` requests in one batch, coalescing near ranges; the
+        chunks may be views into one larger read.
+
+        For each request returns ``(generation, chunks)``: the generation the bytes were read
+        from (None if the store cannot tell), and None instead of chunks if the object is gone.
+        A chunk comes back short where the object ends early; the caller judges why.
+        """
+        raise NotImplementedError
+
+    def read_range(self, name: str, start: int, end: int) -> tuple[Hashable | None, bytes | None]:
+        """One range of one object: the single-read fast path of :meth:`read_ranges`."""
+        gen, chunks = self.read_ranges([(name, np.array([[start, end]]))])[0]
+        return gen, None if chunks is None else chunks[0]
+
+    def write(self, name: str, parts: Sequence[bytes], if_generation: Any = ANY) -> None:
+        """Write an object atomically: readers see the old object or the whole new one.
+
+        ``if_generation``: the generation the object must still have (None: it must not
+        exist), else ConflictError; ANY writes regardless.
+        """
+        raise NotImplementedError
+
+    def delete(self, name: str, if_generation: Any = ANY) -> None:
+        """Remove an object if it exists (``if_generation`` as for :meth:`write`)."""
+        raise NotImplementedError
+
+    def append_and_patch(self, name: str, generation: Hashable, offset: int,
+                         tail: Sequence[bytes], head: bytes) -> None:
+        """Write ``tail`` at ``offset`` (the end of the object), then ``head`` at 0, only if
+        the object still has ``generation``. Only where :attr:`supports_append`."""
+        raise NotImplementedError(f"{type(self).__name__} cannot append")
+
+    def _check(self, name: str, expected: Any) -> None:
+        if expected is ANY:
+            return
+        info = self.stat(name)
+        if (info is None and expected is not None) or (
+                info is not None and info.generation != expected):
+            raise changed_on_storage(self.path(name))
+
+    def list(self) -> list[str]:
+        """Names of the objects directly under the root (empty if the root does not exist)."""
+        raise NotImplementedError
+
+    def child(self, name: str) -> Storage:
+        """The storage rooted at a sub-directory."""
+        raise NotImplementedError
+
+    def parent(self) -> Storage | None:
+        """The storage rooted at the directory above, None at the top."""
+        raise NotImplementedError
+
+

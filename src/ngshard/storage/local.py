@@ -1,0 +1,265 @@
+"""Objects as files in a local directory: pread on one descriptor, vectored writes, temporary
+file + rename for atomic replacement, and in-place append + index patch for updates."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Hashable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..threads import pmap
+from .base import ANY, FileSlice, ObjectInfo, Storage, changed_on_storage, coalesce, split_merged
+from .tempnames import temp_name
+
+_IOV_MAX = 1024
+_PIECE = 4 << 20  # large reads go in pieces of this size over threads
+
+
+def _pread_merged(fd: int, merged: np.ndarray) -> list[bytes | memoryview]:
+    """Read the merged ranges of a file; large ones in pieces on threads, straight into one
+    buffer per range, so page faults and copies run on every core. A blob comes back short
+    where the file ends."""
+    spans = merged.tolist()
+    if int((merged[:, 1] - merged[:, 0]).sum()) < 2 * _PIECE:
+        return [os.pread(fd, e - s, s) for s, e in spans]
+    bufs = [bytearray(e - s) for s, e in spans]
+    pieces = [(i, o, memoryview(bufs[i])[o:o + _PIECE])
+              for i, (s, e) in enumerate(spans) for o in range(0, e - s, _PIECE)]
+    got = pmap(lambda p: os.preadv(fd, [p[2]], spans[p[0]][0] + p[1]), pieces, min_items=2)
+    ends = [len(b) for b in bufs]
+    for (i, o, view), n in zip(pieces, got):
+        if n < len(view):
+            ends[i] = min(ends[i], o + n)
+    return [memoryview(b)[:n] if n < len(b) else memoryview(b) for b, n in zip(bufs, ends)]
+
+
+
+def _copy_slice(fd: int, part: FileSlice, offset: int | None) -> None:
+    with open(part.path, "rb") as src:
+        done = 0
+        while done < part.size:
+            n = part.size - done
+            try:
+                n = os.copy_file_range(src.fileno(), fd, n, part.offset + done,
+                                       None if offset is None else offset + done)
+            except (AttributeError, OSError):  # no copy_file_range here: through memory
+                chunk = os.pread(src.fileno(), min(n, 64 << 20), part.offset + done)
+                n = os.write(fd, chunk) if offset is None else \
+                    os.pwrite(fd, chunk, offset + done)
+            if n == 0:
+                raise OSError(f"{part.path}: ended before byte {part.offset + part.size}")
+            done += n
+
+
+def write_all(fd: int, parts: Sequence, offset: int | None = None) -> None:
+    """Write the parts in order (at ``offset``, or at the file position): buffers with one
+    vectored write per 1024 of them, never joined into one copy first; FileSlices copied."""
+    if FileSlice not in map(type, parts):
+        write_buffers(fd, parts, offset)
+        return
+    cuts = [i for i, p in enumerate(parts) if p.__class__ is FileSlice]
+    start = 0
+    for cut in [*cuts, len(parts)]:
+        offset = write_buffers(fd, parts[start:cut], offset)
+        if cut < len(parts):
+            _copy_slice(fd, parts[cut], offset)
+            offset = None if offset is None else offset + parts[cut].size
+        start = cut + 1
+
+
+def write_buffers(fd: int, parts: Sequence, offset: int | None = None) -> int | None:
+    """Write buffers in order, 1024 per vectored write; returns the offset after them."""
+    for i in range(0, len(parts), _IOV_MAX):
+        batch = parts[i:i + _IOV_MAX]
+        total = sum(map(len, batch))
+        written = os.writev(fd, batch) if offset is None else os.pwritev(fd, batch, offset)
+        if written < total:  # short write: finish this batch from where it stopped
+            rest = memoryview(b"".join(batch))[written:]
+            while rest:
+                n = os.write(fd, rest) if offset is None else \
+                    os.pwrite(fd, rest, offset + total - len(rest))
+                rest = rest[n:]
+        if offset is not None:
+            offset += total
+    return offset
+
+
+class LocalStorage(Storage):
+    """Objects as files in a local directory."""
+
+    reads_report_generation = True
+    supports_append = True
+
+    def __init__(self, root: str) -> None:
+        self.root = self.local_root = os.path.abspath(root)
+        self.url = self.root
+
+    def path(self, name: str) -> str:
+        return f"{self.root}/{name}"
+
+    @staticmethod
+    def _info(st: os.stat_result) -> ObjectInfo:
+        return ObjectInfo(st.st_size, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+
+    def stat(self, name: str) -> ObjectInfo | None:
+        try:
+            return self._info(os.stat(self.path(name)))
+        except FileNotFoundError:
+            return None
+
+    def read(self, name: str) -> bytes | None:
+        try:
+            with open(self.path(name), "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+    def read_ranges(self, requests):
+        results = []
+        for name, ranges in requests:
+            ranges = np.asarray(ranges, np.int64).reshape(-1, 2)
+            try:
+                fd = os.open(self.path(name), os.O_RDONLY)
+            except FileNotFoundError:
+                results.append((None, None))
+                continue
+            try:
+                before = os.fstat(fd)
+                merged, assignment = coalesce(ranges)
+                blobs = _pread_merged(fd, merged)
+                gen = self._read_generation(before, os.fstat(fd))
+            finally:
+                os.close(fd)
+            results.append((gen, split_merged(merged, blobs, ranges, assignment)))
+        return results
+
+    @classmethod
+    def _read_generation(cls, before: os.stat_result, after: os.stat_result) -> Hashable:
+        """The generation bytes read between two fstats of one descriptor came from. A
+        replaced file cannot change under an open descriptor, but one patched in place (an
+        append update) can: then the read matches no generation and the caller reads again."""
+        gen = cls._info(before).generation
+        same = (before.st_ino, before.st_size, before.st_mtime_ns) == \
+            (after.st_ino, after.st_size, after.st_mtime_ns)
+        return gen if same else ("changed during read", gen)
+
+    def read_range(self, name: str, start: int, end: int) -> tuple[Hashable | None, bytes | None]:
+        try:
+            fd = os.open(self.path(name), os.O_RDONLY)
+        except FileNotFoundError:
+            return None, None
+        try:
+            before = os.fstat(fd)
+            blob = os.pread(fd, end - start, start)
+            gen = self._read_generation(before, os.fstat(fd))
+        finally:
+            os.close(fd)
+        return gen, blob
+
+    def write(self, name: str, parts: Sequence[bytes], if_generation: Any = ANY) -> None:
+        path = self.path(name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if self._adopt(path, parts, if_generation, name):
+            return
+        tmp = temp_name(path)
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                write_all(fd, parts)
+            finally:
+                os.close(fd)
+            with self._locked(name, if_generation):
+                os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+
+    def _adopt(self, path: str, parts: Sequence, if_generation: Any, name: str) -> bool:
+        """Write ``[head, FileSlice(owned), *tail]`` by taking the slice's file over: when the
+        slice is the file from ``len(head)`` to its end and the file is on this filesystem,
+        write the head into its reserved start, append the tail and rename it into place, so
+        its bytes are never copied. False where that does not apply."""
+        if len(parts) < 2 or not isinstance(parts[1], FileSlice) or not parts[1].owned:
+            return False
+        head, body, tail = parts[0], parts[1], parts[2:]
+        try:
+            if body.offset != len(head) or os.path.getsize(body.path) != body.offset + body.size \
+                    or os.stat(body.path).st_dev != os.stat(os.path.dirname(path)).st_dev:
+                return False
+        except OSError:
+            return False
+        fd = os.open(body.path, os.O_WRONLY)
+        try:
+            write_buffers(fd, tail, body.offset + body.size)
+            write_buffers(fd, [head], 0)
+            os.fchmod(fd, 0o644)
+        finally:
+            os.close(fd)
+        with self._locked(name, if_generation):
+            os.replace(body.path, path)
+        return True
+
+    def delete(self, name: str, if_generation: Any = ANY) -> None:
+        with self._locked(name, if_generation), contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path(name))
+
+    @contextlib.contextmanager
+    def _locked(self, name: str, expected: Any) -> Iterator[None]:
+        """Hold an exclusive lock on the current file while checking its generation, so two
+        local writers cannot both pass the check for the same version of a shard."""
+        if expected is ANY:
+            yield
+            return
+        try:
+            fd = os.open(self.path(name), os.O_RDONLY)
+        except FileNotFoundError:
+            self._check(name, expected)
+            yield
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._check(name, expected)
+            yield
+        finally:
+            os.close(fd)
+
+    def append_and_patch(self, name: str, generation: Hashable, offset: int,
+                         tail: Sequence[bytes], head: bytes) -> None:
+        path = self.path(name)
+        fd = os.open(path, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            st = os.fstat(fd)
+            if self._info(st).generation != generation or st.st_size != offset or \
+                    os.stat(path).st_ino != st.st_ino:
+                raise changed_on_storage(path)
+            write_all(fd, tail, offset)
+            appended = os.fstat(fd).st_mtime_ns
+            write_all(fd, [head], 0)
+            # The patch must change the generation even within one clock tick, or a reader
+            # that cached the index between the two writes would never see the new one.
+            st = os.fstat(fd)
+            os.utime(fd, ns=(st.st_atime_ns, max(st.st_mtime_ns, appended + 1)))
+        finally:
+            os.close(fd)
+
+    def list(self) -> list[str]:
+        try:
+            with os.scandir(self.root) as it:
+                return sorted(e.name for e in it if e.is_file())
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    def child(self, name: str) -> LocalStorage:
+        return LocalStorage(os.path.join(self.root, name))
+
+    def parent(self) -> LocalStorage | None:
+        up = os.path.dirname(self.root)
+        return None if up == self.root else LocalStorage(up)
+
+

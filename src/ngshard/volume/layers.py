@@ -1,0 +1,164 @@
+"""A precomputed layer's ``info`` on storage, in one place: reading it, writing it, and opening
+or creating the volume it describes."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import NotFoundError, SpecError
+from ..sharded.infofile import INFO, read_info, write_info
+from ..sharded.spec import ShardingSpec
+from ..storage import Storage, open_storage
+from .encodings import require_codec
+from .info import VolumeInfo
+from .sharding import DEFAULT_SHARD_BYTES, auto_sharding
+from .volume import Volume
+
+
+def scale_key(resolution: Sequence[float]) -> str:
+    """The conventional key of a scale: its resolution, e.g. ``8_8_40``."""
+    return "_".join(f"{r:g}" for r in resolution)
+
+
+def read_volume_info(storage: Storage) -> VolumeInfo:
+    """The validated info of the volume at ``storage``.
+
+    Raises
+    ------
+    NotFoundError
+        No info file there.
+    SpecError
+        An info that is not a volume's, or is invalid (the message names the member).
+    """
+    doc = read_info(storage)
+    if doc is None:
+        raise NotFoundError(f"{storage.path(INFO)}: no info file: not a precomputed layer")
+    if "scales" not in doc:
+        raise SpecError(f"{storage.path(INFO)}: not a volume (no scales)")
+    return VolumeInfo.from_json(doc, storage.path(INFO))
+
+
+def volume_info_or_none(storage: Storage) -> VolumeInfo | None:
+    """The validated info if ``storage`` holds a volume (an info with scales), else None."""
+    doc = read_info(storage)
+    if doc is None or "scales" not in doc:
+        return None
+    return VolumeInfo.from_json(doc, storage.path(INFO))
+
+
+def write_volume_info(storage: Storage, info: VolumeInfo) -> None:
+    """Write a volume's info atomically."""
+    write_info(storage, info.to_json())
+
+
+def open_volume(url: str | os.PathLike | Storage, scale: int | str = 0, mode: str = "r", *,
+                progress: bool = False) -> Volume:
+    """Open one scale of the precomputed volume at ``url``.
+
+    Parameters
+    ----------
+    url
+        A local path, any fsspec URL, or an open Storage: the layer's directory (with ``info``).
+    scale
+        The scale's index (0 is the finest) or key.
+    mode
+        "r" or "r+" (assignments staged, written by ``commit`` or on leaving ``with``).
+    progress
+        Progress bars on reads, writes and commits of many chunks.
+
+    Returns
+    -------
+    Volume
+
+    Raises
+    ------
+    NotFoundError
+        No info at ``url``.
+    SpecError
+        An invalid info, scale or mode.
+
+    Examples
+    --------
+    >>> vol = open_volume("gs://bucket/em")            # doctest: +SKIP
+    >>> vol[0:512, 0:512, 100, 0].shape                # doctest: +SKIP
+    (512, 512)
+    """
+    if mode not in ("r", "r+"):
+        raise SpecError(f"mode must be 'r' or 'r+', got {mode!r}")
+    storage = open_storage(url)
+    return Volume(storage, read_volume_info(storage), scale, mode, progress=progress)
+
+
+def create_volume(url: str | os.PathLike | Storage, *, dtype: Any, shape: Sequence[int],
+                  chunk_size: Sequence[int] = (64, 64, 64), layer_type: str | None = None,
+                  encoding: str = "raw", resolution: Sequence[float] = (1, 1, 1),
+                  voxel_offset: Sequence[int] = (0, 0, 0), num_channels: int | None = None,
+                  sharding: None | str | ShardingSpec | dict = None,
+                  shard_bytes: int = DEFAULT_SHARD_BYTES,
+                  compressed_segmentation_block_size: Sequence[int] = (8, 8, 8),
+                  progress: bool = False) -> Volume:
+    """Write the ``info`` of a new single-scale precomputed layer and open it for writing.
+
+    Parameters
+    ----------
+    url
+        Where the layer goes (a local path, any fsspec URL, or an open Storage).
+    dtype, shape
+        Voxel type; (x, y, z) or (x, y, z, channels).
+    chunk_size, resolution, voxel_offset, num_channels
+        As in the info (resolution in nm).
+    layer_type
+        "image" or "segmentation" (default: segmentation for compressed_segmentation).
+    encoding
+        raw, compressed_segmentation, jpeg or png (the last two need the ``images`` extra).
+    sharding
+        None (a file per chunk), "auto" (box shards of at most ``shard_bytes``, see
+        :func:`auto_sharding`) or a spec.
+    progress
+        Progress bars on writes, reads and commits of many chunks.
+
+    Returns
+    -------
+    Volume
+        Scale 0, open in mode "r+".
+
+    Raises
+    ------
+    SpecError
+        An invalid combination (checked before anything is written).
+    MissingDependencyError
+        The encoding needs a package that is not installed (nothing is written).
+
+    Examples
+    --------
+    >>> with create_volume("/tmp/em", dtype="uint8", shape=(1024, 1024, 256),
+    ...                    sharding="auto") as vol:                    # doctest: +SKIP
+    ...     vol[:, :, :64] = np.load("slab.npy")
+    """
+    shape = tuple(int(s) for s in shape)
+    channels = num_channels or (shape[3] if len(shape) == 4 else 1)
+    dtype = np.dtype(dtype)
+    layer_type = layer_type or ("segmentation" if encoding == "compressed_segmentation"
+                                else "image")
+    chunk_bytes = int(np.prod(chunk_size)) * channels * dtype.itemsize
+    if sharding == "auto":
+        sharding = auto_sharding(shape[:3], chunk_size, chunk_bytes, shard_bytes, encoding)
+    elif isinstance(sharding, (dict, str)):
+        sharding = ShardingSpec.from_json(sharding)
+    scale = {"key": scale_key(resolution), "size": list(shape[:3]),
+             "voxel_offset": list(voxel_offset), "resolution": list(resolution),
+             "chunk_sizes": [list(chunk_size)], "encoding": encoding}
+    if sharding is not None:
+        scale["sharding"] = sharding.to_json()
+    if encoding == "compressed_segmentation":
+        scale["compressed_segmentation_block_size"] = list(compressed_segmentation_block_size)
+    info = VolumeInfo.from_json({"type": layer_type, "data_type": dtype.name,
+                                 "num_channels": channels, "scales": [scale]})
+    require_codec(encoding)  # before the info is written: no orphan layer
+    storage = open_storage(url)
+    write_volume_info(storage, info)
+    return Volume(storage, info, 0, "r+", progress=progress)

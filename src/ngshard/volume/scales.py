@@ -1,0 +1,84 @@
+"""Adding a coarser scale to a volume: downsampled from the present chunks of a finer one, so
+the cost follows the data, not the volume's bounds."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from ..errors import SpecError
+from ..progress import progress_bar
+from ..threads import WORKERS, pmap
+from .downsample import downsample_mean, downsample_mode
+from .info import Scale
+from .layers import scale_key, write_volume_info
+from .sharding import auto_sharding
+from .volume import Volume
+
+
+def coarse_positions(fine: Volume, factor: np.ndarray, coarse: Volume) -> np.ndarray:
+    """Chunk positions of ``coarse`` that the present chunks of ``fine`` reach, with those
+    ``coarse`` holds already (they must be remade too), unique and sorted."""
+    present = fine.chunks.list_positions()
+    cs = np.asarray(fine.chunk_size)
+    grid_max = np.asarray(coarse.grid.shape) - 1
+    lo = present * cs // factor // cs
+    hi = np.minimum(((present + 1) * cs - 1) // factor // cs, grid_max)
+    reach = [lo + off for off in itertools.product((0, 1), repeat=3)]
+    reach = np.concatenate([r[(r <= hi).all(axis=1)] for r in reach] +
+                           [coarse.chunks.list_positions()])
+    return np.unique(reach, axis=0) if len(reach) else reach.reshape(0, 3)
+
+
+def add_scale(vol: Volume, factor: Sequence[int] = (2, 2, 2), *, progress: bool = False
+              ) -> Volume:
+    """Make (or remake) the scale ``factor`` times coarser than ``vol`` and fill it from
+    ``vol``: the mean for images, the most frequent label for segmentations.
+
+    Only coarse chunks that a present fine chunk reaches are computed, one at a time (memory
+    follows the chunk size), and those that come out all zero (the fill value) are not stored
+    unless they replace a stored chunk. Returns the new scale, committed.
+    """
+    factor = tuple(int(f) for f in factor)
+    if len(factor) != 3 or min(factor) < 1:
+        raise SpecError(f"factor must be 3 positive integers, got {factor!r}")
+    s, info = vol.scale, vol.info
+    size = tuple(-(-n // f) for n, f in zip(s.size, factor))
+    resolution = tuple(r * f for r, f in zip(s.resolution, factor))
+    chunk_bytes = int(np.prod(s.chunk_size)) * info.num_channels * vol.dtype.itemsize
+    sharding = None if s.sharding is None else auto_sharding(
+        size, s.chunk_size, chunk_bytes, encoding=s.encoding)
+    scale = Scale(key=scale_key(resolution), size=size, chunk_size=s.chunk_size,
+                  resolution=resolution,
+                  voxel_offset=tuple(o // f for o, f in zip(s.voxel_offset, factor)),
+                  encoding=s.encoding, sharding=sharding,
+                  compressed_segmentation_block_size=s.compressed_segmentation_block_size)
+    info = info.with_scale(scale)
+    write_volume_info(vol.storage, info)
+    vol.info = info
+    coarse = Volume(vol.storage, info, scale.key, "r+")
+    reduce = downsample_mode if info.type == "segmentation" else downsample_mean
+    f = np.asarray(factor)
+    positions = coarse_positions(vol, f, coarse)
+    stored = {tuple(p) for p in coarse.chunks.list_positions().tolist()}
+    starts, stops = coarse.grid.bounds(positions)
+    channels = info.num_channels
+    for pos, lo, hi in progress_bar(zip(positions.tolist(), starts, stops),
+                                    total=len(positions), desc=f"scale {scale.key}",
+                                    unit="chunk", enabled=progress):
+        small = _in_slabs(reduce, vol.read_box(lo * f, np.minimum(hi * f, s.size)), factor)
+        if small.any() or tuple(pos) in stored:
+            coarse[lo[0]:hi[0], lo[1]:hi[1], lo[2]:hi[2], 0:channels] = small
+    coarse.commit(progress=progress)
+    return coarse
+
+
+def _in_slabs(reduce: Callable[[np.ndarray, Sequence[int]], np.ndarray], fine: np.ndarray,
+              factor: Sequence[int]) -> np.ndarray:
+    """``reduce(fine, factor)`` in slabs along z on threads (whole blocks in each)."""
+    step = -(-fine.shape[2] // factor[2] // WORKERS) * factor[2]
+    parts = pmap(lambda z: reduce(fine[:, :, z:z + step], factor),
+                 range(0, fine.shape[2], step), min_items=2)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=2)

@@ -1,0 +1,35 @@
+"""Choosing the sharding of a volume scale: identity-hash box shards over Morton codes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..sharded.spec import ShardingSpec
+from .grid import ChunkGrid
+
+DEFAULT_SHARD_BYTES = 2 << 30
+_MAX_MINISHARD_BITS = 11  # a shard index of at most 32 KiB
+
+
+def auto_sharding(size: Sequence[int], chunk_size: Sequence[int], chunk_bytes: int,
+                  shard_bytes: int = DEFAULT_SHARD_BYTES, encoding: str = "raw") -> ShardingSpec:
+    """Sharding for a scale: identity hash over compressed Morton codes, so every shard is a
+    box of chunks holding at most ``shard_bytes`` uncompressed (the largest power of two of
+    chunks that fits); minishards of 8 consecutive codes (a 2x2x2 block where the grid has
+    bits in every axis), so a minishard index is 192 bytes and one index read covers a
+    compact group; but at most 2**11 minishards per shard, so the shard index, which readers
+    fetch whole, stays at most 32 KiB: past that, minishards grow instead.
+
+    igneous (cloud-volume's rule) picks the same shards for power-of-two chunk sizes (it
+    targets 3.5e9 bytes) but puts every chunk of a shard in one minishard up to 4000 chunks,
+    so each chunk read fetches a 12-50 KB minishard index (``tools/compare_auto_sharding.py``).
+    """
+    grid = ChunkGrid(tuple(size), tuple(chunk_size))
+    total_bits = sum(grid.bits)
+    chunks_per_shard = max(1, shard_bytes // max(1, chunk_bytes))
+    per_shard = min(total_bits, chunks_per_shard.bit_length() - 1)
+    preshift = max(min(3, per_shard), per_shard - _MAX_MINISHARD_BITS)
+    return ShardingSpec(hash="identity", preshift_bits=preshift,
+                        minishard_bits=per_shard - preshift, shard_bits=total_bits - per_shard,
+                        minishard_index_encoding="gzip",
+                        data_encoding="gzip" if encoding == "raw" else "raw")
