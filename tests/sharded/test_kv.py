@@ -132,7 +132,10 @@ def test_spec_from_info_and_from_parent_scale(tmp_path):
     (tmp_path / "vol" / "info").write_text(json.dumps(
         {"scales": [{"key": "4_4_4"}, {"key": "8_8_8", "sharding": SPEC.to_json()}]}))
     assert ngshard.open_kv(tmp_path / "vol" / "8_8_8")[1] == b"chunk"
-    with pytest.raises(ngshard.SpecError, match="info"):
+    with pytest.raises(ngshard.NotFoundError, match="no such directory"):
+        ngshard.open_kv(tmp_path / "nothing")
+    (tmp_path / "nothing").mkdir()
+    with pytest.raises(ngshard.SpecError, match="no info file"):
         ngshard.open_kv(tmp_path / "nothing")
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "info").write_text("{not json")

@@ -115,16 +115,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (NgShardError, OSError) as e:
         if args.debug:
             traceback.print_exc()
-        print(f"ngshard: error: {_message(e)}", file=sys.stderr)
+        print(f"ngshard: error: {_message(e, getattr(args, 'url', None))}", file=sys.stderr)
         return EXIT_MISSING_KEY if isinstance(e, KeyNotFound) else EXIT_ERROR
 
 
-def _message(e: BaseException) -> str:
-    """One line for any expected failure; OSErrors name their file."""
-    if isinstance(e, NgShardError) or not isinstance(e, OSError):
+def _message(e: BaseException, url: str | None) -> str:
+    """One line for any expected failure; OSErrors name their file (or the URL at work)."""
+    if isinstance(e, NgShardError):
         return str(e)
-    where = e.filename or ""
-    what = e.strerror or str(e)
+    where = getattr(e, "filename", None) or url
+    what = getattr(e, "strerror", None) or str(e) or type(e).__name__
     return f"{where}: {what}" if where else what
 
 

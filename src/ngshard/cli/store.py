@@ -240,7 +240,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_compact(args: argparse.Namespace) -> None:
-    for target in targets(args, "r+"):
+    for target in targets(args, "r+", every_scale=True):
         plan = target.kv.compact(progress=progress_wanted(args))
         saved = sum(p.size_before - p.write_bytes for p in plan.shards)
         print(f"{target.label}: compacted {len(plan.shards)} shard(s), {saved} bytes freed")

@@ -41,6 +41,9 @@ def volume_at(args: argparse.Namespace) -> tuple[Storage, VolumeInfo | None]:
     resolved once per command."""
     if getattr(args, "resolved", None) is None:
         storage = open_storage(args.url)
+        root = storage.local_root
+        if root is not None and os.path.isfile(root):
+            raise NotFoundError(f"{root}: a file, not a store's or layer's directory")
         args.resolved = (storage, None if args.spec is not None else
                          _volume(storage, read_info(storage)))
     return args.resolved
@@ -58,14 +61,16 @@ def scale_indices(args: argparse.Namespace, info: VolumeInfo, writing: bool) -> 
     return [info.scales.index(scale)]
 
 
-def targets(args: argparse.Namespace, mode: str = "r") -> list[Target]:
-    """The stores the URL names, opened in ``mode``. A volume root gives its sharded scales
-    (all, or --scale); a read of a place with neither an info file nor a shard is an error."""
+def targets(args: argparse.Namespace, mode: str = "r", *, every_scale: bool = False
+            ) -> list[Target]:
+    """The stores the URL names, opened in ``mode``. A volume root gives its sharded scales:
+    all of them (reads, or ``every_scale``), or the one --scale names (needed to change
+    keys)."""
     storage, info = volume_at(args)
     writing = mode != "r"
     if info is not None:
         out = []
-        for i in scale_indices(args, info, writing):
+        for i in scale_indices(args, info, writing and not every_scale):
             scale = info.scales[i]
             if scale.sharding is None:
                 if getattr(args, "scale", None) is not None:

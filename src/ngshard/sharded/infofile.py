@@ -7,9 +7,10 @@ Stores written by ngshard carry at least ``{"sharding": spec}``, so the next ope
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
-from ..errors import SpecError
+from ..errors import NotFoundError, SpecError
 from ..storage import Storage
 from .spec import ShardingSpec
 
@@ -78,6 +79,11 @@ def spec_from_info(storage: Storage) -> ShardingSpec:
     """The sharding spec of a store from its ``info`` (ngshard's stores, skeleton, mesh and
     annotation layers), or from the scale of the parent volume whose key is the store's
     directory name."""
+    root = storage.local_root
+    if root is not None and not os.path.isdir(root):
+        raise NotFoundError(f"{storage.url}: " + ("a file, not a store's directory"
+                                                  if os.path.exists(root) else
+                                                  "no such directory"))
     info = read_info(storage)
     where = storage.path(INFO)
     if info is not None:

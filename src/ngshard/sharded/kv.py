@@ -353,8 +353,8 @@ def _check_recorded(storage: Storage, spec: ShardingSpec) -> None:
     land in the wrong shards."""
     try:
         recorded = spec_from_info(storage)
-    except SpecError:
-        return  # no recorded spec (or none readable): the given one is all there is
+    except (SpecError, NotFoundError):
+        return  # no recorded spec (or no store yet): the given one is all there is
     if recorded != spec:
         raise SpecError(f"{storage.path('info')}: records sharding {recorded.to_json()}, "
                         f"not the spec given ({spec.to_json()})")

@@ -1,0 +1,192 @@
+"""What a new user tripped over at the shell: each case answers in one line, with the exit
+status a script can rely on, and the stores the commands make can be used again at once."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+import ngshard
+from ngshard.cli import main
+
+RAW = ngshard.ShardingSpec(minishard_bits=1, shard_bits=1)
+SPEC_JSON = json.dumps(RAW.to_json())
+
+
+def one_error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.startswith("ngshard: error: ") and err.count("\n") == 1, err
+    return err
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0 and capsys.readouterr().out.strip() == \
+        f"ngshard {ngshard.__version__}"
+
+
+def test_put_writes_an_info_so_later_commands_need_no_spec(tmp_path, capsys):
+    store, value = str(tmp_path / "kv"), tmp_path / "v"
+    value.write_bytes(b"hello")
+    assert main(["put", store, "7", str(value), "--spec", SPEC_JSON, "-q"]) == 0
+    assert json.loads((tmp_path / "kv" / "info").read_text()) == {"sharding": RAW.to_json()}
+    assert main(["get", store, "7"]) == 0
+    assert capsys.readouterr().out == "hello"
+    for argv in (["ls", store], ["info", store], ["verify", store, "-q"]):
+        assert main(argv) == 0
+
+
+def test_write_kv_then_open_kv_needs_no_spec(tmp_path):
+    ngshard.write_kv(tmp_path / "a", RAW, {1: b"one"})
+    with ngshard.open_kv(tmp_path / "a", mode="r+") as kv:  # the README's sequence
+        kv[2] = b"two"
+    assert dict(ngshard.open_kv(tmp_path / "a").items()) == {1: b"one", 2: b"two"}
+    ngshard.write_kv(tmp_path / "b", RAW, {1: b"one"}, info=False)
+    assert not (tmp_path / "b" / "info").exists()
+    with pytest.raises(ngshard.SpecError, match="no info file"):
+        ngshard.open_kv(tmp_path / "b")
+
+
+def test_a_spec_that_contradicts_the_info_is_refused(tmp_path):
+    ngshard.write_kv(tmp_path, RAW, {1: b"one"})
+    other = ngshard.ShardingSpec(minishard_bits=2, shard_bits=1)
+    with pytest.raises(ngshard.SpecError, match="records sharding"):
+        ngshard.open_kv(tmp_path, other, "r+")
+
+
+@pytest.mark.parametrize("command", ["ls", "info", "verify"])
+def test_reading_commands_on_nothing_fail(tmp_path, capsys, command):
+    missing = str(tmp_path / "no" / "such")
+    assert main([command, missing, "--spec", SPEC_JSON]) == 1
+    assert "no such directory" in one_error_line(capsys)
+    (tmp_path / "empty").mkdir()
+    assert main([command, str(tmp_path / "empty"), "--spec", SPEC_JSON]) == 1
+    assert "no shard files and no info" in one_error_line(capsys)
+    ngshard.write_kv(tmp_path / "made-empty", RAW, {})  # an empty store asked for is fine
+    assert main([command, str(tmp_path / "made-empty")]) == 0
+
+
+def test_missing_key_has_its_own_exit_status(tmp_path, capsys):
+    ngshard.write_kv(tmp_path, RAW, {1: b"one"})
+    assert main(["get", str(tmp_path), "2"]) == 3
+    assert "key 2 is not in" in one_error_line(capsys)
+    assert main(["get", str(tmp_path), "x2"]) == 1
+    assert "bad key" in one_error_line(capsys)
+
+
+@pytest.mark.parametrize("text, key", [("007", 7), ("0x1F", 31), ("18446744073709551615",
+                                                                 2**64 - 1)])
+def test_keys_are_decimal_with_leading_zeros_or_hex(tmp_path, capsys, text, key):
+    ngshard.write_kv(tmp_path, RAW, {key: b"v"})
+    assert main(["get", str(tmp_path), text]) == 0
+    assert capsys.readouterr().out == "v"
+
+
+@pytest.mark.parametrize("text", ["7_0", "0b11", "-1", "1e3", "0x", ""])
+def test_other_key_spellings_are_refused(tmp_path, capsys, text):
+    ngshard.write_kv(tmp_path, RAW, {70: b"v"})
+    assert main(["get", str(tmp_path), text]) == 1
+    assert "bad key" in one_error_line(capsys)
+
+
+def test_import_of_zero_padded_file_names(tmp_path):
+    files = tmp_path / "files"
+    files.mkdir()
+    for name in ("0007", "0010"):
+        (files / name).write_bytes(name.encode())
+    assert main(["import", str(tmp_path / "kv"), str(files), "--spec", SPEC_JSON, "-q"]) == 0
+    assert dict(ngshard.open_kv(tmp_path / "kv").items()) == {7: b"0007", 10: b"0010"}
+
+
+def test_plan_counts_every_byte_written(tmp_path, capsys):
+    value = tmp_path / "v"
+    value.write_bytes(b"0123456789")
+    store = tmp_path / "kv"
+    assert main(["put", str(store), "5", str(value), "--spec", SPEC_JSON, "--plan", "-q"]) == 0
+    out = capsys.readouterr().out
+    shard = RAW.shard_filename(int(RAW.locate([5])[0][0]))
+    size = os.path.getsize(store / shard)
+    assert size == RAW.shard_index_size + 10 + 24  # index, value, one minishard entry
+    assert f"write {size} B" in out
+
+
+def test_no_progress_bars_off_a_terminal_or_for_quick_work(tmp_path, capsys):
+    value = tmp_path / "v"
+    value.write_bytes(b"x")
+    assert main(["put", str(tmp_path / "kv"), "1", str(value), "--spec", SPEC_JSON]) == 0
+    assert main(["rm", str(tmp_path / "kv"), "9", "--force"]) == 0
+    assert capsys.readouterr().err == ""
+    ngshard.write_kv(tmp_path / "api", RAW, {1: b"x"}, progress=True)  # quick: none shown
+    assert capsys.readouterr().err == ""
+
+
+def test_values_are_bytes_whatever_the_encoding(tmp_path):
+    for encoding in ("raw", "gzip"):
+        spec = ngshard.ShardingSpec(minishard_bits=1, shard_bits=1, data_encoding=encoding)
+        ngshard.write_kv(tmp_path / encoding, spec, {3: b"three" * 10})
+        kv = ngshard.open_kv(tmp_path / encoding)
+        assert type(kv[3]) is bytes and type(kv.get_many([3])[3]) is bytes
+        assert type(ngshard.open_kv(f"file://{tmp_path / encoding}")[3]) is bytes
+
+
+@pytest.mark.parametrize("odd", [-1, 2**64, "3", 1.5, None, (1,)])
+def test_membership_of_keys_the_store_cannot_hold_is_false(tmp_path, odd):
+    ngshard.write_kv(tmp_path, RAW, {1: b"one"})
+    kv = ngshard.open_kv(tmp_path)
+    assert (odd in kv) is False
+    with ngshard.open_kv(tmp_path, mode="r+") as kv:
+        kv[2] = b"two"
+        assert (odd in kv) is False
+
+
+@pytest.fixture
+def volume(tmp_path):
+    """A two-scale sharded volume with appends' garbage in scale 0."""
+    url = tmp_path / "vol"
+    data = np.arange(32 * 32 * 16, dtype=np.uint16).reshape(32, 32, 16)
+    with ngshard.create_volume(url, dtype="uint16", shape=data.shape, chunk_size=(8, 8, 8),
+                               sharding="auto") as vol:
+        vol[:] = data
+    vol.add_scale((2, 2, 2))
+    vol = ngshard.open_volume(url, mode="r+")
+    vol[:8, :8, :8] = 1  # replaces a chunk: its old bytes become garbage
+    vol.commit()
+    return str(url), vol
+
+
+def test_store_commands_accept_a_volume_root(volume, capsys):
+    url, vol = volume
+    capsys.readouterr()
+    assert main(["ls", url]) == 0
+    out = capsys.readouterr().out
+    assert out.count("# ") == 2 and len(out.split("\n")) == 2 + 32 + 4 + 1
+    assert main(["ls", url, "--scale", "0", "--chunks", "--sort"]) == 0
+    rows = [list(map(int, line.split())) for line in capsys.readouterr().out.splitlines()]
+    assert len(rows) == 32 and rows[0] == [0, 0, 0, 0]
+    assert all(vol.grid.morton([r[1:]])[0] == r[0] for r in rows)
+    key = rows[5][0]
+    assert main(["get", url, str(key)]) == 0  # scale 0 by default
+    assert len(capsys.readouterr().out) > 0
+    assert main(["info", url]) == 0
+    out = capsys.readouterr().out
+    assert "garbage" in out and "shard box" in out and "0.0% of the bytes" not in \
+        out.split("scale 1")[0]
+    assert main(["compact", url, "-q"]) == 0
+    assert capsys.readouterr().out.count("compacted") == 2
+    stores = [t for t in (ngshard.open_kv(os.path.join(url, s.key)) for s in vol.scales)]
+    assert all(s["garbage"] == 0 for kv in stores for s in kv.stats())
+    np.testing.assert_array_equal(ngshard.open_volume(url)[:8, :8, :8], 1)
+
+
+def test_writing_commands_on_a_volume_root_need_a_scale(volume, tmp_path, capsys):
+    url, vol = volume
+    value = tmp_path / "v"
+    value.write_bytes(b"x")
+    assert main(["put", url, "1", str(value)]) == 1
+    assert "give --scale" in one_error_line(capsys)
+    assert main(["rm", url, "0", "--scale", "0", "-q"]) == 0
+    assert 0 not in ngshard.open_kv(os.path.join(url, vol.scale.key))
