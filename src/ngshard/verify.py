@@ -13,7 +13,6 @@ from .sharded import ShardedKV
 from .sharded.format import Entries, decode_all, decode_shard_index
 from .sharded.update import live_bytes
 from .volume import Volume
-from .volume.chunks import ShardedChunks
 from .volume.encodings import decode_chunk
 
 
@@ -126,7 +125,7 @@ def verify_volume(vol: Volume, *, progress: bool = False) -> VerifyReport:
     chunk belongs to the grid, and that every chunk decodes to its clipped shape. ``keys``
     counts the chunks."""
     chunks = vol.chunks
-    if isinstance(chunks, ShardedChunks):
+    if chunks.kv is not None:
         report, codes = _verify_shards(chunks.kv, progress)
         report.keys = 0
         inside = vol.grid.codes_in_grid(codes)

@@ -19,6 +19,8 @@ class ChunkStore:
     """Encoded chunks by grid position, read in batches, written on commit."""
 
     grid: ChunkGrid
+    #: The sharded store holding the chunks (keyed by Morton code), None for a file per chunk.
+    kv: ShardedKV | None = None
 
     def get(self, positions: np.ndarray) -> list[bytes | memoryview | None]:
         """The encoded chunk at each (n, 3) position (bytes-like), None where absent."""
