@@ -13,5 +13,7 @@ def test_quick_start_key_value_block_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
     exec(compile(blocks[0], "README.md", "exec"), namespace)  # noqa: S102
-    assert namespace["kv"][12] == b"..."
-    assert (tmp_path / "skeletons" / "info").exists()
+    ngshard = namespace["ngshard"]
+    assert namespace["kv"][5] == b"five"  # the memory:// store of the block's end
+    assert dict(ngshard.open_kv(tmp_path / "skeletons").items()) == {12: b"...",
+                                                                    2**40 + 7: b"..."}
