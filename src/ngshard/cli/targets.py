@@ -44,8 +44,10 @@ def volume_at(args: argparse.Namespace) -> tuple[Storage, VolumeInfo | None]:
         root = storage.local_root
         if root is not None and os.path.isfile(root):
             raise NotFoundError(f"{root}: a file, not a store's or layer's directory")
-        args.resolved = (storage, None if args.spec is not None else
-                         _volume(storage, read_info(storage)))
+        doc = None if args.spec is not None else read_info(storage)
+        args.resolved = (storage, _volume(storage, doc))
+        if doc is not None and "sharding" in doc:  # the store's own spec: no second read
+            args.spec = doc["sharding"]
     return args.resolved
 
 

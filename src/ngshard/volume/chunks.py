@@ -56,7 +56,7 @@ class ShardedChunks(ChunkStore):
         return [found.get(k) for k in keys.tolist()]
 
     def put(self, positions: np.ndarray, chunks: Sequence[bytes]) -> None:
-        self.kv.update(zip(self.grid.morton(positions).tolist(), chunks))
+        self.kv.set_many(self.grid.morton(positions), list(chunks))
 
     def commit(self, *, progress: bool = False) -> None:
         self.kv.commit(progress=progress)
