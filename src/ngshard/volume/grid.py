@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import SpecError
 from ..sharded.spec import ShardingSpec
-from .vectors import Vec3, vec3
+from .vectors import INT64_MAX, Vec3, vec3
 
 _NAME = re.compile(r"_".join([r"(-?[0-9]+)-(-?[0-9]+)"] * 3))
 
@@ -51,6 +51,11 @@ class ChunkGrid:
                                                      positive=True))
         object.__setattr__(self, "voxel_offset", vec3(self.voxel_offset, "voxel_offset",
                                                        positive=False))
+        # chunk names and positions are computed in int64: every bound must fit
+        if any(o + s + c > INT64_MAX or o < -INT64_MAX for o, s, c in
+               zip(self.voxel_offset, self.size, self.chunk_size)):
+            raise SpecError(f"voxel_offset {self.voxel_offset} + size {self.size} does not "
+                            f"fit in a 64-bit signed integer")
 
     @property
     def shape(self) -> Vec3:
