@@ -16,16 +16,19 @@ def gzip_compress(data: bytes, level: int = 6) -> bytes:
     return deflate.gzip_compress(data, level)
 
 
-def gzip_decompress(data: bytes, where: str = "") -> bytes:
-    """Decode one or more concatenated gzip streams; CorruptDataError if it is not gzip.
+def gzip_decompress(data: bytes, where: str = "", limit: int | None = None) -> bytes:
+    """Decode one or more concatenated gzip streams; CorruptDataError if it is not gzip, or if
+    it inflates past ``limit`` bytes (a bomb: memory stays bounded by the limit, not by what
+    the data claims).
 
     libdeflate takes the common single-stream case at several times zlib's speed; it sizes
     its output from the stream's trailer, so that claim is checked first (deflate expands at
-    most about 1032:1). Anything else goes through zlib, which streams and is bounded by the
-    bytes actually read.
+    most about 1032:1, and never past ``limit``). Anything else goes through zlib, which
+    streams and stops one byte past the limit.
     """
-    if len(data) >= 18 and data[:2] == b"\x1f\x8b" and \
-            0 < int.from_bytes(data[-4:], "little") <= 1032 * len(data):
+    claimed = int.from_bytes(data[-4:], "little") if len(data) >= 18 else 0
+    if data[:2] == b"\x1f\x8b" and 0 < claimed <= 1032 * len(data) and \
+            (limit is None or claimed <= limit):
         try:
             out = deflate.gzip_decompress(bytes(data))
         except deflate.DeflateError:
@@ -35,14 +38,34 @@ def gzip_decompress(data: bytes, where: str = "") -> bytes:
         if out is not None and data[-8:] == struct.pack("<II", zlib.crc32(out),
                                                         len(out) & 0xFFFFFFFF):
             return out
-    out = []
-    rest = memoryview(data)
+    return _inflate(memoryview(data), where, limit)
+
+
+_PIECE = 8 << 20
+
+
+def _inflate(rest: memoryview, where: str, limit: int | None) -> bytes:
+    out: list[bytes] = []
+    total = 0
     while True:
         d = zlib.decompressobj(31)
-        try:
-            out.append(d.decompress(rest))
-        except zlib.error as e:
-            raise CorruptDataError(f"{where}: bad gzip data ({e})") from None
+        tail = rest
+        while True:
+            # in pieces (zlib grows each output buffer by doubling: one large call would peak
+            # at twice its size), and at most one byte past the limit
+            room = _PIECE if limit is None else min(_PIECE, limit - total + 1)
+            try:
+                piece = d.decompress(tail, room)
+            except zlib.error as e:
+                raise CorruptDataError(f"{where}: bad gzip data ({e})") from None
+            out.append(piece)
+            total += len(piece)
+            if limit is not None and total > limit:
+                raise CorruptDataError(f"{where}: gzip data inflates past the {limit} bytes "
+                                       f"it may hold")
+            tail = d.unconsumed_tail
+            if d.eof or (not piece and not tail):
+                break
         if not d.eof:
             raise CorruptDataError(f"{where}: truncated gzip data")
         rest = memoryview(d.unused_data)
@@ -55,8 +78,8 @@ def encode(data: bytes, encoding: str) -> bytes:
     return gzip_compress(data) if encoding == "gzip" else data
 
 
-def decode(data: bytes, encoding: str, where: str = "") -> bytes:
-    """Undo a sharded-format encoding ("raw" or "gzip")."""
-    return gzip_decompress(data, where) if encoding == "gzip" else bytes(data)
+def decode(data: bytes, encoding: str, where: str = "", limit: int | None = None) -> bytes:
+    """Undo a sharded-format encoding ("raw" or "gzip"), refusing output past ``limit``."""
+    return gzip_decompress(data, where, limit) if encoding == "gzip" else bytes(data)
 
 

@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 
 _U64 = np.dtype("<u8")
 _ZERO = np.uint64(0)
+#: The most bytes one minishard index may inflate to (a million keys in one minishard);
+#: beyond it the index is taken for a gzip bomb. Raise it for stranger stores.
+MAX_MINISHARD_INDEX_BYTES = 256 << 20
 
 
 # --- shard index ---------------------------------------------------------------------------
@@ -30,7 +33,8 @@ def decode_shard_index(buf: bytes, num_minishards: int, file_size: int,
                        where: str = "") -> np.ndarray:
     """The shard index as a ``(num_minishards, 2)`` uint64 array of absolute ``[start, end)``.
 
-    ``file_size`` is the size of the whole shard file; every range must lie inside it.
+    ``file_size`` is the size of the whole shard file; every range must lie inside it, and
+    the non-empty ranges must not overlap (each minishard has an index of its own).
     """
     index_end = 16 * num_minishards
     if len(buf) != index_end or file_size < index_end:
@@ -44,6 +48,14 @@ def decode_shard_index(buf: bytes, num_minishards: int, file_size: int,
             f"{where}: shard index entry {m} (at offset {16 * m}) has range "
             f"[{int(rel[m, 0])}, {int(rel[m, 1])}) that is reversed or past the end of the "
             f"{file_size}-byte file")
+    used = np.flatnonzero(rel[:, 1] > rel[:, 0])
+    if len(used) > 1:
+        order = used[np.argsort(rel[used, 0], kind="stable")]
+        clash = np.flatnonzero(rel[order[1:], 0] < rel[order[:-1], 1])
+        if len(clash):
+            a, b = sorted(order[clash[0]:clash[0] + 2].tolist())
+            raise CorruptDataError(f"{where}: shard index entries {a} and {b} claim "
+                                   f"overlapping minishard index bytes")
     return rel.astype(np.uint64) + np.uint64(index_end)
 
 
@@ -78,14 +90,15 @@ EMPTY_MINISHARD = MinishardIndex(*(np.zeros(0, np.uint64) for _ in range(3)))
 
 
 def decode_minishard_indices(bufs: Sequence[bytes], encoding: str, index_end: int,
-                             file_size: int, where: Callable[[int], str]
-                             ) -> list[MinishardIndex]:
+                             file_size: int, where: Callable[[int], str],
+                             limit: int = MAX_MINISHARD_INDEX_BYTES) -> list[MinishardIndex]:
     """Decode many minishard indices of one shard file at once (vectorized over all of them).
 
-    Every chunk range must lie inside the ``file_size``-byte file; ``where(i)`` names the file
-    and the place of the i-th index for error messages.
+    Every chunk range must lie between the end of the shard index and the end of the
+    ``file_size``-byte file; an index may inflate to at most ``limit`` bytes. ``where(i)``
+    names the file and the place of the i-th index for error messages.
     """
-    raws = bufs if encoding == "raw" else [decode(b, encoding, where(i))
+    raws = bufs if encoding == "raw" else [decode(b, encoding, where(i), limit)
                                            for i, b in enumerate(bufs)]
     lengths = np.fromiter(map(len, raws), np.int64, count=len(raws))
     bad = np.flatnonzero(lengths % 24)
@@ -105,13 +118,15 @@ def decode_minishard_indices(bufs: Sequence[bytes], encoding: str, index_end: in
     # start_i = index_end + sum(row1[:i+1]) + sum(sizes[:i]), all modulo 2**64.
     starts = segment_cumsum(table[base + stride], first, seg)
     starts += segment_cumsum(sizes, first, seg) - sizes + np.uint64(index_end)
-    limit = np.uint64(file_size)
-    bad = np.flatnonzero((starts > limit) | (sizes > limit - np.minimum(starts, limit)))
+    end = np.uint64(file_size)
+    bad = np.flatnonzero((starts > end) | (sizes > end - np.minimum(starts, end)) |
+                         (starts < np.uint64(index_end)))
     if len(bad):
         i = int(bad[0])
         raise CorruptDataError(
             f"{where(int(seg[i]))}: chunk {int(keys[i])} claims bytes [{int(starts[i])}, "
-            f"{int(starts[i]) + int(sizes[i])}) past the end of the {file_size}-byte file")
+            f"{int(starts[i]) + int(sizes[i])}) outside [{index_end}, {file_size}), the data "
+            f"region of the file")
     if not ((keys[1:] > keys[:-1]) | (seg[1:] != seg[:-1])).all():  # writers usually sort
         order = np.lexsort((keys, seg))
         keys, starts, sizes = keys[order], starts[order], sizes[order]

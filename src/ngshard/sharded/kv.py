@@ -21,7 +21,12 @@ from ..storage import Storage, open_storage, remove_stale
 from . import commit as committing
 from .infofile import parent_scale_spec, read_info, spec_from_info, write_info
 from .plan import CommitPlan, plan_commit
-from .reader import DEFAULT_CACHE_BYTES, ShardReader
+from .reader import (
+    DEFAULT_CACHE_BYTES,
+    DEFAULT_MAX_VALUE_BYTES,
+    DEFAULT_READ_RETRIES,
+    ShardReader,
+)
 from .spec import ShardingSpec, as_key_array, check_key
 from .staging import DELETED, Staging
 
@@ -41,7 +46,9 @@ class ShardedKV(MutableMapping):
     def __init__(self, storage: Storage, spec: ShardingSpec, mode: str = "r", *,
                  strategy: str = "auto", compact_ratio: float | None = 0.5,
                  staged_bytes: int = DEFAULT_STAGED_BYTES, spill_dir: str | None = None,
-                 cache_bytes: int = DEFAULT_CACHE_BYTES, info: bool = False) -> None:
+                 cache_bytes: int = DEFAULT_CACHE_BYTES, info: bool = False,
+                 max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
+                 read_retries: int = DEFAULT_READ_RETRIES) -> None:
         if mode not in MODES:
             raise SpecError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         if strategy not in STRATEGIES:
@@ -55,7 +62,7 @@ class ShardedKV(MutableMapping):
         self.storage, self.spec, self.mode = storage, spec, mode
         self.strategy, self.compact_ratio = strategy, compact_ratio
         #: The reads and the index cache (``reader.cached_bytes``, ``reader.forget()``).
-        self.reader = ShardReader(storage, spec, cache_bytes)
+        self.reader = ShardReader(storage, spec, cache_bytes, max_value_bytes, read_retries)
         self._write_info = info and mode != "r"
         local = storage.local_root
         if spill_dir is None and local is not None and mode != "r":
@@ -287,7 +294,9 @@ def _record_spec(storage: Storage, spec: ShardingSpec) -> None:
 def open_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str | None = None,
             mode: str = "r", *, strategy: str = "auto", compact_ratio: float | None = 0.5,
             staged_bytes: int = DEFAULT_STAGED_BYTES, spill_dir: str | None = None,
-            cache_bytes: int = DEFAULT_CACHE_BYTES, info: bool = True) -> ShardedKV:
+            cache_bytes: int = DEFAULT_CACHE_BYTES, info: bool = True,
+            max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
+            read_retries: int = DEFAULT_READ_RETRIES) -> ShardedKV:
     """Open the sharded key-value store at ``url``.
 
     Parameters
@@ -310,6 +319,12 @@ def open_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str | 
         ``compact_ratio`` is compacted instead (None: never).
     cache_bytes
         Budget of the shard and minishard index cache.
+    max_value_bytes
+        The most a gzip-encoded value may inflate to (256 MiB by default): a value past it
+        raises CorruptDataError rather than exhausting memory.
+    read_retries
+        How often one read may find a shard replaced under it (another writer committing)
+        before it gives up; retries back off with jitter.
     info
         Writers record the spec in ``<url>/info`` on commit, so later opens need none.
 
@@ -345,7 +360,7 @@ def open_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str | 
             _check_recorded(storage, spec)
     return ShardedKV(storage, spec, mode, strategy=strategy, compact_ratio=compact_ratio,
                      staged_bytes=staged_bytes, spill_dir=spill_dir, cache_bytes=cache_bytes,
-                     info=info)
+                     info=info, max_value_bytes=max_value_bytes, read_retries=read_retries)
 
 
 def _check_recorded(storage: Storage, spec: ShardingSpec) -> None:

@@ -9,6 +9,8 @@ store is read again rather than at stale offsets.
 
 from __future__ import annotations
 
+import random
+import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,8 +33,13 @@ from .spec import ShardingSpec
 from .update import TRAILER_SIZE, live_bytes, trailer_garbage
 
 DEFAULT_CACHE_BYTES = 256 << 20
+#: The largest value a gzip-encoded chunk may inflate to, unless the store is told otherwise.
+DEFAULT_MAX_VALUE_BYTES = 256 << 20
 _PARALLEL_DECODE_BYTES = 2 << 20
-_RETRIES = 5  # a shard replaced more often during one read is an error, not a race
+#: How many times one read may find a shard replaced under it before giving up (a writer
+#: committing to that shard without pause); retries back off, with jitter.
+DEFAULT_READ_RETRIES = 10
+_BACKOFF_FIRST, _BACKOFF_MAX = 0.001, 0.2  # seconds
 R = TypeVar("R")
 
 
@@ -74,8 +81,11 @@ class ShardReader:
     """Reads of the shards of one store, with the index cache. Not thread-safe."""
 
     def __init__(self, storage: Storage, spec: ShardingSpec,
-                 cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+                 cache_bytes: int = DEFAULT_CACHE_BYTES,
+                 max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
+                 read_retries: int = DEFAULT_READ_RETRIES) -> None:
         self.storage, self.spec, self.cache_bytes = storage, spec, cache_bytes
+        self.max_value_bytes, self.read_retries = max_value_bytes, read_retries
         self._cache: OrderedDict[str, ShardState] = OrderedDict()
         self._cached_bytes = 0
         self._names: dict[int, str] = {}  # shard number -> file name, for single-key reads
@@ -232,8 +242,9 @@ class ShardReader:
                                    f"{int(ranges[i, 1])}) lie past the end of the file")
 
     def retrying(self, fn: Callable[..., R], *args: Any) -> R:
-        """Run a read, again after each shard found changed under it; only a shard that keeps
-        changing (another writer committing to it without pause) makes the read give up."""
+        """Run a read, again after each shard found changed under it, backing off (jittered,
+        so readers beside a busy writer spread out); only a shard that changes more than
+        ``read_retries`` times during one read makes it give up."""
         stale: Counter[str] | None = None
         while True:
             try:
@@ -243,9 +254,13 @@ class ShardReader:
                 self.forget(name)
                 stale = stale or Counter()
                 stale[name] += 1
-                if stale[name] > _RETRIES:
-                    raise NgShardError(f"{self.storage.path(name)}: changed {_RETRIES} times "
-                                       f"during one read") from None
+                if stale[name] > self.read_retries:
+                    raise NgShardError(f"{self.storage.path(name)}: changed "
+                                       f"{self.read_retries} times during one read (a writer "
+                                       f"commits to it without pause; read_retries= allows "
+                                       f"more)") from None
+                pause = min(_BACKOFF_MAX, _BACKOFF_FIRST * 2 ** stale[name])
+                time.sleep(random.uniform(pause / 2, pause))
 
     # --- lookups ---------------------------------------------------------------------------
 
@@ -287,7 +302,8 @@ class ShardReader:
             keys = rows[:, 0].tolist()
             if encoding != "raw":  # decompression releases the GIL: spread it over threads
                 chunks = pmap(lambda job, where=where: decode(
-                    job[2], encoding, f"{where} (chunk {job[0]} at {job[1]})"),
+                    job[2], encoding, f"{where} (chunk {job[0]} at {job[1]})",
+                    self.max_value_bytes),
                     zip(keys, rows[:, 1].tolist(), chunks))
             out.update(zip(keys, chunks))
         return out
@@ -336,7 +352,8 @@ class ShardReader:
         if self.spec.data_encoding == "raw":
             return chunk
         return decode(chunk, self.spec.data_encoding,
-                      f"{self.storage.path(shard.name)} (chunk {key} at {start})")
+                      f"{self.storage.path(shard.name)} (chunk {key} at {start})",
+                      self.max_value_bytes)
 
     def get_one(self, key: int) -> bytes | None:
         """The stored value of one key (a checked int), None if absent."""
@@ -360,8 +377,7 @@ class ShardReader:
     def full_shards(self, names: list[str]) -> list[ShardState]:
         """The named shards that exist, with every minishard index loaded."""
         present = [s for s in self.shards(names).values() if s is not None]
-        everything = np.arange(self.spec.num_minishards)
-        self.load_minishards([(s, everything[s.ranges[:, 0] != s.ranges[:, 1]])
+        self.load_minishards([(s, np.flatnonzero(s.ranges[:, 0] != s.ranges[:, 1]))
                               for s in present])
         return present
 

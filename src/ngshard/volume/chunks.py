@@ -73,8 +73,9 @@ class ShardedChunks(ChunkStore):
 class FileChunks(ChunkStore):
     """One file per chunk, named ``x0-x1_y0-y1_z0-z1`` (a ``.gz`` twin is read too)."""
 
-    def __init__(self, storage: Storage, grid: ChunkGrid) -> None:
-        self.storage, self.grid = storage, grid
+    def __init__(self, storage: Storage, grid: ChunkGrid, max_chunk_bytes: int | None = None
+                 ) -> None:
+        self.storage, self.grid, self.max_chunk_bytes = storage, grid, max_chunk_bytes
         self._staged: dict[str, bytes] = {}
 
     def get(self, positions: np.ndarray) -> list[bytes | None]:
@@ -84,7 +85,8 @@ class FileChunks(ChunkStore):
         gz = [n for n in todo if found[n] is None]
         for name, packed in zip(gz, self.storage.read_many([f"{n}.gz" for n in gz])):
             if packed is not None:
-                found[name] = gzip_decompress(packed, self.storage.path(f"{name}.gz"))
+                found[name] = gzip_decompress(packed, self.storage.path(f"{name}.gz"),
+                                              self.max_chunk_bytes)
         return [self._staged[n] if n in self._staged else found[n] for n in names]
 
     def put(self, positions: np.ndarray, chunks: Sequence[bytes]) -> None:

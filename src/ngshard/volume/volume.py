@@ -74,16 +74,25 @@ class Volume:
         self.grid = ChunkGrid(self.scale.size, self.scale.chunk_size, self.scale.voxel_offset)
         self.dtype = np.dtype(info.data_type)
         scale_storage = storage.child(self.scale.key)
+        limit = self.max_chunk_bytes()
         if self.scale.sharding is not None:
             kv_mode = "r" if mode == "r" else "a"
             self.chunks: ChunkStore = ShardedChunks(
-                ShardedKV(scale_storage, self.scale.sharding, kv_mode), self.grid)
+                ShardedKV(scale_storage, self.scale.sharding, kv_mode, max_value_bytes=limit),
+                self.grid)
         else:
-            self.chunks = FileChunks(scale_storage, self.grid)
+            self.chunks = FileChunks(scale_storage, self.grid, limit)
 
     def __repr__(self) -> str:
         return (f"Volume({self.storage.url!r}, scale={self.scale.key!r}, shape={self.shape}, "
                 f"dtype={self.dtype}, mode={self.mode!r})")
+
+    def max_chunk_bytes(self) -> int:
+        """The most bytes one encoded chunk can take: a gzip-wrapped chunk inflating past it
+        is corrupt (raw chunks have exactly their voxels' size; the other encodings are
+        allowed a generous multiple, as tables and headers can outgrow the voxels)."""
+        raw = int(np.prod(self.chunk_size)) * self.info.num_channels * self.dtype.itemsize
+        return raw if self.scale.encoding == "raw" else 4 * raw + (64 << 10)
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
