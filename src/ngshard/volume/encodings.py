@@ -8,7 +8,9 @@ compressed_segmentation is decoded by the C++ ``compressed_segmentation`` packag
 nothing: out-of-range offsets, bit widths or table indices make it read outside the buffer
 (segfaults or silently wrong labels), and it mis-decodes valid 32-bit blocks. Every channel is
 therefore validated here first, with tensorstore's rules, and blocks the package cannot decode
-safely go through a numpy decoder. jpeg and png go through Pillow, after checking the image size
+safely go through a numpy decoder. jpeg goes through libjpeg-turbo (simplejpeg) in strict mode,
+so damage libjpeg merely warns about is an error, as in tensorstore; png through Pillow, both
+after checking the image size
 in the header (no decoding of an image larger than the chunk).
 """
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import io
 import math
+import re
 import zlib
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
@@ -151,7 +154,43 @@ _MODE_CHANNELS = {"1": 1, "L": 1, "P": 1, "LA": 2, "RGB": 3, "RGBA": 4}
 _GRAY_SCALE = {"L;2": 85, "L;4": 17}  # Pillow stretches 2- and 4-bit gray to 0..255
 
 
+# libjpeg's warning for junk before the end-of-image marker, met only after the last scanline
+_JUNK_BEFORE_EOI = re.compile(r"extraneous bytes before marker 0xd9")
+
+
+def _decode_jpeg(data: bytes, shape: tuple[int, ...]) -> np.ndarray:
+    """libjpeg-turbo through simplejpeg, strict, as tensorstore decodes: any libjpeg warning
+    while reading the scanlines (a segment that ends early, a bad Huffman code) is an error,
+    where Pillow would return the damaged image. Like tensorstore, which stops after the last
+    scanline, a missing end marker, or junk between the image data and it, is not: an end
+    marker is appended (libjpeg stops at the first), and junk before it is forgiven."""
+    simplejpeg = _simplejpeg()
+    x, y, z, c = shape
+    data = bytes(data) + b"\xff\xd9"
+    try:
+        height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
+        if (width, height) != (x, y * z):
+            raise _Corrupt(f"jpeg image is {width}x{height}, expected {x}x{y * z} for chunk "
+                           f"shape {shape}")
+        if colorspace not in (("Gray",) if c == 1 else ("RGB", "YCbCr")):
+            raise _Corrupt(f"jpeg image in {colorspace} does not hold {c} channel(s) of uint8")
+        space = "GRAY" if c == 1 else "RGB"
+        try:
+            arr = simplejpeg.decode_jpeg(data, colorspace=space, strict=True)
+        except ValueError as e:
+            if not _JUNK_BEFORE_EOI.search(str(e)):
+                raise
+            arr = simplejpeg.decode_jpeg(data, colorspace=space, strict=False)
+    except _Corrupt:
+        raise
+    except (ValueError, RuntimeError) as e:
+        raise _Corrupt(f"undecodable jpeg image ({e})") from None
+    return arr.reshape(z, y, x, c).transpose(2, 1, 0, 3)
+
+
 def _decode_image(data: bytes, encoding: str, shape: tuple[int, ...], dt: np.dtype) -> np.ndarray:
+    if encoding == "jpeg":
+        return _decode_jpeg(data, shape)
     Image = _pillow()
     x, y, z, c = shape
     if encoding == "png":
@@ -192,11 +231,22 @@ def _pillow():
     return Image
 
 
+def _simplejpeg():
+    try:
+        import simplejpeg
+    except ImportError:
+        raise MissingDependencyError("jpeg chunks need simplejpeg: pip install "
+                                     "'ngshard[images]'") from None
+    return simplejpeg
+
+
 def require_codec(encoding: str) -> None:
     """MissingDependencyError now, before anything is written, if ``encoding`` needs a package
     that is not installed."""
     if encoding in ("jpeg", "png"):
         _pillow()
+    if encoding == "jpeg":
+        _simplejpeg()
 
 
 def _check_png_chunks(data: bytes) -> None:
