@@ -44,5 +44,5 @@ _PACKAGES = {"http": "'ngshard[http]' (aiohttp)", "https": "'ngshard[http]' (aio
 
 
 __all__ = ["ANY", "MAX_GAP", "FileSlice", "FsspecStorage", "LocalStorage", "ObjectInfo",
-           "SPILL_PREFIX", "Storage", "changed_on_storage", "coalesce", "open_storage",
-           "owner_tag", "remove_stale", "write_all", "write_buffers"]
+           "SPILL_PREFIX", "Storage", "changed_on_storage", "coalesce",
+           "open_storage", "owner_tag", "remove_stale", "write_all", "write_buffers"]

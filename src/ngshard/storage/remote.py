@@ -1,5 +1,10 @@
 """Objects behind any fsspec filesystem (memory, http, s3, gcs, ...): every request of a batch
-in flight at once on the filesystem's event loop, and whole objects written in one PUT."""
+in flight at once on the filesystem's event loop, and whole objects written in one PUT.
+
+Generations over HTTP rest on the size and the ETag, or where the server sends none (plain
+``http.server``), the size and Last-Modified: there a replacement of the same size within the
+same second goes unseen.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +17,12 @@ import fsspec
 import fsspec.asyn
 import numpy as np
 
+from ..errors import ReadOnlyError
 from ..threads import pmap
 from .base import ANY, FileSlice, ObjectInfo, Storage, coalesce, split_merged
+
+# Protocols with no way to write (fsspec's HTTP filesystem would try a POST).
+_READ_ONLY_PROTOCOLS = frozenset({"http", "https"})
 
 
 class FsspecStorage(Storage):
@@ -24,6 +33,13 @@ class FsspecStorage(Storage):
         if fs is None:
             fs, root = fsspec.core.url_to_fs(url)
         self.fs, self.root, self.url = fs, root.rstrip("/"), url.rstrip("/")
+        protocols = {fs.protocol} if isinstance(fs.protocol, str) else set(fs.protocol)
+        self.supports_writes = not protocols & _READ_ONLY_PROTOCOLS
+
+    def _writable(self) -> None:
+        if not self.supports_writes:
+            raise ReadOnlyError(f"{self.url}: HTTP URLs are read-only (write to a local path "
+                                f"or an object store, then serve that)")
 
     def _full(self, name: str) -> str:
         return f"{self.root}/{name}"
@@ -31,7 +47,8 @@ class FsspecStorage(Storage):
     @staticmethod
     def _info(info: dict) -> ObjectInfo:
         token = tuple(info.get(k) for k in ("ETag", "etag", "generation", "mtime",
-                                             "LastModified", "last_modified", "created"))
+                                             "LastModified", "last_modified", "Last-Modified",
+                                             "created"))
         return ObjectInfo(int(info["size"]), (info["size"], token))
 
     @classmethod
@@ -85,6 +102,8 @@ class FsspecStorage(Storage):
         return self._all_at_once(one, names, self.read)
 
     def write_many(self, items: Sequence[tuple[str, bytes]]) -> None:
+        self._writable()
+
         async def one(item: tuple[str, bytes]) -> None:
             await self.fs._pipe_file(self._full(item[0]), item[1])
 
@@ -105,18 +124,29 @@ class FsspecStorage(Storage):
         # that still matches the caller's means the bytes came from that version.
         infos = self.stat_many([name for name, _ in requests])
         results = []
-        for (first, merged, ranges, assignment), info in zip(plans, infos):
+        for (name, _), (first, merged, ranges, assignment), info in zip(requests, plans, infos):
             mine = blobs[first:first + len(merged)]
             if info is None or any(isinstance(b, FileNotFoundError) for b in mine):
                 results.append((None, None))
                 continue
-            for blob in mine:
-                if isinstance(blob, BaseException):
-                    raise blob
+            mine = [self._range_body(blob, start, end, info.size, name)
+                    for blob, (start, end) in zip(mine, merged.tolist())]
             results.append((info.generation, split_merged(merged, mine, ranges, assignment)))
         return results
 
+    def _range_body(self, blob: bytes | BaseException, start: int, end: int, size: int,
+                    name: str) -> bytes:
+        """The bytes of [start, end) out of what the server answered to a request for them."""
+        if isinstance(blob, BaseException):
+            if getattr(blob, "status", None) == 416:  # the range starts at or past the end
+                return b""
+            if isinstance(blob, OSError):
+                raise blob
+            raise OSError(f"{self.path(name)}: {blob}") from blob
+        return blob
+
     def write(self, name: str, parts: Sequence[bytes], if_generation: Any = ANY) -> None:
+        self._writable()
         # One PUT of the whole object: object stores make it visible atomically. The
         # generation check before it narrows, but cannot close, the window for a conflict.
         self._check(name, if_generation)
@@ -124,6 +154,7 @@ class FsspecStorage(Storage):
             p.read() if isinstance(p, FileSlice) else p for p in parts))
 
     def delete(self, name: str, if_generation: Any = ANY) -> None:
+        self._writable()
         self._check(name, if_generation)
         with contextlib.suppress(FileNotFoundError):
             self.fs.rm_file(self._full(name))
