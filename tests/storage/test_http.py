@@ -131,3 +131,12 @@ def test_reader_sees_a_replaced_shard_without_etags(plain_http_server):
         assert kv[7] == b"new-7"
         assert kv.get_many([8, 9]) == {8: b"new-8", 9: b"new-9"}
 
+
+def test_http_stores_are_read_only(http_server):
+    ngshard.write_kv(http_server.root / "kv", SPEC, {1: b"one"})
+    with pytest.raises(ngshard.ReadOnlyError, match="read-only"):
+        ngshard.write_kv(f"{http_server.base}/kv", SPEC, {2: b"two"})
+    with pytest.raises(ngshard.ReadOnlyError, match="read-only"):
+        ngshard.open_kv(f"{http_server.base}/kv", SPEC, mode="a")
+    assert not [r for r in http_server.requests if r[0] not in ("GET", "HEAD")]
+    assert ngshard.open_kv(f"{http_server.base}/kv").get_many([1, 2]) == {1: b"one"}
