@@ -106,7 +106,9 @@ def test_generation_without_etag_rests_on_size_and_last_modified(plain_http_serv
     store = storage.open_storage(plain_http_server.base)
     (root / "a").write_bytes(b"x" * 100)
     os.utime(root / "a", (1_700_000_000, 1_700_000_000))
+    plain_http_server.requests.clear()
     first = store.stat("a")
+    assert plain_http_server.requests == [("HEAD", "/a", None)]  # Content-Length, Last-Modified
     assert first.size == 100 and store.stat("a") == first
     (root / "a").write_bytes(b"y" * 100)  # the same size, a later time
     os.utime(root / "a", (1_700_000_001, 1_700_000_001))
