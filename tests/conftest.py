@@ -1,4 +1,6 @@
-"""Shared fixtures: a real HTTP server on 127.0.0.1 that serves a directory with byte ranges."""
+"""Shared fixtures: real HTTP servers on 127.0.0.1 serving a directory, with byte ranges and
+ETags (``http_server``) or as ``python3 -m http.server`` does, without them
+(``plain_http_server``)."""
 
 from __future__ import annotations
 
@@ -76,23 +78,46 @@ class Server(ThreadingHTTPServer):
     request_queue_size = 256  # clients open many connections at once
 
 
-@pytest.fixture
-def http_server(tmp_path):
-    """A real HTTP server on 127.0.0.1 serving ``.root`` at ``.base``; ``.requests`` logs
-    what it was asked; ``.delay`` and ``.at_once`` are those of RangeHandler."""
-    root = tmp_path / "www"
-    root.mkdir()
-    server = Server(("127.0.0.1", 0), partial(RangeHandler, directory=str(root)))
+def _serve(root, handler):
+    """Serve ``root`` with ``handler`` on 127.0.0.1 from a thread; yields the server."""
+    server = Server(("127.0.0.1", 0), partial(handler, directory=str(root)))
     server.root, server.base = root, f"http://127.0.0.1:{server.server_address[1]}"
     server.requests = []
     server.lock, server.in_flight, server.at_once, server.delay = threading.Lock(), 0, 0, 0.0
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # shutdown() waits for the loop's next poll: a short interval keeps teardown quick
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02},
+                              daemon=True)
     thread.start()
     try:
         yield server
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture
+def http_server(tmp_path):
+    """A real HTTP server on 127.0.0.1 serving ``.root`` at ``.base``; ``.requests`` logs
+    what it was asked; ``.delay`` and ``.at_once`` are those of RangeHandler."""
+    root = tmp_path / "www"
+    root.mkdir()
+    yield from _serve(root, RangeHandler)
+
+
+class PlainHandler(SimpleHTTPRequestHandler):
+    """``python3 -m http.server`` as it is: Range headers ignored (200 and the whole file), no
+    ETag, Content-Length and Last-Modified on HEAD. Logs (method, path, Range) quietly."""
+
+    def log_message(self, *args) -> None:
+        self.server.requests.append((self.command, self.path, self.headers.get("Range")))
+
+
+@pytest.fixture
+def plain_http_server(tmp_path):
+    """Like ``http_server``, but the standard library's own handler, which ignores Range."""
+    root = tmp_path / "plain-www"
+    root.mkdir()
+    yield from _serve(root, PlainHandler)
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from .sharded import ShardedKV
 from .sharded.format import Entries, decode_all, decode_shard_index
 from .sharded.update import live_bytes
 from .volume import Volume
-from .volume.encodings import decode_chunk
+from .volume.encodings import decode_chunk, require_codec
 
 
 @dataclass
@@ -123,7 +123,11 @@ def _verify_shards(kv: ShardedKV, progress: bool) -> tuple[VerifyReport, np.ndar
 def verify_volume(vol: Volume, *, progress: bool = False) -> VerifyReport:
     """Check one scale of a volume: its shards as :func:`verify_kv` does, that every stored
     chunk belongs to the grid, and that every chunk decodes to its clipped shape. ``keys``
-    counts the chunks."""
+    counts the chunks.
+
+    Raises MissingDependencyError (rather than reporting every chunk as a problem) where the
+    scale's encoding needs a package that is not installed."""
+    require_codec(vol.scale.encoding, writing=False)
     chunks = vol.chunks
     if chunks.kv is not None:
         report, codes = _verify_shards(chunks.kv, progress)

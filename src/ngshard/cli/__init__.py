@@ -7,6 +7,7 @@ import argparse
 import os
 import sys
 import traceback
+import warnings
 from collections.abc import Sequence
 
 from .. import __version__
@@ -105,6 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return args.fn(args) or 0
     except BrokenPipeError:  # e.g. `ngshard ls URL | head`
@@ -117,6 +124,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         print(f"ngshard: error: {_message(e, getattr(args, 'url', None))}", file=sys.stderr)
         return EXIT_MISSING_KEY if isinstance(e, KeyNotFound) else EXIT_ERROR
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Warnings (a server that ignores Range requests, ...) as one line, like errors."""
+    print(f"ngshard: warning: {message}", file=sys.stderr)
 
 
 def _message(e: BaseException, url: str | None) -> str:

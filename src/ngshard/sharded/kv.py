@@ -53,6 +53,8 @@ class ShardedKV(MutableMapping):
             raise SpecError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         if strategy not in STRATEGIES:
             raise SpecError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+        if mode != "r" and not storage.supports_writes:
+            raise ReadOnlyError(f"{storage.url}: read-only storage; open it with mode 'r'")
         if strategy == "auto":
             strategy = "append" if storage.supports_append else "rewrite"
         if strategy == "append" and not storage.supports_append:

@@ -7,7 +7,7 @@ import os
 from ..errors import MissingDependencyError, SpecError
 from .base import ANY, MAX_GAP, FileSlice, ObjectInfo, Storage, changed_on_storage, coalesce
 from .local import LocalStorage, write_all, write_buffers
-from .remote import FsspecStorage
+from .remote import FsspecStorage, RangesIgnoredWarning
 from .tempnames import SPILL_PREFIX, owner_tag, remove_stale
 
 
@@ -44,5 +44,5 @@ _PACKAGES = {"http": "'ngshard[http]' (aiohttp)", "https": "'ngshard[http]' (aio
 
 
 __all__ = ["ANY", "MAX_GAP", "FileSlice", "FsspecStorage", "LocalStorage", "ObjectInfo",
-           "SPILL_PREFIX", "Storage", "changed_on_storage", "coalesce", "open_storage",
-           "owner_tag", "remove_stale", "write_all", "write_buffers"]
+           "RangesIgnoredWarning", "SPILL_PREFIX", "Storage", "changed_on_storage", "coalesce",
+           "open_storage", "owner_tag", "remove_stale", "write_all", "write_buffers"]

@@ -1,8 +1,8 @@
 """The byte-store interface every storage implements, and the range arithmetic they share.
 
 Everything above the storage layer addresses objects by name relative to a root URL. A store
-says what it can do through capability flags (``supports_append``, ``local_root``,
-``reads_report_generation``) so callers never test for a concrete class.
+says what it can do through capability flags (``supports_writes``, ``supports_append``,
+``local_root``, ``reads_report_generation``) so callers never test for a concrete class.
 """
 
 from __future__ import annotations
@@ -89,6 +89,9 @@ class Storage:
     """A directory of objects addressed by name. Use :func:`open_storage` to get one."""
 
     url: str
+    #: False where objects can only be read (plain HTTP): :meth:`write`, :meth:`write_many`
+    #: and :meth:`delete` raise ReadOnlyError.
+    supports_writes = True
     #: True where every read returns the generation of the bytes it read (pinned by one file
     #: descriptor), so a cached index can be used first and checked by the read itself.
     reads_report_generation = False
@@ -129,7 +132,8 @@ class Storage:
 
         For each request returns ``(generation, chunks)``: the generation the bytes were read
         from (None if the store cannot tell), and None instead of chunks if the object is gone.
-        A chunk comes back short where the object ends early; the caller judges why.
+        A chunk comes back short where the object ends early (empty for a range that starts
+        at or past the end); the caller judges why.
         """
         raise NotImplementedError
 

@@ -1,10 +1,27 @@
 """Objects behind any fsspec filesystem (memory, http, s3, gcs, ...): every request of a batch
-in flight at once on the filesystem's event loop, and whole objects written in one PUT."""
+in flight at once on the filesystem's event loop, and whole objects written in one PUT.
+
+Servers that ignore Range requests: a plain static file server (``python3 -m http.server``,
+i.e. ``http.server.SimpleHTTPRequestHandler``) answers a range request with 200 and the whole
+file, and fsspec's HTTP filesystem hands that body back as if it were the range asked for. Each
+ranged body is therefore checked against the object's size (every batch stats its objects after
+reading): a body longer than its range, or one of the whole object's size where the range holds
+less, is the whole object, and the range is sliced out of it. Reads stay correct; the store
+warns once (:class:`RangesIgnoredWarning`) because each read now downloads whole files, and from
+then on asks for each object once per batch instead of once per group of nearby ranges. (An
+error instead would leave no way to read such a server at all, and for small stores served
+from a laptop the whole-file reads cost little.)
+
+Generations over HTTP rest on the size and the ETag, or where the server sends none (plain
+``http.server``), the size and Last-Modified: there a replacement of the same size within the
+same second goes unseen.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import warnings
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -12,8 +29,19 @@ import fsspec
 import fsspec.asyn
 import numpy as np
 
+from ..errors import ReadOnlyError
 from ..threads import pmap
-from .base import ANY, FileSlice, ObjectInfo, Storage, coalesce, split_merged
+from .base import ANY, MAX_GAP, FileSlice, ObjectInfo, Storage, coalesce, split_merged
+
+# Protocols with no way to write (fsspec's HTTP filesystem would try a POST).
+_READ_ONLY_PROTOCOLS = frozenset({"http", "https"})
+# The gap that merges every range of an object into one read: for servers that send whole
+# files anyway.
+_WHOLE = 1 << 62
+
+
+class RangesIgnoredWarning(UserWarning):
+    """The server answers range requests with whole files: reads are right but slow."""
 
 
 class FsspecStorage(Storage):
@@ -24,6 +52,14 @@ class FsspecStorage(Storage):
         if fs is None:
             fs, root = fsspec.core.url_to_fs(url)
         self.fs, self.root, self.url = fs, root.rstrip("/"), url.rstrip("/")
+        protocols = {fs.protocol} if isinstance(fs.protocol, str) else set(fs.protocol)
+        self.supports_writes = not protocols & _READ_ONLY_PROTOCOLS
+        self._max_gap = MAX_GAP  # _WHOLE once the server is seen to ignore Range requests
+
+    def _writable(self) -> None:
+        if not self.supports_writes:
+            raise ReadOnlyError(f"{self.url}: HTTP URLs are read-only (write to a local path "
+                                f"or an object store, then serve that)")
 
     def _full(self, name: str) -> str:
         return f"{self.root}/{name}"
@@ -31,7 +67,8 @@ class FsspecStorage(Storage):
     @staticmethod
     def _info(info: dict) -> ObjectInfo:
         token = tuple(info.get(k) for k in ("ETag", "etag", "generation", "mtime",
-                                             "LastModified", "last_modified", "created"))
+                                             "LastModified", "last_modified", "Last-Modified",
+                                             "created"))
         return ObjectInfo(int(info["size"]), (info["size"], token))
 
     @classmethod
@@ -85,6 +122,8 @@ class FsspecStorage(Storage):
         return self._all_at_once(one, names, self.read)
 
     def write_many(self, items: Sequence[tuple[str, bytes]]) -> None:
+        self._writable()
+
         async def one(item: tuple[str, bytes]) -> None:
             await self.fs._pipe_file(self._full(item[0]), item[1])
 
@@ -94,7 +133,7 @@ class FsspecStorage(Storage):
         flat_paths, flat_starts, flat_ends, plans = [], [], [], []
         for name, ranges in requests:
             ranges = np.asarray(ranges, np.int64).reshape(-1, 2)
-            merged, assignment = coalesce(ranges)
+            merged, assignment = coalesce(ranges, self._max_gap)
             plans.append((len(flat_paths), merged, ranges, assignment))
             flat_paths += [self._full(name)] * len(merged)
             flat_starts += merged[:, 0].tolist()
@@ -105,18 +144,41 @@ class FsspecStorage(Storage):
         # that still matches the caller's means the bytes came from that version.
         infos = self.stat_many([name for name, _ in requests])
         results = []
-        for (first, merged, ranges, assignment), info in zip(plans, infos):
+        for (name, _), (first, merged, ranges, assignment), info in zip(requests, plans, infos):
             mine = blobs[first:first + len(merged)]
             if info is None or any(isinstance(b, FileNotFoundError) for b in mine):
                 results.append((None, None))
                 continue
-            for blob in mine:
-                if isinstance(blob, BaseException):
-                    raise blob
+            mine = [self._range_body(blob, start, end, info.size, name)
+                    for blob, (start, end) in zip(mine, merged.tolist())]
             results.append((info.generation, split_merged(merged, mine, ranges, assignment)))
         return results
 
+    def _range_body(self, blob: bytes | BaseException, start: int, end: int, size: int,
+                    name: str) -> bytes:
+        """The bytes of [start, end) out of what the server answered to a request for them
+        (see the module docstring for servers that send the whole object)."""
+        if isinstance(blob, BaseException):
+            if getattr(blob, "status", None) == 416:  # the range starts at or past the end
+                return b""
+            if isinstance(blob, OSError):
+                raise blob
+            raise OSError(f"{self.path(name)}: {blob}") from blob
+        expected = max(0, min(end, size) - start)
+        if len(blob) > end - start or (len(blob) == size != expected):
+            self._ranges_ignored()
+            return blob[start:end]
+        return blob
+
+    def _ranges_ignored(self) -> None:
+        if self._max_gap != _WHOLE:
+            self._max_gap = _WHOLE
+            warnings.warn(RangesIgnoredWarning(
+                f"{self.url}: the server ignores Range requests and sends whole files; reads "
+                f"stay right, but each one downloads whole shard files"), stacklevel=2)
+
     def write(self, name: str, parts: Sequence[bytes], if_generation: Any = ANY) -> None:
+        self._writable()
         # One PUT of the whole object: object stores make it visible atomically. The
         # generation check before it narrows, but cannot close, the window for a conflict.
         self._check(name, if_generation)
@@ -124,6 +186,7 @@ class FsspecStorage(Storage):
             p.read() if isinstance(p, FileSlice) else p for p in parts))
 
     def delete(self, name: str, if_generation: Any = ANY) -> None:
+        self._writable()
         self._check(name, if_generation)
         with contextlib.suppress(FileNotFoundError):
             self.fs.rm_file(self._full(name))
@@ -138,11 +201,17 @@ class FsspecStorage(Storage):
         return sorted(n for n in names if n)
 
     def child(self, name: str) -> FsspecStorage:
-        return FsspecStorage(f"{self.url}/{name}", self.fs, self._full(name))
+        return self._like(f"{self.url}/{name}", self._full(name))
+
+    def _like(self, url: str, root: str) -> FsspecStorage:
+        """A store on the same filesystem (and server, as far as Range goes) at ``root``."""
+        other = FsspecStorage(url, self.fs, root)
+        other._max_gap = self._max_gap
+        return other
 
     def parent(self) -> FsspecStorage | None:
         root, url = self.root.rpartition("/")[0], self.url.rpartition("/")[0]
         if not root or url.endswith(":/") or url.endswith(":"):
             return None
-        return FsspecStorage(url, self.fs, root)
+        return self._like(url, root)
 

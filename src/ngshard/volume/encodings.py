@@ -240,10 +240,11 @@ def _simplejpeg():
     return simplejpeg
 
 
-def require_codec(encoding: str) -> None:
-    """MissingDependencyError now, before anything is written, if ``encoding`` needs a package
-    that is not installed."""
-    if encoding in ("jpeg", "png"):
+def require_codec(encoding: str, *, writing: bool = True) -> None:
+    """MissingDependencyError now, before any work, if reading (or writing) ``encoding``
+    needs a package that is not installed: Pillow writes jpeg and png and reads png,
+    simplejpeg reads jpeg (writers read too, for partial chunks)."""
+    if encoding == "png" or (encoding == "jpeg" and writing):
         _pillow()
     if encoding == "jpeg":
         _simplejpeg()
