@@ -25,5 +25,5 @@ def cmd_demo(args: argparse.Namespace) -> None:
           f"{', '.join(map(str, labels.tolist()))}")
     value = open_kv(skeletons)[int(labels[0])]
     print(f"its skeleton ({skeletons}):  {len(value)} bytes, "
-          f"{int.from_bytes(value[:4], 'little')} vertices")
+          f"{int.from_bytes(value[:4], 'little')} vertices, inside its segment")
     print(f"try:  ngshard verify {path};  ngshard ls {skeletons} | head")
