@@ -3,25 +3,40 @@ it: a sharded compressed_segmentation volume of Voronoi "cells" at two scales, w
 IDs key a sharded skeleton layer in its ``skeletons`` directory. Each cell's skeleton runs
 along the cell through its own voxels, so a viewer shows it inside its segment; the other IDs'
 skeletons are random walks that stay inside the volume.
+
+The data is deterministic (a seeded generator, fixed encodings), so a rerun writes the same
+bytes. It replaces the previous demo's files rather than writing over them: the volume's
+shards are updated by appending, and a second run into them would leave half of every shard
+garbage. A folder holding anything else is refused unless ``force``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 
+from .errors import NgShardError
 from .sharded import ShardingSpec, write_kv
 from .storage import open_storage
 from .volume import create_volume
-from .volume.layers import write_volume_info
+from .volume.layers import scale_key, write_volume_info
 
 DEMO_SPEC = ShardingSpec(hash="murmurhash3_x86_128", preshift_bits=0, minishard_bits=4,
                          shard_bits=3, minishard_index_encoding="gzip", data_encoding="gzip")
 RESOLUTION = (8, 8, 40)  # nm per voxel, x y z
 DOWNSAMPLE = (2, 2, 1)  # of the second scale
+#: Info member that marks a folder as the demo's: only such a folder is replaced by a rerun.
+MARKER = "ngshard_demo"
+# the folders of the two scales and of the skeleton layer
+DEMO_DIRS = (scale_key(RESOLUTION), scale_key(np.multiply(RESOLUTION, DOWNSAMPLE)), "skeletons")
+# The files the demo writes in those folders, and the temporaries an interrupted write leaves.
+_DEMO_FILE = re.compile(r"info|[0-9a-f]+\.shard")
+_TEMP_FILE = re.compile(r"\.(info|[0-9a-f]+\.shard)~.+\.tmp")
 
 
 def encode_skeleton(vertices: np.ndarray, edges: np.ndarray) -> bytes:
@@ -114,9 +129,61 @@ def voronoi_cells(rng: np.random.Generator, shape: tuple[int, int, int], n: int,
     return nearest
 
 
+def previous_demo(path: str) -> list[str]:
+    """The files of an earlier demo at ``path``, its info last (empty if there is none).
+
+    Raises
+    ------
+    NgShardError
+        ``path`` holds something the demo did not write (it is not replaced).
+    """
+    def foreign(why: str) -> NgShardError:
+        return NgShardError(f"{path} is not a folder of `ngshard demo` ({why}); use --force to "
+                            f"write the demo there anyway (replacing its info and the files "
+                            f"in {', '.join(DEMO_DIRS)})")
+
+    if not os.path.exists(path):
+        return []
+    found = []
+    with os.scandir(path) as entries:
+        for entry in sorted(entries, key=lambda e: e.name):
+            if entry.name == "info" and entry.is_file():
+                try:
+                    doc = json.loads(Path(entry.path).read_bytes())
+                except ValueError:
+                    doc = None
+                if not (isinstance(doc, dict) and MARKER in doc):
+                    raise foreign("its info is another layer's")
+            elif entry.name in DEMO_DIRS and entry.is_dir():
+                with os.scandir(entry.path) as inner:
+                    for e in inner:
+                        if not (e.is_file() and (_DEMO_FILE.fullmatch(e.name) or
+                                                 _TEMP_FILE.fullmatch(e.name))):
+                            raise foreign(f"it holds {os.path.join(entry.name, e.name)}")
+                        found.append(e.path)
+            elif entry.is_file() and _TEMP_FILE.fullmatch(entry.name):
+                found.append(entry.path)
+            else:
+                raise foreign(f"it holds {entry.name}")
+    info = os.path.join(path, "info")
+    if found and not os.path.isfile(info):
+        raise foreign("demo files but no info")
+    return found + [info] if os.path.isfile(info) else found
+
+
+def _demo_files_any(path: str) -> list[str]:
+    """With --force: the files directly in the demo's folders, whatever they are, so that
+    nothing stale is appended to or mixed in, and the info last."""
+    folders = [os.path.join(path, d) for d in DEMO_DIRS]
+    names = [os.path.join(f, n) for f in folders if os.path.isdir(f) for n in sorted(os.listdir(f))]
+    return [n for n in [*names, os.path.join(path, "info")] if os.path.isfile(n)]
+
+
 def make_demo(path: str | os.PathLike, shape: tuple[int, int, int] = (256, 256, 128),
-              cells: int = 300, segments: int = 5000, seed: int = 0) -> None:
-    """Write the sample segmentation layer at ``path`` (see the module docstring).
+              cells: int = 300, segments: int = 5000, seed: int = 0, *, force: bool = False
+              ) -> None:
+    """Write the sample segmentation layer at ``path`` (see the module docstring), replacing
+    a previous demo there.
 
     Parameters
     ----------
@@ -125,8 +192,18 @@ def make_demo(path: str | os.PathLike, shape: tuple[int, int, int] = (256, 256, 
     shape, cells, segments, seed
         Volume size (voxels of 8 x 8 x 40 nm), number of Voronoi cells, number of skeletons
         (cells included), random seed.
+    force
+        Also write into a folder holding other things: its info and every file directly in
+        its scale and skeleton folders are replaced; other files stay.
+
+    Raises
+    ------
+    NgShardError
+        ``path`` holds files the demo did not write, and not ``force``.
     """
     path = os.fspath(path)
+    for name in _demo_files_any(path) if force else previous_demo(path):
+        os.unlink(name)
     rng = np.random.default_rng(seed)
     ids = np.unique(rng.integers(1, 2**40, segments, dtype=np.uint64))
     chosen = rng.choice(ids, cells, replace=False)
@@ -138,8 +215,10 @@ def make_demo(path: str | os.PathLike, shape: tuple[int, int, int] = (256, 256, 
     vol = create_volume(path, dtype="uint64", shape=shape, chunk_size=(64, 64, 64),
                         encoding="compressed_segmentation", resolution=RESOLUTION,
                         sharding="auto")
-    # where Neuroglancer looks for the segments' skeletons
-    vol.info = replace(vol.info, extra={**vol.info.extra, "skeletons": "skeletons"})
+    # Marked before any chunk is written, so that a rerun after an interruption replaces it;
+    # "skeletons" is where Neuroglancer looks for the segments' skeletons.
+    vol.info = replace(vol.info, extra={**vol.info.extra, "skeletons": "skeletons",
+                                        MARKER: "sample data; `ngshard demo` replaces it"})
     write_volume_info(vol.storage, vol.info)
     with vol:
         vol[:] = chosen[cell]

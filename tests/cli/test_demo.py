@@ -1,9 +1,10 @@
-"""``ngshard demo``: the sample layer is readable by tensorstore, and its skeletons lie inside
-their segments."""
+"""``ngshard demo``: the sample layer is readable by tensorstore, its skeletons lie inside their
+segments, a rerun replaces it byte for byte, and a folder of other things is left alone."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -12,6 +13,8 @@ import pytest
 import tensorstore as ts
 
 import ngshard
+from ngshard.cli import main
+from ngshard.volume import create_volume
 
 
 @pytest.fixture(scope="module")
@@ -21,6 +24,11 @@ def demo(tmp_path_factory):
     out = subprocess.run([sys.executable, "-m", "ngshard.cli", "demo", str(path)],
                          capture_output=True, text=True, check=True).stdout
     return path, out
+
+
+def files(path) -> dict[str, bytes]:
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*"))
+            if p.is_file()}
 
 
 def skeleton(value: bytes) -> tuple[np.ndarray, np.ndarray]:
@@ -88,3 +96,48 @@ def test_skeletons_run_through_their_own_segments(demo):
     for key, v in zip(keys, vertices):
         if key in diagonal:
             assert np.linalg.norm(np.ptp(v, axis=0)) > 0.5 * diagonal[key], key
+
+def test_rerun_replaces_the_demo_byte_for_byte(demo, tmp_path, capsys):
+    """A rerun into a demo's folder replaces it: the same files, byte for byte, and no
+    garbage in any shard; so does a rerun into one that a killed run left half written."""
+    first, _ = demo
+    path = tmp_path / "demo"
+    shutil.copytree(first, path)
+    assert main(["demo", str(path)]) == 0
+    assert files(path) == files(first)
+    capsys.readouterr()
+    assert main(["info", str(path), "--json"]) == 0
+    stores = list(json.loads(capsys.readouterr().out)["stores"].values())
+    assert main(["info", str(path / "skeletons"), "--json"]) == 0
+    stores.append(json.loads(capsys.readouterr().out))
+    assert len(stores) == 3 and all(s["garbage_bytes"] == 0 for s in stores)
+    assert main(["info", str(path)]) == 0
+    garbage = [line for line in capsys.readouterr().out.splitlines() if "garbage" in line]
+    assert len(garbage) == 2 and all("garbage      0.0%" in line for line in garbage)
+
+    (path / "skeletons" / "3.shard").unlink()
+    (path / "skeletons" / ".3.shard~1@host~0f.tmp").write_bytes(b"partial")
+    assert main(["demo", str(path)]) == 0
+    assert files(path) == files(first)
+
+
+def test_a_folder_of_other_things_is_refused_without_force(demo, tmp_path, capsys):
+    """Another layer (here in the demo's own scale folder) and other files: refused, with
+    nothing written; with --force, the demo's files replace that layer's, the rest stays."""
+    path = tmp_path / "mine"
+    with create_volume(path, dtype="uint8", shape=(64, 64, 64), resolution=(8, 8, 40),
+                       sharding="auto") as vol:  # another layer in the demo's scale folder
+        vol[:] = 7
+    (path / "notes.txt").write_text("mine")
+    before = files(path)
+    assert main(["demo", str(path)]) == 1
+    captured = capsys.readouterr()
+    assert not captured.out and captured.err.count("\n") == 1
+    assert captured.err.startswith("ngshard: error: ") and str(path) in captured.err
+    assert "--force" in captured.err
+    assert files(path) == before  # nothing written, nothing removed
+
+    assert main(["demo", str(path), "--force"]) == 0
+    after = files(path)
+    assert after.pop("notes.txt") == b"mine"  # only the demo's own files are replaced
+    assert after == files(demo[0])
