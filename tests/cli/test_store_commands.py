@@ -1,14 +1,10 @@
-"""The ngshard command line, run in-process and once as the installed console script."""
+"""The ngshard store commands, run in-process (the console script runs in test_demo.py)."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
-import numpy as np
 import pytest
-import tensorstore as ts
 
 import ngshard
 from ngshard.cli import main
@@ -77,27 +73,6 @@ def test_corrupt_shard_is_reported(store, capsys, tmp_path):
         shard.write_bytes(shard.read_bytes()[:20])
     assert main(["ls", store]) == 1
     assert "shorter than its" in capsys.readouterr().err
-
-
-def test_console_script_demo(tmp_path):
-    """The demo layer: a two-scale segmentation that tensorstore reads as ngshard does, whose
-    every segment has a skeleton."""
-    out = subprocess.run([sys.executable, "-m", "ngshard.cli", "demo", str(tmp_path / "demo")],
-                         capture_output=True, text=True, check=True).stdout
-    assert "keys         5000" in out and "2 scale(s)" in out
-    kv = ngshard.open_kv(tmp_path / "demo" / "skeletons")
-    assert len(kv) == 5000
-    value = kv[int(kv.keys_array()[0])]
-    n_vertices, n_edges = (int.from_bytes(value[i:i + 4], "little") for i in (0, 4))
-    assert len(value) == 8 + 12 * n_vertices + 8 * n_edges and n_edges == n_vertices - 1
-    info = json.loads((tmp_path / "demo" / "info").read_text())
-    assert info["skeletons"] == "skeletons" and len(info["scales"]) == 2
-    for scale in (0, 1):
-        labels = ngshard.open_volume(tmp_path / "demo", scale)[:]
-        theirs = ts.open({"driver": "neuroglancer_precomputed", "scale_index": scale,
-                          "kvstore": {"driver": "file", "path": str(tmp_path / "demo")}}).result()
-        np.testing.assert_array_equal(theirs.read().result(), labels)
-        assert set(np.unique(labels).tolist()) <= set(kv.keys_array().tolist())
 
 
 def test_put_rm_import_and_compact(store, tmp_path, capsys):

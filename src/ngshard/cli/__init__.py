@@ -101,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     quiet(p)
     p = command("demo", cmd_demo, "write a sample sharded segmentation layer and show it")
     p.add_argument("dir", nargs="?", default="ngshard-demo", help="where (default ./ngshard-demo)")
+    p.add_argument("--force", action="store_true", help="write into a folder that holds other "
+                   "things too, replacing its info and the files in its 8_8_40, 16_16_40 and "
+                   "skeletons folders (a previous demo is replaced without --force)")
     return parser
 
 

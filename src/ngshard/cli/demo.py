@@ -15,8 +15,8 @@ def cmd_demo(args: argparse.Namespace) -> None:
 
     path = os.path.abspath(args.dir)
     skeletons = os.path.join(path, "skeletons")
-    print(f"writing a sample segmentation layer with skeletons to {path} ...")
-    make_demo(path)
+    make_demo(path, force=args.force)  # refuses before writing anything
+    print(f"wrote a sample segmentation layer with skeletons to {path}")
     for url in (path, skeletons):
         cmd_info(argparse.Namespace(url=url, spec=None, json=False, scale=None))
     vol = open_volume(path)
@@ -25,5 +25,5 @@ def cmd_demo(args: argparse.Namespace) -> None:
           f"{', '.join(map(str, labels.tolist()))}")
     value = open_kv(skeletons)[int(labels[0])]
     print(f"its skeleton ({skeletons}):  {len(value)} bytes, "
-          f"{int.from_bytes(value[:4], 'little')} vertices")
+          f"{int.from_bytes(value[:4], 'little')} vertices, inside its segment")
     print(f"try:  ngshard verify {path};  ngshard ls {skeletons} | head")

@@ -1,0 +1,143 @@
+"""``ngshard demo``: the sample layer is readable by tensorstore, its skeletons lie inside their
+segments, a rerun replaces it byte for byte, and a folder of other things is left alone."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorstore as ts
+
+import ngshard
+from ngshard.cli import main
+from ngshard.volume import create_volume
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """A demo layer written by the console script: (its folder, what it printed)."""
+    path = tmp_path_factory.mktemp("demo") / "demo"
+    out = subprocess.run([sys.executable, "-m", "ngshard.cli", "demo", str(path)],
+                         capture_output=True, text=True, check=True).stdout
+    return path, out
+
+
+def files(path) -> dict[str, bytes]:
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*"))
+            if p.is_file()}
+
+
+def skeleton(value: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """(vertices, edges) of Neuroglancer's precomputed skeleton encoding."""
+    n_vertices, n_edges = np.frombuffer(value[:8], "<u4").tolist()
+    assert len(value) == 8 + 12 * n_vertices + 8 * n_edges
+    vertices = np.frombuffer(value[8:8 + 12 * n_vertices], "<f4").reshape(-1, 3)
+    return vertices, np.frombuffer(value[8 + 12 * n_vertices:], "<u4").reshape(-1, 2)
+
+
+def test_console_script_demo(demo):
+    """A two-scale segmentation that tensorstore reads as ngshard does, whose every segment
+    has a skeleton."""
+    path, out = demo
+    assert "keys         5000" in out and "2 scale(s)" in out and str(path) in out
+    kv = ngshard.open_kv(path / "skeletons")
+    assert len(kv) == 5000
+    info = json.loads((path / "info").read_text())
+    assert info["skeletons"] == "skeletons" and len(info["scales"]) == 2
+    for scale in (0, 1):
+        labels = ngshard.open_volume(path, scale)[:]
+        theirs = ts.open({"driver": "neuroglancer_precomputed", "scale_index": scale,
+                          "kvstore": {"driver": "file", "path": str(path)}}).result()
+        np.testing.assert_array_equal(theirs.read().result(), labels)
+        assert set(np.unique(labels).tolist()) <= set(kv.keys_array().tolist())
+
+
+def test_skeletons_run_through_their_own_segments(demo):
+    """Every vertex of a segment's skeleton is a voxel of that segment (the vertices are
+    voxel centres chosen among its voxels, so all of them, not most), and the skeleton spans
+    most of the segment; the skeletons of IDs not in the volume stay inside its bounds. All
+    are chains."""
+    path, _ = demo
+    vol = ngshard.open_volume(path)
+    labels, res = vol[:][..., 0], np.array(vol.resolution)
+    segments = np.unique(labels)
+    assert len(segments) >= 290  # of 300 cells, nearly all have voxels
+    keys, vertices = [], []
+    for key, value in ngshard.open_kv(path / "skeletons").items():
+        v, edges = skeleton(value)
+        assert len(v) >= 2 and len(edges) == len(v) - 1, key
+        assert (edges[:, 0] == np.arange(len(edges))).all() and \
+            (edges[:, 1] == edges[:, 0] + 1).all(), key
+        keys.append(key)
+        vertices.append(v)
+    owner = np.repeat(np.array(keys, np.uint64), [len(v) for v in vertices])
+    voxels = np.floor(np.concatenate(vertices) / res).astype(np.int64)
+    assert len(set(keys)) == 5000 and np.isin(segments, owner).all()
+    assert ((voxels >= 0) & (voxels < labels.shape)).all()
+    inside = np.isin(owner, segments)
+    np.testing.assert_array_equal(labels[tuple(voxels[inside].T)], owner[inside])
+
+    # along the cell, not bunched in one spot: a chain across its long axis spans most of
+    # its bounding box's diagonal (74% to 96% in this data)
+    which = np.searchsorted(segments, labels).ravel()
+    size = np.zeros((len(segments), 3))
+    for d, n in enumerate(labels.shape):
+        coord = np.broadcast_to(np.arange(n).reshape([-1 if i == d else 1 for i in range(3)]),
+                                labels.shape).ravel()
+        lo, hi = np.full(len(segments), n), np.full(len(segments), -1)
+        np.minimum.at(lo, which, coord)
+        np.maximum.at(hi, which, coord)
+        size[:, d] = hi - lo + 1
+    diagonal = dict(zip(segments.tolist(), np.linalg.norm(size * res, axis=1)))
+    for key, v in zip(keys, vertices):
+        if key in diagonal:
+            assert np.linalg.norm(np.ptp(v, axis=0)) > 0.5 * diagonal[key], key
+
+def test_rerun_replaces_the_demo_byte_for_byte(demo, tmp_path, capsys):
+    """A rerun into a demo's folder replaces it: the same files, byte for byte, and no
+    garbage in any shard; so does a rerun into one that a killed run left half written."""
+    first, _ = demo
+    path = tmp_path / "demo"
+    shutil.copytree(first, path)
+    assert main(["demo", str(path)]) == 0
+    assert files(path) == files(first)
+    capsys.readouterr()
+    assert main(["info", str(path), "--json"]) == 0
+    stores = list(json.loads(capsys.readouterr().out)["stores"].values())
+    assert main(["info", str(path / "skeletons"), "--json"]) == 0
+    stores.append(json.loads(capsys.readouterr().out))
+    assert len(stores) == 3 and all(s["garbage_bytes"] == 0 for s in stores)
+    assert main(["info", str(path)]) == 0
+    garbage = [line for line in capsys.readouterr().out.splitlines() if "garbage" in line]
+    assert len(garbage) == 2 and all("garbage      0.0%" in line for line in garbage)
+
+    (path / "skeletons" / "3.shard").unlink()
+    (path / "skeletons" / ".3.shard~1@host~0f.tmp").write_bytes(b"partial")
+    assert main(["demo", str(path)]) == 0
+    assert files(path) == files(first)
+
+
+def test_a_folder_of_other_things_is_refused_without_force(demo, tmp_path, capsys):
+    """Another layer (here in the demo's own scale folder) and other files: refused, with
+    nothing written; with --force, the demo's files replace that layer's, the rest stays."""
+    path = tmp_path / "mine"
+    with create_volume(path, dtype="uint8", shape=(64, 64, 64), resolution=(8, 8, 40),
+                       sharding="auto") as vol:  # another layer in the demo's scale folder
+        vol[:] = 7
+    (path / "notes.txt").write_text("mine")
+    before = files(path)
+    assert main(["demo", str(path)]) == 1
+    captured = capsys.readouterr()
+    assert not captured.out and captured.err.count("\n") == 1
+    assert captured.err.startswith("ngshard: error: ") and str(path) in captured.err
+    assert "--force" in captured.err
+    assert files(path) == before  # nothing written, nothing removed
+
+    assert main(["demo", str(path), "--force"]) == 0
+    after = files(path)
+    assert after.pop("notes.txt") == b"mine"  # only the demo's own files are replaced
+    assert after == files(demo[0])
