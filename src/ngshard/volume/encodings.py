@@ -4,14 +4,10 @@ Pure functions, no I/O. ``decode_chunk`` raises only CorruptDataError (prefixed 
 the chunk's name) on bad bytes; ``encode_chunk`` raises SpecError for combinations of encoding,
 dtype and channel count that tensorstore would not accept either.
 
-compressed_segmentation is decoded by the C++ ``compressed_segmentation`` package, which checks
-nothing: out-of-range offsets, bit widths or table indices make it read outside the buffer
-(segfaults or silently wrong labels), and it mis-decodes valid 32-bit blocks. Every channel is
-therefore validated here first, with tensorstore's rules, and blocks the package cannot decode
-safely go through a numpy decoder. jpeg goes through libjpeg-turbo (simplejpeg) in strict mode,
-so damage libjpeg merely warns about is an error, as in tensorstore; png through Pillow, both
-after checking the image size
-in the header (no decoding of an image larger than the chunk).
+compressed_segmentation is ngshard's own numpy codec (``cseg/``), which validates every header
+as tensorstore does. jpeg goes through libjpeg-turbo (simplejpeg) treating libjpeg's warnings
+as errors, as tensorstore does; png through Pillow. Both check the image size in the header
+first (no decoding of an image larger than the chunk).
 """
 
 from __future__ import annotations

@@ -1,0 +1,135 @@
+"""The byte stores the Storage contract suite runs against, each with a way around it:
+``put``/``get`` write and read the objects underneath without the store under test."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import fsspec
+import pytest
+
+import ngshard
+from ngshard import storage
+
+ts = pytest.importorskip("tensorstore")
+
+KINDS = ["local", "memory", "http", "http-plain"]
+
+class Backend:
+    """A store under test, and its objects reached around it."""
+
+    kind: str
+    storage: storage.Storage
+    #: False where tensorstore cannot read the store (it refuses servers that ignore Range).
+    peer_reads = True
+
+    def put(self, name: str, data: bytes) -> None:
+        """Create or replace an object (a new file, as a writer renaming into place makes)."""
+        raise NotImplementedError
+
+    def get(self, name: str) -> bytes | None:
+        raise NotImplementedError
+
+    def write_kv(self, spec, items) -> None:
+        """A sharded store in the root, written through the store where it can write."""
+        ngshard.write_kv(self.storage, spec, items)
+
+    def ts_kvstore(self) -> tuple[dict, ts.Context]:
+        """A tensorstore kvstore spec for the root, and the context to open it in."""
+        raise NotImplementedError
+
+
+class DirBackend(Backend):
+    """Objects as files of a local directory."""
+
+    def __init__(self, root: Path) -> None:
+        self.dir = root
+
+    def put(self, name: str, data: bytes) -> None:
+        path = self.dir / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".put-{uuid.uuid4().hex}")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+
+    def get(self, name: str) -> bytes | None:
+        path = self.dir / name
+        return path.read_bytes() if path.is_file() else None
+
+
+class LocalBackend(DirBackend):
+    kind = "local"
+
+    def __init__(self, tmp_path: Path) -> None:
+        super().__init__(tmp_path / "store")
+        self.dir.mkdir()
+        self.storage = storage.open_storage(self.dir)
+
+    def ts_kvstore(self):
+        return {"driver": "file", "path": f"{self.dir}/"}, ts.Context()
+
+
+class HttpBackend(DirBackend):
+    """Read only: the server serves the directory the objects are put in."""
+
+    kind = "http"
+
+    def __init__(self, server) -> None:
+        super().__init__(server.root / "store")
+        self.dir.mkdir()
+        self.base = f"{server.base}/store"
+        self.storage = storage.open_storage(self.base)
+
+    def write_kv(self, spec, items) -> None:
+        ngshard.write_kv(self.dir, spec, items)
+
+    def ts_kvstore(self):
+        return {"driver": "http", "base_url": f"{self.base}/"}, ts.Context()
+
+
+class PlainHttpBackend(HttpBackend):
+    """``python3 -m http.server``: whole files for range requests, no ETag. Its generations
+    rest on the size and Last-Modified, which counts whole seconds: each put moves the file's
+    time on by a second, as time passing between writes would."""
+
+    kind = "http-plain"
+    peer_reads = False
+
+    def __init__(self, server) -> None:
+        super().__init__(server)
+        self.clock = 1_700_000_000
+
+    def put(self, name: str, data: bytes) -> None:
+        super().put(name, data)
+        self.clock += 1
+        os.utime(self.dir / name, (self.clock, self.clock))
+
+
+class MemoryBackend(Backend):
+    kind = "memory"
+
+    def __init__(self) -> None:
+        self.fs = fsspec.filesystem("memory")
+        self.root = f"/ngshard-contract-{uuid.uuid4().hex}/store"
+        self.storage = storage.open_storage(f"memory://{self.root}")
+
+    def put(self, name: str, data: bytes) -> None:
+        self.fs.pipe_file(f"{self.root}/{name}", data)
+
+    def get(self, name: str) -> bytes | None:
+        try:
+            return self.fs.cat_file(f"{self.root}/{name}")
+        except FileNotFoundError:
+            return None
+
+    def ts_kvstore(self):
+        """tensorstore cannot see fsspec's memory: copy every object the store lists (read
+        through the store) into a tensorstore memory kvstore of a shared context."""
+        context = ts.Context()
+        memory = ts.KvStore.open({"driver": "memory"}, context=context).result()
+        names = self.storage.list()
+        for name, data in zip(names, self.storage.read_many(names)):
+            memory.write(name, data).result()
+        return {"driver": "memory"}, context
