@@ -384,7 +384,8 @@ class ShardReader:
         return out
 
     def keys_array(self) -> np.ndarray:
-        """Every stored key, sorted by shard and key."""
+        """Every key the minishard indices list, sorted by shard and key (misplaced keys
+        included, as tensorstore lists them: see ShardedKV.keys_array)."""
         parts = self.retrying(self._shard_keys, self.shard_names())
         return np.concatenate(parts) if parts else np.zeros(0, np.uint64)
 
