@@ -5,6 +5,10 @@
    (rewrite) or every minishard (append), exactly its old or its new content.
 2. A reader process reads continuously through one open store while a writer process appends,
    rewrites and compacts: every value read must be one the writer wrote for that key.
+3. Without kills, what makes 1 hold at every instant, not only where the kills land: a commit
+   never changes bytes of the old shard a crash could leave (a rewrite leaves the old file
+   alone and renames a new one into place; an append writes past the old end and then the
+   shard index only).
 
 The killed writers are forked from a "zygote" process that imported ngshard once, so that each
 starts in milliseconds instead of half a second.
@@ -12,6 +16,7 @@ starts in milliseconds instead of half a second.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -238,6 +243,31 @@ def test_sigkill_during_commit_leaves_old_or_new(tmp_path, strategy):
         assert tmps == 0
     # mixed_within is only reported: an append may leave a shard part old, part new (each
     # minishard old or new, as check_store asserts); a rewrite never can.
+
+
+@pytest.mark.parametrize("strategy", ["rewrite", "append"])
+def test_commits_never_write_over_bytes_a_crash_could_leave(tmp_path, strategy):
+    old, new, sets, deletes = change_set()
+    ngshard.write_kv(tmp_path, SPEC, old)
+    names = sorted(n for n in os.listdir(tmp_path) if n.endswith(".shard"))
+    before = {n: (tmp_path / n).read_bytes() for n in names}
+    with contextlib.ExitStack() as stack:  # open as readers hold them
+        held = {n: stack.enter_context(open(tmp_path / n, "rb")) for n in names}
+        kv = ngshard.open_kv(tmp_path, SPEC, "r+", strategy=strategy, compact_ratio=None)
+        kv.update(sets)
+        for key in deletes:
+            del kv[key]
+        assert {p.action for p in kv.commit().shards} == {strategy}
+        for n in names:
+            after = (tmp_path / n).read_bytes()
+            assert after != before[n]
+            if strategy == "rewrite":  # a new file; the old one's bytes as they were
+                assert os.fstat(held[n].fileno()).st_ino != os.stat(tmp_path / n).st_ino
+                assert held[n].read() == before[n], n
+            else:  # the same file, changed only in its shard index and past its old end
+                index = SPEC.shard_index_size
+                assert after[index:len(before[n])] == before[n][index:], n
+    assert ngshard.open_kv(tmp_path, SPEC).get_many(list(old.keys() | new.keys())) == new
 
 
 # --- concurrent reader and writer ---------------------------------------------------------
