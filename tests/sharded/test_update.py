@@ -229,6 +229,47 @@ def test_write_kv_from_an_iterator_larger_than_its_buffer(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["kv"]  # spill files removed
 
 
+RAW = ngshard.ShardingSpec(hash="murmurhash3_x86_128", minishard_bits=3, shard_bits=2,
+                           minishard_index_encoding="gzip", data_encoding="raw")
+
+
+@pytest.mark.parametrize("spill_dir", ["beside the shards", "elsewhere"])
+def test_raw_spilled_shards_are_made_from_their_spill_files(tmp_path, spill_dir):
+    """Raw data past the buffer: each new shard is its spill file (garbage from repeated keys
+    and deletions included), made without reading the values again."""
+    items = items_of(3000, size=300)
+    keys = list(items)
+    again = {k: b"newer %d" % k for k in keys[:40:4]}  # spilled twice: old copies are garbage
+
+    def pairs():
+        for i, (k, v) in enumerate(items.items()):
+            yield k, v
+            if i == 1500:
+                yield from again.items()
+        yield keys[1], b"last wins"
+
+    path = tmp_path / "kv"
+    elsewhere = tmp_path / "spill"
+    elsewhere.mkdir()
+    kw = {} if spill_dir == "beside the shards" else {"spill_dir": str(elsewhere)}
+    ngshard.write_kv(path, RAW, pairs(), buffer_bytes=20_000, **kw)
+    expected = {**items, **again, keys[1]: b"last wins"}
+    assert ts_contents(path, RAW) == expected
+    kv = ngshard.open_kv(path, RAW)
+    assert kv.get_many(expected) == expected
+    assert sum(s["keys"] for s in kv.stats()) == len(expected)
+    assert any(s["garbage"] > 0 for s in kv.stats())
+    assert sorted(os.listdir(path)) == sorted([*shard_files(path), "info"])
+    assert os.listdir(elsewhere) == []
+
+    with ngshard.open_kv(path, RAW, "w", staged_bytes=20_000, **kw) as kv:  # deletions too
+        kv.update(items)
+        for k in keys[::5]:
+            del kv[k]
+    expected = {k: v for k, v in items.items() if k not in keys[::5]}
+    assert ts_contents(path, RAW) == expected
+
+
 @pytest.mark.parametrize("second", ["append", "rewrite"])
 def test_concurrent_writers_conflict_instead_of_losing_keys(store, strategy, second):
     path, items = store

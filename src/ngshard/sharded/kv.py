@@ -133,7 +133,10 @@ class ShardedKV(MutableMapping):
     def keys_array(self) -> np.ndarray:
         """All keys as a uint64 array: stored keys sorted by shard and key, then staged
         additions. Reads only the shard and minishard indices (one batched read each); memory
-        is O(keys)."""
+        is O(keys). Like tensorstore's listing, it reports every key the minishard indices
+        hold without hashing them: a copy a writer put in a minishard the key does not hash
+        to is listed but never read (the key reads as absent, unless its own minishard holds
+        it too: then it is listed twice)."""
         stored = self.reader.keys_array() if self.mode != "w" else np.zeros(0, np.uint64)
         if not self._staging:
             return stored

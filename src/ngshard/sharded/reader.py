@@ -283,10 +283,21 @@ class ShardReader:
             table = MinishardIndex(*(np.concatenate(col) for col in zip(*parts)))
             owner = np.repeat(needed, [len(p.keys) for p in parts]).astype(np.uint64)
             order = np.argsort(table.keys, kind="stable")
-            table = MinishardIndex(*(col[order] for col in table))
+            table, owner = MinishardIndex(*(col[order] for col in table)), owner[order]
             hit, pos = table.find(keys[g])
+            if len(table.keys) > 1 and (table.keys[1:] == table.keys[:-1]).any():
+                # A key listed in several minishards (all but one misplaced): equal keys lie
+                # in minishard order, so search (rank of the key, minishard) pairs for the
+                # copy in the key's own minishard.
+                rank = np.zeros(len(table.keys), np.uint64)
+                rank[1:] = np.cumsum(table.keys[1:] != table.keys[:-1])
+                width = np.uint64(self.spec.num_minishards)
+                pairs = rank * width + owner
+                pos = np.minimum(np.searchsorted(pairs, rank[pos] * width + minishards[g]),
+                                 len(pairs) - 1)
+                hit = table.keys[pos] == keys[g]
             # a key counts only in its own minishard
-            hit[hit] = owner[order][pos[hit]] == minishards[g][hit]
+            hit[hit] = owner[pos[hit]] == minishards[g][hit]
             p = pos[hit]
             found[shard.name] = np.stack(
                 [keys[g][hit], table.starts[p], table.starts[p] + table.sizes[p]], axis=1)
@@ -389,7 +400,8 @@ class ShardReader:
         return out
 
     def keys_array(self) -> np.ndarray:
-        """Every stored key, sorted by shard and key."""
+        """Every key the minishard indices list, sorted by shard and key (misplaced keys
+        included, as tensorstore lists them: see ShardedKV.keys_array)."""
         parts = self.retrying(self._shard_keys, self.shard_names())
         return np.concatenate(parts) if parts else np.zeros(0, np.uint64)
 
