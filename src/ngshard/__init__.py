@@ -19,6 +19,7 @@ from .errors import (
     NotFoundError,
     ReadOnlyError,
     SpecError,
+    StorageWriteError,
 )
 from .sharded import ShardedKV, ShardingSpec, open_kv, write_kv
 
@@ -50,6 +51,7 @@ __all__ = [
     "ShardingSpec",
     "Volume",
     "SpecError",
+    "StorageWriteError",
     "create_volume",
     "open_kv",
     "open_volume",

@@ -32,6 +32,14 @@ class NotFoundError(NgShardError, FileNotFoundError):
     """No store, layer or file where one was expected; the message names the place."""
 
 
+class StorageWriteError(NgShardError, OSError):
+    """Storage refused a write (disk full, file too large, quota); the message names the
+    object, and nothing of it was committed."""
+
+    def __str__(self) -> str:
+        return f"{self.filename}: {self.strerror}"
+
+
 class MissingDependencyError(NgShardError, ImportError):
     """An optional package is needed for this URL or encoding; the message says what to
     install."""

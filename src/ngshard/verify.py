@@ -9,7 +9,7 @@ import numpy as np
 from .compression import decode
 from .errors import NgShardError
 from .progress import progress_bar
-from .sharded import ShardedKV
+from .sharded import ShardedKV, legacy
 from .sharded.format import Entries, decode_all, decode_shard_index
 from .sharded.update import live_bytes
 from .volume import Volume
@@ -98,19 +98,15 @@ def _verify_shards(kv: ShardedKV, progress: bool) -> tuple[VerifyReport, np.ndar
     report, keys = VerifyReport(), [np.zeros(0, np.uint64)]
     for name in progress_bar(kv.shard_names(), desc="verifying", unit="shard",
                              enabled=progress):
-        data = kv.storage.read(name)
-        if data is None:  # an obsolete two-file shard: check the two files as one
-            stem = name[:-len(".shard")]
-            index, rest = kv.storage.read(f"{stem}.index"), kv.storage.read(f"{stem}.data")
-            if index is None or rest is None:
-                report.problems.append(f"{kv.storage.path(name)}: vanished during the check")
-                continue
-            data = index + rest
         try:
-            found = _check_shard(kv, name, data, report)
-        except IsADirectoryError:
-            report.problems.append(f"{kv.storage.path(name)}: a directory, not a shard file")
+            data = _read_shard(kv, name)
+        except NgShardError as e:  # a directory where the shard should be, say
+            report.problems.append(str(e))
             continue
+        if data is None:
+            report.problems.append(f"{kv.storage.path(name)}: vanished during the check")
+            continue
+        found = _check_shard(kv, name, data, report)
         if found is not None:
             keys.append(found)
     for n in kv.storage.list():
@@ -118,6 +114,15 @@ def _verify_shards(kv: ShardedKV, progress: bool) -> tuple[VerifyReport, np.ndar
             report.problems.append(f"{kv.storage.path(n)}: not a shard name of this spec "
                                    f"(shard_bits {kv.spec.shard_bits})")
     return report, np.concatenate(keys)
+
+
+def _read_shard(kv: ShardedKV, name: str) -> bytes | None:
+    """A whole shard (an obsolete two-file shard's two files as one), None if gone."""
+    data = kv.storage.read(name)
+    if data is None:
+        index, rest = (kv.storage.read(n) for n in legacy.pair_names(name))
+        data = None if index is None or rest is None else index + rest
+    return data
 
 
 def verify_volume(vol: Volume, *, progress: bool = False) -> VerifyReport:

@@ -282,9 +282,12 @@ class TestStorageContract:
         assert after.size == info.size + 5 and after.generation != info.generation
         with pytest.raises(ngshard.ConflictError):  # a stale generation: nothing written
             s.append_and_patch("a", info.generation, after.size, [b"more"], b"HEAD")
-        with pytest.raises(ngshard.ConflictError):  # the offset is not the end
-            s.append_and_patch("a", after.generation, 3, [b"more"], b"HEAD")
+        with pytest.raises(ngshard.ConflictError):  # the offset is past the end
+            s.append_and_patch("a", after.generation, after.size + 1, [b"more"], b"HEAD")
         assert backend.get("a") == b"head-body-tail!"
+        # bytes past the offset (a dead append's tail) are replaced by the new tail
+        s.append_and_patch("a", after.generation, info.size, [b"TAIL"], b"HEAD")
+        assert backend.get("a") == b"HEAD-body-TAIL"
 
     def test_stores_that_cannot_append_say_so(self, backend):
         s = backend.storage

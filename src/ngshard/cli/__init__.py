@@ -136,7 +136,7 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
 def _message(e: BaseException, url: str | None) -> str:
     """One line for any expected failure; OSErrors name their file (or the URL at work)."""
-    if isinstance(e, NgShardError):
+    if isinstance(e, NgShardError) and not (isinstance(e, OSError) and e.strerror):
         return str(e)
     where = getattr(e, "filename", None) or url
     what = getattr(e, "strerror", None) or str(e) or type(e).__name__

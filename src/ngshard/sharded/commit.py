@@ -15,7 +15,7 @@ from ..errors import NgShardError
 from ..progress import progress_bar
 from ..storage import ANY, FileSlice, Storage, changed_on_storage
 from ..threads import WORKERS, bounded_map, pmap
-from . import legacy
+from . import legacy, listing
 from .plan import CommitPlan, ShardPlan
 from .reader import ShardReader, ShardState
 from .spec import ShardingSpec
@@ -69,7 +69,7 @@ def _append_base(reader: ShardReader, plan: ShardPlan, changes: ShardChanges
     reader.load_minishards([(shard, touched)])
     return ShardState(shard.name, shard.size, shard.generation, shard.ranges,
                       {m: shard.minishards[m] for m in np.unique(touched).tolist()},
-                      garbage=shard.garbage)
+                      garbage=shard.garbage, end=shard.end)
 
 
 def _apply(storage: Storage, spec: ShardingSpec, mode: str, plan: ShardPlan,
@@ -107,15 +107,16 @@ def _apply(storage: Storage, spec: ShardingSpec, mode: str, plan: ShardPlan,
                                   [index_size, plan.size_before - index_size],
                                   plan.generation, where))
     if plan.action in ("append", "rewrite"):
-        update = append_update(spec, base.size, base.garbage, base.ranges, base.minishards,
-                               keys, values, deleted)
+        # after the committed bytes: a dead append's tail past them is cut off
+        update = append_update(spec, base.end, base.garbage - (base.size - base.end),
+                               base.ranges, base.minishards, keys, values, deleted)
         if update.empty:
             storage.delete(name, if_generation=plan.generation)
         elif plan.action == "append":
             storage.append_and_patch(name, plan.generation, update.offset, update.tail,
                                      update.index)
         else:  # the same bytes as an append would leave, written as a new object
-            storage.write(name, [update.index, memoryview(old)[len(update.index):],
+            storage.write(name, [update.index, memoryview(old)[len(update.index):base.end],
                                  *update.tail], if_generation=plan.generation)
         return
     parts = rewrite_shard(spec, old, keys, values, deleted, where)
@@ -145,7 +146,7 @@ def compact(reader: ShardReader, names: Iterable[str], *, progress: bool = False
     """Rewrite the named shards that hold garbage of earlier appends, without it."""
     spec = reader.spec
     plans = []
-    for shard in reader.retrying(reader.full_shards, list(names)):
+    for shard in reader.retrying(listing.full_shards, reader, list(names)):
         live = live_bytes(spec, shard.ranges, shard.minishards)
         if live < shard.size:
             plans.append(ShardPlan(shard.name, spec.parse_shard_filename(shard.name), "compact",

@@ -19,6 +19,7 @@ from .._arrays import member
 from ..errors import InvalidKeyError, NgShardError, NotFoundError, ReadOnlyError, SpecError
 from ..storage import Storage, open_storage, remove_stale
 from . import commit as committing
+from . import listing
 from .infofile import parent_scale_spec, read_info, spec_from_info, write_info
 from .plan import CommitPlan, plan_commit
 from .reader import (
@@ -128,7 +129,7 @@ class ShardedKV(MutableMapping):
     def shard_names(self) -> list[str]:
         """Names of the shards present, in shard order (an obsolete two-file shard is listed
         under the name of the single file it stands for)."""
-        return self.reader.shard_names()
+        return listing.shard_names(self.reader)
 
     def keys_array(self) -> np.ndarray:
         """All keys as a uint64 array: stored keys sorted by shard and key, then staged
@@ -137,7 +138,7 @@ class ShardedKV(MutableMapping):
         hold without hashing them: a copy a writer put in a minishard the key does not hash
         to is listed but never read (the key reads as absent, unless its own minishard holds
         it too: then it is listed twice)."""
-        stored = self.reader.keys_array() if self.mode != "w" else np.zeros(0, np.uint64)
+        stored = listing.keys_array(self.reader) if self.mode != "w" else np.zeros(0, np.uint64)
         if not self._staging:
             return stored
         staged, lengths = self._staging.status()
@@ -152,7 +153,7 @@ class ShardedKV(MutableMapping):
 
     def stats(self) -> list[dict]:
         """Per shard file present: name, size in bytes, number of keys, garbage fraction."""
-        return self.reader.stats()
+        return listing.stats(self.reader)
 
     # --- staged changes ----------------------------------------------------------------------
 
@@ -301,7 +302,7 @@ def open_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str | 
             staged_bytes: int = DEFAULT_STAGED_BYTES, spill_dir: str | None = None,
             cache_bytes: int = DEFAULT_CACHE_BYTES, info: bool = True,
             max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
-            read_retries: int = DEFAULT_READ_RETRIES) -> ShardedKV:
+            read_retries: int = DEFAULT_READ_RETRIES, durable: bool = True) -> ShardedKV:
     """Open the sharded key-value store at ``url``.
 
     Parameters
@@ -330,6 +331,10 @@ def open_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str | 
     read_retries
         How often one read may find a shard replaced under it (another writer committing)
         before it gives up; retries back off with jitter.
+    durable
+        Local writes are fsynced (data before it is renamed into place or pointed at, the
+        directory after a rename), so a power cut leaves every shard old or new; False skips
+        that for scratch work.
     info
         Writers record the spec in ``<url>/info`` on commit, so later opens need none.
 
@@ -354,7 +359,7 @@ def open_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str | 
     >>> open_kv("memory://doc-kv")[7]
     b'seven'
     """
-    storage = open_storage(url)
+    storage = open_storage(url, durable=durable)
     if spec is None:
         if mode == "w":
             raise SpecError("mode 'w' needs a sharding spec")
@@ -383,7 +388,7 @@ def _check_recorded(storage: Storage, spec: ShardingSpec) -> None:
 def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
              items: Mapping[int, bytes] | Iterable[tuple[int, bytes]], *,
              progress: bool = False, buffer_bytes: int = DEFAULT_BUFFER_BYTES,
-             spill_dir: str | None = None, info: bool = True) -> None:
+             spill_dir: str | None = None, info: bool = True, durable: bool = True) -> None:
     """Write a whole store at ``url`` from a mapping or an iterable of (key, bytes).
 
     Parameters
@@ -401,6 +406,8 @@ def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
         so memory stays bounded by the buffer plus the largest shard.
     info
         Record the spec in ``<url>/info`` (``{"sharding": ...}``, other members kept).
+    durable
+        As for :func:`open_kv`.
 
     Raises
     ------
@@ -411,7 +418,8 @@ def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
     TypeError
         A value that is not bytes.
     """
-    kv = open_kv(url, spec, "w", staged_bytes=buffer_bytes, spill_dir=spill_dir, info=info)
+    kv = open_kv(url, spec, "w", staged_bytes=buffer_bytes, spill_dir=spill_dir, info=info,
+                 durable=durable)
     try:
         kv.update(items)
         kv.commit(progress=progress)

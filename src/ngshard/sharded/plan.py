@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from .._arrays import member
+from . import listing
 from .format import Entries
 from .reader import ShardReader
 from .staging import DELETED
@@ -94,7 +95,7 @@ def plan_commit(reader: ShardReader, keys: np.ndarray, lengths: np.ndarray, *, m
         plans = [p for p in plans if p is not None]
         planned = {p.name for p in plans}
         plans += [ShardPlan(n, spec.parse_shard_filename(n), "delete")
-                  for n in reader.shard_names() if n not in planned]
+                  for n in listing.shard_names(reader) if n not in planned]
         return CommitPlan(url, strategy, sorted(plans, key=lambda p: p.shard), version)
     names = {num: spec.shard_filename(num) for num in groups}
     reader.retrying(reader.shards, list(names.values()))  # all shard indices in one batch
@@ -154,7 +155,7 @@ def _plan_shard(reader: ShardReader, name: str, num: int, keys: np.ndarray,
         return ShardPlan(name, num, "delete", **dict(base, keys_after=0))
     # Both strategies add the changes after the old bytes (in place, or in a copy) and
     # leave the replaced ones as garbage, until it passes compact_ratio.
-    size_after = shard.size + new_bytes + new_index + TRAILER_SIZE
+    size_after = shard.end + new_bytes + new_index + TRAILER_SIZE  # a dead tail is cut off
     garbage = 1 - live_after / size_after
     if compact_ratio is not None and garbage > compact_ratio:
         return ShardPlan(name, num, "compact", read_bytes=shard.size,
@@ -163,4 +164,4 @@ def _plan_shard(reader: ShardReader, name: str, num: int, keys: np.ndarray,
         return ShardPlan(name, num, "rewrite", read_bytes=shard.size,
                          write_bytes=size_after, garbage_after=garbage, **base)
     return ShardPlan(name, num, "append", garbage_after=garbage,
-                     write_bytes=size_after - shard.size + spec.shard_index_size, **base)
+                     write_bytes=size_after - shard.end + spec.shard_index_size, **base)

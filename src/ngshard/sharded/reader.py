@@ -30,7 +30,7 @@ from .format import (
     decode_shard_index,
 )
 from .spec import ShardingSpec
-from .update import TRAILER_SIZE, live_bytes, trailer_garbage
+from .update import TRAILER_SIZE, indices_end, live_bytes, trailer_garbage
 
 DEFAULT_CACHE_BYTES = 256 << 20
 #: The largest value a gzip-encoded chunk may inflate to, unless the store is told otherwise.
@@ -40,6 +40,9 @@ _PARALLEL_DECODE_BYTES = 2 << 20
 #: committing to that shard without pause); retries back off, with jitter.
 DEFAULT_READ_RETRIES = 10
 _BACKOFF_FIRST, _BACKOFF_MAX = 0.001, 0.2  # seconds
+# Shards changed less than this many seconds ago may keep their generation through a change
+# on filesystems with coarse timestamps: their shard index is read again to confirm them.
+COARSE_TIMES = 2.0
 R = TypeVar("R")
 
 
@@ -58,11 +61,16 @@ class ShardState:
     data_name: str = ""
     data_shift: int = 0
     data_generation: Any = None
-    garbage: int = 0  # unreferenced bytes, as recorded by the trailer of an append
+    # Unreferenced bytes (as appends' trailers record them, with any dead append's tail) and
+    # where the committed bytes end: past it lies only the tail of an append that died.
+    garbage: int = 0
+    end: int = 0
+    recent: bool = False  # changed within the timestamp resolution: confirm before trusting
 
     def __post_init__(self) -> None:
         if not self.data_name:
             self.data_name, self.data_generation = self.name, self.generation
+        self.end = self.end or self.size
 
     @property
     def split(self) -> bool:
@@ -140,24 +148,27 @@ class ShardReader:
         """The current state of each named shard (None: no such file), indices read as needed."""
         out: dict[str, ShardState | None] = {}
         todo = []
+        now = time.time()
         for name, infos in zip(names, self._stats(names)):
             cached = self._cache.get(name)
             generation = infos and (infos[0].generation if infos[1] is None
                                     else (infos[0].generation, infos[1].generation))
+            recent = infos is not None and any(
+                i is not None and i.modified is not None and now - i.modified < COARSE_TIMES
+                for i in infos)
             if infos is None:
                 self.forget(name)
                 out[name] = None
-            elif cached is not None and cached.generation == generation:
+            elif cached is not None and cached.generation == generation and not recent:
                 self._cache.move_to_end(name)
                 out[name] = cached
             else:
-                self.forget(name)
-                todo.append((name, infos, generation))
+                todo.append((name, infos, generation, recent))
         if not todo:
             return out
         size = self.spec.shard_index_size
         index_names = [name if data is None else legacy.pair_names(name)[0]
-                       for name, (_, data), _ in todo]
+                       for name, (_, data), _, _ in todo]
         # The shard index, and where appends happen (local files), the end of the file,
         # where an append leaves its trailer.
         trailer = self.storage.supports_append
@@ -167,8 +178,9 @@ class ShardReader:
             return head + [[max(0, info.size - TRAILER_SIZE), info.size]] if trailer else head
 
         reads = self.storage.read_ranges(
-            [(n, wanted(info)) for n, (_, (info, _), _) in zip(index_names, todo)])
-        for index_name, (name, (info, data), generation), (gen, chunks) in \
+            [(n, wanted(info)) for n, (_, (info, _), _, _) in zip(index_names, todo)])
+        dead_tails = []
+        for index_name, (name, (info, data), generation, recent), (gen, chunks) in \
                 zip(index_names, todo, reads):
             if chunks is None or (gen is not None and gen != info.generation):
                 raise StaleShard(name)
@@ -178,15 +190,54 @@ class ShardReader:
                                        f"not the {size} of a shard index")
             ranges = decode_shard_index(chunks[0], self.spec.num_minishards, total,
                                         self.storage.path(index_name))
-            shard = ShardState(name, total, generation, ranges,
-                               garbage=trailer_garbage(chunks[1], total) if trailer else 0)
-            if data is not None:
+            cached = self._cache.get(name)
+            self.forget(name)
+            shard = ShardState(name, total, generation, ranges, recent=recent)
+            if cached is not None and cached.generation == generation and \
+                    np.array_equal(cached.ranges, ranges):  # confirmed: keep what was decoded
+                shard.minishards, shard.garbage, shard.end = \
+                    cached.minishards, cached.garbage, cached.end
+            elif data is not None:
                 shard.data_name, shard.data_shift = legacy.pair_names(name)[1], size
                 shard.data_generation = data.generation
+            elif trailer and shard.end != indices_end(ranges, size):
+                recorded = trailer_garbage(chunks[1], total)
+                if recorded is not None and total - TRAILER_SIZE == indices_end(ranges, size):
+                    shard.garbage = recorded
+                else:
+                    dead_tails.append(shard)
             self._cache[name] = shard
-            self._account(shard, ranges.nbytes)
+            self._account(shard, ranges.nbytes + sum(i.nbytes for i in shard.minishards.values()))
             out[name] = shard
+        self._count_dead_tails(dead_tails)
         return out
+
+    def _count_dead_tails(self, shards: list[ShardState]) -> None:
+        """Shards whose file goes on past their last committed append: find the trailer that
+        append left where its minishard indices end, and count everything after it as garbage
+        (a later append cuts it off). Without such a trailer (a shard whose first append
+        died), count exactly, from every minishard index."""
+        if not shards:
+            return
+        size = self.spec.shard_index_size
+        starts = [indices_end(s.ranges, size) for s in shards]
+        reads = self.read_through([(s, np.array([[a, min(a + TRAILER_SIZE, s.size)]]))
+                                   for s, a in zip(shards, starts)])
+        exact = []
+        for shard, start, chunks in zip(shards, starts, reads):
+            recorded = trailer_garbage(chunks[0], shard.size)
+            if recorded is None:
+                exact.append(shard)
+                continue
+            shard.end = start + TRAILER_SIZE
+            shard.garbage = recorded + shard.size - shard.end
+        everything = [(s, np.flatnonzero(s.ranges[:, 0] != s.ranges[:, 1])) for s in exact]
+        self.load_minishards(everything)
+        for shard in exact:
+            ends = [int((i.starts + i.sizes).max()) for i in shard.minishards.values()
+                    if len(i.keys)]
+            shard.end = max([indices_end(shard.ranges, size), *ends])
+            shard.garbage = shard.size - live_bytes(self.spec, shard.ranges, shard.minishards)
 
     def read_through(self, wanted: list[tuple[ShardState, np.ndarray]]) -> list[list[bytes]]:
         """Read ``(shard, (n, 2) absolute ranges)`` past the shard indices, in one batch,
@@ -332,6 +383,8 @@ class ShardReader:
         # Where reads report the generation they saw (local files), a cached index is used
         # without a stat first: a hit is confirmed by the read of its data, a miss by a stat.
         shard = self._cache.get(name) if self.storage.reads_report_generation else None
+        if shard is not None and shard.recent:  # its generation alone may not tell: stat it
+            shard = None
         fresh = shard is None
         if fresh:
             shard = self.shards([name])[name]
@@ -375,41 +428,3 @@ class ShardReader:
         if self.storage.reads_report_generation:  # a cached hit must be confirmed by a stat
             self.retrying(self.shards, [self.spec.shard_filename(self.spec.locate_one(key)[0])])
         return self.retrying(self._find_one, key) is not None
-
-    # --- listing ---------------------------------------------------------------------------
-
-    def shard_names(self) -> list[str]:
-        """Names of the shards present, in shard order (an obsolete two-file shard is listed
-        under the name of the single file it stands for)."""
-        names = set(self.storage.list())
-        return sorted(n for n in names | legacy.shards_of_pairs(names)
-                      if self.spec.parse_shard_filename(n) is not None)
-
-    def full_shards(self, names: list[str]) -> list[ShardState]:
-        """The named shards that exist, with every minishard index loaded."""
-        present = [s for s in self.shards(names).values() if s is not None]
-        self.load_minishards([(s, np.flatnonzero(s.ranges[:, 0] != s.ranges[:, 1]))
-                              for s in present])
-        return present
-
-    def _shard_keys(self, names: list[str]) -> list[np.ndarray]:
-        out = []
-        for shard in self.full_shards(names):
-            parts = [idx.keys for idx in shard.minishards.values() if len(idx.keys)]
-            out.append(np.sort(np.concatenate(parts)) if parts else np.zeros(0, np.uint64))
-        return out
-
-    def keys_array(self) -> np.ndarray:
-        """Every key the minishard indices list, sorted by shard and key (misplaced keys
-        included, as tensorstore lists them: see ShardedKV.keys_array)."""
-        parts = self.retrying(self._shard_keys, self.shard_names())
-        return np.concatenate(parts) if parts else np.zeros(0, np.uint64)
-
-    def stats(self) -> list[dict]:
-        """Per shard file present: name, size in bytes, number of keys, garbage fraction."""
-        out = []
-        for s in self.retrying(self.full_shards, self.shard_names()):
-            live = live_bytes(self.spec, s.ranges, s.minishards)
-            out.append({"name": s.name, "bytes": s.size, "keys": s.key_count(),
-                        "garbage": 1 - live / s.size if s.size else 0.0})
-        return out

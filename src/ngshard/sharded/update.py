@@ -108,13 +108,20 @@ def trailer(garbage: int) -> bytes:
     return TRAILER_MAGIC + garbage.to_bytes(8, "little")
 
 
-def trailer_garbage(tail: bytes | memoryview, file_size: int) -> int:
-    """Unreferenced bytes recorded by the trailer in a file's last 16 bytes, 0 if none."""
+def trailer_garbage(tail: bytes | memoryview, file_size: int) -> int | None:
+    """Unreferenced bytes recorded by a trailer (16 bytes), None if they are no trailer."""
     tail = bytes(tail)
     if len(tail) != TRAILER_SIZE or not tail.startswith(TRAILER_MAGIC):
-        return 0
+        return None
     garbage = int.from_bytes(tail[8:], "little")
-    return garbage if garbage <= file_size else 0
+    return garbage if garbage <= file_size else None
+
+
+def indices_end(ranges: np.ndarray, index_end: int) -> int:
+    """Where the last minishard index ends: an append's trailer follows it directly, so a
+    shard whose file goes on past that trailer holds the tail of an append that died."""
+    used = ranges[ranges[:, 1] > ranges[:, 0]]
+    return max(index_end, int(used[:, 1].max())) if len(used) else index_end
 
 
 def append_update(spec: ShardingSpec, file_size: int, garbage: int, ranges: np.ndarray,

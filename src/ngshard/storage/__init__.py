@@ -11,16 +11,17 @@ from .remote import FsspecStorage, RangesIgnoredWarning
 from .tempnames import SPILL_PREFIX, owner_tag, remove_stale
 
 
-def open_storage(url: str | os.PathLike | Storage) -> Storage:
+def open_storage(url: str | os.PathLike | Storage, *, durable: bool = True) -> Storage:
     """The storage for a local path, a ``file://`` URL or any fsspec URL (an open Storage is
-    returned as it is)."""
+    returned as it is). ``durable=False`` skips the fsyncs of local writes (scratch work:
+    faster, but a power cut may leave a shard empty or old)."""
     if isinstance(url, Storage):
         return url
     url = os.fspath(url)
     if "://" not in url:
-        return LocalStorage(url)
+        return LocalStorage(url, durable=durable)
     if url.startswith("file://"):
-        return LocalStorage(url[len("file://"):])
+        return LocalStorage(url[len("file://"):], durable=durable)
     scheme = url.split("://", 1)[0].lower()
     try:
         return FsspecStorage(url)

@@ -29,10 +29,15 @@ def changed_on_storage(path: str, since: str = "it was read") -> ConflictError:
                          f"nothing was written")
 
 class ObjectInfo(NamedTuple):
-    """Size of an object and a token that changes whenever the object is replaced or modified."""
+    """Size of an object and a token that changes whenever the object is replaced or modified.
+
+    ``modified`` (seconds since the epoch) is given where the filesystem's timestamps are too
+    coarse to tell two changes apart (whole milliseconds or seconds): a token taken within a
+    second of a change may then survive another, so callers confirm such objects by content."""
 
     size: int
     generation: Hashable
+    modified: float | None = None
 
 
 def coalesce(ranges: np.ndarray, max_gap: int = MAX_GAP) -> tuple[np.ndarray, np.ndarray]:
@@ -168,8 +173,9 @@ class Storage:
                 info is not None and info.generation != expected):
             raise changed_on_storage(self.path(name))
 
-    def list(self) -> list[str]:
-        """Names of the objects directly under the root (empty if the root does not exist)."""
+    def list(self, *, dirs: bool = False) -> list[str]:
+        """Names of the objects directly under the root (empty if the root does not exist);
+        with ``dirs``, the names of sub-directories too."""
         raise NotImplementedError
 
     def child(self, name: str) -> Storage:

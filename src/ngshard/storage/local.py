@@ -4,13 +4,16 @@ file + rename for atomic replacement, and in-place append + index patch for upda
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
+import stat
 from collections.abc import Hashable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
+from ..errors import CorruptDataError, StorageWriteError
 from ..threads import pmap
 from .base import ANY, FileSlice, ObjectInfo, Storage, changed_on_storage, coalesce, split_merged
 from .tempnames import temp_name
@@ -89,25 +92,34 @@ def write_buffers(fd: int, parts: Sequence, offset: int | None = None) -> int | 
 
 
 class LocalStorage(Storage):
-    """Objects as files in a local directory."""
+    """Objects as files in a local directory.
+
+    Writes are durable by default: data is fsynced before it is renamed into place or before
+    the shard index that points at it is patched, and the directory after a rename, so a power
+    cut leaves every object old or new. ``durable=False`` skips the fsyncs (scratch work).
+    """
 
     reads_report_generation = True
     supports_append = True
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, *, durable: bool = True) -> None:
         self.root = self.local_root = os.path.abspath(root)
         self.url = self.root
+        self.durable = durable
 
     def path(self, name: str) -> str:
         return f"{self.root}/{name}"
 
-    @staticmethod
-    def _info(st: os.stat_result) -> ObjectInfo:
-        return ObjectInfo(st.st_size, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+    def _info(self, st: os.stat_result, name: str) -> ObjectInfo:
+        if stat.S_ISDIR(st.st_mode):
+            raise CorruptDataError(f"{self.path(name)}: a directory, where a file was expected")
+        coarse = st.st_mtime_ns % 1_000_000 == 0 and st.st_ctime_ns % 1_000_000 == 0
+        return ObjectInfo(st.st_size, _generation(st),
+                          max(st.st_mtime_ns, st.st_ctime_ns) / 1e9 if coarse else None)
 
     def stat(self, name: str) -> ObjectInfo | None:
         try:
-            return self._info(os.stat(self.path(name)))
+            return self._info(os.stat(self.path(name)), name)
         except FileNotFoundError:
             return None
 
@@ -117,67 +129,71 @@ class LocalStorage(Storage):
                 return f.read()
         except FileNotFoundError:
             return None
+        except IsADirectoryError:
+            raise CorruptDataError(f"{self.path(name)}: a directory, where a file was "
+                                   f"expected") from None
+
+    def _open_read(self, name: str) -> tuple[int, os.stat_result] | None:
+        """A descriptor and its fstat, None if the object does not exist."""
+        try:
+            fd = os.open(self.path(name), os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        before = os.fstat(fd)
+        if stat.S_ISDIR(before.st_mode):
+            os.close(fd)
+            self._info(before, name)  # raises
+        return fd, before
 
     def read_ranges(self, requests):
         results = []
         for name, ranges in requests:
             ranges = np.asarray(ranges, np.int64).reshape(-1, 2)
-            try:
-                fd = os.open(self.path(name), os.O_RDONLY)
-            except FileNotFoundError:
+            opened = self._open_read(name)
+            if opened is None:
                 results.append((None, None))
                 continue
+            fd, before = opened
             try:
-                before = os.fstat(fd)
                 merged, assignment = coalesce(ranges)
                 blobs = _pread_merged(fd, merged)
-                gen = self._read_generation(before, os.fstat(fd))
+                gen = _read_generation(before, os.fstat(fd))
             finally:
                 os.close(fd)
             results.append((gen, split_merged(merged, blobs, ranges, assignment)))
         return results
 
-    @classmethod
-    def _read_generation(cls, before: os.stat_result, after: os.stat_result) -> Hashable:
-        """The generation bytes read between two fstats of one descriptor came from. A
-        replaced file cannot change under an open descriptor, but one patched in place (an
-        append update) can: then the read matches no generation and the caller reads again."""
-        gen = cls._info(before).generation
-        same = (before.st_ino, before.st_size, before.st_mtime_ns) == \
-            (after.st_ino, after.st_size, after.st_mtime_ns)
-        return gen if same else ("changed during read", gen)
-
     def read_range(self, name: str, start: int, end: int) -> tuple[Hashable | None, bytes | None]:
-        try:
-            fd = os.open(self.path(name), os.O_RDONLY)
-        except FileNotFoundError:
+        opened = self._open_read(name)
+        if opened is None:
             return None, None
+        fd, before = opened
         try:
-            before = os.fstat(fd)
             blob = os.pread(fd, end - start, start)
-            gen = self._read_generation(before, os.fstat(fd))
+            gen = _read_generation(before, os.fstat(fd))
         finally:
             os.close(fd)
         return gen, blob
 
     def write(self, name: str, parts: Sequence[bytes], if_generation: Any = ANY) -> None:
         path = self.path(name)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        if self._adopt(path, parts, if_generation, name):
-            return
-        tmp = temp_name(path)
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        with _write_errors(path):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            if self._adopt(path, parts, if_generation, name):
+                return
+            tmp = temp_name(path)
             try:
-                write_all(fd, parts)
-            finally:
-                os.close(fd)
-            with self._locked(name, if_generation):
-                os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                try:
+                    write_all(fd, parts)
+                    self._sync(fd)
+                finally:
+                    os.close(fd)
+                self._publish(tmp, name, if_generation)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+                raise
 
     def _adopt(self, path: str, parts: Sequence, if_generation: Any, name: str) -> bool:
         """Write ``[head, FileSlice(owned), *tail]`` by taking the slice's file over: when the
@@ -198,15 +214,47 @@ class LocalStorage(Storage):
             write_buffers(fd, tail, body.offset + body.size)
             write_buffers(fd, [head], 0)
             os.fchmod(fd, 0o644)
+            self._sync(fd)
         finally:
             os.close(fd)
-        with self._locked(name, if_generation):
-            os.replace(body.path, path)
+        self._publish(body.path, name, if_generation)
         return True
+
+    def _publish(self, tmp: str, name: str, if_generation: Any) -> None:
+        """Put the written temporary file in place. A new object (``if_generation`` None) is
+        linked, which fails if another writer created it first, so of two creators one gets
+        ConflictError instead of both succeeding with one's keys lost; a replacement is
+        renamed under the lock of the file it replaces."""
+        path = self.path(name)
+        if if_generation is None:
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                raise changed_on_storage(path, "it was found absent") from None
+            os.unlink(tmp)
+        else:
+            with self._locked(name, if_generation):
+                os.replace(tmp, path)
+        self._sync_dir(os.path.dirname(path))
+
+    def _sync(self, fd: int) -> None:
+        if self.durable:
+            os.fsync(fd)
+
+    def _sync_dir(self, folder: str) -> None:
+        """Make a rename or unlink in ``folder`` survive a power cut."""
+        if not self.durable:
+            return
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def delete(self, name: str, if_generation: Any = ANY) -> None:
         with self._locked(name, if_generation), contextlib.suppress(FileNotFoundError):
             os.unlink(self.path(name))
+            self._sync_dir(os.path.dirname(self.path(name)))
 
     @contextlib.contextmanager
     def _locked(self, name: str, expected: Any) -> Iterator[None]:
@@ -230,36 +278,71 @@ class LocalStorage(Storage):
 
     def append_and_patch(self, name: str, generation: Hashable, offset: int,
                          tail: Sequence[bytes], head: bytes) -> None:
+        """Bytes past ``offset`` (the tail of an append that died before its patch: nothing
+        references them) are cut off first. The tail is made durable before the patch that
+        points at it, so every state a crash leaves is readable."""
         path = self.path(name)
-        fd = os.open(path, os.O_RDWR)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            st = os.fstat(fd)
-            if self._info(st).generation != generation or st.st_size != offset or \
-                    os.stat(path).st_ino != st.st_ino:
-                raise changed_on_storage(path)
-            write_all(fd, tail, offset)
-            appended = os.fstat(fd).st_mtime_ns
-            write_all(fd, [head], 0)
-            # The patch must change the generation even within one clock tick, or a reader
-            # that cached the index between the two writes would never see the new one.
-            st = os.fstat(fd)
-            os.utime(fd, ns=(st.st_atime_ns, max(st.st_mtime_ns, appended + 1)))
-        finally:
-            os.close(fd)
+        with _write_errors(path):
+            fd = os.open(path, os.O_RDWR)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                st = os.fstat(fd)
+                if _generation(st) != generation or st.st_size < offset or \
+                        os.stat(path).st_ino != st.st_ino:
+                    raise changed_on_storage(path)
+                if st.st_size > offset:
+                    os.ftruncate(fd, offset)
+                write_all(fd, tail, offset)
+                self._sync(fd)
+                appended = os.fstat(fd).st_mtime_ns
+                write_all(fd, [head], 0)
+                # The patch must change the generation even within one clock tick, or a
+                # reader that cached the index between the two writes would never see it.
+                st = os.fstat(fd)
+                os.utime(fd, ns=(st.st_atime_ns, max(st.st_mtime_ns, appended + 1)))
+                self._sync(fd)
+            finally:
+                os.close(fd)
 
-    def list(self) -> list[str]:
+    def list(self, *, dirs: bool = False) -> list[str]:
         try:
             with os.scandir(self.root) as it:
-                return sorted(e.name for e in it if e.is_file())
+                return sorted(e.name for e in it if dirs or e.is_file())
         except (FileNotFoundError, NotADirectoryError):
             return []
 
     def child(self, name: str) -> LocalStorage:
-        return LocalStorage(os.path.join(self.root, name))
+        return LocalStorage(os.path.join(self.root, name), durable=self.durable)
 
     def parent(self) -> LocalStorage | None:
         up = os.path.dirname(self.root)
-        return None if up == self.root else LocalStorage(up)
+        return None if up == self.root else LocalStorage(up, durable=self.durable)
 
 
+def _generation(st: os.stat_result) -> Hashable:
+    """What changes when a file is replaced or modified: inode (which a replacement may reuse),
+    size, and both times (a replacement's ctime is new even where its mtime was copied)."""
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def _read_generation(before: os.stat_result, after: os.stat_result) -> Hashable:
+    """The generation bytes read between two fstats of one descriptor came from. A replaced
+    file cannot change under an open descriptor, but one patched in place (an append update)
+    can: then the read matches no generation and the caller reads again."""
+    gen = _generation(before)
+    return gen if gen == _generation(after) else ("changed during read", gen)
+
+
+_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+
+
+@contextlib.contextmanager
+def _write_errors(path: str) -> Iterator[None]:
+    """A full disk or a size limit, said of the object being written."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno not in _FULL or isinstance(e, StorageWriteError):
+            raise
+        raise StorageWriteError(e.errno, f"{e.strerror}; nothing was committed for it",
+                                path) from None

@@ -191,13 +191,13 @@ class FsspecStorage(Storage):
         with contextlib.suppress(FileNotFoundError):
             self.fs.rm_file(self._full(name))
 
-    def list(self) -> list[str]:
+    def list(self, *, dirs: bool = False) -> list[str]:
         try:
             entries = self.fs.ls(self.root, detail=True)
         except FileNotFoundError:
             return []
         names = (e["name"].rstrip("/").rsplit("/", 1)[-1] for e in entries
-                 if e.get("type") != "directory")
+                 if dirs or e.get("type") != "directory")
         return sorted(n for n in names if n)
 
     def child(self, name: str) -> FsspecStorage:
