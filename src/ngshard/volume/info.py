@@ -6,8 +6,12 @@ were, so rewriting an info never drops what another tool put there.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+import numpy as np
 
 from ..errors import SpecError
 from ..sharded.infofile import parse_info
@@ -21,6 +25,11 @@ LAYER_TYPES = ("image", "segmentation")
 ENCODINGS = ("raw", "jpeg", "png", "compressed_segmentation", "compresso", "jxl")
 _SCALE_FIELDS = ("key", "size", "voxel_offset", "resolution", "chunk_sizes", "encoding",
                  "sharding", "compressed_segmentation_block_size")
+
+
+def chunk_nbytes(chunk_size: Sequence[int], num_channels: int, data_type: Any) -> int:
+    """Bytes of one whole chunk's voxels, unencoded."""
+    return math.prod(chunk_size) * num_channels * np.dtype(data_type).itemsize
 
 
 def _vector(doc: dict, name: str, where: str, *, kind: type = int, positive: bool = True,

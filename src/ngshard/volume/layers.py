@@ -14,7 +14,7 @@ from ..sharded.infofile import INFO, read_info, write_info
 from ..sharded.spec import ShardingSpec
 from ..storage import Storage, open_storage
 from .encodings import require_codec
-from .info import VolumeInfo
+from .info import VolumeInfo, chunk_nbytes
 from .sharding import DEFAULT_SHARD_BYTES, auto_sharding
 from .volume import Volume
 
@@ -144,7 +144,7 @@ def create_volume(url: str | os.PathLike | Storage, *, dtype: Any, shape: Sequen
     dtype = np.dtype(dtype)
     layer_type = layer_type or ("segmentation" if encoding == "compressed_segmentation"
                                 else "image")
-    chunk_bytes = int(np.prod(chunk_size)) * channels * dtype.itemsize
+    chunk_bytes = chunk_nbytes(chunk_size, channels, dtype)
     if sharding == "auto":
         sharding = auto_sharding(shape[:3], chunk_size, chunk_bytes, shard_bytes, encoding)
     elif isinstance(sharding, (dict, str)):

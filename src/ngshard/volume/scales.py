@@ -12,7 +12,7 @@ from ..errors import SpecError
 from ..progress import progress_bar
 from ..threads import WORKERS, pmap
 from .downsample import downsample_mean, downsample_mode
-from .info import Scale
+from .info import Scale, chunk_nbytes
 from .layers import scale_key, write_volume_info
 from .sharding import auto_sharding
 from .volume import Volume
@@ -47,7 +47,7 @@ def add_scale(vol: Volume, factor: Sequence[int] = (2, 2, 2), *, progress: bool 
     s, info = vol.scale, vol.info
     size = tuple(-(-n // f) for n, f in zip(s.size, factor))
     resolution = tuple(r * f for r, f in zip(s.resolution, factor))
-    chunk_bytes = int(np.prod(s.chunk_size)) * info.num_channels * vol.dtype.itemsize
+    chunk_bytes = chunk_nbytes(s.chunk_size, info.num_channels, vol.dtype)
     sharding = None if s.sharding is None else auto_sharding(
         size, s.chunk_size, chunk_bytes, encoding=s.encoding)
     scale = Scale(key=scale_key(resolution), size=size, chunk_size=s.chunk_size,

@@ -21,7 +21,7 @@ from ..threads import pmap
 from .chunks import ChunkStore, FileChunks, ShardedChunks
 from .encodings import decode_chunk, encode_chunk
 from .grid import ChunkGrid
-from .info import Scale, VolumeInfo
+from .info import Scale, VolumeInfo, chunk_nbytes
 
 _BATCH = 256  # chunks read and decoded, or encoded and staged, together
 
@@ -91,7 +91,7 @@ class Volume:
         """The most bytes one encoded chunk can take: a gzip-wrapped chunk inflating past it
         is corrupt (raw chunks have exactly their voxels' size; the other encodings are
         allowed a generous multiple, as tables and headers can outgrow the voxels)."""
-        raw = int(np.prod(self.chunk_size)) * self.info.num_channels * self.dtype.itemsize
+        raw = chunk_nbytes(self.chunk_size, self.info.num_channels, self.dtype)
         return raw if self.scale.encoding == "raw" else 4 * raw + (64 << 10)
 
     @property
