@@ -23,3 +23,74 @@ def segment_cumsum(values: np.ndarray, first: np.ndarray, seg: np.ndarray) -> np
     before[nonzero] = total[first[nonzero] - 1]
     return total - before[seg]
 
+
+
+def uint_dtype(bound: int) -> np.dtype:
+    """The narrowest unsigned dtype holding every integer below ``bound``: numpy sorts 8- and
+    16-bit integers stably by radix, far faster than wider ones."""
+    for dtype in (np.uint8, np.uint16, np.uint32):
+        if bound <= np.iinfo(dtype).max + 1:
+            return np.dtype(dtype)
+    return np.dtype(np.uint64)
+
+
+# Values at least this large are copied one slice each (the per-value cost is then small
+# beside the bytes); smaller ones go through vectorized gathers of about _WINDOW bytes.
+_LARGE = 4096
+_WINDOW = 4 << 20
+
+
+def gather(src: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """``src[starts[i]:starts[i] + sizes[i]]`` for every i, back to back, as one uint8 array.
+
+    ``src`` is a 1-D uint8 array. Equal-sized values are copied as the rows of a strided view
+    (memcpy speed); mixed sizes through a running byte index, a few MiB at a time, so the
+    index never costs more than a few times that much memory.
+    """
+    starts = np.asarray(starts, np.int64)
+    sizes = np.asarray(sizes, np.int64)
+    ends = np.cumsum(sizes)
+    begins = ends - sizes
+    if len(sizes) and sizes[0] and (sizes == sizes[0]).all():
+        return _rows(src, int(sizes[0]))[starts].reshape(-1)
+    out = np.empty(int(ends[-1]) if len(ends) else 0, np.uint8)
+    # Windows of consecutive small values, cut at large ones and every _WINDOW bytes.
+    large = sizes >= _LARGE
+    cut = large.copy()
+    cut[1:] |= large[:-1] | (begins[1:] // _WINDOW != begins[:-1] // _WINDOW)
+    firsts = np.flatnonzero(cut) if len(cut) else cut
+    if len(firsts) == 0 or firsts[0] != 0:
+        firsts = np.r_[0, firsts].astype(np.intp)
+    bounds = np.r_[firsts, len(sizes)].tolist()
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        if a == b:
+            continue
+        if b - a == 1 and large[a]:
+            out[begins[a]:ends[a]] = src[starts[a]:starts[a] + sizes[a]]
+            continue
+        _gather_small(src, starts[a:b], sizes[a:b], out[begins[a]:ends[b - 1]])
+    return out
+
+
+def _rows(src: np.ndarray, width: int) -> np.ndarray:
+    """Every ``width``-byte window of ``src`` as a row (a view: row i starts at byte i)."""
+    return np.lib.stride_tricks.as_strided(src, (len(src) - width + 1, width), (1, 1),
+                                           writeable=False)
+
+
+def _gather_small(src: np.ndarray, starts: np.ndarray, sizes: np.ndarray,
+                  out: np.ndarray) -> None:
+    width = int(sizes[0])
+    if width and (sizes == width).all():
+        out.reshape(-1, width)[:] = _rows(src, width)[starts]
+        return
+    keep = sizes > 0
+    starts, sizes = starts[keep], sizes[keep]
+    if not len(sizes):
+        return
+    # index of each output byte: +1 inside a value, a jump to the next value's start between
+    step = np.ones(len(out), np.int64)
+    begins = np.cumsum(sizes) - sizes
+    step[0] = starts[0]
+    step[begins[1:]] = starts[1:] - (starts[:-1] + sizes[:-1]) + 1
+    np.take(src, np.cumsum(step, out=step), out=out)

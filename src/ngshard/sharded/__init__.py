@@ -6,7 +6,8 @@ spilled), ``legacy`` (the two-file variant's names), ``reader`` (index cache, lo
 ``plan`` and ``commit`` (deciding and writing), ``kv`` (the ShardedKV facade), ``infofile``.
 """
 
-from .kv import ShardedKV, open_kv, write_kv
+from .bulk import write_kv
+from .kv import ShardedKV, open_kv
 from .spec import ShardingSpec
 
 __all__ = ["ShardedKV", "ShardingSpec", "open_kv", "write_kv"]

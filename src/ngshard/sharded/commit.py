@@ -4,56 +4,72 @@ an append followed by a patch of the fixed-size shard index)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
 
-from ..compression import encode
 from ..errors import NgShardError
 from ..progress import progress_bar
-from ..storage import ANY, FileSlice, Storage, changed_on_storage
-from ..threads import WORKERS, bounded_map, pmap
+from ..storage import ANY, Storage, changed_on_storage
+from ..threads import WORKERS, bounded_map
 from . import legacy, listing
-from .plan import CommitPlan, ShardPlan
+from .changes import ShardChanges
+from .plan import CommitPlan, ShardPlan, obsolete_shards, plan_shards
 from .reader import ShardReader, ShardState
 from .spec import ShardingSpec
-from .staging import ShardChanges, Staging
-from .update import append_update, live_bytes, rewrite_shard, shard_from_region
+from .staging import Staging
+from .update import append_update, live_bytes, new_shard, rewrite_shard
 
 
-def commit_staged(reader: ShardReader, staging: Staging, plan: CommitPlan, mode: str, *,
-                  progress: bool = False) -> None:
-    """Apply ``plan`` (made for the current staged changes) and clear the staging."""
-    if plan.staged_version != staging.version:
+def commit_staged(reader: ShardReader, staging: Staging, plan: CommitPlan | None, mode: str,
+                  strategy: str, compact_ratio: float | None, *, progress: bool = False
+                  ) -> CommitPlan:
+    """Apply the staged changes shard by shard and clear the staging; returns the plan
+    followed. With ``plan`` None each shard is planned as its turn comes (one pass over the
+    changes); a given plan must have been made for the current staged changes."""
+    if plan is not None and plan.staged_version != staging.version:
         raise NgShardError("the staged changes have changed since this plan was made; "
                            "make a new plan")
-    by_shard = {p.shard: p for p in plan.shards}
+    given = None if plan is None else {p.shard: p for p in plan.shards}
+    done: list[ShardPlan] = []
 
     def jobs() -> Iterator[tuple]:
-        # Runs in this thread, lazily: one shard's changes in memory per job in flight.
-        for changes in staging.iter_changes():
-            p = by_shard.pop(changes.shard, None)
+        # Runs in this thread, lazily: one shard's changes per job in flight.
+        changes = staging.iter_changes()
+        if given is None:
+            pairs = plan_shards(reader, changes, mode=mode, strategy=strategy,
+                                compact_ratio=compact_ratio)
+        else:
+            pairs = ((given.pop(c.shard, None), c) for c in changes)
+        for p, c in pairs:
             if p is not None:
-                yield p, changes, _append_base(reader, p, changes)
-        yield from ((p, None, None) for p in list(by_shard.values()))  # "w": removals
+                done.append(p)
+                yield p, c, _append_base(reader, p, c)
+        rest = list(given.values()) if given is not None else \
+            obsolete_shards(reader, {p.name for p in done}) if mode == "w" else []
+        for p in rest:  # "w": removals
+            done.append(p)
+            yield p, None, None
 
-    # Spilled changes are larger than memory: write them one shard at a time, unless each
-    # shard is made from its spill file without reading it (new raw shards).
-    loads_spills = staging.spilled and (mode != "w" or reader.spec.data_encoding != "raw")
-    in_flight = 1 if loads_spills else 2 * WORKERS
-    if staging.spilled:
-        staging.spill()
+    in_flight = WORKERS if staging.spilled else 2 * WORKERS
     storage, spec = reader.storage, reader.spec
-    for _ in progress_bar(bounded_map(lambda job: _apply(storage, spec, mode, *job), jobs(),
-                                      in_flight),
-                          total=len(plan.shards), desc="committing shards", unit="shard",
-                          enabled=progress):
-        pass
+
+    def apply(job: tuple) -> int:
+        _apply(storage, spec, mode, *job)
+        return job[0].shard
+
+    for shard in progress_bar(bounded_map(apply, jobs(), in_flight),
+                              total=None if plan is None else len(plan.shards),
+                              desc="committing shards", unit="shard", enabled=progress):
+        staging.spilled_files.discard(shard)  # free its disk space as soon as it is done
     staging.clear()
-    for p in plan.shards:
+    for p in done:
         reader.forget(p.name)
+    if plan is None:
+        plan = CommitPlan(storage.url, strategy, sorted(done, key=lambda p: p.shard),
+                          staging.version)
+    return plan
 
 
 def _append_base(reader: ShardReader, plan: ShardPlan, changes: ShardChanges
@@ -85,18 +101,10 @@ def _apply(storage: Storage, spec: ShardingSpec, mode: str, plan: ShardPlan,
         storage.delete(name, if_generation=check)
         return
     keys, deleted = changes.keys, changes.deleted
-    if plan.action == "create" and changes.source is not None and spec.data_encoding == "raw":
-        # a spilled shard: its spill file is the data, taken over rather than copied
-        header = spec.shard_index_size
-        size = os.path.getsize(changes.source) - header
-        storage.write(name, shard_from_region(
-            spec, keys, changes.lengths.astype(np.uint64), deleted,
-            FileSlice(changes.source, header, size, owned=True), size, changes.offsets),
-            if_generation=check)
+    sizes, data = changes.encoded(spec.data_encoding)
+    if plan.action == "create":
+        storage.write(name, new_shard(spec, keys[~deleted], sizes, data), if_generation=check)
         return
-    values = changes.values
-    if spec.data_encoding != "raw":
-        values = pmap(lambda v: None if v is None else encode(v, spec.data_encoding), values)
     where = storage.path(name)
     old = None
     if plan.action in ("rewrite", "compact"):
@@ -109,7 +117,7 @@ def _apply(storage: Storage, spec: ShardingSpec, mode: str, plan: ShardPlan,
     if plan.action in ("append", "rewrite"):
         # after the committed bytes: a dead append's tail past them is cut off
         update = append_update(spec, base.end, base.garbage - (base.size - base.end),
-                               base.ranges, base.minishards, keys, values, deleted)
+                               base.ranges, base.minishards, keys, deleted, sizes, data)
         if update.empty:
             storage.delete(name, if_generation=plan.generation)
         elif plan.action == "append":
@@ -119,7 +127,7 @@ def _apply(storage: Storage, spec: ShardingSpec, mode: str, plan: ShardPlan,
             storage.write(name, [update.index, memoryview(old)[len(update.index):base.end],
                                  *update.tail], if_generation=plan.generation)
         return
-    parts = rewrite_shard(spec, old, keys, values, deleted, where)
+    parts = rewrite_shard(spec, old, keys, deleted, sizes, data, where)
     if plan.action == "convert":
         if parts is not None:  # first the new file (readers prefer it), then the pair
             storage.write(name, parts, if_generation=None)
@@ -143,20 +151,29 @@ def read_whole(storage: Storage, names: list[str], sizes: list[int], generations
 
 def compact(reader: ShardReader, names: Iterable[str], *, progress: bool = False
             ) -> CommitPlan:
-    """Rewrite the named shards that hold garbage of earlier appends, without it."""
+    """Rewrite the named shards that hold garbage of earlier appends, without it: one shard
+    (its indices and its bytes) at a time per job."""
     spec = reader.spec
-    plans = []
-    for shard in reader.retrying(listing.full_shards, reader, list(names)):
-        live = live_bytes(spec, shard.ranges, shard.minishards)
-        if live < shard.size:
-            plans.append(ShardPlan(shard.name, spec.parse_shard_filename(shard.name), "compact",
-                                   keys_after=shard.key_count(), read_bytes=shard.size,
-                                   write_bytes=live, size_before=shard.size,
-                                   generation=shard.generation, garbage_after=0.0))
-    none = ShardChanges(0, np.zeros(0, np.uint64), np.zeros(0, np.int64), [])
+    plans: list[ShardPlan] = []
+
+    def jobs() -> Iterator[ShardPlan]:
+        for name in names:
+            for shard in reader.retrying(listing.full_shards, reader, [name]):
+                live = live_bytes(spec, shard.ranges, shard.minishards)
+                if live < shard.size:
+                    plans.append(ShardPlan(
+                        shard.name, spec.parse_shard_filename(shard.name), "compact",
+                        keys_after=shard.key_count(), read_bytes=shard.size, write_bytes=live,
+                        size_before=shard.size, generation=shard.generation,
+                        garbage_after=0.0))
+                    yield plans[-1]
+                reader.forget(shard.name)  # its indices are not needed again
+
+    none = ShardChanges(0, np.zeros(0, np.uint64), np.zeros(0, np.int64),
+                        data=np.zeros(0, np.uint8))
     for _ in progress_bar(bounded_map(lambda p: _apply(reader.storage, spec, "r+", p, none, None),
-                                      plans),
-                          total=len(plans), desc="compacting", unit="shard", enabled=progress):
+                                      jobs(), WORKERS),
+                          desc="compacting", unit="shard", enabled=progress):
         pass
     for p in plans:
         reader.forget(p.name)

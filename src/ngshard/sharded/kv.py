@@ -21,6 +21,7 @@ from ..storage import Storage, open_storage, remove_stale
 from . import commit as committing
 from . import listing
 from .infofile import parent_scale_spec, read_info, spec_from_info, write_info
+from .inputs import value_arrays
 from .plan import CommitPlan, plan_commit
 from .reader import (
     DEFAULT_CACHE_BYTES,
@@ -133,11 +134,12 @@ class ShardedKV(MutableMapping):
 
     def keys_array(self) -> np.ndarray:
         """All keys as a uint64 array: stored keys sorted by shard and key, then staged
-        additions. Reads only the shard and minishard indices (one batched read each); memory
-        is O(keys). Like tensorstore's listing, it reports every key the minishard indices
-        hold without hashing them: a copy a writer put in a minishard the key does not hash
-        to is listed but never read (the key reads as absent, unless its own minishard holds
-        it too: then it is listed twice)."""
+        additions. Reads only the shard and minishard indices (a few shards at a time, in
+        parallel); memory is O(keys), 8 bytes each: for huge stores, :meth:`iter_keys`.
+        Like tensorstore's listing, it reports every key the minishard indices hold without
+        hashing them: a copy a writer put in a minishard the key does not hash to is listed
+        but never read (the key reads as absent, unless its own minishard holds it too: then
+        it is listed twice)."""
         stored = listing.keys_array(self.reader) if self.mode != "w" else np.zeros(0, np.uint64)
         if not self._staging:
             return stored
@@ -145,15 +147,38 @@ class ShardedKV(MutableMapping):
         stored = stored[~member(stored, staged)]
         return np.concatenate([stored, staged[lengths != DELETED]])
 
+    def iter_keys(self, *, arrays: bool = False, progress: bool = False
+                  ) -> Iterator[int] | Iterator[np.ndarray]:
+        """The stored keys shard by shard, each shard's sorted (with ``arrays``, one uint64
+        array per shard): memory is a few shards' indices, however large the store. Staged
+        changes are not included (commit them first)."""
+        shards = listing.iter_shard_keys(self.reader, self.shard_names(), progress=progress)
+        return shards if arrays else (k for keys in shards for k in keys.tolist())
+
+    def iter_items(self, *, batch: int = 1 << 14, progress: bool = False
+                   ) -> Iterator[tuple[int, bytes]]:
+        """(key, value) of every stored key, shard by shard in key order, the values read
+        ``batch`` keys at a time: memory is a few shards' indices and one batch of values.
+        Staged changes are not included (commit them first)."""
+        for keys in self.iter_keys(arrays=True, progress=progress):
+            for first in range(0, len(keys), batch):
+                part = keys[first:first + batch]
+                found = self.reader.get_many(part)
+                for k in part.tolist():
+                    if k in found:  # gone since it was listed: a writer changed the shard
+                        v = found[k]
+                        yield k, v if type(v) is bytes else bytes(v)
+
     def __iter__(self) -> Iterator[int]:
         return iter(self.keys_array().tolist())
 
     def __len__(self) -> int:
         return len(self.keys_array())
 
-    def stats(self) -> list[dict]:
-        """Per shard file present: name, size in bytes, number of keys, garbage fraction."""
-        return listing.stats(self.reader)
+    def stats(self, *, progress: bool = False) -> list[dict]:
+        """Per shard file present: name, size in bytes, number of keys, garbage fraction
+        (read a few shards at a time, in parallel)."""
+        return list(listing.iter_stats(self.reader, self.shard_names(), progress=progress))
 
     # --- staged changes ----------------------------------------------------------------------
 
@@ -180,14 +205,21 @@ class ShardedKV(MutableMapping):
         for keys, values in _batches(other):
             staging.set_many(keys, values)
 
-    def set_many(self, keys: Iterable[int] | np.ndarray, values: list[bytes]) -> None:
-        """Stage ``values[i]`` for ``keys[i]`` (a uint64 array, say): no per-key Python work."""
+    def set_many(self, keys: Iterable[int] | np.ndarray, values: Any,
+                 offsets: Any = None) -> None:
+        """Stage ``values[i]`` for ``keys[i]`` (a uint64 array, say) with no per-key Python
+        work: ``values`` a list of bytes, or as :func:`write_kv` takes them, one buffer with
+        ``offsets`` or a 2-D array of rows."""
+        staging = self._writable()
+        if not isinstance(values, list) or offsets is not None:
+            staging.set_arrays(*value_arrays(keys, values, offsets))
+            return
         keys = as_key_array(keys)
         if len(keys) != len(values):
             raise ValueError(f"{len(keys)} keys but {len(values)} values")
         if not set(map(type, values)) <= {bytes}:
             values = [_as_bytes(v, k) for k, v in zip(keys.tolist(), values)]
-        self._writable().set_many(keys, values)
+        staging.set_many(keys, values)
 
     def abort(self) -> None:
         """Drop the staged changes; the store is left as it was."""
@@ -199,21 +231,21 @@ class ShardedKV(MutableMapping):
     def plan(self) -> CommitPlan:
         """What :meth:`commit` would do to each shard, decided from the indices alone."""
         staging = self._writable()
-        keys, lengths = staging.status()
-        return plan_commit(self.reader, keys, lengths, mode=self.mode, strategy=self.strategy,
-                           compact_ratio=self.compact_ratio, version=staging.version)
+        return plan_commit(self.reader, staging.iter_changes(data=False), mode=self.mode,
+                           strategy=self.strategy, compact_ratio=self.compact_ratio,
+                           version=staging.version)
 
     def commit(self, plan: CommitPlan | None = None, *, progress: bool = False) -> CommitPlan:
-        """Apply the staged changes shard by shard, following ``plan`` (by default a fresh
-        :meth:`plan`); returns the plan.
+        """Apply the staged changes shard by shard, following ``plan`` (by default each
+        shard is planned as its turn comes); returns the plan followed.
 
         Each shard file is replaced atomically (create, rewrite, compact) or appended to and
         then patched (append), so a crash leaves every shard readable, old or new. A shard that
         changed on storage since the plan was made raises ConflictError before it is written.
         """
         staging = self._writable()
-        plan = self.plan() if plan is None else plan
-        committing.commit_staged(self.reader, staging, plan, self.mode, progress=progress)
+        plan = committing.commit_staged(self.reader, staging, plan, self.mode, self.strategy,
+                                        self.compact_ratio, progress=progress)
         if self._write_info:
             _record_spec(self.storage, self.spec)
             self._write_info = False
@@ -383,45 +415,3 @@ def _check_recorded(storage: Storage, spec: ShardingSpec) -> None:
     if recorded != spec:
         raise SpecError(f"{storage.path('info')}: records sharding {recorded.to_json()}, "
                         f"not the spec given ({spec.to_json()})")
-
-
-def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
-             items: Mapping[int, bytes] | Iterable[tuple[int, bytes]], *,
-             progress: bool = False, buffer_bytes: int = DEFAULT_BUFFER_BYTES,
-             spill_dir: str | None = None, info: bool = True, durable: bool = True) -> None:
-    """Write a whole store at ``url`` from a mapping or an iterable of (key, bytes).
-
-    Parameters
-    ----------
-    url
-        Where (a local path, any fsspec URL, or an open Storage).
-    spec
-        The sharding spec (or its JSON).
-    items
-        The store's contents; the last value of a repeated key wins. Shard files of an
-        earlier store there are replaced or removed, each atomically.
-    buffer_bytes, spill_dir
-        Items may be more than memory: past ``buffer_bytes`` they are partitioned by shard
-        into temporary files (in ``spill_dir``), and each shard is built from its partition,
-        so memory stays bounded by the buffer plus the largest shard.
-    info
-        Record the spec in ``<url>/info`` (``{"sharding": ...}``, other members kept).
-    durable
-        As for :func:`open_kv`.
-
-    Raises
-    ------
-    SpecError
-        A bad spec.
-    InvalidKeyError
-        A key outside [0, 2**64).
-    TypeError
-        A value that is not bytes.
-    """
-    kv = open_kv(url, spec, "w", staged_bytes=buffer_bytes, spill_dir=spill_dir, info=info,
-                 durable=durable)
-    try:
-        kv.update(items)
-        kv.commit(progress=progress)
-    finally:
-        kv.close()

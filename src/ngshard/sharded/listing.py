@@ -1,10 +1,19 @@
 """Listing a store from its indices alone: shard names, keys, per-shard statistics. Every
-minishard index of the listed shards is read (batched per step); no chunk data is."""
+minishard index of the listed shards is read; no chunk data is.
+
+Shards are read a few at a time on threads, each by a reader of its own (the store's index
+cache is neither used nor filled), and handed on in order one at a time: memory is a few
+shards' indices however large the store, and remote latency is overlapped.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
+from ..progress import progress_bar
+from ..threads import WORKERS, bounded_map
 from . import legacy
 from .reader import ShardReader, ShardState
 from .update import live_bytes
@@ -27,26 +36,46 @@ def full_shards(reader: ShardReader, names: list[str]) -> list[ShardState]:
     return present
 
 
-def _shard_keys(reader: ShardReader, names: list[str]) -> list[np.ndarray]:
-    out = []
-    for shard in full_shards(reader, names):
-        parts = [idx.keys for idx in shard.minishards.values() if len(idx.keys)]
-        out.append(np.sort(np.concatenate(parts)) if parts else np.zeros(0, np.uint64))
-    return out
+def iter_full_shards(reader: ShardReader, names: list[str], *, progress: bool = False,
+                     desc: str = "reading indices") -> Iterator[ShardState]:
+    """:func:`full_shards` of each name in turn, ``WORKERS`` read ahead on threads."""
+    storage, spec = reader.storage, reader.spec
+
+    def load(name: str) -> ShardState | None:
+        own = ShardReader(storage, spec, 0, reader.max_value_bytes, reader.read_retries)
+        found = own.retrying(full_shards, own, [name])
+        return found[0] if found else None
+
+    for shard in progress_bar(bounded_map(load, names, WORKERS), total=len(names), desc=desc,
+                              unit="shard", enabled=progress):
+        if shard is not None:
+            yield shard
+
+
+def sorted_keys(shard: ShardState) -> np.ndarray:
+    """The keys one shard's minishard indices list, sorted."""
+    parts = [idx.keys for idx in shard.minishards.values() if len(idx.keys)]
+    return np.sort(np.concatenate(parts)) if parts else np.zeros(0, np.uint64)
+
+
+def iter_shard_keys(reader: ShardReader, names: list[str], *, progress: bool = False
+                    ) -> Iterator[np.ndarray]:
+    """The sorted keys of each named shard in turn."""
+    for shard in iter_full_shards(reader, names, progress=progress, desc="listing"):
+        yield sorted_keys(shard)
 
 
 def keys_array(reader: ShardReader) -> np.ndarray:
     """Every key the minishard indices list, sorted by shard and key (misplaced keys included,
-    as tensorstore lists them: see ShardedKV.keys_array)."""
-    parts = reader.retrying(_shard_keys, reader, shard_names(reader))
+    as tensorstore lists them: see ShardedKV.keys_array). O(keys) memory."""
+    parts = list(iter_shard_keys(reader, shard_names(reader)))
     return np.concatenate(parts) if parts else np.zeros(0, np.uint64)
 
 
-def stats(reader: ShardReader) -> list[dict]:
-    """Per shard file present: name, size in bytes, number of keys, garbage fraction."""
-    out = []
-    for s in reader.retrying(full_shards, reader, shard_names(reader)):
+def iter_stats(reader: ShardReader, names: list[str], *, progress: bool = False
+               ) -> Iterator[dict]:
+    """Per named shard present: name, size in bytes, number of keys, garbage fraction."""
+    for s in iter_full_shards(reader, names, progress=progress, desc="reading indices"):
         live = live_bytes(reader.spec, s.ranges, s.minishards)
-        out.append({"name": s.name, "bytes": s.size, "keys": s.key_count(),
-                    "garbage": 1 - live / s.size if s.size else 0.0})
-    return out
+        yield {"name": s.name, "bytes": s.size, "keys": s.key_count(),
+               "garbage": 1 - live / s.size if s.size else 0.0}

@@ -7,6 +7,7 @@ the raw encodings (gzip only shrinks them), indices included.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,9 +15,9 @@ import numpy as np
 
 from .._arrays import member
 from . import listing
+from .changes import DELETED, ShardChanges
 from .format import Entries
 from .reader import ShardReader
-from .staging import DELETED
 from .update import TRAILER_SIZE
 
 #: What a commit does to one shard file.
@@ -78,35 +79,59 @@ class CommitPlan:
         return "\n".join([head, *rows])
 
 
-def plan_commit(reader: ShardReader, keys: np.ndarray, lengths: np.ndarray, *, mode: str,
+def plan_commit(reader: ShardReader, changes: Iterable[ShardChanges], *, mode: str,
                 strategy: str, compact_ratio: float | None, version: int = -1) -> CommitPlan:
-    """What a commit of the staged ``keys`` (sorted; ``lengths[i]`` bytes, or DELETED) does to
-    each shard, decided from the shard and touched minishard indices alone. Mode "w" replaces
-    the whole store: every shard is created, and shards present with no key are deleted."""
-    spec = reader.spec
-    nums = spec.locate(keys)[0].astype(np.int64) if len(keys) else np.zeros(0, int)
-    order = np.argsort(nums, kind="stable")  # by shard, keys still sorted within
-    shards, first = np.unique(nums[order], return_index=True)
-    groups = dict(zip(shards.tolist(), np.split(order, first[1:])))
-    url = reader.storage.url
+    """What a commit of the staged ``changes`` (one shard's at a time) does to each shard,
+    decided from the shard and touched minishard indices alone. Mode "w" replaces the whole
+    store: every shard is created, and shards present with no key are deleted."""
+    plans = [p for p, _ in plan_shards(reader, changes, mode=mode, strategy=strategy,
+                                       compact_ratio=compact_ratio) if p is not None]
     if mode == "w":
-        plans = [_create(spec, spec.shard_filename(num), num, lengths[group])
-                 for num, group in groups.items()]
-        plans = [p for p in plans if p is not None]
-        planned = {p.name for p in plans}
-        plans += [ShardPlan(n, spec.parse_shard_filename(n), "delete")
-                  for n in listing.shard_names(reader) if n not in planned]
-        return CommitPlan(url, strategy, sorted(plans, key=lambda p: p.shard), version)
-    names = {num: spec.shard_filename(num) for num in groups}
-    reader.retrying(reader.shards, list(names.values()))  # all shard indices in one batch
-    plans = []
-    for num, name in names.items():
-        group = groups[num]
-        plan = reader.retrying(_plan_shard, reader, name, num, keys[group], lengths[group],
-                               strategy, compact_ratio)
-        if plan is not None:
-            plans.append(plan)
-    return CommitPlan(url, strategy, plans, version)
+        plans += obsolete_shards(reader, {p.name for p in plans})
+    return CommitPlan(reader.storage.url, strategy, sorted(plans, key=lambda p: p.shard),
+                      version)
+
+
+# Shard indices are read for this many shards (or keys) at once: remote stores then ask for
+# them together, while memory holds only that many shards' changes.
+_GROUP_SHARDS, _GROUP_KEYS = 64, 1 << 20
+
+
+def plan_shards(reader: ShardReader, changes: Iterable[ShardChanges], *, mode: str,
+                strategy: str, compact_ratio: float | None
+                ) -> Iterator[tuple[ShardPlan | None, ShardChanges]]:
+    """Each shard's plan (None: nothing to do) beside its changes, decided as they come."""
+    spec = reader.spec
+    for group in _groups(changes):
+        if mode == "w":  # a new store: nothing to read
+            for c in group:
+                yield _create(spec, spec.shard_filename(c.shard), c.shard, c.lengths), c
+            continue
+        names = [spec.shard_filename(c.shard) for c in group]
+        reader.retrying(reader.shards, names)  # the group's shard indices in one batch
+        for name, c in zip(names, group):
+            yield reader.retrying(_plan_shard, reader, name, c.shard, c.keys, c.lengths,
+                                  strategy, compact_ratio), c
+
+
+def _groups(changes: Iterable[ShardChanges]) -> Iterator[list[ShardChanges]]:
+    group: list[ShardChanges] = []
+    keys = 0
+    for c in changes:
+        group.append(c)
+        keys += len(c.keys)
+        if len(group) >= _GROUP_SHARDS or keys >= _GROUP_KEYS:
+            yield group
+            group, keys = [], 0
+    if group:
+        yield group
+
+
+def obsolete_shards(reader: ShardReader, kept: set[str]) -> list[ShardPlan]:
+    """For mode "w": removal of every shard present but not in ``kept``."""
+    spec = reader.spec
+    return [ShardPlan(n, spec.parse_shard_filename(n), "delete")
+            for n in listing.shard_names(reader) if n not in kept]
 
 
 def _create(spec: Any, name: str, num: int, lengths: np.ndarray) -> ShardPlan | None:

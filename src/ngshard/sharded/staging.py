@@ -1,29 +1,38 @@
-"""Staged changes of a sharded store, bounded in memory by spilling to per-shard temp files.
+"""Staged changes of a sharded store, bounded in memory by spilling to per-shard files.
 
-Changes (a value, or None for a deletion) arrive one at a time (a dict) or in batches (arrays of
-keys with lists of values, no per-key work). When the staged bytes pass the limit, everything in
-memory is partitioned by shard and appended to one spill file per shard; what stays in memory
-per spilled change is 16 bytes of numpy arrays. Later changes win: spill files are older than
-the batches, batches are in arrival order, and the dict is the newest (a batch first turns the
-dict into a batch of its own).
+Changes (a value, or None for a deletion) arrive one at a time (a dict) or in batches: keys as
+a uint64 array, the values copied into one byte buffer, so no Python object per value is kept.
+Past ``limit_bytes`` (the values plus 48 bytes per key, what a key costs while spilling)
+everything in memory is sorted by shard and key and appended to the spill files (``spill.py``)
+as one run per shard, and nothing per key stays in memory. Later changes win: spilled runs are
+older than memory, batches are in arrival order, and the dict is the newest (a batch first
+turns the dict into a batch of its own).
+
+Planning and committing take the changes one shard at a time (:meth:`Staging.iter_changes`),
+so their memory follows the largest shard, not the number of keys.
 """
 
 from __future__ import annotations
 
-import itertools
-import os
-import shutil
-import tempfile
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._arrays import member
-from ..storage import SPILL_PREFIX, owner_tag, write_buffers
+from .._arrays import gather, member, uint_dtype
+from .changes import DELETED, ShardChanges, last_wins
 from .spec import ShardingSpec
+from .spill import SpillFiles
 
-DELETED = -1  # length recorded for a deletion
+# Memory per staged key counted against the limit: its key and length, and the sorting that
+# spilling does.
+KEY_BYTES = 48
+_HASH_BLOCK = 1 << 20
+
+
+def _starts(lengths: np.ndarray) -> np.ndarray:
+    """Where each value starts among back-to-back values (deletions take no bytes)."""
+    sizes = np.maximum(lengths, 0)
+    return np.cumsum(sizes) - sizes
 
 
 def _lengths(values: Sequence) -> np.ndarray:
@@ -34,69 +43,17 @@ def _lengths(values: Sequence) -> np.ndarray:
                        count=len(values))
 
 
-def _last_of_runs(order: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """From a stable sort ``order`` in which equal keys are adjacent, the last (newest)
-    position of each key."""
-    last = np.ones(len(order), bool)
-    last[:-1] = keys[order][1:] != keys[order][:-1]
-    return order[last]
-
-
-def last_wins(keys: np.ndarray) -> np.ndarray:
-    """Positions of the last occurrence of each distinct key, in key order."""
-    return _last_of_runs(np.argsort(keys, kind="stable"), keys)
-
-
-@dataclass
-class _Spilled:
-    """The spilled changes of one shard: arrays in spill order, values in ``path``."""
-
-    path: str
-    keys: list[np.ndarray] = field(default_factory=list)
-    lengths: list[np.ndarray] = field(default_factory=list)
-
-
-@dataclass
-class ShardChanges:
-    """The net changes of one shard: keys sorted, their values' lengths (DELETED marks a
-    deletion) and the values, either in memory or, for a shard whose changes all sit in its
-    spill file, as ``offsets`` into ``source`` (read only if :attr:`values` is asked for)."""
-
-    shard: int
-    keys: np.ndarray
-    lengths: np.ndarray
-    _values: list[bytes | memoryview | None] | None = None
-    source: str | None = None
-    offsets: np.ndarray | None = None
-
-    @property
-    def deleted(self) -> np.ndarray:
-        return self.lengths == DELETED
-
-    @property
-    def values(self) -> list[bytes | memoryview | None]:
-        """The values (None for deletions); memoryviews into the spill file once read."""
-        if self._values is None:
-            with open(self.source, "rb") as f:
-                blob = memoryview(f.read())
-            self._values = [None if n < 0 else blob[o:o + n]
-                            for o, n in zip(self.offsets.tolist(), self.lengths.tolist())]
-        return self._values
-
-
 class Staging:
-    """Staged key changes; ``limit_bytes`` bounds the value bytes held in memory."""
+    """Staged key changes; ``limit_bytes`` bounds what is held in memory."""
 
     def __init__(self, spec: ShardingSpec, limit_bytes: int, spill_dir: str | None = None):
-        self.spec, self.limit_bytes, self._spill_parent = spec, limit_bytes, spill_dir
-        # Spill files start with room for a shard index (a hole, not written), so a new shard
-        # can be made from one in place: see shardupdate.shard_from_file.
-        self.header = spec.shard_index_size
+        self.spec, self.limit_bytes = spec, limit_bytes
         self._dict: dict[int, bytes | None] = {}
-        self._batches: list[tuple[np.ndarray, np.ndarray, list]] = []  # keys, lengths, values
+        self._keys: list[np.ndarray] = []
+        self._lengths: list[np.ndarray] = []
+        self._data = bytearray()  # the values of the batches, back to back
         self._mem_bytes = 0
-        self._spilled: dict[int, _Spilled] = {}
-        self._tmp: str | None = None
+        self.spilled_files = SpillFiles(spill_dir, spec.shard_index_size)
         self.version = 0  # counts changes, so a plan can tell it still fits
 
     # --- changes ---------------------------------------------------------------------------
@@ -104,184 +61,171 @@ class Staging:
     def set(self, key: int, value: bytes | None) -> None:
         """Stage one value (None: a deletion)."""
         self.version += 1
-        old = self._dict.get(key)
-        self._mem_bytes += (len(value) if value is not None else 0) - \
-            (len(old) if old is not None else 0)
+        old = self._dict.get(key, 0)
+        self._mem_bytes += (len(value) if value is not None else 0) + \
+            (KEY_BYTES if old == 0 else -(len(old) if old is not None else 0))
         self._dict[key] = value
         if self._mem_bytes > self.limit_bytes:
             self.spill()
 
     def set_many(self, keys: np.ndarray, values: list[bytes]) -> None:
         """Stage a batch of values (no deletions) without per-key Python work."""
+        self._add(keys, _lengths(values), b"".join(values))
+
+    def set_arrays(self, keys: np.ndarray, data: np.ndarray, lengths: np.ndarray) -> None:
+        """Stage ``len(keys)`` values lying back to back in the uint8 array ``data``."""
+        ends = np.cumsum(lengths)
+        step = max(1, self.limit_bytes // 4)  # spill a huge batch in parts, not all at once
+        first = 0
+        while first < len(keys):
+            last = max(first + 1, int(np.searchsorted(ends, ends[first] - lengths[first] + step)))
+            a = int(ends[first] - lengths[first])
+            self._add(keys[first:last], lengths[first:last], data[a:int(ends[last - 1])])
+            first = last
+
+    def _add(self, keys: np.ndarray, lengths: np.ndarray, data) -> None:
         self.version += 1
         self._fold_dict()
-        lengths = _lengths(values)
-        self._batches.append((keys, lengths, values))
-        self._mem_bytes += int(lengths.sum())
+        self._keys.append(keys)
+        self._lengths.append(lengths)
+        self._data += data
+        self._mem_bytes += len(data) + KEY_BYTES * len(keys)
         if self._mem_bytes > self.limit_bytes:
             self.spill()
 
     def _fold_dict(self) -> None:
         if self._dict:
             values = list(self._dict.values())
-            keys = np.fromiter(self._dict, np.uint64, count=len(self._dict))
-            self._batches.append((keys, _lengths(values), values))
+            self._keys.append(np.fromiter(self._dict, np.uint64, count=len(self._dict)))
+            self._lengths.append(_lengths(values))
+            self._data += b"".join(v for v in values if v is not None)
             self._dict = {}
 
-    def _memory(self) -> tuple[np.ndarray, np.ndarray, list]:
-        """Everything in memory as (keys, lengths, values), oldest change first."""
+    def _memory(self) -> tuple[np.ndarray, np.ndarray]:
+        """Everything in memory as (keys, lengths), oldest first."""
         self._fold_dict()
-        if len(self._batches) > 1:
-            keys, lengths, values = zip(*self._batches)
-            self._batches = [(np.concatenate(keys), np.concatenate(lengths),
-                              [v for vs in values for v in vs])]
-        if not self._batches:
-            return np.zeros(0, np.uint64), np.zeros(0, np.int64), []
-        return self._batches[0]
+        if len(self._keys) > 1:
+            self._keys, self._lengths = [np.concatenate(self._keys)], \
+                [np.concatenate(self._lengths)]
+        if not self._keys:
+            return np.zeros(0, np.uint64), np.zeros(0, np.int64)
+        return self._keys[0], self._lengths[0]
 
     def __bool__(self) -> bool:
-        return bool(self._dict) or bool(self._batches) or bool(self._spilled)
+        return bool(self._dict) or bool(self._keys) or bool(self.spilled_files)
 
     @property
     def spilled(self) -> bool:
-        return bool(self._spilled)
+        return bool(self.spilled_files)
 
-    def status(self) -> tuple[np.ndarray, np.ndarray]:
-        """Every changed key, sorted, and the length of its staged value (DELETED: deletion)."""
-        mem_keys, mem_lengths, _ = self._memory()
-        keys = np.concatenate([k for s in self._spilled.values() for k in s.keys] + [mem_keys])
-        lengths = np.concatenate([n for s in self._spilled.values() for n in s.lengths]
-                                 + [mem_lengths])
-        pick = last_wins(keys)
-        return keys[pick], lengths[pick]
+    # --- reading staged changes --------------------------------------------------------------
 
     def lookup(self, key: int) -> tuple[bool, bytes | None]:
         """(staged?, value) of one key; value None for a staged deletion."""
         if key in self._dict:
             return True, self._dict[key]
-        k = np.uint64(key)
-        for keys, _, values in reversed(self._batches):
-            hits = np.flatnonzero(keys == k)
-            if len(hits):
-                return True, values[hits[-1]]
-        found = self._spilled_lookup(np.array([key], np.uint64))
+        found = self.lookup_many(np.array([key], np.uint64))
         return (True, found[key]) if key in found else (False, None)
 
     def lookup_many(self, keys: np.ndarray) -> dict[int, bytes | None]:
         """The staged keys among sorted unique ``keys``: {key: value, None for a deletion}."""
-        mem_keys, _, mem_values = self._memory()
+        mem_keys, mem_lengths = self._memory()
+        starts = _starts(mem_lengths)
         pick = last_wins(mem_keys)
         in_memory = member(keys, mem_keys[pick])
-        pos = np.searchsorted(mem_keys[pick], keys[in_memory])
-        found = dict(zip(keys[in_memory].tolist(),
-                         map(mem_values.__getitem__, pick[pos].tolist())))
-        found.update(self._spilled_lookup(keys[~in_memory]))
+        hits = pick[np.searchsorted(mem_keys[pick], keys[in_memory])]
+        data = self._data
+        found: dict[int, bytes | None] = {
+            k: None if n < 0 else bytes(data[s:s + n]) for k, n, s in
+            zip(keys[in_memory].tolist(), mem_lengths[hits].tolist(), starts[hits].tolist())}
+        rest = keys[~in_memory]
+        if self.spilled_files and len(rest):
+            nums = self.spec.locate(rest)[0].astype(np.int64)
+            for shard in np.intersect1d(nums, self.spilled_files.shards()).tolist():
+                changes = self.spilled_files.changes(shard, rest[nums == shard])
+                found.update(zip(changes.keys.tolist(), changes.values()))
         return found
 
-    def _spilled_lookup(self, keys: np.ndarray) -> dict[int, bytes | None]:
-        """Spilled changes of ``keys`` (reading only their values), one pass per shard."""
-        if not self._spilled or not len(keys):
-            return {}
-        nums = self.spec.locate(keys)[0].astype(np.int64)
-        found: dict[int, bytes | None] = {}
-        for shard in np.intersect1d(nums, list(self._spilled)).tolist():
-            changes = self._spilled_changes(shard, keys[nums == shard])
-            found.update(zip(changes.keys.tolist(), changes.values))
-        return found
+    def status(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every changed key, sorted, and the length of its staged value (DELETED: deletion).
+        O(keys) memory: for listing only; planning and committing go shard by shard."""
+        parts = [(c.keys, c.lengths) for c in self.iter_changes(data=False)]
+        if not parts:
+            return np.zeros(0, np.uint64), np.zeros(0, np.int64)
+        keys, lengths = map(np.concatenate, zip(*parts))
+        order = np.argsort(keys)
+        return keys[order], lengths[order]
 
-    def iter_changes(self) -> Iterator[ShardChanges]:
-        """The net changes of every shard with staged changes, in shard order; each shard's
-        spill file is read once, when its turn comes."""
-        mem_keys, mem_lengths, mem_values = self._memory()
-        nums = self.spec.locate(mem_keys)[0].astype(np.int64) if len(mem_keys) \
-            else np.zeros(0, np.int64)
-        # by shard, then key; lexsort is stable, so the last of equal keys is the newest
-        pick = _last_of_runs(np.lexsort((mem_keys, nums)), mem_keys)
-        nums_sorted = nums[pick]
-        shards = np.union1d(np.unique(nums), np.array(sorted(self._spilled), np.int64))
-        starts = np.searchsorted(nums_sorted, shards, side="left").tolist()
-        ends = np.searchsorted(nums_sorted, shards, side="right").tolist()
-        for shard, a, b in zip(shards.tolist(), starts, ends):
-            idx = pick[a:b]
-            keys, lengths = mem_keys[idx], mem_lengths[idx]
-            values = list(map(mem_values.__getitem__, idx.tolist()))
-            spilled = self._spilled_changes(shard)
-            if spilled is not None and not len(keys):
-                yield spilled
-                continue
-            if spilled is not None:  # memory is newer than every spill batch
-                keep = ~member(spilled.keys, keys)
-                keys = np.concatenate([spilled.keys[keep], keys])
-                lengths = np.concatenate([spilled.lengths[keep], lengths])
-                values = list(itertools.compress(spilled.values, keep.tolist())) + values
-                order = np.argsort(keys, kind="stable")
-                keys, lengths = keys[order], lengths[order]
-                values = list(map(values.__getitem__, order.tolist()))
-            yield ShardChanges(shard, keys, lengths, values)
+    def iter_changes(self, data: bool = True) -> Iterator[ShardChanges]:
+        """The net changes of every shard with staged changes, in shard order, one shard at a
+        time (with their values where ``data``). Once anything has spilled, memory is spilled
+        too, so each shard's changes come from its spill files alone."""
+        if self.spilled_files:
+            self.spill()
+            for shard in self.spilled_files.shards():
+                yield self.spilled_files.changes(shard)
+            return
+        yield from self._memory_changes(data)
+
+    def _memory_changes(self, with_data: bool) -> Iterator[ShardChanges]:
+        """The net changes in memory, shard by shard: sorted by shard, then key, the newest
+        change of each key."""
+        keys, lengths = self._memory()
+        if not len(keys):
+            return
+        nums = self._shard_numbers(keys)
+        # by shard, then key, then age (both sorts are stable); few temporaries at a time,
+        # as the buffer may hold millions of keys
+        order = np.argsort(keys, kind="stable")
+        order = order[np.argsort(nums[order], kind="stable")]
+        newest = np.ones(len(order), bool)
+        sorted_keys = keys[order]
+        newest[:-1] = sorted_keys[1:] != sorted_keys[:-1]
+        del sorted_keys
+        pick = order[newest]
+        del order, newest
+        starts = _starts(lengths) if with_data else None
+        cuts = (np.flatnonzero(np.diff(nums[pick])) + 1).tolist()
+        src = np.frombuffer(self._data, np.uint8) if with_data else None
+        try:
+            for a, b in zip([0, *cuts], [*cuts, len(pick)]):
+                group = pick[a:b]
+                g_lengths = lengths[group]
+                values = None
+                if with_data:
+                    is_set = g_lengths != DELETED
+                    values = gather(src, starts[group][is_set], g_lengths[is_set])
+                yield ShardChanges(int(nums[group[0]]), keys[group], g_lengths, data=values)
+        finally:
+            del src  # the buffer may grow again once no view of it is left
+
+    def _shard_numbers(self, keys: np.ndarray) -> np.ndarray:
+        """The shard of each key, in the narrowest dtype (hashed a block at a time)."""
+        out = np.empty(len(keys), uint_dtype(self.spec.num_shards))
+        for a in range(0, len(keys), _HASH_BLOCK):
+            out[a:a + _HASH_BLOCK] = self.spec.locate(keys[a:a + _HASH_BLOCK])[0]
+        return out
 
     def clear(self) -> None:
         self.version += 1
         self._dict = {}
-        self._batches = []
+        self._keys, self._lengths = [], []
+        self._data = bytearray()
         self._mem_bytes = 0
-        self._spilled.clear()
-        if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = None
+        self.spilled_files.clear()
 
     # --- spilling --------------------------------------------------------------------------
 
     def spill(self) -> None:
-        """Move the in-memory changes to the per-shard spill files."""
-        keys, lengths, values = self._memory()
-        if not len(keys):
-            return
-        if self._tmp is None:
-            self._tmp = tempfile.mkdtemp(prefix=SPILL_PREFIX + owner_tag(),
-                                         dir=self._spill_parent)
-        nums = self.spec.locate(keys)[0]
-        order = np.argsort(nums, kind="stable")
-        bounds = np.flatnonzero(np.diff(nums[order])) + 1
-        for group in np.split(order, bounds):
-            shard = int(nums[group[0]])
-            spilled = self._spilled.get(shard)
-            if spilled is None:
-                spilled = self._spilled[shard] = _Spilled(f"{self._tmp}/{shard}.spill")
-                with open(spilled.path, "wb") as f:
-                    f.truncate(self.header)
-            vals = list(map(values.__getitem__, group.tolist()))
-            if (lengths[group] == DELETED).any():
-                vals = [v for v in vals if v is not None]
-            fd = os.open(spilled.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-            try:
-                write_buffers(fd, vals)
-            finally:
-                os.close(fd)
-            spilled.keys.append(keys[group])
-            spilled.lengths.append(lengths[group])
-        self._batches = []
+        """Move the in-memory changes to the spill files, one sorted run per shard."""
+        for changes in self._memory_changes(True):
+            self.spilled_files.append(changes.shard, changes.keys, changes.lengths,
+                                      changes.data)
+        self._keys, self._lengths = [], []
+        self._data = bytearray()
         self._mem_bytes = 0
 
-    def _spilled_changes(self, shard: int, only: np.ndarray | None = None
-                         ) -> ShardChanges | None:
-        spilled = self._spilled.get(shard)
-        if spilled is None:
-            return None
-        keys = np.concatenate(spilled.keys)
-        lengths = np.concatenate(spilled.lengths)
-        sizes = np.maximum(lengths, 0)
-        offsets = np.cumsum(sizes) - sizes + self.header
-        pick = last_wins(keys)
-        if only is not None:
-            pick = pick[member(keys[pick], np.sort(only))]
-        changes = ShardChanges(shard, keys[pick], lengths[pick], source=spilled.path,
-                               offsets=offsets[pick])
-        if only is not None:  # a few values: read just those
-            with open(spilled.path, "rb") as f:
-                changes._values = [None if n < 0 else os.pread(f.fileno(), n, o) for o, n in
-                                   zip(changes.offsets.tolist(), changes.lengths.tolist())]
-        return changes
-
     def __del__(self) -> None:
-        if getattr(self, "_tmp", None) is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
+        files = getattr(self, "spilled_files", None)
+        if files is not None:
+            files.clear()

@@ -1,7 +1,8 @@
 """How an existing shard changes: pure functions from old indices (and bytes) plus changes to the
 bytes to write, for the two update strategies.
 
-- rewrite: a whole new shard file from the old file's bytes and the changes.
+- rewrite: a whole new shard file from the old file's bytes and the changes (``new_shard``:
+  a shard with no old bytes, the layout of every bulk write).
 - append: bytes to append at the end of the old file (new chunk data, then the new indices of
   the touched minishards) and a new shard index to write over the old one. Old bytes are never
   overwritten, so any mix of old and new shard index entries is a valid shard.
@@ -10,7 +11,7 @@ bytes to write, for the two update strategies.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
@@ -29,10 +30,11 @@ Buffer = bytes | memoryview
 
 
 def rewrite_shard(spec: ShardingSpec, old: Buffer | None, keys: np.ndarray,
-                  values: Sequence[Buffer | None], deleted: np.ndarray,
-                  where: str = "") -> list[Buffer] | None:
-    """The new shard file after the changes: ``values[i]`` (data-encoded) for ``keys[i]``, or
-    its deletion where ``deleted[i]``. Returns None when no key is left.
+                  deleted: np.ndarray, sizes: np.ndarray, data: Sequence,
+                  where: str = "") -> list | None:
+    """The new shard file after the changes: ``keys[i]`` set, or deleted where
+    ``deleted[i]``; the set keys' data-encoded values, ``sizes`` bytes each, lie back to back
+    in key order in the parts ``data``. Returns None when no key is left.
 
     Kept chunks stay in the order they had in ``old``, each run of them that lay back to back
     there copied as one slice; new chunks follow them. (Only the minishard indices must be
@@ -44,47 +46,40 @@ def rewrite_shard(spec: ShardingSpec, old: Buffer | None, keys: np.ndarray,
     by_place = np.argsort(kept.starts, kind="stable")
     kept = Entries(*(col[by_place] for col in kept))
     new_keys = keys[~deleted]
-    new_values = [v for v, d in zip(values, deleted.tolist()) if not d] if deleted.any() \
-        else list(values)
-    new_sizes = np.fromiter(map(len, new_values), np.uint64, count=len(new_values))
-    all_keys = np.concatenate([kept.keys, new_keys])
-    if not len(all_keys):
-        return None
+    if not len(kept.keys):
+        return new_shard(spec, new_keys, sizes, data) if len(new_keys) else None
     ends = kept.starts + kept.sizes
     joins = np.zeros(len(kept.keys), bool)
     joins[1:] = kept.starts[1:] == ends[:-1]
     run_first = np.flatnonzero(~joins)
-    run_last = np.append(run_first[1:], len(joins)) - 1 if len(run_first) else run_first
-    data = [old[s:e] for s, e in zip(kept.starts[run_first].tolist(),
-                                     ends[run_last].tolist())] + new_values
-    sizes = np.concatenate([kept.sizes, new_sizes])
-    offsets = np.cumsum(sizes, dtype=np.uint64) - sizes  # back to back in that order
+    run_last = np.append(run_first[1:], len(joins)) - 1
+    runs = [old[s:e] for s, e in zip(kept.starts[run_first].tolist(), ends[run_last].tolist())]
+    all_sizes = np.concatenate([kept.sizes, np.asarray(sizes, np.uint64)])
+    offsets = np.cumsum(all_sizes, dtype=np.uint64) - all_sizes  # back to back in that order
     minishards = np.concatenate([kept.minishards, spec.locate(new_keys)[1]])
+    all_keys = np.concatenate([kept.keys, new_keys])
     order = np.lexsort((all_keys, minishards))
-    return assemble_shard(minishards[order], all_keys[order], sizes[order], data,
-                                spec.num_minishards, spec.minishard_index_encoding,
-                                offsets[order], int(sizes.sum()))
+    return assemble_shard(minishards[order], all_keys[order], all_sizes[order],
+                          [*runs, *data], spec.num_minishards, spec.minishard_index_encoding,
+                          offsets[order], int(all_sizes.sum()))
 
 
-def shard_from_region(spec: ShardingSpec, keys: np.ndarray, sizes: np.ndarray,
-                      deleted: np.ndarray, region: Any, region_size: int, offsets: np.ndarray
-                      ) -> list:
-    """A new shard whose chunk data is ``region`` (one part the writer copies or takes over,
-    e.g. a spill file), which starts ``spec.shard_index_size`` bytes into its file (room left
-    for the shard index) and holds ``region_size`` bytes; value i lies at ``offsets[i]`` of
-    that file. Bytes of the region that no kept key references (deletions, overwritten
-    values) become garbage, recorded by a trailer."""
-    keys, sizes, offsets = keys[~deleted], sizes[~deleted], offsets[~deleted]
-    header = spec.shard_index_size
-    data_size = region_size
-    minishards = spec.locate(keys)[1]
+def new_shard(spec: ShardingSpec, keys: np.ndarray, sizes: np.ndarray, data: Sequence,
+              minishards: np.ndarray | None = None) -> list:
+    """A whole shard file (as parts to write in order) holding the sorted distinct ``keys``,
+    whose data-encoded values, ``sizes`` bytes each, lie back to back in key order in the
+    parts ``data`` (buffers, or a FileSlice the writer copies or adopts).
+
+    Every writer of whole shards uses this layout (shard index, values in key order, minishard
+    indices in minishard order), so a shard's bytes depend on its contents alone. The keys'
+    ``minishards`` may be given where they are known already."""
+    sizes = np.asarray(sizes, np.uint64)
+    minishards = spec.locate(keys)[1] if minishards is None else minishards
     order = np.lexsort((keys, minishards))
-    parts = assemble_shard(minishards[order], keys[order], sizes[order],
-                                 [region],
-                                 spec.num_minishards, spec.minishard_index_encoding,
-                                 offsets[order] - np.uint64(header), data_size)
-    garbage = data_size - int(sizes.sum())
-    return parts + [trailer(garbage + TRAILER_SIZE)] if garbage else parts
+    offsets = np.cumsum(sizes, dtype=np.uint64) - sizes
+    return assemble_shard(minishards[order], keys[order], sizes[order], list(data),
+                          spec.num_minishards, spec.minishard_index_encoding, offsets[order],
+                          int(sizes.sum()))
 
 
 class Append(NamedTuple):
@@ -125,21 +120,20 @@ def indices_end(ranges: np.ndarray, index_end: int) -> int:
 
 
 def append_update(spec: ShardingSpec, file_size: int, garbage: int, ranges: np.ndarray,
-                  touched: dict[int, MinishardIndex], keys: np.ndarray,
-                  values: Sequence[Buffer | None], deleted: np.ndarray) -> Append:
+                  touched: dict[int, MinishardIndex], keys: np.ndarray, deleted: np.ndarray,
+                  sizes: np.ndarray, data: Sequence) -> Append:
     """Append the changes to a shard of ``file_size`` bytes, ``garbage`` of them unreferenced,
     whose shard index is ``ranges``.
 
-    ``touched`` holds the old index of every minishard a changed key falls in; ``values[i]``
-    is the data-encoded new value of ``keys[i]``, ignored where ``deleted[i]``.
+    ``touched`` holds the old index of every minishard a changed key falls in; ``keys[i]`` is
+    set, or deleted where ``deleted[i]``; the set keys' data-encoded values, ``sizes`` bytes
+    each, lie back to back in key order in the parts ``data``.
     """
     old = Entries.of(touched)
     changed = member(old.keys, keys)
     kept = Entries(*(col[~changed] for col in old))
     new_keys = keys[~deleted]
-    new_values = [v for v, d in zip(values, deleted.tolist()) if not d] if deleted.any() \
-        else list(values)
-    sizes = np.fromiter(map(len, new_values), np.uint64, count=len(new_values))
+    sizes = np.asarray(sizes, np.uint64)
     starts = np.cumsum(sizes, dtype=np.uint64) - sizes + np.uint64(file_size)
     ms = np.concatenate([kept.minishards, spec.locate(new_keys)[1]])
     all_keys = np.concatenate([kept.keys, new_keys])
@@ -158,7 +152,7 @@ def append_update(spec: ShardingSpec, file_size: int, garbage: int, ranges: np.n
     new_ranges[empty_now] = spec.shard_index_size
     garbage += (int(old.sizes[changed].sum()) + TRAILER_SIZE
                 + int((ranges[touched_ms, 1] - ranges[touched_ms, 0]).sum()))
-    return Append(file_size, [*new_values, *parts, trailer(garbage)],
+    return Append(file_size, [*data, *parts, trailer(garbage)],
                   encode_shard_index(new_ranges, spec.num_minishards),
                   bool(empty_now.all()))
 

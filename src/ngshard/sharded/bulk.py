@@ -1,0 +1,158 @@
+"""Bulk writes of whole stores: ``write_kv`` from (key, value) pairs of any number, or from
+arrays (keys as uint64, values as one buffer with offsets) with no Python object per key.
+
+Pairs are staged and spilled (``staging.py``, ``spill.py``): memory is the buffer plus one
+shard's index, whatever the number of keys. Arrays are in memory already: they are sorted by
+shard (a radix sort of the shard numbers) and each shard is built from them directly, a few
+shards at a time on threads, costing about 12 bytes per key beyond the arrays themselves.
+
+Every path lays a shard out the same way (``update.new_shard``: values in key order), so the
+bytes of a store depend on its contents alone: not on the order of the items, the buffer size,
+whether anything spilled, or (``ngshard.dask``) how a cluster partitioned them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from .._arrays import gather, uint_dtype
+from ..compression import encode
+from ..progress import progress_bar
+from ..storage import Storage, open_storage, remove_stale
+from ..threads import WORKERS, bounded_map, pmap
+from . import legacy
+from .changes import last_of_runs, views
+from .inputs import value_arrays
+from .kv import DEFAULT_BUFFER_BYTES, _as_spec, _record_spec, open_kv
+from .spec import ShardingSpec
+from .update import new_shard
+
+_LOCATE_BLOCK = 1 << 22  # keys hashed at a time (bounds the hash's temporaries)
+
+
+def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
+             items: Mapping[int, bytes] | Iterable[tuple[int, bytes]] | None = None, *,
+             keys: Any = None, values: Any = None, offsets: Any = None,
+             progress: bool = False, buffer_bytes: int = DEFAULT_BUFFER_BYTES,
+             spill_dir: str | None = None, info: bool = True, durable: bool = True) -> None:
+    """Write a whole store at ``url``: from a mapping or an iterable of (key, bytes), or from
+    arrays (``keys=``, ``values=``, ``offsets=``).
+
+    Parameters
+    ----------
+    url
+        Where (a local path, any fsspec URL, or an open Storage).
+    spec
+        The sharding spec (or its JSON).
+    items
+        The store's contents as a mapping or an iterable of (key, bytes) pairs, of any
+        number: past ``buffer_bytes`` they are partitioned by shard into temporary files (in
+        ``spill_dir``) and each shard is built from its own, so memory stays about
+        ``buffer_bytes`` plus one shard's index (16 bytes per key of that shard).
+    keys, values, offsets
+        Instead of ``items``: ``keys`` a sequence or array of n uint64 keys; ``values`` one
+        buffer (bytes, bytearray, memoryview, a uint8 array) in which value i is
+        ``values[offsets[i]:offsets[i + 1]]`` (``offsets``: n + 1 non-decreasing integers),
+        or a 2-D (n, size) array whose rows are the values, or a list of n bytes. No Python
+        object per key is made; memory is the arrays plus about 12 bytes per key.
+    buffer_bytes, spill_dir
+        See ``items``.
+    info
+        Record the spec in ``<url>/info`` (``{"sharding": ...}``, other members kept).
+    durable
+        Fsync local writes (see :func:`open_kv`); False for scratch work.
+
+    The last value of a repeated key wins. Shard files of an earlier store there are replaced
+    or removed, each atomically. Each shard holds its values in key order, so the shard files
+    depend on the contents only.
+
+    Raises
+    ------
+    SpecError
+        A bad spec.
+    InvalidKeyError
+        A key outside [0, 2**64) (or not an integer).
+    TypeError
+        A value that is not bytes, or ``items`` given together with ``keys``.
+    ValueError
+        ``offsets`` that do not fit ``keys`` and ``values``.
+    """
+    if keys is not None or values is not None:
+        if items is not None:
+            raise TypeError("write_kv takes items or keys= and values=, not both")
+        write_arrays(url, spec, *value_arrays(keys, values, offsets), progress=progress,
+                     info=info, durable=durable)
+        return
+    if items is None:
+        raise TypeError("write_kv needs items, or keys= and values=")
+    kv = open_kv(url, spec, "w", staged_bytes=buffer_bytes, spill_dir=spill_dir, info=info,
+                 durable=durable)
+    try:
+        kv.update(items)
+        kv.commit(progress=progress)
+    finally:
+        kv.close()
+
+
+def write_arrays(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
+                 keys: np.ndarray, data: np.ndarray, lengths: np.ndarray, *,
+                 progress: bool = False, info: bool = True, durable: bool = True) -> None:
+    """:func:`write_kv` from arrays in the form :func:`value_arrays` gives."""
+    spec = _as_spec(spec)
+    storage = open_storage(url, durable=durable)
+    if storage.local_root is not None:
+        os.makedirs(storage.local_root, exist_ok=True)
+        remove_stale(storage.local_root)
+    starts = np.cumsum(lengths) - lengths
+    nums = np.empty(len(keys), uint_dtype(spec.num_shards))
+    minishards = np.empty(len(keys), uint_dtype(spec.num_minishards))
+    for a in range(0, len(keys), _LOCATE_BLOCK):
+        nums[a:a + _LOCATE_BLOCK], minishards[a:a + _LOCATE_BLOCK] = \
+            spec.locate(keys[a:a + _LOCATE_BLOCK])
+    order = np.argsort(nums, kind="stable")  # by shard, in arrival order within each
+    ends = np.cumsum(np.bincount(nums, minlength=spec.num_shards)) if len(keys) else \
+        np.zeros(spec.num_shards, np.int64)
+    present = np.flatnonzero(np.diff(ends, prepend=0)).tolist()
+
+    def write_one(shard: int) -> str:
+        pos = order[ends[shard - 1] if shard else 0:ends[shard]]
+        pick = pos[last_of_runs(np.argsort(keys[pos], kind="stable"), keys[pos])]
+        name = spec.shard_filename(shard)
+        storage.write(name, shard_parts(spec, keys[pick], gather(data, starts[pick],
+                                                                 lengths[pick]),
+                                        lengths[pick], minishards[pick]))
+        return name
+
+    written = set(progress_bar(bounded_map(write_one, present, WORKERS), total=len(present),
+                               desc="writing shards", unit="shard", enabled=progress))
+    remove_obsolete(storage, spec, written)
+    if info:
+        _record_spec(storage, spec)
+
+
+def shard_parts(spec: ShardingSpec, keys: np.ndarray, data: np.ndarray, lengths: np.ndarray,
+                minishards: np.ndarray | None = None) -> list:
+    """A whole shard of sorted distinct ``keys`` whose raw values lie back to back in key
+    order in ``data`` (encoded here as the spec says)."""
+    if spec.data_encoding == "raw":
+        return new_shard(spec, keys, lengths, [data], minishards)
+    encoded = pmap(lambda v: encode(v, spec.data_encoding), views(data, lengths))
+    return new_shard(spec, keys, np.fromiter(map(len, encoded), np.int64, len(encoded)),
+                     encoded, minishards)
+
+
+def remove_obsolete(storage: Storage, spec: ShardingSpec, written: set[str]) -> None:
+    """After a whole store was written: remove the shard files (and obsolete two-file shards)
+    of an earlier store that it does not hold."""
+    names = storage.list()
+    pairs = legacy.shards_of_pairs(names)
+    for name in names:
+        if spec.parse_shard_filename(name) is not None and name not in written:
+            storage.delete(name)
+    for shard in pairs:
+        for part in legacy.pair_names(shard):
+            storage.delete(part)

@@ -1,0 +1,139 @@
+"""Bulk writes at scale: time and peak memory of ``write_kv`` by key count, one child process
+per run (peak RSS is the child's VmHWM, so runs do not inherit each other's peaks).
+
+    python tools/bench_bulk.py generator --keys 2e6 8e6 16e6
+    python tools/bench_bulk.py arrays --keys 16e6
+    python tools/bench_bulk.py dask --keys 4e6 [--workers 2]
+
+``generator``: (key, 100-byte value) pairs from a Python generator, the way most users feed a
+store. ``arrays``: the array API (keys as a uint64 array, values as one buffer with offsets);
+peak RSS is also given beyond the input arrays. ``dask``: ``ngshard.dask.write_kv`` on a
+LocalCluster of worker processes, compared byte for byte with the local writer and read back
+with tensorstore. Spec: murmur hash, 64 shards x 1,024 minishards, gzip minishard indices,
+raw data. Keys are a bijective scramble of 0..n-1 (distinct, spread over all shards).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+SPEC = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "murmurhash3_x86_128",
+        "preshift_bits": 0, "minishard_bits": 10, "shard_bits": 6,
+        "minishard_index_encoding": "gzip", "data_encoding": "raw"}
+VALUE_SIZE = 100
+BLOCK = 1 << 16
+_ODD = np.uint64(0x9E3779B97F4A7C15)  # multiplying by an odd number permutes the uint64s
+
+
+def make_keys(first: int, n: int) -> np.ndarray:
+    return np.arange(first, first + n, dtype=np.uint64) * _ODD
+
+
+def make_values(keys: np.ndarray, size: int = VALUE_SIZE) -> np.ndarray:
+    """(n, size) uint8: each value starts with its key, then bytes that depend on it."""
+    out = np.empty((len(keys), size), np.uint8)
+    out[:, :8] = keys.view(np.uint8).reshape(-1, 8)
+    np.add(np.arange(size - 8, dtype=np.uint8)[None, :],
+           (keys % np.uint64(251)).astype(np.uint8)[:, None], out=out[:, 8:])
+    return out
+
+
+def pairs(n: int):
+    """(key, bytes) pairs, BLOCK at a time: the per-key Python work a user's loop does."""
+    for first in range(0, n, BLOCK):
+        keys = make_keys(first, min(BLOCK, n - first))
+        blob = make_values(keys).tobytes()
+        yield from zip(keys.tolist(), [blob[i:i + VALUE_SIZE]
+                                       for i in range(0, len(blob), VALUE_SIZE)])
+
+
+def peak_rss() -> tuple[int, int]:
+    """(current, peak) resident set size of this process in bytes."""
+    out = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(("VmRSS", "VmHWM")):
+                out[line.split(":")[0]] = int(line.split()[1]) * 1024
+    return out["VmRSS"], out["VmHWM"]
+
+
+def reset_peak() -> None:
+    """Start VmHWM afresh from the current RSS (Linux >= 4.0), so a figure excludes setup."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def child(mode: str, n: int, path: str) -> dict:
+    import ngshard
+
+    result: dict = {}
+    cpu = resource.getrusage(resource.RUSAGE_SELF)
+    if mode == "generator":
+        t = time.perf_counter()
+        ngshard.write_kv(path, SPEC, pairs(n))
+    elif mode == "arrays":
+        keys = make_keys(0, n)
+        values = make_values(keys).reshape(-1)
+        offsets = np.arange(0, (n + 1) * VALUE_SIZE, VALUE_SIZE, dtype=np.uint64)
+        reset_peak()
+        result["input_rss"] = peak_rss()[0]
+        t = time.perf_counter()
+        ngshard.write_kv(path, SPEC, keys=keys, values=values, offsets=offsets)
+    else:
+        raise SystemExit(f"unknown mode {mode}")
+    result["seconds"] = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    result["cpu"] = after.ru_utime + after.ru_stime - cpu.ru_utime - cpu.ru_stime
+    result["peak_rss"] = peak_rss()[1]
+    return result
+
+
+def run_child(mode: str, n: int, path: str) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--child", mode, str(n), path],
+                         capture_output=True, text=True)
+    if out.returncode:
+        raise SystemExit(out.stderr)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("mode", choices=["generator", "arrays"])
+    ap.add_argument("--keys", type=float, nargs="+", default=[2e6])
+    ap.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
+    ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    if "--child" in sys.argv:
+        mode, n, path = sys.argv[sys.argv.index("--child") + 1:][:3]
+        print(json.dumps(child(mode, int(n), path)))
+        return
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="ngshard-bulk-", dir=args.dir)
+    print(f"{args.mode}: {VALUE_SIZE}-byte values, spec {json.dumps(SPEC)}")
+    print(f"{'keys':>12} {'time':>8} {'keys/s':>9} {'CPU':>8} {'peak RSS':>10}"
+          + (f" {'beyond input':>13}" if args.mode == "arrays" else ""))
+    try:
+        for n in map(int, args.keys):
+            path = os.path.join(work, f"{args.mode}-{n}")
+            r = run_child(args.mode, n, path)
+            extra = f" {(r['peak_rss'] - r['input_rss']) / 1e6:>10.0f} MB" \
+                if "input_rss" in r else ""
+            print(f"{n:>12,} {r['seconds']:>7.1f}s {n / r['seconds'] / 1e6:>7.2f} M "
+                  f"{r['cpu']:>7.1f}s "
+                  f"{r['peak_rss'] / 1e6:>7.0f} MB{extra}", flush=True)
+            shutil.rmtree(path)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
