@@ -202,8 +202,9 @@ class ShardedKV(MutableMapping):
         staging = self._writable()
         if kwargs:
             raise TypeError("keys must be integers, not keyword arguments")
-        for keys, values in _batches(other):
-            staging.set_many(keys, values)
+        for batch in _batches(other):
+            staging.set_many(*batch)
+            del batch  # before the next batch is read
 
     def set_many(self, keys: Iterable[int] | np.ndarray, values: Any,
                  offsets: Any = None) -> None:
@@ -291,18 +292,26 @@ _BATCH = 1 << 16
 
 def _batches(items: Mapping[int, bytes] | Iterable[tuple[int, bytes]]
              ) -> Iterator[tuple[np.ndarray, list[bytes]]]:
-    """(keys, values) in batches, keys checked and converted at numpy speed."""
+    """(keys, values) in batches, keys checked and converted at numpy speed. A batch is let go
+    before the next one is read, so only one is ever held."""
     if isinstance(items, Mapping):
-        chunks = [(list(items.keys()), list(items.values()))]
-    else:
-        it = iter(items)
-        first, second = operator.itemgetter(0), operator.itemgetter(1)
-        chunks = ((list(map(first, batch)), list(map(second, batch)))
-                  for batch in iter(lambda: list(itertools.islice(it, _BATCH)), []))
-    for keys, values in chunks:
+        keys, values = list(items.keys()), list(items.values())
         if not set(map(type, values)) <= {bytes}:
             values = [_as_bytes(v, k) for k, v in zip(keys, values)]
         yield as_key_array(keys), values
+        return
+    it = iter(items)
+    first, second = operator.itemgetter(0), operator.itemgetter(1)
+    while True:
+        batch = list(itertools.islice(it, _BATCH))
+        if not batch:
+            return
+        keys, values = list(map(first, batch)), list(map(second, batch))
+        del batch
+        if not set(map(type, values)) <= {bytes}:
+            values = [_as_bytes(v, k) for k, v in zip(keys, values)]
+        yield as_key_array(keys), values
+        del keys, values
 
 
 def _as_spec(spec: ShardingSpec | dict | str) -> ShardingSpec:

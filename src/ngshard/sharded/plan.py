@@ -102,11 +102,11 @@ def plan_shards(reader: ShardReader, changes: Iterable[ShardChanges], *, mode: s
                 ) -> Iterator[tuple[ShardPlan | None, ShardChanges]]:
     """Each shard's plan (None: nothing to do) beside its changes, decided as they come."""
     spec = reader.spec
+    if mode == "w":  # a new store: nothing to read, nothing to wait for
+        for c in changes:
+            yield _create(spec, spec.shard_filename(c.shard), c.shard, c.lengths), c
+        return
     for group in _groups(changes):
-        if mode == "w":  # a new store: nothing to read
-            for c in group:
-                yield _create(spec, spec.shard_filename(c.shard), c.shard, c.lengths), c
-            continue
         names = [spec.shard_filename(c.shard) for c in group]
         reader.retrying(reader.shards, names)  # the group's shard indices in one batch
         for name, c in zip(names, group):

@@ -88,7 +88,7 @@ class Staging:
         self._fold_dict()
         self._keys.append(keys)
         self._lengths.append(lengths)
-        self._data += data
+        self._data += memoryview(data)  # (+= on an array would be numpy's addition)
         self._mem_bytes += len(data) + KEY_BYTES * len(keys)
         if self._mem_bytes > self.limit_bytes:
             self.spill()
