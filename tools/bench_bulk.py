@@ -16,6 +16,7 @@ raw data. Keys are a bijective scramble of 0..n-1 (distinct, spread over all sha
 from __future__ import annotations
 
 import argparse
+import filecmp
 import json
 import os
 import resource
@@ -50,11 +51,7 @@ def make_values(keys: np.ndarray, size: int = VALUE_SIZE) -> np.ndarray:
 
 def pairs(n: int):
     """(key, bytes) pairs, BLOCK at a time: the per-key Python work a user's loop does."""
-    for first in range(0, n, BLOCK):
-        keys = make_keys(first, min(BLOCK, n - first))
-        blob = make_values(keys).tobytes()
-        yield from zip(keys.tolist(), [blob[i:i + VALUE_SIZE]
-                                       for i in range(0, len(blob), VALUE_SIZE)])
+    return pairs_range(0, n)
 
 
 def peak_rss() -> tuple[int, int]:
@@ -89,6 +86,8 @@ def child(mode: str, n: int, path: str) -> dict:
         result["input_rss"] = peak_rss()[0]
         t = time.perf_counter()
         ngshard.write_kv(path, SPEC, keys=keys, values=values, offsets=offsets)
+    elif mode == "dask":
+        return dask_child(n, path)
     else:
         raise SystemExit(f"unknown mode {mode}")
     result["seconds"] = time.perf_counter() - t
@@ -96,6 +95,52 @@ def child(mode: str, n: int, path: str) -> dict:
     result["cpu"] = after.ru_utime + after.ru_stime - cpu.ru_utime - cpu.ru_stime
     result["peak_rss"] = peak_rss()[1]
     return result
+
+
+def pairs_range(first: int, count: int):
+    for a in range(first, first + count, BLOCK):
+        keys = make_keys(a, min(BLOCK, first + count - a))
+        blob = make_values(keys).tobytes()
+        yield from zip(keys.tolist(), [blob[i:i + VALUE_SIZE]
+                                       for i in range(0, len(blob), VALUE_SIZE)])
+
+
+def dask_child(n: int, path: str, workers: int = 2, partitions: int = 16) -> dict:
+    """The local writer, then ngshard.dask on a LocalCluster, from the same pairs; the shards
+    compared byte for byte, and a sample of keys read back with tensorstore."""
+    import dask.bag as db
+    import distributed
+    import tensorstore as ts
+
+    import ngshard
+    import ngshard.dask
+
+    local, remote = f"{path}/local", f"{path}/dask"
+    t = time.perf_counter()
+    ngshard.write_kv(local, SPEC, pairs(n))
+    local_seconds = time.perf_counter() - t
+    step = -(-n // partitions)
+    firsts = list(range(0, n, step))
+    with distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster):
+        bag = db.from_sequence(firsts, npartitions=len(firsts)).map_partitions(
+            lambda fs: [p for f in fs for p in pairs_range(f, min(step, n - f))])
+        t = time.perf_counter()
+        ngshard.dask.write_kv(remote, SPEC, bag)
+        dask_seconds = time.perf_counter() - t
+    names = sorted(f for f in os.listdir(local) if f.endswith(".shard"))
+    same = names == sorted(f for f in os.listdir(remote) if f.endswith(".shard")) and all(
+        filecmp.cmp(f"{local}/{f}", f"{remote}/{f}", shallow=False) for f in names)
+    store = ts.KvStore.open({"driver": "neuroglancer_uint64_sharded",
+                             "base": f"file://{remote}/", "metadata": SPEC}).result()
+    sample = make_keys(0, n)[np.random.default_rng(0).integers(0, n, 10_000)]
+    expected = make_values(sample)
+    read = [store.read(int(k).to_bytes(8, "big")) for k in sample]
+    ts_ok = all(r.result().value == e.tobytes() for r, e in zip(read, expected))
+    return {"seconds": dask_seconds, "local_seconds": local_seconds, "identical": same,
+            "shards": len(names), "tensorstore_reads": ts_ok, "cpu": float("nan"),
+            "peak_rss": peak_rss()[1]}
 
 
 def run_child(mode: str, n: int, path: str) -> dict:
@@ -108,7 +153,7 @@ def run_child(mode: str, n: int, path: str) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=["generator", "arrays"])
+    ap.add_argument("mode", choices=["generator", "arrays", "dask"])
     ap.add_argument("--keys", type=float, nargs="+", default=[2e6])
     ap.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
@@ -127,6 +172,13 @@ def main() -> None:
             r = run_child(args.mode, n, path)
             extra = f" {(r['peak_rss'] - r['input_rss']) / 1e6:>10.0f} MB" \
                 if "input_rss" in r else ""
+            if args.mode == "dask":
+                print(f"{n:>12,} dask {r['seconds']:.1f}s, local writer {r['local_seconds']:.1f}s"
+                      f"; {r['shards']} shards byte for byte the local writer's: "
+                      f"{r['identical']}; tensorstore reads 10,000 sampled keys right: "
+                      f"{r['tensorstore_reads']}", flush=True)
+                shutil.rmtree(path)
+                continue
             print(f"{n:>12,} {r['seconds']:>7.1f}s {n / r['seconds'] / 1e6:>7.2f} M "
                   f"{r['cpu']:>7.1f}s "
                   f"{r['peak_rss'] / 1e6:>7.0f} MB{extra}", flush=True)

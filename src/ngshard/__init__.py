@@ -32,11 +32,16 @@ _VOLUME_NAMES = ("Volume", "create_volume", "open_volume")
 
 
 def __getattr__(name: str):
-    # Volumes pull in image and segmentation codecs: load them on first use only.
+    # Volumes pull in image and segmentation codecs, ngshard.dask pulls in Dask: load them on
+    # first use only.
     if name in _VOLUME_NAMES:
         from . import volume
 
         return getattr(volume, name)
+    if name == "dask":
+        import importlib
+
+        return importlib.import_module(".dask", __name__)
     raise AttributeError(f"module 'ngshard' has no attribute {name!r}")
 
 __all__ = [

@@ -1,0 +1,161 @@
+"""Sharded writes on a Dask cluster, for when one machine is not enough:
+``ngshard.dask.write_kv(url, spec, collection)``.
+
+Each partition gets every key's shard number (vectorized) and a sequence number (partition,
+position) that says which of two values of one key came last. Dask's own shuffle then brings
+every shard's rows into one partition, and one task per partition writes each of its shards
+whole, so no two workers touch a shard and no shard is read back. A task's shards come out
+exactly as the local writer makes them (``update.new_shard``: values in key order), each
+written atomically, so a task that is retried (a worker died) rewrites the same bytes and a
+reader never sees half a shard. When the tasks are done, shards of an earlier store at ``url``
+that this one does not hold are removed, and the spec is recorded in ``url/info``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from .errors import MissingDependencyError
+from .sharded.bulk import remove_obsolete, shard_parts
+from .sharded.changes import last_of_runs
+from .sharded.kv import _as_bytes, _as_spec, _record_spec
+from .sharded.spec import ShardingSpec, as_key_array
+from .storage import Storage, open_storage, remove_stale
+
+try:
+    import dask
+    import dask.bag
+    import dask.dataframe as dd
+    import pandas as pd
+except ImportError as e:  # pragma: no cover - the extra is part of the test install
+    raise MissingDependencyError(f"ngshard.dask needs Dask: pip install 'ngshard[dask]' "
+                                 f"({e})") from None
+
+_SEQ_BITS = 40  # positions within a partition; the partition number goes above them
+_ANNOTATED = {"key": "u8", "value": object, "_shard": "i8", "_seq": "i8"}
+_WRITTEN = {"shard": object, "keys": "i8", "bytes": "i8"}
+
+
+def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
+             collection: Any, *, key: str = "key", value: str = "value",
+             npartitions: int | None = None, info: bool = True, durable: bool = True
+             ) -> dict[str, int]:
+    """Write a whole store at ``url`` from a Dask collection, one task per group of shards.
+
+    Parameters
+    ----------
+    url
+        Where: a path every worker sees (a shared filesystem) or an object store URL.
+    spec
+        The sharding spec (or its JSON).
+    collection
+        A ``dask.bag.Bag`` of (key, bytes) pairs, or a Dask DataFrame with a column of keys
+        (unsigned, or non-negative integers) and a column of bytes values.
+    key, value
+        The DataFrame's column names.
+    npartitions
+        How many partitions (tasks) the shuffle makes; each writes whole shards. By default
+        the collection's number of partitions, at most one per shard.
+    info, durable
+        As for :func:`ngshard.write_kv`.
+
+    Returns
+    -------
+    dict
+        ``shards``, ``keys`` and ``bytes`` written.
+
+    The shard files are byte for byte those :func:`ngshard.write_kv` writes from the same
+    items, however the collection is partitioned. The last value of a repeated key (in the
+    collection's order: partition, then position) wins.
+
+    Raises
+    ------
+    InvalidKeyError
+        A key outside [0, 2**64).
+    TypeError
+        A value that is not bytes (a column of strings included: build the frame with
+        ``dask.config.set({"dataframe.convert-string": False})``, or Dask turns bytes into
+        text).
+    """
+    spec = _as_spec(spec)
+    storage = open_storage(url, durable=durable)
+    if storage.local_root is not None:
+        os.makedirs(storage.local_root, exist_ok=True)
+        remove_stale(storage.local_root)
+    with dask.config.set({"dataframe.convert-string": False}):  # bytes must stay bytes
+        frame = _as_frame(collection, key, value)
+        annotated = frame.map_partitions(_annotate, spec.to_json(), key, value,
+                                         meta=_ANNOTATED)
+        parts = npartitions or max(1, min(spec.num_shards, frame.npartitions))
+        shuffled = annotated.shuffle(on="_shard", npartitions=parts)
+        written = shuffled.map_partitions(_write_shards, storage, spec.to_json(),
+                                          meta=_WRITTEN).compute()
+    if storage.local_root is not None:
+        remove_stale(storage.local_root)  # temporary files of workers that died here
+    remove_obsolete(storage, spec, set(written["shard"]))
+    if info:
+        _record_spec(storage, spec)
+    return {"shards": len(written), "keys": int(written["keys"].sum()),
+            "bytes": int(written["bytes"].sum())}
+
+
+def _as_frame(collection: Any, key: str, value: str) -> dd.DataFrame:
+    if isinstance(collection, dask.bag.Bag):
+        meta = pd.DataFrame({key: pd.Series(dtype="u8"), value: pd.Series(dtype=object)})
+        return dd.from_delayed([dask.delayed(_pairs_frame)(p, key, value)
+                                for p in collection.to_delayed()], meta=meta,
+                               verify_meta=False)
+    if isinstance(collection, dd.DataFrame):
+        missing = {key, value} - set(collection.columns)
+        if missing:
+            raise ValueError(f"the DataFrame has no column {', '.join(sorted(missing))} "
+                             f"(key= and value= name the columns)")
+        return collection[[key, value]]
+    raise TypeError(f"collection must be a dask Bag of (key, bytes) pairs or a dask "
+                    f"DataFrame, got {type(collection).__name__}")
+
+
+def _pairs_frame(pairs: list, key: str, value: str) -> pd.DataFrame:
+    """One bag partition as a frame (keys checked here, values in :func:`_annotate`)."""
+    keys = as_key_array([p[0] for p in pairs])
+    values = pd.Series([p[1] for p in pairs], dtype=object)
+    return pd.DataFrame({key: keys, value: values})
+
+
+def _annotate(df: pd.DataFrame, spec_json: dict, key: str, value: str,
+              partition_info: dict | None = None) -> pd.DataFrame:
+    """Keys checked, each key's shard, and its place in the collection's order."""
+    spec = ShardingSpec.from_json(spec_json)
+    column = df[key].to_numpy()
+    keys = as_key_array(column if column.dtype != object else column.tolist())
+    values = df[value].to_numpy(dtype=object)
+    if not set(map(type, values)) <= {bytes}:
+        values = np.array([_as_bytes(v, k) for k, v in zip(keys.tolist(), values)] or [],
+                          dtype=object)
+    number = partition_info["number"] if partition_info else 0
+    return pd.DataFrame({"key": keys, "value": values,
+                         "_shard": spec.locate(keys)[0].astype(np.int64),
+                         "_seq": np.arange(len(keys), dtype=np.int64) + (number << _SEQ_BITS)})
+
+
+def _write_shards(df: pd.DataFrame, storage: Storage, spec_json: dict) -> pd.DataFrame:
+    """Write every shard whose rows this partition holds, each whole and atomically."""
+    spec = ShardingSpec.from_json(spec_json)
+    rows = []
+    if len(df):
+        shards, seq = df["_shard"].to_numpy(), df["_seq"].to_numpy()
+        keys, values = df["key"].to_numpy(np.uint64), df["value"].to_numpy(dtype=object)
+        order = np.lexsort((seq, keys, shards))  # by shard, key, then collection order
+        cuts = (np.flatnonzero(np.diff(shards[order])) + 1).tolist()
+        for a, b in zip([0, *cuts], [*cuts, len(order)]):
+            pick = last_of_runs(order[a:b], keys)
+            chosen = values[pick].tolist()
+            lengths = np.fromiter(map(len, chosen), np.int64, len(chosen))
+            data = np.frombuffer(b"".join(chosen), np.uint8)
+            name = spec.shard_filename(int(shards[pick[0]]))
+            storage.write(name, shard_parts(spec, keys[pick], data, lengths))
+            rows.append((name, len(pick), int(lengths.sum())))
+    return pd.DataFrame(rows, columns=list(_WRITTEN)).astype(_WRITTEN)
