@@ -12,6 +12,7 @@ from .progress import progress_bar
 from .sharded import ShardedKV, legacy
 from .sharded.format import Entries, decode_all, decode_shard_index
 from .sharded.update import live_bytes
+from .threads import WORKERS, bounded_map
 from .volume import Volume
 from .volume.encodings import decode_chunk, require_codec
 
@@ -89,25 +90,37 @@ def _check_shard(kv: ShardedKV, name: str, data: bytes, report: VerifyReport
 def verify_kv(kv: ShardedKV, *, progress: bool = False) -> VerifyReport:
     """Read every shard of a store whole and check it: shard index bounds, minishard indices
     decode, no ranges overlap, every key sits in its own shard and minishard, and encoded
-    chunks decode. Memory: one shard at a time."""
-    return _verify_shards(kv, progress)[0]
+    chunks decode. Shards are checked a few at a time on threads; memory is those shards."""
+    return _verify_shards(kv, progress, keep_keys=False)[0]
 
 
-def _verify_shards(kv: ShardedKV, progress: bool) -> tuple[VerifyReport, np.ndarray]:
-    """The report of :func:`verify_kv` and the keys of the shards whose indices decode."""
-    report, keys = VerifyReport(), [np.zeros(0, np.uint64)]
-    for name in progress_bar(kv.shard_names(), desc="verifying", unit="shard",
-                             enabled=progress):
+def _verify_shards(kv: ShardedKV, progress: bool, keep_keys: bool = True
+                   ) -> tuple[VerifyReport, np.ndarray]:
+    """The report of :func:`verify_kv` and (``keep_keys``) the keys of the shards whose
+    indices decode."""
+
+    def check(name: str) -> tuple[VerifyReport, np.ndarray | None]:
+        part = VerifyReport()
         try:
             data = _read_shard(kv, name)
         except NgShardError as e:  # a directory where the shard should be, say
-            report.problems.append(str(e))
-            continue
+            part.problems.append(str(e))
+            return part, None
         if data is None:
-            report.problems.append(f"{kv.storage.path(name)}: vanished during the check")
-            continue
-        found = _check_shard(kv, name, data, report)
-        if found is not None:
+            part.problems.append(f"{kv.storage.path(name)}: vanished during the check")
+            return part, None
+        return part, _check_shard(kv, name, data, part)
+
+    report, keys = VerifyReport(), [np.zeros(0, np.uint64)]
+    names = kv.shard_names()
+    for part, found in progress_bar(bounded_map(check, names, WORKERS), total=len(names),
+                                    desc="verifying", unit="shard", enabled=progress):
+        report.shards += part.shards
+        report.keys += part.keys
+        report.bytes += part.bytes
+        report.garbage_bytes += part.garbage_bytes
+        report.problems += part.problems
+        if keep_keys and found is not None:
             keys.append(found)
     for n in kv.storage.list():
         if n.endswith(".shard") and kv.spec.parse_shard_filename(n) is None:

@@ -68,9 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
                 "the stores of its sharded scales)")
     store_args(p)
     p.add_argument("--json", action="store_true", help="print JSON")
+    quiet(p)
     p = command("ls", cmd_ls, "list the keys of a store (or of a volume's scales), one per line")
     store_args(p)
-    p.add_argument("--sort", action="store_true", help="sort numerically (default: shard order)")
+    p.add_argument("--sort", action="store_true", help="sort numerically (default: shard order, "
+                   "streamed shard by shard; --sort holds every key in memory)")
+    quiet(p)
     p.add_argument("--chunks", action="store_true",
                    help="for volume scales: print each chunk's grid position (x y z) after "
                         "its Morton key")

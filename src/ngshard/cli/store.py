@@ -53,16 +53,16 @@ def _commit(kv: ShardedKV, args: argparse.Namespace) -> None:
     kv.commit(plan, progress=progress_wanted(args))
 
 
-def _summary(kv: ShardedKV) -> dict:
-    stats = kv.stats()
+def _summary(kv: ShardedKV, progress: bool = False) -> dict:
+    stats = kv.stats(progress=progress)
     total = sum(s["bytes"] for s in stats)
     return {"url": kv.storage.url, "sharding": kv.spec.to_json(), "shards": stats,
             "keys": sum(s["keys"] for s in stats), "bytes": total,
             "garbage_bytes": round(sum(s["garbage"] * s["bytes"] for s in stats))}
 
 
-def describe_store(kv: ShardedKV, indent: str = "") -> None:
-    s = _summary(kv)
+def describe_store(kv: ShardedKV, indent: str = "", progress: bool = False) -> None:
+    s = _summary(kv, progress)
     spec, stats = kv.spec, s["shards"]
     rows = [("store", s["url"]),
             ("sharding", f"hash {spec.hash}, preshift_bits {spec.preshift_bits}, "
@@ -86,12 +86,13 @@ def describe_store(kv: ShardedKV, indent: str = "") -> None:
 
 def cmd_info(args: argparse.Namespace) -> None:
     storage, info = volume_at(args)
+    progress = progress_wanted(args)
     if info is not None:
         found = {t.kv.storage.url: t for t in targets(args)} if any(
             s.sharding for s in info.scales) else {}
         if args.json:
             doc = info.to_json()
-            doc["stores"] = {url: _summary(t.kv) for url, t in found.items()}
+            doc["stores"] = {url: _summary(t.kv, progress) for url, t in found.items()}
             print(json.dumps(doc, indent=1))
             return
         print(f"volume       {storage.url}")
@@ -103,7 +104,7 @@ def cmd_info(args: argparse.Namespace) -> None:
                   f"resolution {s.resolution}, chunks {s.chunk_size}, {s.encoding}, {sharding}")
             target = found.get(storage.child(s.key).url)
             if target is not None:
-                describe_store(target.kv, indent="  ")
+                describe_store(target.kv, indent="  ", progress=progress)
                 shard = target.volume.grid.shard_shape(s.sharding)
                 print(f"  {'shard box':<13}"
                       f"{'not a box (hashed)' if shard is None else f'{shard} chunks'}")
@@ -113,9 +114,9 @@ def cmd_info(args: argparse.Namespace) -> None:
     (target,) = targets(args)
     require_present(target)
     if args.json:
-        print(json.dumps(_summary(target.kv), indent=1))
+        print(json.dumps(_summary(target.kv, progress), indent=1))
     else:
-        describe_store(target.kv)
+        describe_store(target.kv, progress=progress)
 
 
 def _write_lines(rows: list[str]) -> None:
@@ -125,23 +126,30 @@ def _write_lines(rows: list[str]) -> None:
 
 def cmd_ls(args: argparse.Namespace) -> None:
     found = targets(args)
+    progress = progress_wanted(args)
     for target in found:
         if target.volume is None:
             require_present(target)
-        keys = target.kv.keys_array()
-        if args.sort:
-            keys.sort()
         if len(found) > 1:
             print(f"# {target.label}")
-        positions = target.volume.grid.unmorton(keys[target.volume.grid.codes_in_grid(keys)]) \
-            if args.chunks and target.volume is not None else None
-        for i in range(0, len(keys), 1 << 16):
-            part = keys[i:i + (1 << 16)].tolist()
-            if positions is None:
-                _write_lines(list(map(str, part)))
-            else:
-                _write_lines([f"{k} {x} {y} {z}" for k, (x, y, z) in
-                              zip(part, positions[i:i + (1 << 16)].tolist())])
+        # shard by shard (a few shards' indices in memory); --sort needs every key at once
+        shards = [target.kv.keys_array()] if args.sort else \
+            target.kv.iter_keys(arrays=True, progress=progress)
+        grid = target.volume.grid if args.chunks and target.volume is not None else None
+        for keys in shards:
+            if args.sort:
+                keys.sort()
+            positions = None
+            if grid is not None:  # keys outside the grid have no position (verify says so)
+                keys = keys[grid.codes_in_grid(keys)]
+                positions = grid.unmorton(keys)
+            for i in range(0, len(keys), 1 << 16):
+                part = keys[i:i + (1 << 16)].tolist()
+                if positions is None:
+                    _write_lines(list(map(str, part)))
+                else:
+                    _write_lines([f"{k} {x} {y} {z}" for k, (x, y, z) in
+                                  zip(part, positions[i:i + (1 << 16)].tolist())])
 
 
 def cmd_get(args: argparse.Namespace) -> None:
