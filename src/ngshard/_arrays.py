@@ -52,7 +52,11 @@ def gather(src: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray
     ends = np.cumsum(sizes)
     begins = ends - sizes
     if len(sizes) and sizes[0] and (sizes == sizes[0]).all():
-        return _rows(src, int(sizes[0]))[starts].reshape(-1)
+        width = int(sizes[0])
+        if not (starts % width).any():  # whole items of a void dtype: memcpy each
+            items = src[:len(src) - len(src) % width].view(f"V{width}")
+            return np.take(items, starts // width).view(np.uint8)
+        return _rows(src, width)[starts].reshape(-1)
     out = np.empty(int(ends[-1]) if len(ends) else 0, np.uint8)
     # Windows of consecutive small values, cut at large ones and every _WINDOW bytes.
     large = sizes >= _LARGE

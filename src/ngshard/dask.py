@@ -5,7 +5,7 @@ Each partition gets every key's shard number (vectorized) and a sequence number 
 position) that says which of two values of one key came last. Dask's own shuffle then brings
 every shard's rows into one partition, and one task per partition writes each of its shards
 whole, so no two workers touch a shard and no shard is read back. A task's shards come out
-exactly as the local writer makes them (``update.new_shard``: values in key order), each
+exactly as the local writer makes them (``update.new_shard``), each
 written atomically, so a task that is retried (a worker died) rewrites the same bytes and a
 reader never sees half a shard. When the tasks are done, shards of an earlier store at ``url``
 that this one does not hold are removed, and the spec is recorded in ``url/info``.
@@ -23,6 +23,7 @@ from .sharded.bulk import remove_obsolete, shard_parts
 from .sharded.changes import last_of_runs
 from .sharded.kv import _as_bytes, _as_spec, _record_spec
 from .sharded.spec import ShardingSpec, as_key_array
+from .sharded.update import index_order
 from .storage import Storage, open_storage, remove_stale
 
 try:
@@ -148,10 +149,12 @@ def _write_shards(df: pd.DataFrame, storage: Storage, spec_json: dict) -> pd.Dat
     if len(df):
         shards, seq = df["_shard"].to_numpy(), df["_seq"].to_numpy()
         keys, values = df["key"].to_numpy(np.uint64), df["value"].to_numpy(dtype=object)
-        order = np.lexsort((seq, keys, shards))  # by shard, key, then collection order
-        cuts = (np.flatnonzero(np.diff(shards[order])) + 1).tolist()
-        for a, b in zip([0, *cuts], [*cuts, len(order)]):
-            pick = last_of_runs(order[a:b], keys)
+        by_shard = np.argsort(shards, kind="stable")
+        cuts = (np.flatnonzero(np.diff(shards[by_shard])) + 1).tolist()
+        for a, b in zip([0, *cuts], [*cuts, len(by_shard)]):
+            rows = by_shard[a:b]
+            # (minishard, key), then collection order: the newest of each key is last
+            pick = rows[last_of_runs(index_order(spec, keys[rows], age=seq[rows]), keys[rows])]
             chosen = values[pick].tolist()
             lengths = np.fromiter(map(len, chosen), np.int64, len(chosen))
             data = np.frombuffer(b"".join(chosen), np.uint8)

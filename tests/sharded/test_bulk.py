@@ -5,6 +5,7 @@ The large figures are measured by tools/bench_bulk.py; these runs stay small."""
 from __future__ import annotations
 
 import gc
+import gzip
 import os
 import tracemalloc
 
@@ -60,6 +61,27 @@ def test_every_path_writes_the_same_bytes(tmp_path, spec):
     kv = ngshard.open_kv(tmp_path / "arrays")
     assert kv.get_many(list(items)) == items
     assert all(s["garbage"] == 0 for s in kv.stats())
+    # values lie in minishard index order: each index's offset row is zeros
+    shard = (tmp_path / "arrays" / spec.shard_filename(1)).read_bytes()
+    ranges = np.frombuffer(shard[:spec.shard_index_size], "<u8").reshape(-1, 2)
+    ranges = ranges + np.uint64(spec.shard_index_size)
+    for start, end in ranges[ranges[:, 1] > ranges[:, 0]].tolist():
+        index = shard[start:end]
+        if spec.minishard_index_encoding == "gzip":
+            index = gzip.decompress(index)
+        table = np.frombuffer(index, "<u8").reshape(3, -1)
+        assert (table[1, 1:] == 0).all()
+
+
+def test_arrays_over_millions_of_shards(tmp_path):
+    """Past 2**20 shards the shard order is a sort, not a count: the same bytes."""
+    spec = ngshard.ShardingSpec(hash="identity", minishard_bits=1, shard_bits=22)
+    keys = np.arange(400, dtype=np.uint64)[::-1] * np.uint64(5)
+    values = [b"%d" % k for k in keys.tolist()]
+    ngshard.write_kv(tmp_path / "arrays", spec, keys=keys, values=values)
+    ngshard.write_kv(tmp_path / "dict", spec, dict(zip(keys.tolist(), values)))
+    assert shard_files(tmp_path / "arrays") == shard_files(tmp_path / "dict")
+    assert len(shard_files(tmp_path / "dict")) == 400
 
 
 def test_value_forms(tmp_path):

@@ -6,7 +6,8 @@ shard's index, whatever the number of keys. Arrays are in memory already: they a
 shard (a radix sort of the shard numbers) and each shard is built from them directly, a few
 shards at a time on threads, costing about 12 bytes per key beyond the arrays themselves.
 
-Every path lays a shard out the same way (``update.new_shard``: values in key order), so the
+Every path lays a shard out the same way (``update.new_shard``: values in minishard index
+order), so the
 bytes of a store depend on its contents alone: not on the order of the items, the buffer size,
 whether anything spilled, or (``ngshard.dask``) how a cluster partitioned them.
 """
@@ -26,12 +27,13 @@ from ..storage import Storage, open_storage, remove_stale
 from ..threads import WORKERS, bounded_map, pmap
 from . import legacy
 from .changes import last_of_runs, views
-from .inputs import value_arrays
+from .inputs import Values, value_arrays
 from .kv import DEFAULT_BUFFER_BYTES, _as_spec, _record_spec, open_kv
 from .spec import ShardingSpec
-from .update import new_shard
+from .update import index_order, new_shard
 
-_LOCATE_BLOCK = 1 << 22  # keys hashed at a time (bounds the hash's temporaries)
+_BLOCK = 1 << 20  # keys hashed and sorted at a time (bounds the temporaries)
+_COUNTING_SORT_BITS = 20  # up to this many shard bits the shard order is a counting sort
 
 
 def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
@@ -99,34 +101,28 @@ def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
 
 
 def write_arrays(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
-                 keys: np.ndarray, data: np.ndarray, lengths: np.ndarray, *,
-                 progress: bool = False, info: bool = True, durable: bool = True) -> None:
+                 keys: np.ndarray, values: Values, *, progress: bool = False,
+                 info: bool = True, durable: bool = True) -> None:
     """:func:`write_kv` from arrays in the form :func:`value_arrays` gives."""
     spec = _as_spec(spec)
     storage = open_storage(url, durable=durable)
     if storage.local_root is not None:
         os.makedirs(storage.local_root, exist_ok=True)
         remove_stale(storage.local_root)
-    starts = np.cumsum(lengths) - lengths
-    nums = np.empty(len(keys), uint_dtype(spec.num_shards))
-    minishards = np.empty(len(keys), uint_dtype(spec.num_minishards))
-    for a in range(0, len(keys), _LOCATE_BLOCK):
-        nums[a:a + _LOCATE_BLOCK], minishards[a:a + _LOCATE_BLOCK] = \
-            spec.locate(keys[a:a + _LOCATE_BLOCK])
-    order = np.argsort(nums, kind="stable")  # by shard, in arrival order within each
-    ends = np.cumsum(np.bincount(nums, minlength=spec.num_shards)) if len(keys) else \
-        np.zeros(spec.num_shards, np.int64)
-    present = np.flatnonzero(np.diff(ends, prepend=0)).tolist()
+    order, shards, runs, minishards = _by_shard(spec, keys)
 
-    def write_one(shard: int) -> str:
-        pos = order[ends[shard - 1] if shard else 0:ends[shard]]
-        pick = pos[last_of_runs(np.argsort(keys[pos], kind="stable"), keys[pos])]
+    def write_one(job: tuple[int, int, int]) -> str:
+        shard, a, b = job
+        pos = order[a:b]
+        shard_keys, shard_minishards = keys[pos], minishards[pos]
+        pick = pos[last_of_runs(index_order(spec, shard_keys, shard_minishards), shard_keys)]
         name = spec.shard_filename(shard)
-        storage.write(name, shard_parts(spec, keys[pick], gather(data, starts[pick],
-                                                                 lengths[pick]),
-                                        lengths[pick], minishards[pick]))
+        starts, lengths = values.spans(pick)
+        storage.write(name, shard_parts(spec, keys[pick], gather(values.data, starts, lengths),
+                                        lengths, minishards[pick]))
         return name
 
+    present = [(s, a, b) for s, (a, b) in zip(shards.tolist(), runs.tolist())]
     written = set(progress_bar(bounded_map(write_one, present, WORKERS), total=len(present),
                                desc="writing shards", unit="shard", enabled=progress))
     remove_obsolete(storage, spec, written)
@@ -134,10 +130,46 @@ def write_arrays(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | s
         _record_spec(storage, spec)
 
 
+def _by_shard(spec: ShardingSpec, keys: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The positions of the keys sorted by shard (stable), the shards present with the
+    [start, end) of each one's run there, and every key's minishard, in the narrowest dtypes.
+    Hashing and sorting go a block at a time, so no temporary is larger than a block."""
+    n = len(keys)
+    nums = np.empty(n, uint_dtype(spec.num_shards))
+    minishards = np.empty(n, uint_dtype(spec.num_minishards))
+    for a in range(0, n, _BLOCK):
+        nums[a:a + _BLOCK], minishards[a:a + _BLOCK] = spec.locate(keys[a:a + _BLOCK])
+    order = np.empty(n, np.int32 if n < 2**31 else np.int64)
+    if spec.shard_bits > _COUNTING_SORT_BITS:  # too many shards to count: one big sort
+        order[:] = np.argsort(nums, kind="stable")
+        ordered = nums[order]
+        firsts = np.flatnonzero(ordered[1:] != ordered[:-1]) + 1
+        runs = np.stack([np.r_[0, firsts], np.r_[firsts, n]], axis=1).astype(np.int64)
+        return order, ordered[runs[:, 0]].astype(np.uint64), runs, minishards
+    # a counting sort: each block's positions go straight to their shard's place
+    counts = np.zeros(spec.num_shards, np.int64)
+    for a in range(0, n, _BLOCK):
+        counts += np.bincount(nums[a:a + _BLOCK], minlength=spec.num_shards)
+    ends = np.cumsum(counts)
+    cursor = ends - counts
+    for a in range(0, n, _BLOCK):
+        block = nums[a:a + _BLOCK]
+        by_shard = np.argsort(block, kind="stable")  # by radix
+        found = block[by_shard]
+        here = np.bincount(block, minlength=spec.num_shards)
+        within = np.arange(len(block)) - (np.cumsum(here) - here)[found]
+        order[cursor[found] + within] = by_shard + a
+        cursor += here
+    present = np.flatnonzero(counts)
+    runs = np.stack([ends[present] - counts[present], ends[present]], axis=1)
+    return order, present.astype(np.uint64), runs, minishards
+
+
 def shard_parts(spec: ShardingSpec, keys: np.ndarray, data: np.ndarray, lengths: np.ndarray,
                 minishards: np.ndarray | None = None) -> list:
-    """A whole shard of sorted distinct ``keys`` whose raw values lie back to back in key
-    order in ``data`` (encoded here as the spec says)."""
+    """A whole shard of distinct ``keys`` in (minishard, key) order whose raw values lie back
+    to back in that order in ``data`` (encoded here as the spec says)."""
     if spec.data_encoding == "raw":
         return new_shard(spec, keys, lengths, [data], minishards)
     encoded = pmap(lambda v: encode(v, spec.data_encoding), views(data, lengths))

@@ -1,9 +1,10 @@
 """The net changes of one shard, as staging hands them to planning and committing.
 
-A shard's changes are its changed keys (sorted, each once) with the length of each staged
-value (DELETED for a deletion), and the staged values of the set keys back to back in key order:
-in memory, or in a spill file (``source``, value i at ``offsets[i]``). Only one shard's changes
-are held at a time, so memory follows the largest shard, not the whole write.
+A shard's changes are its changed keys (each once, in (minishard, key) order: the order of the
+minishard indices, and of a new shard's data) with the length of each staged value (DELETED for
+a deletion), and the staged values of the set keys back to back in that order: in memory, or in
+a spill file (``source``, value i at ``offsets[i]``). Only one shard's changes are held at a
+time, so memory follows the largest shard, not the whole write.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ class ShardChanges:
     spill: Any = None  # spilled: the SpillFiles that hold them
 
     def encoded(self, encoding: str) -> tuple[np.ndarray, list]:
-        """The set values as a shard holds them: their encoded sizes (uint64, key order) and
+        """The set values as a shard holds them: their encoded sizes (uint64, in order) and
         parts holding them back to back (buffers, or a spill file the writer may adopt)."""
         if self.spill is not None:
             sizes, parts = self.spill.region(self, encoding)
@@ -63,7 +64,7 @@ class ShardChanges:
 
     @property
     def sizes(self) -> np.ndarray:
-        """Sizes of the set values, in key order (as uint64)."""
+        """Sizes of the set values, in order (as uint64)."""
         return self.lengths[self.lengths != DELETED].astype(np.uint64)
 
     def values(self) -> list[bytes | None]:

@@ -157,31 +157,23 @@ def encode_minishard_indices(minishards: np.ndarray, keys: np.ndarray, starts: n
     keys, starts, sizes = (np.asarray(a, np.uint64) for a in (keys, starts, sizes))
     n = len(keys)
     counts = np.bincount(minishards.astype(np.intp), minlength=num_minishards)
-    first = np.cumsum(counts) - counts  # entry number where each minishard begins
-    group_first = first[minishards.astype(np.intp)]
-    is_first = np.arange(n) == group_first
-    row0 = keys - np.where(is_first, _ZERO, np.roll(keys, 1))
-    prev_end = np.where(is_first, np.uint64(index_end), np.roll(starts + sizes, 1))
-    row1 = starts - prev_end
-    # Scatter into the concatenation of the [3, n_m] tables, row by row inside each minishard.
-    table = np.empty(3 * n, _U64)
-    within = np.arange(n) - group_first
-    base = 3 * group_first + within
-    stride = counts[minishards.astype(np.intp)]
-    table[base] = row0
-    table[base + stride] = row1
-    table[base + 2 * stride] = sizes
-    raw = table.tobytes()
     nonempty = np.flatnonzero(counts)
+    ends = np.cumsum(counts)
+    first = (ends - counts)[nonempty]  # entry number where each non-empty minishard begins
+    # rows of the [3, n] table of all chunks; minishard m's index is its columns, C order
+    rows = np.empty((3, n), _U64)
+    np.subtract(keys[1:], keys[:-1], out=rows[0, 1:])
+    np.subtract(starts[1:], starts[:-1] + sizes[:-1], out=rows[1, 1:])
+    rows[0, first] = keys[first]  # deltas restart in each minishard
+    rows[1, first] = starts[first] - np.uint64(index_end)
+    rows[2] = sizes
     lengths = np.zeros(num_minishards, np.int64)
+    spans = list(zip(first.tolist(), ends[nonempty].tolist()))
     if encoding == "raw":
         lengths[nonempty] = 24 * counts[nonempty]
-        return ([raw] if n else []), lengths
-    parts = []
-    for m in nonempty.tolist():
-        part = gzip_compress(raw[24 * first[m]: 24 * (first[m] + counts[m])])
-        parts.append(part)
-        lengths[m] = len(part)
+        return ([b"".join(rows[:, a:b].tobytes() for a, b in spans)] if n else []), lengths
+    parts = [gzip_compress(rows[:, a:b].tobytes()) for a, b in spans]
+    lengths[nonempty] = np.fromiter(map(len, parts), np.int64, len(parts))
     return parts, lengths
 
 

@@ -1,26 +1,54 @@
 """Values given as arrays (the array form of ``write_kv`` and ``ShardedKV.set_many``), checked
-and brought to one form: uint64 keys, the values back to back in one uint8 array, lengths."""
+and brought to one form without copying them: :class:`Values`."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from .spec import as_key_array
 
 
-def value_arrays(keys: Any, values: Any, offsets: Any = None
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Keys and values in the form the array writers take: (uint64 keys, the values back to
-    back as one uint8 array, int64 lengths).
+class Values(NamedTuple):
+    """n values in one uint8 array ``data``: value i is ``data[offsets[i] - offsets[0]:
+    offsets[i + 1] - offsets[0]]``, or where ``offsets`` is None, the i-th ``width`` bytes.
+    The caller's offsets are kept as they are (no per-key array is made here)."""
+
+    data: np.ndarray
+    offsets: np.ndarray | None
+    width: int = 0
+
+    def spans(self, which: np.ndarray | slice) -> tuple[np.ndarray, np.ndarray]:
+        """(starts in ``data``, lengths) of the values ``which`` picks (indices or a slice)."""
+        if isinstance(which, slice):
+            which = np.arange(which.start, which.stop)
+        if self.offsets is None:
+            return which.astype(np.int64) * self.width, np.full(len(which), self.width,
+                                                                np.int64)
+        lo = self.offsets[which].astype(np.int64)
+        return lo - int(self.offsets[0]), self.offsets[which + 1].astype(np.int64) - lo
+
+    def cut(self, first: int, count: int, budget: int) -> int:
+        """Where a run of values from ``first`` holding about ``budget`` bytes ends (at least
+        one value, at most ``count`` in all)."""
+        if self.offsets is None:
+            last = first + budget // self.width if self.width else count
+        else:
+            last = int(np.searchsorted(self.offsets, self.offsets[first] + budget,
+                                       side="right")) - 1
+        return min(count, max(first + 1, last))
+
+
+def value_arrays(keys: Any, values: Any, offsets: Any = None) -> tuple[np.ndarray, Values]:
+    """Keys and values in the form the array writers take: uint64 keys and :class:`Values`.
 
     Raises
     ------
     InvalidKeyError
         A key outside [0, 2**64).
     TypeError
-        Values of a type not described in :func:`write_kv`.
+        Values of a type not described in :func:`ngshard.write_kv`.
     ValueError
         Offsets (or rows, or list items) that do not match the number of keys.
     """
@@ -37,15 +65,14 @@ def value_arrays(keys: Any, values: Any, offsets: Any = None
         if offsets is not None:
             raise TypeError("offsets= goes with one buffer of values, not a list")
         _same_count(n, len(values), "values")
-        lengths = np.fromiter(map(len, values), np.int64, count=len(values))
-        return keys, np.frombuffer(b"".join(values), np.uint8), lengths
+        ends = np.cumsum(np.fromiter(map(len, values), np.int64, count=len(values)))
+        return keys, Values(np.frombuffer(b"".join(values), np.uint8), np.r_[0, ends])
     if isinstance(values, np.ndarray) and values.ndim == 2:
         if offsets is not None:
             raise TypeError("offsets= goes with one buffer of values, not rows")
         _same_count(n, len(values), "rows of values")
         rows = np.ascontiguousarray(values)
-        return keys, rows.view(np.uint8).reshape(-1), \
-            np.full(n, rows.shape[1] * rows.itemsize, np.int64)
+        return keys, Values(rows.view(np.uint8).reshape(-1), None, rows.shape[1] * rows.itemsize)
     try:
         buf = np.frombuffer(memoryview(values).cast("B"), np.uint8) \
             if not isinstance(values, np.ndarray) else \
@@ -60,12 +87,16 @@ def value_arrays(keys: Any, values: Any, offsets: Any = None
         raise ValueError(f"offsets must be a 1-D integer array, got {offsets.dtype} "
                          f"of shape {offsets.shape}")
     _same_count(n + 1, len(offsets), "offsets (n + 1 boundaries)")
-    offsets = offsets.astype(np.int64)
-    if n and (offsets[0] < 0 or offsets[-1] > len(buf) or (np.diff(offsets) < 0).any()):
+    if n and (offsets[0] < 0 or offsets[-1] > len(buf) or (offsets[1:] < offsets[:-1]).any()):
         raise ValueError(f"offsets must rise from 0 or more to at most the {len(buf)} bytes "
                          f"of values, never falling")
-    return keys, buf[int(offsets[0]) if n else 0:int(offsets[-1]) if n else 0], \
-        np.diff(offsets)
+    if not n:
+        return keys, Values(buf[:0], None, 0)
+    data = buf[int(offsets[0]):int(offsets[-1])]
+    width = int(offsets[1] - offsets[0])
+    if len(data) == n * width and (offsets[1:] - offsets[:-1] == width).all():
+        return keys, Values(data, None, width)  # equal sizes: no offsets needed
+    return keys, Values(data, offsets)
 
 
 def _same_count(expected: int, got: int, what: str) -> None:

@@ -171,7 +171,7 @@ def _plan_shard(reader: ShardReader, name: str, num: int, keys: np.ndarray,
                 size_before=shard.size, generation=shard.generation)
     new_index = 24 * touched_after
     old_index = int((shard.ranges[touched, 1] - shard.ranges[touched, 0]).sum())
-    dropped = int(entries.sizes[member(entries.keys, keys)].sum())
+    dropped = int(entries.sizes[member(entries.keys, np.sort(keys))].sum())
     live_after = shard.size - shard.garbage - dropped - old_index + new_bytes + new_index
     if shard.split:  # readers and writers then deal with one file, as with any other
         return ShardPlan(name, num, "convert", read_bytes=shard.size,

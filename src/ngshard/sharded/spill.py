@@ -1,16 +1,16 @@
 """Staged changes past the memory limit, on disk: per shard a values file and a records file.
 
-Each spill appends one run to every shard it touches: that shard's changes of the spill, sorted
-by key (each key once, its newest value), the values to ``<shard>.spill`` (after room left for
-a shard index) and 16-byte records (key, length) to ``<shard>.keys``. Nothing per key stays in
-memory, only a byte count per shard.
+Each spill appends one run to every shard it touches: that shard's changes of the spill in
+(minishard, key) order (each key once, its newest value), the values to ``<shard>.spill``
+(after room left for a shard index) and 16-byte records (key, length) to ``<shard>.keys``.
+Nothing per key stays in memory, only a byte count per shard.
 
 A shard's net changes are worked out when its turn comes: its records are read (one shard's
-index), the runs merged by a stable sort (timsort finds the runs), the newest of each key kept.
-The new shard's data is its values in key order, as every ngshard writer lays them out, so the
-bytes of a shard depend on its contents alone. A spill file that holds exactly that (one run,
-nothing replaced or deleted) becomes the data as it is; otherwise the values are copied in key
-order into a new file, a few MiB at a time.
+index), the runs merged by stable sorts, the newest of each key kept. A new shard's data is its
+values in (minishard, key) order, as every ngshard writer lays them out, so the bytes of a
+shard depend on its contents alone. A spill file that holds exactly that (one run, nothing
+replaced or deleted) becomes the data as it is; otherwise the values are copied in order into
+a new file, a few MiB at a time, one read per run and window.
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ from .._arrays import gather, member
 from ..compression import encode
 from ..storage import SPILL_PREFIX, FileSlice, coalesce, owner_tag, write_buffers
 from ..threads import pmap
-from .changes import DELETED, ShardChanges, last_wins, views
+from .changes import DELETED, ShardChanges, last_of_runs, views
+from .spec import ShardingSpec
+from .update import index_order
 
 RECORD = np.dtype([("key", "<u8"), ("length", "<i8")])
 _WINDOW = 8 << 20  # bytes of values copied at a time when a shard's data is put in order
@@ -35,8 +37,8 @@ _WINDOW = 8 << 20  # bytes of values copied at a time when a shard's data is put
 class SpillFiles:
     """The spill files of one staging, in a temporary directory made on first use."""
 
-    def __init__(self, parent: str | None, header: int) -> None:
-        self.parent, self.header = parent, header
+    def __init__(self, spec: ShardingSpec, parent: str | None) -> None:
+        self.spec, self.parent, self.header = spec, parent, spec.shard_index_size
         self.dir: str | None = None
         self._ends: dict[int, int] = {}  # shard -> size of its values file
 
@@ -74,7 +76,9 @@ class SpillFiles:
         del records
         sizes = np.maximum(lengths, 0)
         offsets = np.cumsum(sizes) - sizes + self.header
-        pick = last_wins(keys)
+        # runs are in (minishard, key) order, older runs first: a stable sort keeps the
+        # newest change of a key last
+        pick = last_of_runs(index_order(self.spec, keys), keys)
         if only is not None:
             pick = pick[member(keys[pick], only)]
         return ShardChanges(shard, keys[pick], lengths[pick], source=self._path(shard, "spill"),
@@ -82,8 +86,8 @@ class SpillFiles:
 
     def region(self, changes: ShardChanges, encoding: str) -> tuple[np.ndarray, list]:
         """The data of ``changes`` ready for a shard: the encoded sizes of the set values and
-        one owned FileSlice holding them back to back in key order (the writer may take the
-        file over)."""
+        one owned FileSlice holding them back to back in the changes' order (the writer may
+        take the file over)."""
         shard = changes.shard
         is_set = changes.lengths != DELETED
         sizes, offsets = changes.lengths[is_set], changes.offsets[is_set]

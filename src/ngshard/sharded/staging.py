@@ -20,6 +20,7 @@ import numpy as np
 
 from .._arrays import gather, member, uint_dtype
 from .changes import DELETED, ShardChanges, last_wins
+from .inputs import Values
 from .spec import ShardingSpec
 from .spill import SpillFiles
 
@@ -53,7 +54,7 @@ class Staging:
         self._lengths: list[np.ndarray] = []
         self._data = bytearray()  # the values of the batches, back to back
         self._mem_bytes = 0
-        self.spilled_files = SpillFiles(spill_dir, spec.shard_index_size)
+        self.spilled_files = SpillFiles(spec, spill_dir)
         self.version = 0  # counts changes, so a plan can tell it still fits
 
     # --- changes ---------------------------------------------------------------------------
@@ -72,15 +73,16 @@ class Staging:
         """Stage a batch of values (no deletions) without per-key Python work."""
         self._add(keys, _lengths(values), b"".join(values))
 
-    def set_arrays(self, keys: np.ndarray, data: np.ndarray, lengths: np.ndarray) -> None:
-        """Stage ``len(keys)`` values lying back to back in the uint8 array ``data``."""
-        ends = np.cumsum(lengths)
-        step = max(1, self.limit_bytes // 4)  # spill a huge batch in parts, not all at once
+    def set_arrays(self, keys: np.ndarray, values: Values) -> None:
+        """Stage ``len(keys)`` values given as :class:`~.inputs.Values`, a part at a time
+        (so a huge batch spills as it goes rather than all at once)."""
+        step = max(1, self.limit_bytes // 4)
         first = 0
         while first < len(keys):
-            last = max(first + 1, int(np.searchsorted(ends, ends[first] - lengths[first] + step)))
-            a = int(ends[first] - lengths[first])
-            self._add(keys[first:last], lengths[first:last], data[a:int(ends[last - 1])])
+            last = values.cut(first, len(keys), step)
+            starts, lengths = values.spans(slice(first, last))
+            a = int(starts[0])
+            self._add(keys[first:last], lengths, values.data[a:a + int(lengths.sum())])
             first = last
 
     def _add(self, keys: np.ndarray, lengths: np.ndarray, data) -> None:
@@ -168,16 +170,16 @@ class Staging:
         yield from self._memory_changes(data)
 
     def _memory_changes(self, with_data: bool) -> Iterator[ShardChanges]:
-        """The net changes in memory, shard by shard: sorted by shard, then key, the newest
-        change of each key."""
+        """The net changes in memory, shard by shard, each in (minishard, key) order with the
+        newest change of each key."""
         keys, lengths = self._memory()
         if not len(keys):
             return
-        nums = self._shard_numbers(keys)
-        # by shard, then key, then age (both sorts are stable); few temporaries at a time,
-        # as the buffer may hold millions of keys
+        place = self._placement(keys)
+        # by (shard, minishard), then key, then age (both sorts are stable); few temporaries
+        # at a time, as the buffer may hold millions of keys
         order = np.argsort(keys, kind="stable")
-        order = order[np.argsort(nums[order], kind="stable")]
+        order = order[np.argsort(place[order], kind="stable")]
         newest = np.ones(len(order), bool)
         sorted_keys = keys[order]
         newest[:-1] = sorted_keys[1:] != sorted_keys[:-1]
@@ -185,7 +187,9 @@ class Staging:
         pick = order[newest]
         del order, newest
         starts = _starts(lengths) if with_data else None
-        cuts = (np.flatnonzero(np.diff(nums[pick])) + 1).tolist()
+        bits = self.spec.minishard_bits
+        nums = place[pick] >> place.dtype.type(bits)
+        cuts = (np.flatnonzero(np.diff(nums)) + 1).tolist()
         src = np.frombuffer(self._data, np.uint8) if with_data else None
         try:
             for a, b in zip([0, *cuts], [*cuts, len(pick)]):
@@ -195,15 +199,19 @@ class Staging:
                 if with_data:
                     is_set = g_lengths != DELETED
                     values = gather(src, starts[group][is_set], g_lengths[is_set])
-                yield ShardChanges(int(nums[group[0]]), keys[group], g_lengths, data=values)
+                yield ShardChanges(int(nums[a]), keys[group], g_lengths, data=values)
         finally:
             del src  # the buffer may grow again once no view of it is left
 
-    def _shard_numbers(self, keys: np.ndarray) -> np.ndarray:
-        """The shard of each key, in the narrowest dtype (hashed a block at a time)."""
-        out = np.empty(len(keys), uint_dtype(self.spec.num_shards))
+    def _placement(self, keys: np.ndarray) -> np.ndarray:
+        """(shard << minishard_bits) | minishard of each key, in the narrowest dtype (hashed
+        a block at a time)."""
+        spec = self.spec
+        out = np.empty(len(keys), uint_dtype(1 << (spec.shard_bits + spec.minishard_bits)))
+        shift = np.uint64(spec.minishard_bits)
         for a in range(0, len(keys), _HASH_BLOCK):
-            out[a:a + _HASH_BLOCK] = self.spec.locate(keys[a:a + _HASH_BLOCK])[0]
+            shard, minishard = spec.locate(keys[a:a + _HASH_BLOCK])
+            out[a:a + _HASH_BLOCK] = (shard << shift) | minishard
         return out
 
     def clear(self) -> None:

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._arrays import member
+from .._arrays import member, uint_dtype
 from .format import (
     Entries,
     MinishardIndex,
@@ -34,15 +34,15 @@ def rewrite_shard(spec: ShardingSpec, old: Buffer | None, keys: np.ndarray,
                   where: str = "") -> list | None:
     """The new shard file after the changes: ``keys[i]`` set, or deleted where
     ``deleted[i]``; the set keys' data-encoded values, ``sizes`` bytes each, lie back to back
-    in key order in the parts ``data``. Returns None when no key is left.
+    in that order in the parts ``data``. Returns None when no key is left.
 
     Kept chunks stay in the order they had in ``old``, each run of them that lay back to back
     there copied as one slice; new chunks follow them. (Only the minishard indices must be
     sorted by key; data may lie in any order.)
     """
     old = memoryview(old) if old is not None else None
-    kept = Entries.of(decode_all(spec, old, where)).without(keys) if old is not None and len(old) \
-        else Entries.of({})
+    kept = Entries.of(decode_all(spec, old, where)).without(np.sort(keys)) \
+        if old is not None and len(old) else Entries.of({})
     by_place = np.argsort(kept.starts, kind="stable")
     kept = Entries(*(col[by_place] for col in kept))
     new_keys = keys[~deleted]
@@ -66,20 +66,38 @@ def rewrite_shard(spec: ShardingSpec, old: Buffer | None, keys: np.ndarray,
 
 def new_shard(spec: ShardingSpec, keys: np.ndarray, sizes: np.ndarray, data: Sequence,
               minishards: np.ndarray | None = None) -> list:
-    """A whole shard file (as parts to write in order) holding the sorted distinct ``keys``,
-    whose data-encoded values, ``sizes`` bytes each, lie back to back in key order in the
-    parts ``data`` (buffers, or a FileSlice the writer copies or adopts).
+    """A whole shard file (as parts to write in order) holding the distinct ``keys``, given
+    in (minishard, key) order (:func:`index_order`), whose data-encoded values, ``sizes``
+    bytes each, lie back to back in that order in the parts ``data`` (buffers, or a
+    FileSlice the writer copies or adopts).
 
-    Every writer of whole shards uses this layout (shard index, values in key order, minishard
-    indices in minishard order), so a shard's bytes depend on its contents alone. The keys'
+    Every writer of whole shards uses this layout (shard index, values in minishard index
+    order, minishard indices in minishard order), so a shard's bytes depend on its contents
+    alone; with the values in index order each minishard's data is one run, and the offset
+    row of every minishard index is zeros, which gzip all but removes. The keys'
     ``minishards`` may be given where they are known already."""
     sizes = np.asarray(sizes, np.uint64)
     minishards = spec.locate(keys)[1] if minishards is None else minishards
-    order = np.lexsort((keys, minishards))
-    offsets = np.cumsum(sizes, dtype=np.uint64) - sizes
-    return assemble_shard(minishards[order], keys[order], sizes[order], list(data),
-                          spec.num_minishards, spec.minishard_index_encoding, offsets[order],
-                          int(sizes.sum()))
+    return assemble_shard(minishards, keys, sizes, list(data), spec.num_minishards,
+                          spec.minishard_index_encoding)
+
+
+def index_order(spec: ShardingSpec, keys: np.ndarray, minishards: np.ndarray | None = None,
+                age: np.ndarray | None = None) -> np.ndarray:
+    """The stable order of ``keys`` by (minishard, key), and by ``age`` among equal keys
+    (by position if not given): the order of a minishard index, and of a shard's data."""
+    minishards = spec.locate(keys)[1] if minishards is None else minishards
+    if age is not None:
+        order = np.lexsort((age, keys))
+    else:
+        order = np.argsort(keys)  # quicksort; stable only matters where keys repeat
+        ordered = keys[order]
+        if len(keys) > 1 and (ordered[1:] == ordered[:-1]).any():
+            order = np.argsort(keys, kind="stable")
+        del ordered
+    # a stable sort by minishard alone (by radix, in a narrow dtype) keeps key order within
+    narrow = minishards.astype(uint_dtype(spec.num_minishards), copy=False)
+    return order[np.argsort(narrow[order], kind="stable")]
 
 
 class Append(NamedTuple):
@@ -130,7 +148,7 @@ def append_update(spec: ShardingSpec, file_size: int, garbage: int, ranges: np.n
     each, lie back to back in key order in the parts ``data``.
     """
     old = Entries.of(touched)
-    changed = member(old.keys, keys)
+    changed = member(old.keys, np.sort(keys))
     kept = Entries(*(col[~changed] for col in old))
     new_keys = keys[~deleted]
     sizes = np.asarray(sizes, np.uint64)
