@@ -21,7 +21,8 @@ import numpy as np
 from .errors import MissingDependencyError
 from .sharded.bulk import remove_obsolete, shard_parts
 from .sharded.changes import last_of_runs
-from .sharded.kv import _as_bytes, _as_spec, _record_spec
+from .sharded.infofile import as_spec, record_spec
+from .sharded.inputs import as_bytes
 from .sharded.spec import ShardingSpec, as_key_array
 from .sharded.update import index_order
 from .storage import Storage, open_storage, remove_stale
@@ -81,7 +82,7 @@ def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
         ``dask.config.set({"dataframe.convert-string": False})``, or Dask turns bytes into
         text).
     """
-    spec = _as_spec(spec)
+    spec = as_spec(spec)
     storage = open_storage(url, durable=durable)
     if storage.local_root is not None:
         os.makedirs(storage.local_root, exist_ok=True)
@@ -98,7 +99,7 @@ def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
         remove_stale(storage.local_root)  # temporary files of workers that died here
     remove_obsolete(storage, spec, set(written["shard"]))
     if info:
-        _record_spec(storage, spec)
+        record_spec(storage, spec)
     return {"shards": len(written), "keys": int(written["keys"].sum()),
             "bytes": int(written["bytes"].sum())}
 
@@ -134,7 +135,7 @@ def _annotate(df: pd.DataFrame, spec_json: dict, key: str, value: str,
     keys = as_key_array(column if column.dtype != object else column.tolist())
     values = df[value].to_numpy(dtype=object)
     if not set(map(type, values)) <= {bytes}:
-        values = np.array([_as_bytes(v, k) for k, v in zip(keys.tolist(), values)] or [],
+        values = np.array([as_bytes(v, k) for k, v in zip(keys.tolist(), values)] or [],
                           dtype=object)
     number = partition_info["number"] if partition_info else 0
     return pd.DataFrame({"key": keys, "value": values,
@@ -152,9 +153,10 @@ def _write_shards(df: pd.DataFrame, storage: Storage, spec_json: dict) -> pd.Dat
         by_shard = np.argsort(shards, kind="stable")
         cuts = (np.flatnonzero(np.diff(shards[by_shard])) + 1).tolist()
         for a, b in zip([0, *cuts], [*cuts, len(by_shard)]):
-            rows = by_shard[a:b]
+            group = by_shard[a:b]
             # (minishard, key), then collection order: the newest of each key is last
-            pick = rows[last_of_runs(index_order(spec, keys[rows], age=seq[rows]), keys[rows])]
+            pick = group[last_of_runs(index_order(spec, keys[group], age=seq[group]),
+                                      keys[group])]
             chosen = values[pick].tolist()
             lengths = np.fromiter(map(len, chosen), np.int64, len(chosen))
             data = np.frombuffer(b"".join(chosen), np.uint8)

@@ -27,8 +27,9 @@ from ..storage import Storage, open_storage, remove_stale
 from ..threads import WORKERS, bounded_map, pmap
 from . import legacy
 from .changes import last_of_runs, views
+from .infofile import as_spec, record_spec
 from .inputs import Values, value_arrays
-from .kv import DEFAULT_BUFFER_BYTES, _as_spec, _record_spec, open_kv
+from .kv import DEFAULT_BUFFER_BYTES, open_kv
 from .spec import ShardingSpec
 from .update import index_order, new_shard
 
@@ -104,7 +105,7 @@ def write_arrays(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | s
                  keys: np.ndarray, values: Values, *, progress: bool = False,
                  info: bool = True, durable: bool = True) -> None:
     """:func:`write_kv` from arrays in the form :func:`value_arrays` gives."""
-    spec = _as_spec(spec)
+    spec = as_spec(spec)
     storage = open_storage(url, durable=durable)
     if storage.local_root is not None:
         os.makedirs(storage.local_root, exist_ok=True)
@@ -127,7 +128,7 @@ def write_arrays(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | s
                                desc="writing shards", unit="shard", enabled=progress))
     remove_obsolete(storage, spec, written)
     if info:
-        _record_spec(storage, spec)
+        record_spec(storage, spec)
 
 
 def _by_shard(spec: ShardingSpec, keys: np.ndarray

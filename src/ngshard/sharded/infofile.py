@@ -101,3 +101,28 @@ def spec_from_info(storage: Storage) -> ShardingSpec:
         return spec
     raise SpecError(f"{where}: no info file: give the sharding spec (--spec JSON|FILE, or "
                     f"spec= in Python)")
+
+
+def as_spec(spec: ShardingSpec | dict | str) -> ShardingSpec:
+    """A spec given as a ShardingSpec, its JSON object or text, or the name of a JSON file."""
+    if isinstance(spec, ShardingSpec):
+        return spec
+    if isinstance(spec, str) and not spec.lstrip().startswith("{"):
+        try:
+            with open(spec) as f:
+                spec = f.read()
+        except OSError as e:
+            raise SpecError(f"sharding spec: {spec!r} is neither JSON nor a readable file "
+                            f"({e.strerror})") from None
+    return ShardingSpec.from_json(spec)
+
+
+def record_spec(storage: Storage, spec: ShardingSpec) -> None:
+    """Give a store written by ngshard an ``info`` holding its spec (unless it is a volume's
+    scale, whose spec lives in the volume's info, or its info already says so)."""
+    info = read_info(storage)
+    if info is None and parent_scale_spec(storage)[0]:
+        return
+    info = info or {}
+    if info.get("sharding") != spec.to_json():
+        write_info(storage, {**info, "sharding": spec.to_json()})

@@ -1,8 +1,12 @@
-"""Values given as arrays (the array form of ``write_kv`` and ``ShardedKV.set_many``), checked
-and brought to one form without copying them: :class:`Values`."""
+"""What callers hand to the writers, checked and brought to one form: (key, value) pairs in
+batches (:func:`pair_batches`), and values given as arrays (the array form of ``write_kv`` and
+``ShardedKV.set_many``) as :class:`Values`, without copying them."""
 
 from __future__ import annotations
 
+import itertools
+import operator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -102,3 +106,38 @@ def value_arrays(keys: Any, values: Any, offsets: Any = None) -> tuple[np.ndarra
 def _same_count(expected: int, got: int, what: str) -> None:
     if expected != got:
         raise ValueError(f"{expected} expected, but {got} {what} given")
+
+
+def as_bytes(value: Any, key: Any) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    raise TypeError(f"value of key {key} must be bytes, got {type(value).__name__}")
+
+
+_BATCH = 1 << 16
+
+
+def pair_batches(items: Mapping[int, bytes] | Iterable[tuple[int, bytes]]
+             ) -> Iterator[tuple[np.ndarray, list[bytes]]]:
+    """(keys, values) in batches, keys checked and converted at numpy speed. A batch is let go
+    before the next one is read, so only one is ever held."""
+    if isinstance(items, Mapping):
+        keys, values = list(items.keys()), list(items.values())
+        if not set(map(type, values)) <= {bytes}:
+            values = [as_bytes(v, k) for k, v in zip(keys, values)]
+        yield as_key_array(keys), values
+        return
+    it = iter(items)
+    first, second = operator.itemgetter(0), operator.itemgetter(1)
+    while True:
+        batch = list(itertools.islice(it, _BATCH))
+        if not batch:
+            return
+        keys, values = list(map(first, batch)), list(map(second, batch))
+        del batch
+        if not set(map(type, values)) <= {bytes}:
+            values = [as_bytes(v, k) for k, v in zip(keys, values)]
+        yield as_key_array(keys), values
+        del keys, values

@@ -7,10 +7,8 @@ written shard by shard (``commit.py``).
 
 from __future__ import annotations
 
-import itertools
-import operator
 import os
-from collections.abc import Iterable, Iterator, Mapping, MutableMapping
+from collections.abc import Iterable, Iterator, MutableMapping
 from typing import Any
 
 import numpy as np
@@ -20,8 +18,8 @@ from ..errors import InvalidKeyError, NgShardError, NotFoundError, ReadOnlyError
 from ..storage import Storage, open_storage, remove_stale
 from . import commit as committing
 from . import listing
-from .infofile import parent_scale_spec, read_info, spec_from_info, write_info
-from .inputs import value_arrays
+from .infofile import as_spec, record_spec, spec_from_info
+from .inputs import as_bytes, pair_batches, value_arrays
 from .plan import CommitPlan, plan_commit
 from .reader import (
     DEFAULT_CACHE_BYTES,
@@ -188,7 +186,7 @@ class ShardedKV(MutableMapping):
         return self._staging
 
     def __setitem__(self, key: int, value: bytes) -> None:
-        self._writable().set(check_key(key), _as_bytes(value, key))
+        self._writable().set(check_key(key), as_bytes(value, key))
 
     def __delitem__(self, key: int) -> None:
         staging = self._writable()
@@ -202,7 +200,7 @@ class ShardedKV(MutableMapping):
         staging = self._writable()
         if kwargs:
             raise TypeError("keys must be integers, not keyword arguments")
-        for batch in _batches(other):
+        for batch in pair_batches(other):
             staging.set_many(*batch)
             del batch  # before the next batch is read
 
@@ -219,7 +217,7 @@ class ShardedKV(MutableMapping):
         if len(keys) != len(values):
             raise ValueError(f"{len(keys)} keys but {len(values)} values")
         if not set(map(type, values)) <= {bytes}:
-            values = [_as_bytes(v, k) for k, v in zip(keys.tolist(), values)]
+            values = [as_bytes(v, k) for k, v in zip(keys.tolist(), values)]
         staging.set_many(keys, values)
 
     def abort(self) -> None:
@@ -248,7 +246,7 @@ class ShardedKV(MutableMapping):
         plan = committing.commit_staged(self.reader, staging, plan, self.mode, self.strategy,
                                         self.compact_ratio, progress=progress)
         if self._write_info:
-            _record_spec(self.storage, self.spec)
+            record_spec(self.storage, self.spec)
             self._write_info = False
         if self.mode == "w":
             self.mode = "a"  # the store exists now: later commits update it
@@ -277,65 +275,6 @@ class ShardedKV(MutableMapping):
         if self._staging is not None and exc_type is None:
             self.commit()
         self.close()
-
-
-def _as_bytes(value: Any, key: Any) -> bytes:
-    if isinstance(value, bytes):
-        return value
-    if isinstance(value, (bytearray, memoryview)):
-        return bytes(value)
-    raise TypeError(f"value of key {key} must be bytes, got {type(value).__name__}")
-
-
-_BATCH = 1 << 16
-
-
-def _batches(items: Mapping[int, bytes] | Iterable[tuple[int, bytes]]
-             ) -> Iterator[tuple[np.ndarray, list[bytes]]]:
-    """(keys, values) in batches, keys checked and converted at numpy speed. A batch is let go
-    before the next one is read, so only one is ever held."""
-    if isinstance(items, Mapping):
-        keys, values = list(items.keys()), list(items.values())
-        if not set(map(type, values)) <= {bytes}:
-            values = [_as_bytes(v, k) for k, v in zip(keys, values)]
-        yield as_key_array(keys), values
-        return
-    it = iter(items)
-    first, second = operator.itemgetter(0), operator.itemgetter(1)
-    while True:
-        batch = list(itertools.islice(it, _BATCH))
-        if not batch:
-            return
-        keys, values = list(map(first, batch)), list(map(second, batch))
-        del batch
-        if not set(map(type, values)) <= {bytes}:
-            values = [_as_bytes(v, k) for k, v in zip(keys, values)]
-        yield as_key_array(keys), values
-        del keys, values
-
-
-def _as_spec(spec: ShardingSpec | dict | str) -> ShardingSpec:
-    if isinstance(spec, ShardingSpec):
-        return spec
-    if isinstance(spec, str) and not spec.lstrip().startswith("{"):
-        try:
-            with open(spec) as f:
-                spec = f.read()
-        except OSError as e:
-            raise SpecError(f"sharding spec: {spec!r} is neither JSON nor a readable file "
-                            f"({e.strerror})") from None
-    return ShardingSpec.from_json(spec)
-
-
-def _record_spec(storage: Storage, spec: ShardingSpec) -> None:
-    """Give a store written by ngshard an ``info`` holding its spec (unless it is a volume's
-    scale, whose spec lives in the volume's info, or its info already says so)."""
-    info = read_info(storage)
-    if info is None and parent_scale_spec(storage)[0]:
-        return
-    info = info or {}
-    if info.get("sharding") != spec.to_json():
-        write_info(storage, {**info, "sharding": spec.to_json()})
 
 
 def open_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str | None = None,
@@ -406,7 +345,7 @@ def open_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str | 
             raise SpecError("mode 'w' needs a sharding spec")
         spec = spec_from_info(storage)
     else:
-        spec = _as_spec(spec)
+        spec = as_spec(spec)
         if mode in ("r+", "a"):
             _check_recorded(storage, spec)
     return ShardedKV(storage, spec, mode, strategy=strategy, compact_ratio=compact_ratio,

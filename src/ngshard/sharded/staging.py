@@ -62,9 +62,12 @@ class Staging:
     def set(self, key: int, value: bytes | None) -> None:
         """Stage one value (None: a deletion)."""
         self.version += 1
-        old = self._dict.get(key, 0)
-        self._mem_bytes += (len(value) if value is not None else 0) + \
-            (KEY_BYTES if old == 0 else -(len(old) if old is not None else 0))
+        if key in self._dict:  # replaces a value staged here
+            old = self._dict[key]
+            self._mem_bytes -= len(old) if old is not None else 0
+        else:
+            self._mem_bytes += KEY_BYTES
+        self._mem_bytes += len(value) if value is not None else 0
         self._dict[key] = value
         if self._mem_bytes > self.limit_bytes:
             self.spill()
