@@ -116,7 +116,9 @@ def as_bytes(value: Any, key: Any) -> bytes:
     raise TypeError(f"value of key {key} must be bytes, got {type(value).__name__}")
 
 
-_BATCH = 1 << 16
+# Pairs are taken a batch at a time: up to _BATCH of them, or about _BATCH_BYTES of values
+# (the first batch is small, until the values' size is known).
+_BATCH, _BATCH_FIRST, _BATCH_BYTES = 1 << 16, 64, 16 << 20
 
 
 def pair_batches(items: Mapping[int, bytes] | Iterable[tuple[int, bytes]]
@@ -131,13 +133,17 @@ def pair_batches(items: Mapping[int, bytes] | Iterable[tuple[int, bytes]]
         return
     it = iter(items)
     first, second = operator.itemgetter(0), operator.itemgetter(1)
+    count = _BATCH_FIRST
     while True:
-        batch = list(itertools.islice(it, _BATCH))
+        batch = list(itertools.islice(it, count))
         if not batch:
             return
         keys, values = list(map(first, batch)), list(map(second, batch))
         del batch
         if not set(map(type, values)) <= {bytes}:
             values = [as_bytes(v, k) for k, v in zip(keys, values)]
+        # the next batch holds about _BATCH_BYTES of values like these
+        mean = sum(map(len, values)) / len(values)
+        count = int(min(_BATCH, max(_BATCH_FIRST, _BATCH_BYTES // max(mean, 1))))
         yield as_key_array(keys), values
         del keys, values
