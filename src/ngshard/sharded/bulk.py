@@ -115,12 +115,15 @@ def write_arrays(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | s
     def write_one(job: tuple[int, int, int]) -> str:
         shard, a, b = job
         pos = order[a:b]
+        # the shard's keys gathered once from the big arrays; sorted here, where they are
+        # small (random reads of the big ones miss the cache)
         shard_keys, shard_minishards = keys[pos], minishards[pos]
-        pick = pos[last_of_runs(index_order(spec, shard_keys, shard_minishards), shard_keys)]
+        local = last_of_runs(index_order(spec, shard_keys, shard_minishards), shard_keys)
+        starts, lengths = values.spans(pos[local])
         name = spec.shard_filename(shard)
-        starts, lengths = values.spans(pick)
-        storage.write(name, shard_parts(spec, keys[pick], gather(values.data, starts, lengths),
-                                        lengths, minishards[pick]))
+        storage.write(name, shard_parts(spec, shard_keys[local],
+                                        gather(values.data, starts, lengths), lengths,
+                                        shard_minishards[local]))
         return name
 
     present = [(s, a, b) for s, (a, b) in zip(shards.tolist(), runs.tolist())]
