@@ -31,8 +31,8 @@ import numpy as np
 SPEC = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "murmurhash3_x86_128",
         "preshift_bits": 0, "minishard_bits": 10, "shard_bits": 6,
         "minishard_index_encoding": "gzip", "data_encoding": "raw"}
-VALUE_SIZE = 100
-BLOCK = 1 << 16
+VALUE_SIZE = int(os.environ.get("BENCH_VALUE_SIZE", 100))  # --value-size, for the children
+BLOCK = max(16, min(1 << 16, (6 << 20) // VALUE_SIZE))  # pairs made at a time
 _ODD = np.uint64(0x9E3779B97F4A7C15)  # multiplying by an odd number permutes the uint64s
 
 
@@ -156,14 +156,16 @@ def main() -> None:
     ap.add_argument("mode", choices=["generator", "arrays", "dask"])
     ap.add_argument("--keys", type=float, nargs="+", default=[2e6])
     ap.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
+    ap.add_argument("--value-size", type=int, default=100, help="bytes per value")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     if "--child" in sys.argv:
         mode, n, path = sys.argv[sys.argv.index("--child") + 1:][:3]
         print(json.dumps(child(mode, int(n), path)))
         return
     args = ap.parse_args()
+    os.environ["BENCH_VALUE_SIZE"] = str(args.value_size)  # for the children
     work = tempfile.mkdtemp(prefix="ngshard-bulk-", dir=args.dir)
-    print(f"{args.mode}: {VALUE_SIZE}-byte values, spec {json.dumps(SPEC)}")
+    print(f"{args.mode}: {args.value_size}-byte values, spec {json.dumps(SPEC)}")
     print(f"{'keys':>12} {'time':>8} {'keys/s':>9} {'CPU':>8} {'peak RSS':>10}"
           + (f" {'beyond input':>13}" if args.mode == "arrays" else ""))
     try:

@@ -37,9 +37,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # --- this machine (2 cores), measured with tools/bench_bulk.py ------------------------------
 BASE_RSS = 45e6  # Python, numpy and ngshard imported
 # write_kv from (key, value) pairs: seconds per key and per value byte, both cores busy
-PAIRS_KEY_SECONDS, PAIRS_BYTE_SECONDS = 0.70e-6, 1.0e-9
+PAIRS_KEY_SECONDS, PAIRS_BYTE_SECONDS = 1.0e-6, 3.0e-9
 # write_kv from arrays
-ARRAYS_KEY_SECONDS, ARRAYS_BYTE_SECONDS = 0.12e-6, 0.6e-9
+ARRAYS_KEY_SECONDS, ARRAYS_BYTE_SECONDS = 0.25e-6, 2.0e-9
 # the staging's bookkeeping per buffered key (keys, lengths and the sort of a spill) and the
 # bytearray's growth slack; the Python objects of one batch of pairs
 KEY_BYTES_IN_BUFFER, BUFFER_SLACK, PAIR_OBJECT_BYTES = 48, 1.125, 90
@@ -117,7 +117,7 @@ def predict(spec: ngshard.ShardingSpec, w: Workload, buffer_bytes: int = DEFAULT
     mini = minishard_index_bytes(spec, w, in_used) if per_minishard else 0
     shard_file = shard_index + per_shard * w.value_bytes + used * mini
     total_bytes = w.keys * w.value_bytes
-    buffered = buffer_bytes / (w.value_bytes + KEY_BYTES_IN_BUFFER)
+    buffered = min(w.keys, buffer_bytes / (w.value_bytes + KEY_BYTES_IN_BUFFER))
     ingest = (BASE_RSS + BUFFER_SLACK * buffered * w.value_bytes
               + (KEY_BYTES_IN_BUFFER + 16) * buffered
               + min(BATCH, BATCH_BYTES / max(w.value_bytes, 1))
@@ -190,8 +190,8 @@ def table(keys: int = 10**9) -> None:
     64 x 1,024 spec for contrast."""
     print(f"| {keys:,} keys | spec (S/M bits) | keys per shard / minishard | shard index / "
           f"minishard index | shard file | writer (pairs) | writer (arrays, beyond input) "
-          f"| cold read | write (pairs / arrays) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          f"| Dask tasks | cold read | write (pairs / arrays) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     bench = ngshard.ShardingSpec(hash="murmurhash3_x86_128", minishard_bits=10, shard_bits=6,
                                  minishard_index_encoding="gzip")
     cases = [(v, auto_spec(keys, v), "auto") for v in (100, 2048, 65536)]
@@ -203,6 +203,7 @@ def table(keys: int = 10**9) -> None:
               f"| {size(p['shard index B'])} / {size(p['minishard index B'])} "
               f"| {size(p['shard file B'])} | {size(p['writer pairs B'])} "
               f"| {size(p['writer arrays B'])} "
+              f"| {p['dask partitions']:,} of {size(p['dask task B'])} "
               f"| 3 requests, {size(p['cold read B'])} "
               f"| {duration(p['write pairs s'])} / {duration(p['write arrays s'])} |")
 
@@ -227,7 +228,8 @@ def check() -> None:
     import bench_bulk
 
     spec = ngshard.ShardingSpec.from_json(bench_bulk.SPEC)
-    print(f"spec {json.dumps(bench_bulk.SPEC)}, {bench_bulk.VALUE_SIZE}-byte values")
+    print(f"spec {json.dumps(bench_bulk.SPEC)}, {bench_bulk.VALUE_SIZE}-byte values; load "
+          f"average {os.getloadavg()[0]:.1f} (times are predicted for an idle machine)")
     print(f"{'keys':>11} {'path':<9} {'peak RSS pred/meas':>20} {'time pred/meas':>16} "
           f"{'shard file pred/meas':>24} {'minishard idx pred/meas':>24}")
     work = tempfile.mkdtemp(prefix="ngshard-capacity-")

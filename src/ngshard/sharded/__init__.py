@@ -1,9 +1,11 @@
 """The Neuroglancer sharded format (``neuroglancer_uint64_sharded_v1``).
 
 Bottom to top: ``spec``/``hashing`` (key arithmetic), ``format`` (pure shard and minishard index
-bytes), ``update`` (pure: old shard + changes -> new bytes), ``staging`` (changes held or
-spilled), ``legacy`` (the two-file variant's names), ``reader`` (index cache, lookups, listing),
-``plan`` and ``commit`` (deciding and writing), ``kv`` (the ShardedKV facade), ``infofile``.
+bytes), ``update`` (pure: old shard + changes -> new bytes), ``changes``, ``staging`` and
+``spill`` (changes held in memory or spilled to disk, one shard's at a time out),
+``legacy`` (the two-file variant's names), ``reader`` (index cache, lookups), ``listing``,
+``plan`` and ``commit`` (deciding and writing), ``kv`` (the ShardedKV facade), ``inputs`` and
+``bulk`` (write_kv from pairs or arrays), ``infofile``.
 """
 
 from .bulk import write_kv
