@@ -161,6 +161,33 @@ def test_spilled_write_memory_does_not_grow_with_the_key_count(tmp_path):
                                                                "info"])
 
 
+def test_update_memory_does_not_grow_with_the_key_count(tmp_path):
+    """Updates of many keys (spilled, planned and appended shard by shard) with the buffer
+    and the index cache fixed: 4 times the keys (256 shards, so a shard's index stays small)
+    cost about the same peak memory."""
+    spec = ngshard.ShardingSpec(hash="murmurhash3_x86_128", minishard_bits=4, shard_bits=8)
+
+    def update(n: int):
+        path = tmp_path / str(n)
+        keys = np.arange(n, dtype=np.uint64)
+        ngshard.write_kv(path, spec, keys=keys[::2], values=np.zeros((n // 2, 8), np.uint8))
+        values = np.ones((20_000, 8), np.uint8)
+
+        def run() -> None:  # what is measured: the update alone
+            with ngshard.open_kv(path, mode="r+", staged_bytes=1 << 20, cache_bytes=1 << 20,
+                                 strategy="append") as kv:
+                for first in range(0, n, 20_000):
+                    kv.set_many(keys[first:first + 20_000], values)
+        return run
+
+    small, large = peak_bytes(update(60_000)), peak_bytes(update(240_000))
+    # 180,000 more keys, 2 MB at most: the changes of a group of shards planned together
+    # (at most 65,536 keys), not 24 bytes per key
+    assert large < small + (2 << 20), (small, large)
+    kv = ngshard.open_kv(tmp_path / "240000")
+    assert len(kv) == 240_000 and kv[239_999] == b"\x01" * 8
+
+
 @pytest.mark.parametrize("strategy", ["append", "rewrite"])
 def test_updates_of_many_keys_spill_and_stay_right(tmp_path, strategy):
     """An update of more keys than the buffer holds: spilled, planned and applied shard by

@@ -147,17 +147,41 @@ class ShardedKV(MutableMapping):
 
     def iter_keys(self, *, arrays: bool = False, progress: bool = False
                   ) -> Iterator[int] | Iterator[np.ndarray]:
-        """The stored keys shard by shard, each shard's sorted (with ``arrays``, one uint64
-        array per shard): memory is a few shards' indices, however large the store. Staged
-        changes are not included (commit them first)."""
+        """The stored keys shard by shard, each shard's sorted: memory is a few shards'
+        indices (read ahead on threads), however large the store. Staged changes are not
+        included (commit them first).
+
+        Parameters
+        ----------
+        arrays
+            Yield one uint64 array per shard instead of one int per key.
+        progress
+            Show a progress bar (over shards).
+
+        Returns
+        -------
+        Iterator of int, or of numpy.ndarray with ``arrays``.
+        """
         shards = listing.iter_shard_keys(self.reader, self.shard_names(), progress=progress)
         return shards if arrays else (k for keys in shards for k in keys.tolist())
 
     def iter_items(self, *, batch: int = 1 << 14, progress: bool = False
                    ) -> Iterator[tuple[int, bytes]]:
-        """(key, value) of every stored key, shard by shard in key order, the values read
-        ``batch`` keys at a time: memory is a few shards' indices and one batch of values.
-        Staged changes are not included (commit them first)."""
+        """(key, value) of every stored key, shard by shard in key order: memory is a few
+        shards' indices and one batch of values. Staged changes are not included (commit
+        them first).
+
+        Parameters
+        ----------
+        batch
+            How many keys' values are read at once (one batched read per shard).
+        progress
+            Show a progress bar (over shards).
+
+        Returns
+        -------
+        Iterator of (int, bytes).
+        """
         for keys in self.iter_keys(arrays=True, progress=progress):
             for first in range(0, len(keys), batch):
                 part = keys[first:first + batch]
@@ -206,9 +230,24 @@ class ShardedKV(MutableMapping):
 
     def set_many(self, keys: Iterable[int] | np.ndarray, values: Any,
                  offsets: Any = None) -> None:
-        """Stage ``values[i]`` for ``keys[i]`` (a uint64 array, say) with no per-key Python
-        work: ``values`` a list of bytes, or as :func:`write_kv` takes them, one buffer with
-        ``offsets`` or a 2-D array of rows."""
+        """Stage ``values[i]`` for ``keys[i]`` with no per-key Python work.
+
+        Parameters
+        ----------
+        keys
+            n keys (a uint64 array, say).
+        values, offsets
+            A list of n bytes; or as :func:`write_kv` takes them, one buffer with n + 1
+            ``offsets`` (value i is ``values[offsets[i]:offsets[i + 1]]``), or a 2-D array
+            whose rows are the values.
+
+        Raises
+        ------
+        InvalidKeyError
+            A key outside [0, 2**64).
+        TypeError, ValueError
+            Values that are not bytes, or do not fit the keys.
+        """
         staging = self._writable()
         if not isinstance(values, list) or offsets is not None:
             staging.set_arrays(*value_arrays(keys, values, offsets))

@@ -94,7 +94,7 @@ def plan_commit(reader: ShardReader, changes: Iterable[ShardChanges], *, mode: s
 
 # Shard indices are read for this many shards (or keys) at once: remote stores then ask for
 # them together, while memory holds only that many shards' changes.
-_GROUP_SHARDS, _GROUP_KEYS = 64, 1 << 20
+_GROUP_SHARDS, _GROUP_KEYS = 64, 1 << 16
 
 
 def plan_shards(reader: ShardReader, changes: Iterable[ShardChanges], *, mode: str,
