@@ -106,9 +106,11 @@ class Staging:
             self._data += b"".join(v for v in values if v is not None)
             self._dict = {}
 
-    def _memory(self) -> tuple[np.ndarray, np.ndarray]:
-        """Everything in memory as (keys, lengths), oldest first."""
-        self._fold_dict()
+    def _memory(self, fold: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """The batches in memory as (keys, lengths), oldest first; with ``fold``, the dict
+        turned into a batch first, so that they are everything in memory."""
+        if fold:
+            self._fold_dict()
         if len(self._keys) > 1:
             self._keys, self._lengths = [np.concatenate(self._keys)], \
                 [np.concatenate(self._lengths)]
@@ -129,7 +131,14 @@ class Staging:
         """(staged?, value) of one key; value None for a staged deletion."""
         if key in self._dict:
             return True, self._dict[key]
-        found = self.lookup_many(np.array([key], np.uint64))
+        mem_keys, mem_lengths = self._memory(fold=False)  # the dict was searched above
+        hits = np.flatnonzero(mem_keys == np.uint64(key))  # a scan, not a sort: one key
+        if len(hits):
+            i = int(hits[-1])
+            n = int(mem_lengths[i])
+            start = int(_starts(mem_lengths[:i + 1])[-1]) if n >= 0 else 0
+            return True, None if n < 0 else bytes(self._data[start:start + n])
+        found = self.lookup_many(np.array([key], np.uint64)) if self.spilled_files else {}
         return (True, found[key]) if key in found else (False, None)
 
     def lookup_many(self, keys: np.ndarray) -> dict[int, bytes | None]:
