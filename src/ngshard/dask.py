@@ -9,6 +9,9 @@ exactly as the local writer makes them (``update.new_shard``), each
 written atomically, so a task that is retried (a worker died) rewrites the same bytes and a
 reader never sees half a shard. When the tasks are done, shards of an earlier store at ``url``
 that this one does not hold are removed, and the spec is recorded in ``url/info``.
+
+``write_chunks`` does the same for a sharded scale of a precomputed volume: a bag of (grid
+position, chunk array) is encoded on the workers and written by the same path.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import MissingDependencyError
+from .errors import MissingDependencyError, SpecError
 from .sharded.bulk import remove_obsolete, shard_parts
 from .sharded.changes import last_of_runs
 from .sharded.infofile import as_spec, record_spec
@@ -164,3 +167,73 @@ def _write_shards(df: pd.DataFrame, storage: Storage, spec_json: dict) -> pd.Dat
             storage.write(name, shard_parts(spec, keys[pick], data, lengths))
             rows.append((name, len(pick), int(lengths.sum())))
     return pd.DataFrame(rows, columns=list(_WRITTEN)).astype(_WRITTEN)
+
+
+def write_chunks(url: str | os.PathLike | Storage, collection: Any, *, scale: int | str = 0,
+                 npartitions: int | None = None, durable: bool = True) -> dict[str, int]:
+    """Write a sharded scale of the precomputed volume at ``url`` from a Dask bag of chunks.
+
+    Parameters
+    ----------
+    url
+        The volume (its ``info`` must exist: :func:`ngshard.create_volume` writes it).
+    collection
+        A ``dask.bag.Bag`` of ((x, y, z) chunk grid position, array) pairs; each array is
+        the chunk as (x, y, z, channels) voxels (x, y, z for one channel), clipped at the
+        volume's edge as edge chunks are. Each is encoded (the scale's encoding) on the worker.
+    scale
+        The scale's index or key.
+    npartitions, durable
+        As for :func:`write_kv`.
+
+    Returns
+    -------
+    dict
+        ``shards``, ``keys`` (chunks) and ``bytes`` written.
+
+    The scale's shard files are byte for byte those a local write of the same chunks makes;
+    shards of an earlier write there that these chunks do not fill are removed.
+
+    Raises
+    ------
+    SpecError
+        An unsharded scale, or a position outside the chunk grid.
+    ValueError
+        A chunk whose shape is not its place's in the grid.
+    """
+    from .volume import open_volume
+
+    vol = open_volume(url, scale)
+    if vol.scale.sharding is None:
+        raise SpecError(f"{vol.storage.url}: scale {vol.scale.key} is not sharded; write its "
+                        f"chunks with open_volume(..., mode='r+')")
+    layout = (vol.scale.size, vol.scale.chunk_size, vol.scale.encoding, str(vol.dtype),
+              vol.info.num_channels, vol.scale.compressed_segmentation_block_size)
+    pairs = collection.map_partitions(_encode_chunks, layout)
+    return write_kv(vol.storage.child(vol.scale.key), vol.scale.sharding, pairs,
+                    npartitions=npartitions, info=False, durable=durable)
+
+
+def _encode_chunks(items: list, layout: tuple) -> list[tuple[int, bytes]]:
+    """One bag partition of (position, chunk) as (Morton code, encoded chunk) pairs."""
+    from .volume.encodings import encode_chunk
+    from .volume.grid import ChunkGrid
+
+    size, chunk_size, encoding, dtype, channels, block = layout
+    if not items:
+        return []
+    grid = ChunkGrid(size, chunk_size)
+    positions = np.array([p for p, _ in items], np.int64).reshape(-1, 3)
+    codes = grid.morton(positions).tolist()
+    starts, stops = grid.bounds(positions)
+    out = []
+    for code, (pos, chunk), lo, hi in zip(codes, items, starts.tolist(), stops.tolist()):
+        chunk = np.asarray(chunk)
+        chunk = chunk[..., None] if chunk.ndim == 3 else chunk
+        shape = (*(b - a for a, b in zip(lo, hi)), channels)
+        if chunk.shape != shape:
+            raise ValueError(f"chunk at grid position {tuple(pos)} has shape {chunk.shape}, "
+                             f"not the {shape} of its place in the grid")
+        out.append((code, encode_chunk(chunk.astype(dtype, copy=False), encoding,
+                                       block_size=block)))
+    return out

@@ -139,3 +139,26 @@ def test_a_worker_killed_mid_shard_leaves_no_partial_shard(client, tmp_path):
     assert sorted(os.listdir(tmp_path / "dask")) == sorted([*shard_files(tmp_path / "local"),
                                                              "info"])
     assert ngshard.open_kv(tmp_path / "dask").get_many(list(items)) == items
+
+
+@pytest.mark.parametrize("encoding", ["raw", "compressed_segmentation"])
+def test_volume_chunks_give_the_local_writers_bytes(client, tmp_path, encoding):
+    """A sharded scale written chunk by chunk from a bag: the shards of a local write."""
+    rng = np.random.default_rng(4)
+    data = rng.integers(0, 5, (70, 50, 40), dtype=np.uint32)  # edge chunks are clipped
+    kw = dict(dtype="uint32", shape=data.shape, chunk_size=(16, 16, 16), encoding=encoding,
+              sharding={"@type": "neuroglancer_uint64_sharded_v1", "hash": "identity",
+                        "preshift_bits": 2, "minishard_bits": 2, "shard_bits": 3,
+                        "minishard_index_encoding": "gzip", "data_encoding": "gzip"})
+    with ngshard.create_volume(tmp_path / "local", **kw) as vol:
+        vol[:, :, :] = data
+    ngshard.create_volume(tmp_path / "dask", **kw)  # its info
+    chunks = [((x, y, z), data[16 * x:16 * x + 16, 16 * y:16 * y + 16, 16 * z:16 * z + 16])
+              for x in range(5) for y in range(4) for z in range(3)]
+    done = ngshard.dask.write_chunks(tmp_path / "dask", db.from_sequence(chunks, npartitions=6))
+    assert done["keys"] == 60
+    key = ngshard.open_volume(tmp_path / "local").scale.key
+    assert shard_files(tmp_path / "dask" / key) == shard_files(tmp_path / "local" / key)
+    assert (np.asarray(ngshard.open_volume(tmp_path / "dask"))[..., 0] == data).all()
+    with pytest.raises(ValueError, match=r"grid position \(0, 0, 0\) has shape"):
+        ngshard.dask.write_chunks(tmp_path / "dask", db.from_sequence([((0, 0, 0), data)]))
