@@ -11,7 +11,7 @@ pairs with its buffer, from arrays, and per Dask task) and of a reader (index ca
 for the whole store); requests and bytes of a random read, cold and warm; and the write time
 on this machine (2 cores), from rates measured by ``tools/bench_bulk.py``.
 
-``--check`` runs ``tools/bench_bulk.py`` children (generator and arrays, 100-byte values,
+``--check`` runs ``tools/bench_bulk.py`` children (pairs and arrays, 100-byte values,
 murmur hash, 64 shards x 1,024 minishards) and prints each prediction beside the measured
 figure: peak RSS, time, and the mean shard and minishard index sizes of the files written.
 """
@@ -236,7 +236,7 @@ def check() -> None:
     try:
         for n in (1_000_000, 4_000_000, 16_000_000):
             p = predict(spec, Workload(n, bench_bulk.VALUE_SIZE))
-            for mode in ("generator", "arrays"):
+            for mode in ("pairs", "arrays"):
                 path = os.path.join(work, f"{mode}-{n}")
                 out = subprocess.run([sys.executable, os.path.join(HERE, "bench_bulk.py"),
                                       "--child", mode, str(n), path],
@@ -245,7 +245,7 @@ def check() -> None:
                     raise SystemExit(out.stderr)
                 r = json.loads(out.stdout.strip().splitlines()[-1])
                 file_b, mini_b = measured_indices(path, spec)
-                if mode == "generator":
+                if mode == "pairs":
                     rss, pred_rss, t = r["peak_rss"], p["writer pairs B"], p["write pairs s"]
                 else:
                     rss = r["peak_rss"] - r["input_rss"]
