@@ -13,6 +13,8 @@ import numpy as np
 
 from .spec import as_key_array
 
+_CHECK_BLOCK = 1 << 20
+
 
 class Values(NamedTuple):
     """n values in one uint8 array ``data``: value i is ``data[offsets[i] - offsets[0]:
@@ -91,14 +93,19 @@ def value_arrays(keys: Any, values: Any, offsets: Any = None) -> tuple[np.ndarra
         raise ValueError(f"offsets must be a 1-D integer array, got {offsets.dtype} "
                          f"of shape {offsets.shape}")
     _same_count(n + 1, len(offsets), "offsets (n + 1 boundaries)")
-    if n and (offsets[0] < 0 or offsets[-1] > len(buf) or (offsets[1:] < offsets[:-1]).any()):
-        raise ValueError(f"offsets must rise from 0 or more to at most the {len(buf)} bytes "
-                         f"of values, never falling")
     if not n:
         return keys, Values(buf[:0], None, 0)
+    width = int(offsets[1]) - int(offsets[0])
+    falls, even = False, True
+    for a in range(0, n, _CHECK_BLOCK):  # a block at a time: no temporary of n items
+        steps = np.diff(offsets[a:a + _CHECK_BLOCK + 1].astype(np.int64))
+        falls |= bool((steps < 0).any())
+        even &= bool((steps == width).all())
+    if offsets[0] < 0 or offsets[-1] > len(buf) or falls:
+        raise ValueError(f"offsets must rise from 0 or more to at most the {len(buf)} bytes "
+                         f"of values, never falling")
     data = buf[int(offsets[0]):int(offsets[-1])]
-    width = int(offsets[1] - offsets[0])
-    if len(data) == n * width and (offsets[1:] - offsets[:-1] == width).all():
+    if even:
         return keys, Values(data, None, width)  # equal sizes: no offsets needed
     return keys, Values(data, offsets)
 
