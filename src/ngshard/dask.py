@@ -23,11 +23,10 @@ import numpy as np
 
 from .errors import MissingDependencyError, SpecError
 from .sharded.bulk import remove_obsolete, shard_parts
-from .sharded.changes import last_of_runs
 from .sharded.infofile import as_spec, record_spec
 from .sharded.inputs import as_bytes
 from .sharded.spec import ShardingSpec, as_key_array
-from .sharded.update import index_order
+from .sharded.update import newest_in_index_order
 from .storage import Storage, open_storage, remove_stale
 
 try:
@@ -158,8 +157,7 @@ def _write_shards(df: pd.DataFrame, storage: Storage, spec_json: dict) -> pd.Dat
         for a, b in zip([0, *cuts], [*cuts, len(by_shard)]):
             group = by_shard[a:b]
             # (minishard, key), then collection order: the newest of each key is last
-            pick = group[last_of_runs(index_order(spec, keys[group], age=seq[group]),
-                                      keys[group])]
+            pick = group[newest_in_index_order(spec, keys[group], age=seq[group])]
             chosen = values[pick].tolist()
             lengths = np.fromiter(map(len, chosen), np.int64, len(chosen))
             data = np.frombuffer(b"".join(chosen), np.uint8)

@@ -26,12 +26,12 @@ from ..progress import progress_bar
 from ..storage import Storage, open_storage, remove_stale
 from ..threads import WORKERS, bounded_map, pmap
 from . import legacy
-from .changes import last_of_runs, views
+from .changes import views
 from .infofile import as_spec, record_spec
 from .inputs import Values, value_arrays
 from .kv import DEFAULT_BUFFER_BYTES, open_kv
 from .spec import ShardingSpec
-from .update import index_order, new_shard
+from .update import new_shard, newest_in_index_order
 
 _BLOCK = 1 << 20  # keys hashed and sorted at a time (bounds the temporaries)
 _COUNTING_SORT_BITS = 20  # up to this many shard bits the shard order is a counting sort
@@ -118,7 +118,7 @@ def write_arrays(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | s
         # the shard's keys gathered once from the big arrays; sorted here, where they are
         # small (random reads of the big ones miss the cache)
         shard_keys, shard_minishards = keys[pos], minishards[pos]
-        local = last_of_runs(index_order(spec, shard_keys, shard_minishards), shard_keys)
+        local = newest_in_index_order(spec, shard_keys, shard_minishards)
         starts, lengths = values.spans(pos[local])
         name = spec.shard_filename(shard)
         storage.write(name, shard_parts(spec, shard_keys[local],

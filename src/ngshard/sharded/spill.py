@@ -26,9 +26,9 @@ from .._arrays import gather, member
 from ..compression import encode
 from ..storage import SPILL_PREFIX, FileSlice, coalesce, owner_tag, write_buffers
 from ..threads import pmap
-from .changes import DELETED, ShardChanges, last_of_runs, views
+from .changes import DELETED, ShardChanges, views
 from .spec import ShardingSpec
-from .update import index_order
+from .update import newest_in_index_order
 
 RECORD = np.dtype([("key", "<u8"), ("length", "<i8")])
 _WINDOW = 8 << 20  # bytes of values copied at a time when a shard's data is put in order
@@ -54,8 +54,8 @@ class SpillFiles:
 
     def append(self, shard: int, keys: np.ndarray, lengths: np.ndarray,
                data: np.ndarray) -> None:
-        """Add one run: ``keys`` sorted and distinct, ``lengths`` (DELETED for deletions), and
-        the set values back to back in ``data``."""
+        """Add one run: distinct ``keys`` in (minishard, key) order, ``lengths`` (DELETED for
+        deletions), and the set values back to back in that order in ``data``."""
         if self.dir is None:
             self.dir = tempfile.mkdtemp(prefix=SPILL_PREFIX + owner_tag(), dir=self.parent)
         end = self._ends.get(shard)
@@ -78,7 +78,7 @@ class SpillFiles:
         offsets = np.cumsum(sizes) - sizes + self.header
         # runs are in (minishard, key) order, older runs first: a stable sort keeps the
         # newest change of a key last
-        pick = last_of_runs(index_order(self.spec, keys), keys)
+        pick = newest_in_index_order(self.spec, keys)
         if only is not None:
             pick = pick[member(keys[pick], only)]
         return ShardChanges(shard, keys[pick], lengths[pick], source=self._path(shard, "spill"),

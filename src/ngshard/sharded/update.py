@@ -67,7 +67,7 @@ def rewrite_shard(spec: ShardingSpec, old: Buffer | None, keys: np.ndarray,
 def new_shard(spec: ShardingSpec, keys: np.ndarray, sizes: np.ndarray, data: Sequence,
               minishards: np.ndarray | None = None) -> list:
     """A whole shard file (as parts to write in order) holding the distinct ``keys``, given
-    in (minishard, key) order (:func:`index_order`), whose data-encoded values, ``sizes``
+    in (minishard, key) order (:func:`newest_in_index_order`), whose data-encoded values, ``sizes``
     bytes each, lie back to back in that order in the parts ``data`` (buffers, or a
     FileSlice the writer copies or adopts).
 
@@ -82,22 +82,31 @@ def new_shard(spec: ShardingSpec, keys: np.ndarray, sizes: np.ndarray, data: Seq
                           spec.minishard_index_encoding)
 
 
-def index_order(spec: ShardingSpec, keys: np.ndarray, minishards: np.ndarray | None = None,
-                age: np.ndarray | None = None) -> np.ndarray:
-    """The stable order of ``keys`` by (minishard, key), and by ``age`` among equal keys
-    (by position if not given): the order of a minishard index, and of a shard's data."""
-    minishards = spec.locate(keys)[1] if minishards is None else minishards
+def newest_in_index_order(spec: ShardingSpec, keys: np.ndarray,
+                          minishards: np.ndarray | None = None,
+                          age: np.ndarray | None = None) -> np.ndarray:
+    """Positions of the newest entry of each distinct key in ``keys`` (the last one, or the
+    one of greatest ``age``), in (minishard, key) order: the order of a minishard index, and
+    of a new shard's data. ``minishards`` of the keys may be given where they are known."""
     if age is not None:
         order = np.lexsort((age, keys))
+        ordered = keys[order]
     else:
         order = np.argsort(keys)  # quicksort; stable only matters where keys repeat
         ordered = keys[order]
         if len(keys) > 1 and (ordered[1:] == ordered[:-1]).any():
             order = np.argsort(keys, kind="stable")
-        del ordered
-    # a stable sort by minishard alone (by radix, in a narrow dtype) keeps key order within
+            ordered = keys[order]
+    newest = np.ones(len(order), bool)
+    newest[:-1] = ordered[1:] != ordered[:-1]
+    del ordered
+    if not newest.all():
+        order = order[newest]
+    minishards = spec.locate(keys[order])[1] if minishards is None else minishards[order]
+    # keys are in order: a stable sort by minishard alone (by radix, in a narrow dtype)
+    # gives (minishard, key) order
     narrow = minishards.astype(uint_dtype(spec.num_minishards), copy=False)
-    return order[np.argsort(narrow[order], kind="stable")]
+    return order[np.argsort(narrow, kind="stable")]
 
 
 class Append(NamedTuple):
