@@ -35,6 +35,9 @@ from .update import new_shard, newest_in_index_order
 
 _BLOCK = 1 << 20  # keys hashed and sorted at a time (bounds the temporaries)
 _COUNTING_SORT_BITS = 20  # up to this many shard bits the shard order is a counting sort
+# shards built at once: one more than the cores, so a shard waiting for its fsync leaves no
+# core idle
+_IN_FLIGHT = WORKERS + 1
 
 
 def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
@@ -127,7 +130,7 @@ def write_arrays(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | s
         return name
 
     present = [(s, a, b) for s, (a, b) in zip(shards.tolist(), runs.tolist())]
-    written = set(progress_bar(bounded_map(write_one, present, WORKERS), total=len(present),
+    written = set(progress_bar(bounded_map(write_one, present, _IN_FLIGHT), total=len(present),
                                desc="writing shards", unit="shard", enabled=progress))
     remove_obsolete(storage, spec, written)
     if info:
