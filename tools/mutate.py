@@ -58,11 +58,11 @@ MUTATIONS = [
         ("tests/sharded/test_freshness.py",),
         "a remote object's generation is its size alone, without ETag or mtime"),
     Mutation(
-        "raw-spill-path", "sharded/update.py",
-        (("    keys, sizes, offsets = keys[~deleted], sizes[~deleted], offsets[~deleted]\n",
-          "    raise RuntimeError('mutant')\n"),),
+        "spill-merge-order", "sharded/spill.py",
+        (("    return gather(buf, base[owner] + offsets - spans[owner, 0], sizes)\n",
+          "    return buf[:int(sizes.sum())]\n"),),
         ("tests/sharded/test_update.py",),
-        "shard_from_region (raw spilled shards made from their spill files) is broken"),
+        "a spilled shard's runs are copied as they lie, not merged into index order"),
     Mutation(
         "non-atomic-replace", "storage/local.py",
         (("                os.replace(tmp, path)\n",
