@@ -9,9 +9,9 @@ nothing: out-of-range offsets, bit widths or table indices make it read outside 
 (segfaults or silently wrong labels), and it mis-decodes valid 32-bit blocks. Every channel is
 therefore validated here first, with tensorstore's rules, and blocks the package cannot decode
 safely go through a numpy decoder. jpeg goes through libjpeg-turbo (simplejpeg) in strict mode,
-so damage libjpeg merely warns about is an error, as in tensorstore; png through Pillow, both
-after checking the image size
-in the header (no decoding of an image larger than the chunk).
+so damage libjpeg merely warns about is an error, as in tensorstore; png through Pillow, after
+the checks libpng makes for tensorstore (Pillow's are fewer). Both check the image size in the
+header first (no decoding of an image larger than the chunk).
 """
 
 from __future__ import annotations
@@ -194,7 +194,7 @@ def _decode_image(data: bytes, encoding: str, shape: tuple[int, ...], dt: np.dty
     Image = _pillow()
     x, y, z, c = shape
     if encoding == "png":
-        _check_png_chunks(data)
+        data = _check_png(data)
     try:
         with Image.open(io.BytesIO(data), formats=[encoding.upper()]) as im:
             if im.size != (x, y * z):
@@ -249,27 +249,141 @@ def require_codec(encoding: str) -> None:
         _simplejpeg()
 
 
-def _check_png_chunks(data: bytes) -> None:
-    """Chunks up to the last IDAT complete, critical ones with a valid CRC, as libpng reads them
-    for tensorstore (which never looks past the image data). Pillow does not check IDAT CRCs.
-    """
+# libpng, as tensorstore reads PNG: it stops after the last row, and every libpng warning is an
+# error to it. Pillow checks far less (IDAT CRCs, image data too long or short, IHDR fields,
+# misplaced or malformed chunks), so the file is checked first and Pillow sees only IHDR, PLTE
+# and the image data. Not checked: the contents of iCCP, zTXt, iTXt, sPLT, pCAL, sCAL, eXIf, cICP.
+_PNG_CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}  # by colour type
+_PNG_DEPTHS = {0: (1, 2, 4, 8, 16), 2: (8, 16), 3: (1, 2, 4, 8), 4: (8, 16), 6: (8, 16)}
+_ADAM7 = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2),
+          (0, 1, 1, 2))
+_PNG_BEFORE_PLTE = frozenset({b"gAMA", b"sRGB", b"iCCP", b"cHRM", b"cICP", b"sBIT"})
+_PNG_ONCE = _PNG_BEFORE_PLTE | {b"tRNS", b"bKGD", b"hIST", b"pHYs", b"oFFs", b"pCAL", b"sCAL",
+                                b"tIME", b"eXIf", b"cLLI", b"mDCV"}
+_PNG_KNOWN = _PNG_ONCE | {b"PLTE", b"IDAT", b"IEND", b"tEXt", b"zTXt", b"iTXt", b"sPLT"}
+_PNG_LENGTH = {b"gAMA": 4, b"sRGB": 1, b"cHRM": 32, b"pHYs": 9, b"oFFs": 9, b"tIME": 7}
+
+
+def _check_png(data: bytes | memoryview) -> bytes:
+    """The PNG reduced to IHDR, PLTE and its image data, after libpng's checks up to the end of
+    the image data (which must be one zlib stream inflating to exactly the image's rows)."""
     view = memoryview(data)
     if bytes(view[:8]) != b"\x89PNG\r\n\x1a\n":
         raise _Corrupt("undecodable png image (no PNG signature)")
-    pos, idat = 8, False
-    while pos < len(view):
-        kind = bytes(view[pos + 4:pos + 8])
-        if idat and kind != b"IDAT":
-            return
-        idat = kind == b"IDAT"
-        size = int.from_bytes(view[pos:pos + 4], "big")
-        end = pos + 12 + size
-        if end > len(view):
+    pos, header, keep, seen, palette = 8, None, [bytes(view[:8])], set(), 0
+    inflate, want, total, first_idat = zlib.decompressobj(), 0, 0, None
+    while True:
+        if pos + 12 > len(view):
             raise _Corrupt(f"undecodable png image (truncated chunk at byte {pos})")
-        crc = int.from_bytes(view[end - 4:end], "big")
-        if not kind[0] & 0x20 and zlib.crc32(view[pos + 4:end - 4]) != crc:
+        size, kind = int.from_bytes(view[pos:pos + 4], "big"), bytes(view[pos + 4:pos + 8])
+        end = pos + 12 + size
+        if not (kind.isalpha() and kind[2:3].isupper()) or size >= 2**31:
+            raise _Corrupt(f"undecodable png image (bad chunk header at byte {pos})")
+        if end > len(view):
+            raise _Corrupt(f"undecodable png image (truncated {kind!r} chunk at byte {pos})")
+        if zlib.crc32(view[pos + 4:end - 4]) != int.from_bytes(view[end - 4:end], "big"):
             raise _Corrupt(f"undecodable png image (bad CRC of {kind!r} chunk at byte {pos})")
+        if first_idat is not None and kind != b"IDAT":
+            raise _Corrupt("undecodable png image (not enough image data)")
+
+        def bad(why: str, kind: bytes = kind, at: int = pos) -> _Corrupt:
+            return _Corrupt(f"undecodable png image ({kind.decode()} chunk at byte {at}: {why})")
+
+        body = view[pos + 8:end - 4]
+        if kind == b"IHDR":
+            if header is not None or size != 13:
+                raise bad("out of place" if header else "not 13 bytes")
+            header = _png_header(body, bad)
+            want = _png_size(header)
+            keep.append(view[pos:end])
+        elif header is None:
+            if kind in _PNG_KNOWN or not kind[0] & 0x20:
+                raise bad("before IHDR")
+        elif kind == b"IDAT":
+            if header[3] == 3 and not palette:
+                raise bad("no PLTE before the image data")
+            first_idat = pos if first_idat is None else first_idat
+            total = _png_inflate(inflate, body, want, total, bad)
+            if inflate.eof:
+                keep += [view[first_idat:end], b"\0\0\0\0IEND\xaeB`\x82"]
+                return b"".join(keep)
+        elif kind == b"PLTE":
+            if header[3] in (0, 4) or palette or not 0 < size <= 768 or size % 3:
+                raise bad("in a gray image, repeated, or not 1 to 256 colours")
+            palette = size // 3
+            keep.append(view[pos:end])
+        elif not kind[0] & 0x20 or kind == b"IEND":
+            raise bad("unknown critical chunk, or before the image data")
+        else:
+            if kind in seen and kind in _PNG_ONCE or kind in _PNG_BEFORE_PLTE and palette:
+                raise bad("repeated or out of place")
+            seen.add(kind)
+            _png_ancillary(kind, bytes(body), header, palette, bad)
         pos = end
+
+
+def _png_header(body: memoryview, bad) -> tuple[int, int, int, int, int]:
+    """(width, height, bit depth, colour type, interlace) of a valid IHDR (libpng's limits)."""
+    width, height = int.from_bytes(body[0:4], "big"), int.from_bytes(body[4:8], "big")
+    depth, colour, compression, filtering, interlace = body[8:13]
+    if not (0 < width <= 10**6 and 0 < height <= 10**6 and depth in _PNG_DEPTHS.get(colour, ())
+            and compression == filtering == 0 and interlace < 2):
+        raise bad("invalid IHDR data")
+    return width, height, depth, colour, interlace
+
+
+def _png_size(header: tuple[int, ...]) -> int:
+    """Bytes of the image's filtered rows (a filter byte each), Adam7 passes if interlaced."""
+    width, height, depth, colour, interlace = header
+    total = 0
+    for x0, y0, dx, dy in _ADAM7 if interlace else ((0, 0, 1, 1),):
+        w, h = -(-(width - x0) // dx), -(-(height - y0) // dy)
+        if w > 0 and h > 0:
+            total += h * (1 + -(-w * _PNG_CHANNELS[colour] * depth // 8))
+    return total
+
+
+def _png_inflate(inflate, body: memoryview, want: int, total: int, bad) -> int:
+    """Inflate one IDAT chunk of the image data, output discarded and never more than ``want``
+    bytes; returns the bytes so far. Once the stream ends they must be exactly ``want``, with
+    nothing after the end. (Pillow checks the row filters.)"""
+    tail = body
+    while tail and not inflate.eof:
+        try:
+            total += len(inflate.decompress(tail, want + 1 - total))
+        except zlib.error as e:
+            raise bad(f"bad image data: {e}") from None
+        if total > want:
+            raise bad("too much image data")
+        tail = inflate.unconsumed_tail
+    if inflate.eof and (inflate.unused_data or total < want):
+        raise bad("data after the end of the image data" if inflate.unused_data
+                  else "not enough image data")
+    return total
+
+
+def _png_ancillary(kind: bytes, body: bytes, header: tuple[int, ...], palette: int, bad) -> None:
+    """libpng's checks of the ancillary chunks it knows that come before the image data."""
+    depth, colour = header[2], header[3]
+    n, limit = len(body), 1 << depth
+    values = [int.from_bytes(body[i:i + 2], "big") for i in range(0, n - 1, 2)]
+    samples = 3 if colour == 3 else _PNG_CHANNELS[colour]
+    ok = {
+        b"gAMA": lambda: int.from_bytes(body, "big") < 2**31,
+        b"sRGB": lambda: body[0] < 4,
+        b"tIME": lambda: 1 <= body[2] <= 12 and 1 <= body[3] <= 31 and body[4] < 24
+        and body[5] < 60 and body[6] < 61,
+        b"sBIT": lambda: n == samples and all(0 < v <= (8 if colour == 3 else depth)
+                                               for v in body),
+        b"tRNS": lambda: (n == 2 * samples and all(v < limit for v in values)) if colour in (0, 2)
+        else colour == 3 and 0 < n <= palette,
+        b"bKGD": lambda: (n == 1 and body[0] < palette) if colour == 3
+        else n == 2 * samples - 2 * (colour in (4, 6)) and all(v < limit for v in values),
+        b"hIST": lambda: False,  # tensorstore's libpng refuses any ("out of place")
+        b"tEXt": lambda: n >= 2,
+    }.get(kind, lambda: True)
+    if _PNG_LENGTH.get(kind, n) != n or not ok():
+        raise bad("invalid")
 
 
 def _encode_image(array: np.ndarray, encoding: str, dt: np.dtype, quality: int) -> bytes:
