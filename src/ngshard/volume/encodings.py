@@ -158,15 +158,49 @@ _GRAY_SCALE = {"L;2": 85, "L;4": 17}  # Pillow stretches 2- and 4-bit gray to 0.
 _JUNK_BEFORE_EOI = re.compile(r"extraneous bytes before marker 0xd9")
 
 
+_SOF_SEQUENTIAL = (0xC0, 0xC1)
+
+
+def _jpeg_through_scan(data: bytes) -> bytes:
+    """A sequential jpeg whose one scan holds every component, cut at the first marker after
+    the scan's data (restart markers and stuffed bytes aside); other files as they are."""
+    pos, components = 2, None
+    while pos + 4 <= len(data) and data[pos] == 0xFF:
+        marker = data[pos + 1]
+        if marker == 0xFF:  # fill byte
+            pos += 1
+            continue
+        end = pos + 2 + int.from_bytes(data[pos + 2:pos + 4], "big")
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            components = data[pos + 9] if marker in _SOF_SEQUENTIAL and pos + 9 < len(data) \
+                else -1
+        elif marker == 0xDA:
+            if pos + 4 >= len(data) or components != data[pos + 4]:
+                return data
+            at = end
+            while (at := data.find(b"\xff", at) + 1) and at < len(data):
+                if data[at] not in _IN_SCAN:
+                    return data[:at - 1]
+            return data
+        elif marker in (0xD8, 0xD9) or 0xD0 <= marker <= 0xD7:
+            return data  # libjpeg's to judge
+        pos = end
+    return data
+
+
+_IN_SCAN = frozenset([0x00, 0xFF, *range(0xD0, 0xD8)])  # stuffed byte, fill, restart markers
+
+
 def _decode_jpeg(data: bytes, shape: tuple[int, ...]) -> np.ndarray:
     """libjpeg-turbo through simplejpeg, strict, as tensorstore decodes: any libjpeg warning
     while reading the scanlines (a segment that ends early, a bad Huffman code) is an error,
     where Pillow would return the damaged image. Like tensorstore, which stops after the last
-    scanline, a missing end marker, or junk between the image data and it, is not: an end
-    marker is appended (libjpeg stops at the first), and junk before it is forgiven."""
+    scanline, nothing after the image data counts: a missing end marker, junk or damaged
+    markers after the scan. The image ends with an end marker (libjpeg stops at the first),
+    right after its scan where it has one, and junk before that marker is forgiven."""
     simplejpeg = _simplejpeg()
     x, y, z, c = shape
-    data = bytes(data) + b"\xff\xd9"
+    data = _jpeg_through_scan(bytes(data)) + b"\xff\xd9"
     try:
         height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
         if (width, height) != (x, y * z):
