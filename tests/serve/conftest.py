@@ -65,3 +65,13 @@ def raw(server, data: bytes, timeout: float = 10) -> bytes:
 def status_of(answer: bytes) -> int:
     """The status code of the first response in raw bytes."""
     return int(answer.split(b" ", 2)[1])
+
+
+@pytest.fixture(scope="session")
+def demo_dir(tmp_path_factory):
+    """The built-in sample data, as ``ngshard demo`` writes it."""
+    from ngshard.demo import make_demo
+
+    path = tmp_path_factory.mktemp("serve-demo") / "demo"
+    make_demo(path)
+    return path
