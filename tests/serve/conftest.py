@@ -1,17 +1,15 @@
-"""A small served tree and clients that speak HTTP as it is written on the wire."""
+"""Fixtures: a small served tree, a server over it, and the demo data."""
 
 from __future__ import annotations
 
 import gzip
-import http.client
 import json
-import socket
 
 import pytest
+from wire import DATA
 
 import ngshard
 
-DATA = bytes(range(256)) * 4  # 1024 bytes, byte i is i % 256
 INFO = {"@type": "neuroglancer_skeletons", "vertex_attributes": []}
 
 
@@ -36,35 +34,6 @@ def tree(tmp_path):
 def server(tree):
     with ngshard.serve(tree) as srv:
         yield srv
-
-
-def request(server, method: str, path: str, headers: dict | None = None
-            ) -> tuple[int, dict[str, str], bytes]:
-    """(status, headers with lower-case names, body) of one request."""
-    conn = http.client.HTTPConnection(server.host, server.port, timeout=10)
-    try:
-        conn.request(method, path, headers=headers or {})
-        response = conn.getresponse()
-        body = response.read()
-        return response.status, {k.lower(): v for k, v in response.getheaders()}, body
-    finally:
-        conn.close()
-
-
-def raw(server, data: bytes, timeout: float = 10) -> bytes:
-    """Send bytes as they are and return everything the server answers before closing."""
-    with socket.create_connection((server.host, server.port), timeout=timeout) as s:
-        s.sendall(data)
-        s.shutdown(socket.SHUT_WR)
-        out = b""
-        while chunk := s.recv(65536):
-            out += chunk
-    return out
-
-
-def status_of(answer: bytes) -> int:
-    """The status code of the first response in raw bytes."""
-    return int(answer.split(b" ", 2)[1])
 
 
 @pytest.fixture(scope="session")

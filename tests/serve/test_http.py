@@ -11,7 +11,7 @@ import time
 from email.utils import formatdate
 
 import pytest
-from conftest import DATA, raw, request, status_of
+from wire import DATA, raw, request, status_of
 
 import ngshard
 

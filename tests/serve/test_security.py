@@ -12,7 +12,7 @@ import threading
 import time
 
 import pytest
-from conftest import DATA, raw, request, status_of
+from wire import DATA, raw, request, status_of
 
 import ngshard
 from ngshard.serve.protocol import MAX_FIELDS, MAX_HEAD, MAX_TARGET

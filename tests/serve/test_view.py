@@ -33,7 +33,7 @@ def test_state_of_the_demo(demo_dir):
     kv = ngshard.open_kv(demo_dir / "segmentation" / "skeletons")
     assert all(int(s) in kv for s in seg["segments"])  # each has its skeleton
     assert state["dimensions"] == {"x": [8e-9, "m"], "y": [8e-9, "m"], "z": [40e-9, "m"]}
-    assert state["position"] == [128, 128, 64]  # the centre, in voxels
+    assert state["position"] == [128.5, 128.5, 64.5]  # the central voxel's centre
     assert 0.5 < state["crossSectionScale"] < 1  # 256 voxels across a panel of ~300 pixels
     assert state["selectedLayer"] == {"layer": "segmentation"}
     json.dumps(state)  # plain JSON
@@ -60,7 +60,7 @@ def test_state_of_other_trees(tmp_path):
     assert kinds == {("em", "image"), ("em'", "segmentation"), ("sk", "segmentation"),
                      ("ann", "annotation")}
     assert next(e for e in state["layers"] if e["name"] == "em'")["segments"] == []
-    assert state["position"] == [1050, 30, 10] and state["dimensions"]["z"] == [30e-9, "m"]
+    assert state["position"] == [1050.5, 30.5, 10.5] and state["dimensions"]["z"] == [30e-9, "m"]
     for i in range(MAX_LAYERS + 5):
         (tmp_path / "many" / f"s{i:02d}").mkdir(parents=True)
         (tmp_path / "many" / f"s{i:02d}" / "info").write_text(

@@ -123,14 +123,14 @@ def viewer_state(layers: list[Layer], base_url: str, storage: Storage | None = N
 
 
 def _framing(scale: dict) -> dict:
-    """Coordinate space, position (the centre) and zooms (the whole volume in view) for a
-    scale's info."""
+    """Coordinate space, position (the voxel at the centre) and zooms (the whole volume in
+    view) for a scale's info."""
     res = np.asarray(scale["resolution"], float)
     size = np.asarray(scale["size"], float)
     offset = np.asarray(scale.get("voxel_offset", [0, 0, 0]), float)
     extent = size * res / res.min()  # in canonical voxels (the finest resolution)
     return {"dimensions": {d: [float(r) / 1e9, "m"] for d, r in zip("xyz", res)},
-            "position": (offset + size / 2).tolist(),
+            "position": (offset + size // 2 + 0.5).tolist(),  # a voxel's centre
             "crossSectionScale": float(max(extent[:2].max() / 320, 0.05)),
             "projectionScale": float(1.3 * extent.max()),
             "projectionOrientation": _OBLIQUE}
