@@ -168,6 +168,7 @@ def test_serves_an_fsspec_url(tmp_path):
         assert request(srv, "GET", "/a/data", {"If-None-Match": etag})[0] == 304
         assert request(srv, "GET", "/a/missing")[0] == 404
         assert request(srv, "GET", "/a/.hidden")[0] == 404
+        assert request(srv, "GET", "/a/data%3Fx=1")[0] == 404  # no query smuggled in
         assert request(srv, "GET", "/a/data", {"Range": "bytes=2000-"})[0] == 416
     fs.rm("/served", recursive=True)
 

@@ -210,6 +210,23 @@ def _listening(port: int) -> list[str]:
     return found
 
 
+def test_connections_are_bounded(tree, monkeypatch):
+    """Past MAX_CONNECTIONS open connections, a new one is answered 503 and closed; once
+    one ends, the next is served."""
+    from ngshard.serve import server as front
+
+    monkeypatch.setattr(front, "MAX_CONNECTIONS", 3)
+    with ngshard.serve(tree) as srv:
+        held = [socket.create_connection((srv.host, srv.port)) for _ in range(3)]
+        time.sleep(0.2)
+        assert status_of(raw(srv, b"GET /data HTTP/1.1\r\n\r\n")) == 503
+        held.pop().close()
+        time.sleep(0.2)
+        assert still_serving(srv)
+        for s in held:
+            s.close()
+
+
 def test_slow_heads_are_timed_out(tree, monkeypatch):
     """A client that starts a request and never finishes it is answered 408 and dropped."""
     from ngshard.serve import server as front

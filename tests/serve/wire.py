@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import socket
 
@@ -25,7 +26,8 @@ def raw(server, data: bytes, timeout: float = 10) -> bytes:
     """Send bytes as they are and return everything the server answers before closing."""
     with socket.create_connection((server.host, server.port), timeout=timeout) as s:
         s.sendall(data)
-        s.shutdown(socket.SHUT_WR)
+        with contextlib.suppress(OSError):  # the server may have closed its end already
+            s.shutdown(socket.SHUT_WR)
         out = b""
         while chunk := s.recv(65536):
             out += chunk

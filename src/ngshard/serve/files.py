@@ -139,7 +139,10 @@ class RemoteFiles:
         return f"{self.root}/{name}" if name else self.root
 
     def open(self, name: str) -> File | str | None:
-        """As :meth:`LocalFiles.open`."""
+        """As :meth:`LocalFiles.open`. A name with ``?`` or ``#`` is none of ours: an HTTP
+        store would read it as a query or fragment of another URL."""
+        if "?" in name or "#" in name:
+            return None
         try:
             info = self.fs.info(self._path(name))
         except (FileNotFoundError, NotADirectoryError):
@@ -150,6 +153,8 @@ class RemoteFiles:
 
     def listdir(self, name: str) -> list[tuple[str, bool]] | None:
         """As :meth:`LocalFiles.listdir`."""
+        if "?" in name or "#" in name:
+            return None
         try:
             entries = self.fs.ls(self._path(name), detail=True)
         except (FileNotFoundError, NotADirectoryError):

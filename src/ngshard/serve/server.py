@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable
 
 from .files import LocalFiles, RemoteFiles
@@ -49,6 +50,7 @@ class Connections:
         self.files, self.sock, self.listing, self.log = files, sock, listing, log
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()
+        self._rejected: deque[tuple[float, socket.socket]] = deque()  # (close at, socket)
         self._closed = False
         self._wake_r, self._wake_w = socket.socketpair()
         self._thread = threading.Thread(target=self._accept_loop, name="ngshard-serve",
@@ -66,6 +68,8 @@ class Connections:
                     conn.shutdown(socket.SHUT_RDWR)
         self._wake_w.send(b"x")
         self._thread.join()
+        for _, conn in self._rejected:
+            conn.close()
         self.sock.close()
         self._wake_r.close()
         self._wake_w.close()
@@ -75,7 +79,10 @@ class Connections:
             selector.register(self.sock, selectors.EVENT_READ)
             selector.register(self._wake_r, selectors.EVENT_READ)
             while not self._closed:
-                for key, _ in selector.select():
+                events = selector.select(0.25 if self._rejected else None)
+                while self._rejected and self._rejected[0][0] < time.monotonic():
+                    self._rejected.popleft()[1].close()
+                for key, _ in events:
                     if key.fileobj is self._wake_r or self._closed:
                         return
                     try:
@@ -83,7 +90,13 @@ class Connections:
                     except OSError:  # the client gave up already; out of descriptors
                         time.sleep(0.01)
                         continue
-                    self._start(conn)
+                    try:
+                        self._start(conn)
+                    except Exception:  # no thread to be had: this client waits, not all
+                        with self._lock:
+                            self._open.discard(conn)
+                        conn.close()
+                        time.sleep(0.01)
 
     def _start(self, conn: socket.socket) -> None:
         with self._lock:
@@ -91,14 +104,25 @@ class Connections:
             if not busy:
                 self._open.add(conn)
         if busy:
-            try:
-                conn.settimeout(1.0)
-                self._send(conn, error_response(503, "too many connections", close=True))
-            except OSError:
-                pass
-            conn.close()
+            self._reject(conn)
             return
         threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _reject(self, conn: socket.socket) -> None:
+        """Answer 503 without a thread: the answer goes out at once, the socket is closed
+        a second later (closing with the request unread could reset the connection before
+        the client reads why)."""
+        response = error_response(503, "too many connections", close=True)
+        try:
+            conn.setblocking(False)
+            conn.send(format_head(response.status, response.headers) + response.body)
+            conn.shutdown(socket.SHUT_WR)
+        except OSError:
+            conn.close()
+            return
+        self._rejected.append((time.monotonic() + _LINGER / 2, conn))
+        while len(self._rejected) > MAX_CONNECTIONS:
+            self._rejected.popleft()[1].close()
 
     def _serve(self, conn: socket.socket) -> None:
         """Requests of one connection in turn, until it closes, errs or idles out."""
