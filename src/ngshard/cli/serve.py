@@ -19,6 +19,9 @@ _SHOWN = 40  # layers printed at most
 def print_sources(server: Server, root: str) -> None:
     """What is served where, and the Neuroglancer source of each layer found."""
     print(f"serving {root} at {server.url} (read only; Ctrl-C stops)", flush=True)
+    if server.host in ("", "0.0.0.0", "::"):
+        print(f"  (listening on every interface: from another machine, use this machine's "
+              f"address for {server.url.split('//')[1].rsplit(':', 1)[0]})")
     if not server.layers:
         print("  no precomputed layers found under it (its files are served all the same)")
     shown = server.layers[:_SHOWN]

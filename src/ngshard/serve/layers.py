@@ -79,8 +79,20 @@ def _attached(path: str, info: dict) -> dict[str, str]:
 
 
 def find_layers(files: LocalFiles | RemoteFiles) -> list[Layer]:
-    """The layers under the root, breadth first (see the module docstring); sub-layers a
-    volume attaches are not listed on their own."""
+    """The layers under the root, breadth first (see the module docstring).
+
+    Parameters
+    ----------
+    files
+        The served files.
+
+    Returns
+    -------
+    list of Layer
+        In the order found; sub-layers that a volume's info attaches (skeletons, mesh,
+        segment properties) are not listed on their own. Folders whose info is not valid
+        JSON, or describes no layer, are searched further like folders without one.
+    """
     layers: list[Layer] = []
     todo: deque[tuple[str, int]] = deque([("", 0)])
     visited = 0
