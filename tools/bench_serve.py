@@ -115,6 +115,8 @@ class AsyncioConnections:
                     return
         except (OSError, asyncio.TimeoutError):
             pass
+        except asyncio.CancelledError:  # closing: end quietly (a cancelled task is logged)
+            pass
         finally:
             writer.close()
 
