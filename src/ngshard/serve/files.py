@@ -69,8 +69,27 @@ class LocalFiles:
 
     def _real(self, name: str) -> str | None:
         """The real path of ``name`` if it stays under the root and passes through no
-        hidden name on the way, else None."""
-        real = os.path.realpath(os.path.join(self.root, name) if name else self.root)
+        hidden name on the way, else None.
+
+        The root is a real path already, so only the components of ``name`` are looked at,
+        one ``lstat`` each; only where one is a symbolic link is the whole path resolved
+        (and then checked to be under the root)."""
+        parts = name.split("/") if name else []
+        if any(not p or p.startswith(".") for p in parts):
+            return None  # parse_target refuses these; callers inside the package too
+        path = self.root
+        for part in parts:
+            path = f"{path}{os.sep}{part}"
+            try:
+                st = os.lstat(path)
+            except OSError:
+                return path  # absent: opening it fails, as it should
+            if stat.S_ISLNK(st.st_mode):
+                return self._resolved(name)
+        return path
+
+    def _resolved(self, name: str) -> str | None:
+        real = os.path.realpath(os.path.join(self.root, name))
         if real == self.root:
             return real
         if os.path.commonpath([self.root, real]) != self.root:

@@ -62,7 +62,7 @@ def parse_target(target: str) -> Target:
         if not raw:
             raise HttpError(400, "empty segment (//) in the request path")
         try:
-            name = unquote_to_bytes(raw).decode("utf-8")
+            name = unquote_to_bytes(raw).decode("utf-8") if "%" in raw else raw
         except UnicodeDecodeError:
             raise HttpError(400, "the request path is not UTF-8") from None
         if name in (".", ".."):

@@ -5,6 +5,7 @@ fixed size bounds, and response heads formatted. Everything the server refuses i
 from __future__ import annotations
 
 import re
+import time
 from email.utils import formatdate
 from typing import NamedTuple
 
@@ -133,10 +134,16 @@ def parse_head(head: bytes) -> Request:
     return Request(method.decode("ascii"), target_text, (int(major), int(minor)), headers)
 
 
+_date = (0, "")  # (second, its IMF-fixdate): one formatdate per second, not per response
+
+
 def format_head(status: int, headers: list[tuple[str, str]]) -> bytes:
     """The status line and header fields of a response, with its blank line; a Date field
     is added (RFC 9110 section 6.6.1)."""
-    lines = [f"HTTP/1.1 {status} {REASONS.get(status, 'Unknown')}",
-             f"Date: {formatdate(usegmt=True)}"]
+    global _date
+    now = int(time.time())
+    if _date[0] != now:
+        _date = (now, formatdate(now, usegmt=True))
+    lines = [f"HTTP/1.1 {status} {REASONS.get(status, 'Unknown')}", f"Date: {_date[1]}"]
     lines += [f"{name}: {value}" for name, value in headers]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
