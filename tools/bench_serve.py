@@ -2,8 +2,9 @@
 the same files, and the same request handling behind an asyncio front end (the measurement
 behind the server's choice of threads).
 
-    python tools/bench_serve.py [--seconds 3] [--connections 32] [--client auto|wrk|python]
-                                [--data DIR] [--servers threads,asyncio,nginx]
+    python tools/bench_serve.py [--seconds 3] [--rounds 1] [--connections 32]
+                                [--client auto|wrk|python] [--data DIR]
+                                [--servers threads,asyncio,nginx]
 
 Each server gets the same randomly drawn requests: byte ranges of 1 B to 64 KiB inside the
 shard files of the demo data (written to a temporary folder unless ``--data``), as Neuroglancer
@@ -296,7 +297,10 @@ def run_python(base: str, requests, seconds: float, connections: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--seconds", type=float, default=3.0, help="per server and round")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="rounds over the servers in turn; each row is the median round "
+                             "(by requests/s), so that a busy neighbour skews no one server")
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--client", choices=("auto", "wrk", "python"), default="auto")
     parser.add_argument("--data", help="a folder of shard files (default: the demo data)")
@@ -314,33 +318,40 @@ def main() -> None:
             make_demo(root)
         root = os.path.realpath(root)
         requests = draw_requests(root)
-        print(f"client {client}, {args.connections} connections, {args.seconds:g} s each, "
-              f"{len(requests)} distinct ranges of 1 B-64 KiB in the shards of {root}; "
-              f"{os.cpu_count()} cores")
-        print(f"{'server':<18}{'requests/s':>12}{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}"
-              f"{'errors':>8}")
-        rows = {}
-        for name in args.servers.split(","):
-            started = start_nginx(root) if name == "nginx" else \
-                start_ngshard(root, name)
-            if started is None:
-                print(f"{name:<18}(not installed: apt-get install nginx)")
-                continue
-            base, stop = started
-            try:
-                run(base, requests[:8], 0.5, args.connections)  # warm up: connections, cache
-                r = run(base, requests, args.seconds, args.connections)
-            finally:
+        print(f"client {client}, {args.connections} connections, {args.seconds:g} s per "
+              f"server and round, {args.rounds} round(s); {len(requests)} distinct ranges of "
+              f"1 B-64 KiB in the shards of {root}; {os.cpu_count()} cores, load average "
+              f"{os.getloadavg()[0]:.1f}")
+        servers, results = {}, {}
+        try:
+            for name in args.servers.split(","):
+                started = start_nginx(root) if name == "nginx" else start_ngshard(root, name)
+                if started is None:
+                    print(f"{name:<18}(not installed: apt-get install nginx)")
+                    continue
+                servers[name] = started
+                run(started[0], requests[:8], 0.5, args.connections)  # warm up
+            for _ in range(args.rounds):
+                for name, (base, _) in servers.items():
+                    results.setdefault(name, []).append(
+                        run(base, requests, args.seconds, args.connections))
+        finally:
+            for _, stop in servers.values():
                 stop()
-            rows[name] = r
+        print(f"{'server':<18}{'requests/s':>12}{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}"
+              f"{'errors':>8}" + ("   requests/s of the rounds" if args.rounds > 1 else ""))
+        rate = {}
+        for name, rounds in results.items():
+            rates = [r["requests"] / r["seconds"] for r in rounds]
+            r = sorted(rounds, key=lambda r: r["requests"] / r["seconds"])[len(rounds) // 2]
+            rate[name] = r["requests"] / r["seconds"]
             label = {"threads": "ngshard (threads)", "asyncio": "ngshard (asyncio)"}.get(
                 name, name)
-            print(f"{label:<18}{r['requests'] / r['seconds']:>12.0f}{r['p50']:>9.2f}"
-                  f"{r['p90']:>9.2f}{r['p99']:>9.2f}{r['errors']:>8}")
-        if "nginx" in rows and "threads" in rows:
-            ratio = (rows["threads"]["requests"] / rows["threads"]["seconds"]) / \
-                (rows["nginx"]["requests"] / rows["nginx"]["seconds"])
-            print(f"ngshard (threads) / nginx requests/s: {ratio:.2f}")
+            spread = "   " + " ".join(f"{x:.0f}" for x in rates) if args.rounds > 1 else ""
+            print(f"{label:<18}{rate[name]:>12.0f}{r['p50']:>9.2f}{r['p90']:>9.2f}"
+                  f"{r['p99']:>9.2f}{sum(x['errors'] for x in rounds):>8}{spread}")
+        if "nginx" in rate and "threads" in rate:
+            print(f"ngshard (threads) / nginx requests/s: {rate['threads'] / rate['nginx']:.2f}")
         sys.stdout.flush()
 
 
