@@ -10,6 +10,7 @@ disk, HTTP or object storage::
 
 from importlib.metadata import PackageNotFoundError, version
 
+from . import serve  # the package, callable: serve(path_or_url, host="127.0.0.1", port=0)
 from .errors import (
     ConflictError,
     CorruptDataError,
@@ -55,5 +56,6 @@ __all__ = [
     "create_volume",
     "open_kv",
     "open_volume",
+    "serve",
     "write_kv",
 ]
