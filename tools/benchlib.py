@@ -90,7 +90,9 @@ def take_turns(cases: dict[str, Case], repeat: int, warmup: bool = False
     ``(setup, fn)``: ``setup()`` untimed, then ``fn(its result)`` timed, or ``(setup, fn,
     after)``: then ``after(setup's result, fn's result)`` untimed (checks, clean-up). Turn
     ``i`` runs every case once, starting at the ``i``-th. ``warmup``: one untimed turn first
-    (thread pools, first page faults, imports)."""
+    (thread pools, first page faults, imports). Before each timed call, ``os.sync()``: no
+    library writes through to disk (none fsyncs here), so without it one would pay for the
+    writeback of the pages the one before it (or a setup's copy) left dirty."""
     names = list(cases)
     times: dict[str, list[float]] = {name: [] for name in names}
     for turn in range(-1 if warmup else 0, repeat):
@@ -100,6 +102,7 @@ def take_turns(cases: dict[str, Case], repeat: int, warmup: bool = False
             setup, fn, after = (*case, None)[:3] if isinstance(case, tuple) else \
                 (None, case, None)
             arg = setup() if setup else None
+            os.sync()
             t = time.perf_counter()
             result = fn(arg) if setup else fn()
             elapsed = time.perf_counter() - t
