@@ -34,10 +34,10 @@ CACHE_BYTES = 256 << 20
 TS_CONTEXT = {"cache_pool": {"total_bytes_limit": CACHE_BYTES}, "file_io_sync": False}
 
 RATIO_NOTE = ("ratio = median over the turns of ngshard's figure / the peer's figure in the "
-              "same turn (times: below 1 means ngshard is faster)")
+              "same turn (times: below 1 means ngshard is faster), then (lowest..highest)")
 
 #: Every row reported so far, for the summary table at the end of a script.
-ROWS: list[tuple[str, str, float, str, float | None, str]] = []
+ROWS: list[tuple[str, str, str, str, str, str]] = []
 
 Case = (Callable[[], Any] | tuple[Callable[[], Any], Callable[[Any], Any]]
         | tuple[Callable[[], Any], Callable[[Any], Any], Callable[[Any, Any], Any]])
@@ -138,8 +138,11 @@ def report(label: str, values: dict[str, list[float]], unit: str = "s",
     for name, vals in values.items():
         line = f"  {name:<52} {figure(name)}"
         if name != ours:
-            ratio = statistics.median(a / b for a, b in zip(mine, vals) if b)
-            line += f"   ratio {ratio:.3g}"
+            ratios = [a / b for a, b in zip(mine, vals) if b]
+            ratio = f"{statistics.median(ratios):.3g}"
+            if len(ratios) > 1:  # the spread over the turns, to judge a ratio near 1 by
+                ratio += f" ({min(ratios):.3g}..{max(ratios):.3g})"
+            line += f"   ratio {ratio}"
             ROWS.append((label, f"{ours}: {figure(ours)}", ratio, name, figure(name), ""))
         print(line)
 
@@ -158,4 +161,4 @@ def summary(script: str) -> None:
     print("| row | ngshard | peer | peer's figure | ratio |")
     print("|---|---|---|---|---|")
     for label, ours, ratio, peer, theirs, _ in ROWS:
-        print(f"| {label} | {ours} | {peer} | {theirs} | {ratio:.3g} |")
+        print(f"| {label} | {ours} | {peer} | {theirs} | {ratio} |")
