@@ -61,9 +61,10 @@ def machine() -> str:
             versions.append(f"{name} {importlib.metadata.version(name)}")
         except importlib.metadata.PackageNotFoundError:
             versions.append(f"{name} (not installed)")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     return (f"{datetime.datetime.now().isoformat(timespec='minutes')}; nproc "
-            f"{os.cpu_count()}; {cpu}; Python {platform.python_version()}; "
-            + ", ".join(versions))
+            f"{os.cpu_count()}; {cpu}; load average {load} (other work on the machine); "
+            f"Python {platform.python_version()}; " + ", ".join(versions))
 
 
 def _commit(path: str) -> str:
@@ -157,7 +158,8 @@ def note(text: str) -> None:
 
 def summary(script: str) -> None:
     """The rows of this run as Markdown table rows (for BENCHMARKS.md)."""
-    print(f"\nsummary of {script} (Markdown):")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"\nsummary of {script} (Markdown; load average at the end {load}):")
     print("| row | ngshard | peer | peer's figure | ratio |")
     print("|---|---|---|---|---|")
     for label, ours, ratio, peer, theirs, _ in ROWS:
