@@ -135,8 +135,8 @@ class Stores:
         self.spec = ngshard.ShardingSpec.from_json(SPEC)
         items = random_items(n, seed)
         self.keys = np.fromiter(items, np.uint64, count=len(items))
-        self.pristine = {"ngshard": f"{work}/pristine-{n}-ngshard",
-                         "tensorstore": f"{work}/pristine-{n}-ts"}
+        self.pristine = {"ngshard": f"{work}/pristine-{seed}-ngshard",
+                         "tensorstore": f"{work}/pristine-{seed}-ts"}
         ngshard.write_kv(self.pristine["ngshard"], self.spec, items)
         Updater(self.spec).ts_write(self.pristine["tensorstore"], items)
         self.items = items
