@@ -110,6 +110,10 @@ def bench_case(work: str, name: str, dtype: str, encoding: str, data: np.ndarray
         if cv_fn is not None:
             cases["cloud-volume"] = cv_fn
         report(f"{name}: {label}", take_turns(cases, repeat))
+    want = [data[p[0]:p[0] + c, p[1]:p[1] + c, p[2]:p[2] + c] for p in picks]
+    for who, read in (("ngshard", ng_random), ("tensorstore", ts_random), ("cloud-volume", cv[2])):
+        if read is not None:  # every library reads the random chunks right (each its own volume)
+            assert all(np.array_equal(np.asarray(g), w) for g, w in zip(read(), want)), who
     shutil.rmtree(ours, ignore_errors=True)
     shutil.rmtree(theirs, ignore_errors=True)
 
