@@ -28,7 +28,17 @@ import tracemalloc
 import mmh3
 import numpy as np
 import tensorstore as ts
-from benchlib import CACHE_BYTES, SPEC, TS_CONTEXT, header, note, report, summary, take_turns
+from benchlib import (
+    CACHE_BYTES,
+    FSYNC,
+    SPEC,
+    TS_CONTEXT,
+    header,
+    note,
+    report,
+    summary,
+    take_turns,
+)
 
 import ngshard
 
@@ -154,7 +164,8 @@ def run(args, rng, keys: np.ndarray, items: dict[int, bytes], spec, work: str) -
         files = synthesize_shard_files(ShardingSpecification.from_dict(SPEC), items)
         CloudFiles(f"file://{path}").puts(list(files.items()), compress=None)
 
-    cases = {"ngshard write_kv": (fresh, lambda p: ngshard.write_kv(p, spec, items)),
+    cases = {"ngshard write_kv": (fresh, lambda p: ngshard.write_kv(p, spec, items,
+                                                                    durable=FSYNC)),
              "tensorstore (one transaction)": (fresh, lambda p: ts_write(p, items))}
     if cloudvolume:
         cases["cloud-volume synthesize_shard_files + puts"] = (fresh, cv_write)

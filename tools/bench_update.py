@@ -95,8 +95,9 @@ class Updater:
 
     def __init__(self, spec) -> None:
         from bench_kv import ts_write
+        from benchlib import FSYNC
 
-        self.spec, self.ts_write = spec, ts_write
+        self.spec, self.ts_write, self.durable = spec, ts_write, FSYNC
         self.io: dict[str, list[tuple[int, int]]] = {}
         self.plans: dict[str, list] = {}
 
@@ -108,7 +109,8 @@ class Updater:
                 self.ts_write(path, changes)
             else:
                 with ngshard.open_kv(path, self.spec, "r+", strategy=strategy,
-                                     compact_ratio=compact_ratio) as kv:
+                                     compact_ratio=compact_ratio,
+                                     durable=self.durable) as kv:
                     kv.update(changes)
                     self.plans.setdefault(name, []).append(kv.commit())
             after = io_counters()

@@ -19,9 +19,10 @@ import tempfile
 
 import numpy as np
 import tensorstore as ts
-from benchlib import TS_CONTEXT, header, report, summary, take_turns
+from benchlib import FSYNC, TS_CONTEXT, header, report, summary, take_turns
 
 import ngshard
+from ngshard.storage import open_storage
 from ngshard.volume import auto_sharding
 
 try:
@@ -78,7 +79,8 @@ def bench_case(work: str, name: str, dtype: str, encoding: str, data: np.ndarray
 
     def ng_write():
         shutil.rmtree(ours, ignore_errors=True)
-        with ngshard.create_volume(ours, dtype=dtype, shape=(n, n, n), chunk_size=(c,) * 3,
+        with ngshard.create_volume(open_storage(ours, durable=FSYNC), dtype=dtype,
+                                   shape=(n, n, n), chunk_size=(c,) * 3,
                                    encoding=encoding, sharding=spec,
                                    compressed_segmentation_block_size=(8, 8, 8)) as vol:
             vol[:] = data

@@ -27,11 +27,14 @@ SPEC = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "murmurhash3_x86_128"
         "minishard_index_encoding": "gzip", "data_encoding": "raw"}
 
 #: Index cache of every library (ngshard's default ``cache_bytes``; tensorstore's default
-#: context has no cache pool at all, so it is given one of the same size). tensorstore fsyncs
-#: every file it writes by default (``file_io_sync``); ngshard and cloud-volume never do, so
-#: tensorstore is spared it: all three leave written data to the page cache alike.
+#: context has no cache pool at all, so it is given one of the same size). tensorstore and
+#: ngshard fsync what they write by default (``file_io_sync``, ``durable``); cloud-volume never
+#: does. So by default all three leave written data to the page cache alike; with the
+#: environment variable BENCH_FSYNC=1, ngshard and tensorstore both fsync (the cost of
+#: durability; cloud-volume rows are then not like for like).
+FSYNC = os.environ.get("BENCH_FSYNC") == "1"
 CACHE_BYTES = 256 << 20
-TS_CONTEXT = {"cache_pool": {"total_bytes_limit": CACHE_BYTES}, "file_io_sync": False}
+TS_CONTEXT = {"cache_pool": {"total_bytes_limit": CACHE_BYTES}, "file_io_sync": FSYNC}
 
 RATIO_NOTE = ("ratio = median over the turns of ngshard's figure / the peer's figure in the "
               "same turn (times: below 1 means ngshard is faster), then (lowest..highest)")
