@@ -29,14 +29,27 @@ except PackageNotFoundError:  # running from a source tree
     __version__ = "0.1.0"
 
 _VOLUME_NAMES = ("Volume", "create_volume", "open_volume")
+_LAYER_NAMES = ("Annotations", "Meshes", "SegmentProperties", "Skeletons", "open_annotations",
+                "open_meshes", "open_segment_properties", "open_skeletons",
+                "write_annotations", "write_meshes", "write_segment_properties",
+                "write_skeletons")
 
 
 def __getattr__(name: str):
-    # Volumes pull in image and segmentation codecs: load them on first use only.
+    # Volumes pull in image and segmentation codecs, layers their codecs (Draco): load them
+    # on first use only.
     if name in _VOLUME_NAMES:
         from . import volume
 
         return getattr(volume, name)
+    if name in _LAYER_NAMES:
+        from . import layers
+
+        return getattr(layers, name)
+    if name == "open":
+        from .layers import open_layer
+
+        return open_layer
     raise AttributeError(f"module 'ngshard' has no attribute {name!r}")
 
 __all__ = [
@@ -52,8 +65,14 @@ __all__ = [
     "Volume",
     "SpecError",
     "StorageWriteError",
+    "SegmentProperties",
+    "Skeletons",
     "create_volume",
     "open_kv",
+    "open_segment_properties",
+    "open_skeletons",
     "open_volume",
     "write_kv",
+    "write_segment_properties",
+    "write_skeletons",
 ]

@@ -1,0 +1,20 @@
+"""Typed segment layers over the sharded (or a file per id) store: skeletons, multi-resolution
+meshes, annotations and segment properties, and :func:`open_layer`, which opens any
+precomputed layer by its info.
+
+Modules: ``store`` (id -> bytes, both layouts, batched), ``sharding`` ("auto" specs), ``info``
+(shared info members), ``dispatch`` (open by info), and per layer kind a pure codec module
+beside its reader/writer.
+"""
+
+from .dispatch import open_layer
+from .properties import (
+    SegmentProperties,
+    open_segment_properties,
+    write_segment_properties,
+)
+from .skeletons import Skeleton, Skeletons, open_skeletons, write_skeletons
+
+__all__ = ["SegmentProperties", "Skeleton", "Skeletons", "open_layer",
+           "open_segment_properties", "open_skeletons", "write_segment_properties",
+           "write_skeletons"]
