@@ -29,10 +29,10 @@ except PackageNotFoundError:  # running from a source tree
     __version__ = "0.1.0"
 
 _VOLUME_NAMES = ("Volume", "create_volume", "open_volume")
-_LAYER_NAMES = ("Annotations", "Meshes", "SegmentProperties", "Skeletons", "open_annotations",
-                "open_meshes", "open_segment_properties", "open_skeletons",
-                "write_annotations", "write_meshes", "write_segment_properties",
-                "write_skeletons")
+_LAYER_NAMES = ("Annotation", "AnnotationSet", "Annotations", "Meshes", "SegmentProperties",
+                "Skeletons", "open_annotations", "open_meshes", "open_segment_properties",
+                "open_skeletons", "write_annotations", "write_meshes",
+                "write_segment_properties", "write_skeletons")
 
 
 def __getattr__(name: str):
@@ -53,6 +53,7 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'ngshard' has no attribute {name!r}")
 
 __all__ = [
+    "Annotations",
     "ConflictError",
     "CorruptDataError",
     "InvalidKeyError",
@@ -68,10 +69,12 @@ __all__ = [
     "SegmentProperties",
     "Skeletons",
     "create_volume",
+    "open_annotations",
     "open_kv",
     "open_segment_properties",
     "open_skeletons",
     "open_volume",
+    "write_annotations",
     "write_kv",
     "write_segment_properties",
     "write_skeletons",

@@ -82,3 +82,16 @@ def test_segment_properties_info_and_get(tmp_path, capsys):
     assert "segments     2" in out and "n (number, uint8)" in out
     assert main(["get", str(tmp_path / "p"), "2"]) == 0
     assert json.loads(capsys.readouterr().out) == {"id": 2, "label": "b", "n": 4}
+
+
+def test_annotation_info_and_get(tmp_path, capsys):
+    ngshard.write_annotations(tmp_path / "a", "point", np.arange(30.0).reshape(10, 3),
+                              properties={"size": np.arange(10, dtype=np.uint8)},
+                              relationships={"syn": np.arange(10) + 100}, durable=False)
+    assert main(["info", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    assert "type         point" in out and "size (uint8)" in out and "spatial 0" in out
+    assert main(["get", str(tmp_path / "a"), "4", "--as", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc == {"id": 4, "type": "point", "geometry": [12.0, 13.0, 14.0],
+                   "properties": {"size": 4}, "relationships": {"syn": [104]}}

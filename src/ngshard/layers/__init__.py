@@ -7,6 +7,8 @@ Modules: ``store`` (id -> bytes, both layouts, batched), ``sharding`` ("auto" sp
 beside its reader/writer.
 """
 
+from .annotation_writer import write_annotations
+from .annotations import Annotation, Annotations, AnnotationSet, open_annotations
 from .dispatch import open_layer
 from .properties import (
     SegmentProperties,
@@ -15,6 +17,7 @@ from .properties import (
 )
 from .skeletons import Skeleton, Skeletons, open_skeletons, write_skeletons
 
-__all__ = ["SegmentProperties", "Skeleton", "Skeletons", "open_layer",
-           "open_segment_properties", "open_skeletons", "write_segment_properties",
+__all__ = ["Annotation", "AnnotationSet", "Annotations", "SegmentProperties", "Skeleton",
+           "Skeletons", "open_annotations", "open_layer", "open_segment_properties",
+           "open_skeletons", "write_annotations", "write_segment_properties",
            "write_skeletons"]

@@ -178,7 +178,8 @@ def write_skeletons(url: str | os.PathLike | Storage,
                     items: Mapping[int, Any] | Iterable[tuple[int, Any]], *,
                     vertex_attributes: Any = None,
                     sharding: None | str | dict = "auto", transform: Any = None,
-                    buffer_bytes: int | None = None, progress: bool = False) -> Skeletons:
+                    buffer_bytes: int | None = None, progress: bool = False,
+                    durable: bool = True) -> Skeletons:
     """Write a skeleton layer at ``url``: its shards (or a file per segment) and its info.
 
     Parameters
@@ -198,8 +199,8 @@ def write_skeletons(url: str | os.PathLike | Storage,
         segment.
     transform
         Stored model to nm: 12 numbers (a 3x4 matrix); identity by default.
-    buffer_bytes, progress
-        As for :func:`ngshard.write_kv`.
+    buffer_bytes, progress, durable
+        As for :func:`ngshard.write_kv` (``durable=False`` skips the fsyncs: scratch work).
 
     Returns
     -------
@@ -211,7 +212,7 @@ def write_skeletons(url: str | os.PathLike | Storage,
     ValueError
         A skeleton whose arrays do not fit (the message names the segment).
     """
-    storage = open_storage(url)
+    storage = open_storage(url, durable=durable)
     it = iter(pairs(items))
     head = list(itertools.islice(it, _PEEK))
     spec = _attribute_spec(vertex_attributes, head[0][1] if head else None)
