@@ -29,6 +29,7 @@ PROPERTY_TYPES = {"uint32": ("<u4", 4, 1), "int32": ("<i4", 4, 1), "float32": ("
                   "int8": ("i1", 1, 1), "rgb": ("u1", 1, 3), "rgba": ("u1", 1, 4)}
 _PROPERTY_ID = re.compile(r"[a-z][a-zA-Z0-9_]*")
 _U8 = np.dtype("u1")
+_U32 = np.dtype("<u4")
 
 
 @dataclass(frozen=True)
@@ -138,33 +139,41 @@ class Schema:
         return table
 
 
-def _csr_gather(flat: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """``concatenate(flat[s:s + n] for s, n in zip(starts, lengths))``, vectorized."""
+def _spread(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """``concatenate(arange(s, s + n) for s, n in zip(starts, lengths))``, vectorized."""
     lengths = np.asarray(lengths, np.int64)
     total = int(lengths.sum())
     if not total:
-        return flat[:0]
-    shift = np.repeat(np.asarray(starts, np.int64) - (np.cumsum(lengths) - lengths), lengths)
-    return flat[shift + np.arange(total)]
+        return np.zeros(0, np.int64)
+    return np.repeat(np.asarray(starts, np.int64) - (np.cumsum(lengths) - lengths),
+                     lengths) + np.arange(total)
 
 
 class Records:
-    """The encoded records of n annotations: ``data`` (uint8) with record i at
-    ``[offsets[i], offsets[i + 1])``."""
+    """The encoded records of n annotations as 32-bit words (every record is a multiple of
+    4 bytes): record i is ``words[offsets[i]:offsets[i + 1]]``; ``width`` is the words of
+    every record when they all have one size (all kinds but polyline)."""
 
-    def __init__(self, data: np.ndarray, offsets: np.ndarray) -> None:
-        self.data, self.offsets = data, offsets
+    def __init__(self, words: np.ndarray, offsets: np.ndarray, width: int | None) -> None:
+        self.words, self.offsets, self.width = words, offsets, width
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
     @property
     def sizes(self) -> np.ndarray:
+        """Words per record."""
         return np.diff(self.offsets)
 
     def take(self, index: np.ndarray) -> np.ndarray:
-        """The records ``index`` back to back, as uint8."""
-        return _csr_gather(self.data, self.offsets[index], self.sizes[index])
+        """The words of records ``index``, back to back."""
+        if self.width is not None:
+            return self.words.reshape(-1, self.width)[index].reshape(-1)
+        return self.words[_spread(self.offsets[index], self.sizes[index])]
+
+    def slice(self, a: int, b: int) -> Records:
+        o = self.offsets
+        return Records(self.words[o[a]:o[b]], o[a:b + 1] - o[a], self.width)
 
 
 def encode_records(schema: Schema, geometry: Any, properties: dict[str, np.ndarray]
@@ -177,33 +186,24 @@ def encode_records(schema: Schema, geometry: Any, properties: dict[str, np.ndarr
         table = np.zeros(n, schema.record_dtype)
         table["geometry"] = geometry
         table["props"] = schema.property_table(properties, n)
-        size = schema.record_dtype.itemsize
-        return Records(table.view(_U8).reshape(-1), np.arange(n + 1, dtype=np.int64) * size)
+        width = schema.record_dtype.itemsize // 4
+        return Records(table.view(_U32).reshape(-1),
+                       np.arange(n + 1, dtype=np.int64) * width, width)
     points = [np.asarray(p, np.float32).reshape(-1, schema.rank) for p in geometry]
     n = len(points)
     counts = np.fromiter(map(len, points), np.int64, count=n)
-    props = schema.property_table(properties, n).view(_U8).reshape(n, -1)
-    psize = props.shape[1]
-    sizes = 4 + 4 * schema.rank * counts + psize
+    props = schema.property_table(properties, n).view(_U32).reshape(n, -1)
+    pwords = props.shape[1]
+    sizes = 1 + schema.rank * counts + pwords
     offsets = np.zeros(n + 1, np.int64)
     np.cumsum(sizes, out=offsets[1:])
-    words = np.zeros(int(offsets[-1]) // 4, "<u4")
-    first = offsets[:-1] // 4
-    words[first] = counts
+    words = np.zeros(int(offsets[-1]), _U32)
+    words[offsets[:-1]] = counts
     flat = np.concatenate(points).reshape(-1) if n else np.zeros(0, np.float32)
-    words[np.repeat(first + 1, counts * schema.rank) + _ranks(counts * schema.rank)] = \
-        flat.view("<u4")
-    data = words.view(_U8)
-    if psize:
-        at = np.repeat(offsets[:-1] + sizes - psize, psize) + np.tile(np.arange(psize), n)
-        data[at] = props.reshape(-1)
-    return Records(data, offsets)
-
-
-def _ranks(lengths: np.ndarray) -> np.ndarray:
-    """0, 1, ..., n_i - 1 for each length n_i, concatenated."""
-    total = int(lengths.sum())
-    return np.arange(total) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    words[_spread(offsets[:-1] + 1, counts * schema.rank)] = flat.view(_U32)
+    if pwords:
+        words[_spread(offsets[1:] - pwords, np.full(n, pwords))] = props.reshape(-1)
+    return Records(words, offsets, None)
 
 
 @dataclass
@@ -249,35 +249,29 @@ def decode_records(schema: Schema, buf: memoryview, offset: int, count: int, whe
         starts[i] = end - pdtype.itemsize
         offset = end
     raw = np.frombuffer(buf, _U8, len(buf))
-    props = _csr_gather(raw, starts, np.full(count, pdtype.itemsize)).view(pdtype) \
+    props = raw[_spread(starts, np.full(count, pdtype.itemsize))].view(pdtype) \
         if pdtype.itemsize else np.zeros(count, pdtype)
     return Decoded(points, schema.property_columns(props)), offset
 
 
-def encode_single(schema: Schema, records: Records, relations: list[tuple[np.ndarray,
-                                                                          np.ndarray]]
+def encode_single(records: Records, relations: list[tuple[np.ndarray, np.ndarray]]
                   ) -> tuple[np.ndarray, np.ndarray]:
-    """The by_id values of n annotations, back to back: (uint8 data, offsets (n + 1,)).
+    """The by_id values of n annotations, back to back: (uint8 data, byte offsets (n + 1,)).
     ``relations`` holds per relationship (counts (n,), flat ids) in annotation order."""
     n = len(records)
     sizes = records.sizes.copy()
     for counts, _ in relations:
-        sizes += 4 + 8 * counts
+        sizes += 1 + 2 * counts
     offsets = np.zeros(n + 1, np.int64)
     np.cumsum(sizes, out=offsets[1:])
-    data = np.zeros(int(offsets[-1]), _U8)
-    rsize = records.sizes
-    data[np.repeat(offsets[:-1], rsize) + _ranks(rsize)] = records.data[
-        np.repeat(records.offsets[:-1], rsize) + _ranks(rsize)] if len(records.data) else 0
-    at = offsets[:-1] + rsize
+    words = np.zeros(int(offsets[-1]), _U32)
+    words[_spread(offsets[:-1], records.sizes)] = records.words
+    at = offsets[:-1] + records.sizes
     for counts, ids in relations:
-        data[np.repeat(at, 4) + np.tile(np.arange(4), n)] = \
-            counts.astype("<u4").view(_U8)
-        width = 8 * counts
-        data[np.repeat(at + 4, width) + _ranks(width)] = \
-            np.asarray(ids, "<u8").view(_U8)
-        at = at + 4 + width
-    return data, offsets
+        words[at] = counts
+        words[_spread(at + 1, 2 * counts)] = np.asarray(ids, "<u8").view(_U32)
+        at = at + 1 + 2 * counts
+    return words.view(_U8), offsets * 4
 
 
 def decode_single(schema: Schema, buf: bytes | memoryview, where: str) -> Decoded:
@@ -305,25 +299,25 @@ def encode_multiple(records: Records, ids: np.ndarray, groups: np.ndarray,
                     bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Lists of annotations in the multiple encoding, back to back: ``groups`` indexes the
     annotations (records and ``ids``) of every list in turn, list j being
-    ``groups[bounds[j]:bounds[j + 1]]``. Returns (uint8 data, offsets of the lists)."""
+    ``groups[bounds[j]:bounds[j + 1]]``. Returns (uint8 data, byte offsets of the lists)."""
     lengths = np.diff(bounds)
     rec = records.sizes[groups]
-    per_list = np.add.reduceat(rec, bounds[:-1]) if len(rec) else np.zeros(len(lengths),
-                                                                           np.int64)
-    per_list = np.where(lengths > 0, per_list, 0)
-    sizes = 8 + per_list + 8 * lengths
+    body = np.zeros(len(lengths), np.int64)
+    nonempty = lengths > 0
+    if len(rec):
+        body[nonempty] = np.add.reduceat(rec, bounds[:-1][nonempty])
+    sizes = 2 + body + 2 * lengths
     offsets = np.zeros(len(lengths) + 1, np.int64)
     np.cumsum(sizes, out=offsets[1:])
-    data = np.zeros(int(offsets[-1]), _U8)
-    m = len(lengths)
-    data[np.repeat(offsets[:-1], 8) + np.tile(np.arange(8), m)] = \
-        lengths.astype("<u8").view(_U8)
-    body = records.take(groups)
-    data[np.repeat(offsets[:-1] + 8, per_list) + _ranks(per_list)] = body
-    id_at = offsets[:-1] + 8 + per_list
-    data[np.repeat(id_at, 8 * lengths) + _ranks(8 * lengths)] = \
-        np.asarray(ids, "<u8")[groups].view(_U8)
-    return data, offsets
+    words = np.zeros(int(offsets[-1]), _U32)
+    heads = words[:0]
+    if len(lengths):
+        heads = np.stack([lengths & 0xFFFFFFFF, lengths >> 32], axis=1).astype(_U32)
+    words[_spread(offsets[:-1], np.full(len(lengths), 2))] = heads.reshape(-1)
+    words[_spread(offsets[:-1] + 2, body)] = records.take(groups)
+    words[_spread(offsets[:-1] + 2 + body, 2 * lengths)] = \
+        np.asarray(ids, "<u8")[groups].view(_U32)
+    return words.view(_U8), offsets * 4
 
 
 def decode_multiple(schema: Schema, buf: bytes | memoryview, where: str) -> Decoded:

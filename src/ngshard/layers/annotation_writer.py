@@ -35,7 +35,7 @@ from .annotations import KIND, Annotations
 from .sharding import resolve_sharding
 from .store import write_segments
 
-BATCH_BYTES = 32 << 20
+BATCH_BYTES = 8 << 20
 #: Most annotations per spatial cell, unless the caller says otherwise: a chunk of ~100 KiB
 #: of points; collections this small or smaller get a single cell.
 DEFAULT_LIMIT = 5000
@@ -115,21 +115,16 @@ def _relations(relationships: Mapping[str, Any] | None, n: int
     return out
 
 
-def _slice(records: Records, a: int, b: int) -> Records:
-    o = records.offsets
-    return Records(records.data[o[a]:o[b]], o[a:b + 1] - o[a])
-
-
 def _by_id(schema: Schema, records: Records, ids: np.ndarray,
            relations: dict[str, tuple[np.ndarray, np.ndarray]]) -> Iterator[tuple[int, bytes]]:
     n = len(ids)
-    per = max(1, BATCH_BYTES // max(1, int(records.offsets[-1]) // max(1, n) + 16))
+    per = max(1, BATCH_BYTES // (4 * max(1, int(records.offsets[-1]) // max(1, n)) + 16))
     starts = {k: np.r_[0, np.cumsum(c)] for k, (c, _) in relations.items()}
     for a in range(0, n, per):
         b = min(n, a + per)
         rel = [(c[a:b], flat[starts[k][a]:starts[k][b]])
                for k, (c, flat) in relations.items()]
-        data, offsets = encode_single(schema, _slice(records, a, b), rel)
+        data, offsets = encode_single(records.slice(a, b), rel)
         yield from _split(ids[a:b], data, offsets)
 
 
@@ -144,8 +139,10 @@ def _lists(records: Records, ids: np.ndarray, keys: list, members: np.ndarray,
            bounds: np.ndarray) -> Iterator[tuple[Any, bytes]]:
     """Multiple-encoded lists (list j: annotations ``members[bounds[j]:bounds[j + 1]]``)
     under ``keys``, in batches of about BATCH_BYTES."""
-    sizes = np.add.reduceat(records.sizes[members] + 8, bounds[:-1]) if len(members) else \
-        np.zeros(0, np.int64)
+    sizes = np.zeros(len(keys), np.int64)
+    if len(members):
+        used = np.diff(bounds) > 0
+        sizes[used] = np.add.reduceat(4 * records.sizes[members] + 8, bounds[:-1][used])
     cut = np.searchsorted(np.cumsum(sizes), np.arange(1, 1 + int(sizes.sum()) // BATCH_BYTES)
                           * BATCH_BYTES)
     edges = np.unique(np.r_[0, cut, len(keys)])
@@ -251,7 +248,7 @@ def write_annotations(url: str | os.PathLike | Storage, kind: str, geometry: Any
     upper = np.where(upper > lower, upper, lower + 1)
     limit = max(1, int(limit if limit is not None else min(max(n, 1), DEFAULT_LIMIT)))
     storage = open_storage(url, durable=durable)
-    mean = float(records.sizes.mean()) if n else None
+    mean = 4 * float(records.sizes.mean()) if n else None
 
     def spec_for(count: int, value_bytes: float | None) -> ShardingSpec | None:
         return resolve_sharding(sharding, count, value_bytes)

@@ -9,7 +9,8 @@ into one minishard). The rule:
   several shards to build in parallel and no shard file is huge; at most 2**11 minishards per
   shard, so the shard index readers fetch whole is at most 32 KiB;
 - minishard indices gzip-compressed; data gzip-compressed unless the values are already
-  compressed (Draco meshes) or must stay raw (mesh fragments read by byte range).
+  compressed (Draco meshes), must stay raw (mesh fragments read by byte range) or are tiny
+  (under 128 bytes on average, such as single annotations).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ MAX_MINISHARD_BITS = 11
 DEFAULT_SHARD_BYTES = 1 << 30
 #: The count assumed for "auto" when the items' number is unknown (an iterator).
 UNKNOWN_COUNT = 1 << 20
+#: Values smaller than this on average (single annotations) are stored raw by "auto".
+SMALL_VALUE = 128
 
 
 def _bits(n: float) -> int:
@@ -71,6 +74,8 @@ def resolve_sharding(sharding: None | str | dict | ShardingSpec, count: int | No
     if isinstance(sharding, ShardingSpec):
         return sharding
     if sharding == "auto":
+        if value_bytes is not None and value_bytes < SMALL_VALUE:
+            data_encoding = "raw"  # gzip would cost time and add its 18-byte frame
         return segment_sharding(count, value_bytes, data_encoding=data_encoding)
     if isinstance(sharding, (dict, str)):
         return ShardingSpec.from_json(sharding)
