@@ -29,10 +29,11 @@ except PackageNotFoundError:  # running from a source tree
     __version__ = "0.1.0"
 
 _VOLUME_NAMES = ("Volume", "create_volume", "open_volume")
-_LAYER_NAMES = ("Annotation", "AnnotationSet", "Annotations", "Meshes", "SegmentProperties",
-                "Skeletons", "open_annotations", "open_meshes", "open_segment_properties",
-                "open_skeletons", "write_annotations", "write_meshes",
-                "write_segment_properties", "write_skeletons")
+_LAYER_NAMES = ("Annotation", "AnnotationSet", "Annotations", "LegacyMeshes", "Mesh", "Meshes",
+                "SegmentProperties", "Skeleton", "Skeletons", "open_annotations", "open_meshes",
+                "open_segment_properties", "open_skeletons", "write_annotations",
+                "write_legacy_meshes", "write_meshes", "write_segment_properties",
+                "write_skeletons")
 
 
 def __getattr__(name: str):
@@ -57,6 +58,7 @@ __all__ = [
     "ConflictError",
     "CorruptDataError",
     "InvalidKeyError",
+    "Meshes",
     "MissingDependencyError",
     "NgShardError",
     "NotFoundError",
@@ -71,11 +73,13 @@ __all__ = [
     "create_volume",
     "open_annotations",
     "open_kv",
+    "open_meshes",
     "open_segment_properties",
     "open_skeletons",
     "open_volume",
     "write_annotations",
     "write_kv",
+    "write_meshes",
     "write_segment_properties",
     "write_skeletons",
 ]

@@ -95,3 +95,28 @@ def test_annotation_info_and_get(tmp_path, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc == {"id": 4, "type": "point", "geometry": [12.0, 13.0, 14.0],
                    "properties": {"size": 4}, "relationships": {"syn": [104]}}
+
+
+def test_mesh_info_get_and_compact(tmp_path, capsysbinary):
+    pytest.importorskip("DracoPy")
+    from meshdata import lods
+
+    path = str(tmp_path / "m")
+    ngshard.write_meshes(path, {9: lods(1), 10: lods(2)}, durable=False)
+    assert main(["info", path]) == 0
+    out = capsysbinary.readouterr().out.decode()
+    assert "neuroglancer_multilod_draco" in out and "16 bits" in out and "keys         2" in out
+    assert main(["get", path, "9", "--as", "obj", "--lod", "2"]) == 0
+    obj = capsysbinary.readouterr().out.decode().splitlines()
+    mesh = ngshard.open(path).get(9, lod=2)
+    assert sum(r.startswith("v ") for r in obj) == len(mesh.vertices)
+    assert sum(r.startswith("f ") for r in obj) == len(mesh.faces)
+    assert main(["get", path, "9", "--as", "ply"]) == 0
+    ply = capsysbinary.readouterr().out
+    assert ply.startswith(b"ply\nformat binary_little_endian 1.0\n") and b"end_header\n" in ply
+    assert main(["rm", path, "10"]) == 0  # through the CLI the fragments are known too
+    assert main(["compact", path, "-q"]) == 0
+    capsysbinary.readouterr()
+    again = ngshard.open(path)
+    assert again.keys_array().tolist() == [9]
+    np.testing.assert_array_equal(again.get(9, lod=2).faces, mesh.faces)
