@@ -143,27 +143,42 @@ class Meshes:
             out[k] = (chosen[k][0], chunks[0], chosen[k][1])
         return out
 
-    def _decode(self, key: int, manifest: Manifest, data: Any, lods: list[int],
-                start: int) -> list[Mesh]:
-        """Decode LODs ``lods`` whose fragments lie in ``data`` from fragment byte ``start``."""
-        where = f"{self.store.where(key)}: segment {key}"
+    def _decode(self, wanted: list[tuple[int, Manifest, Any, list[int], int]]
+                ) -> list[list[Mesh]]:
+        """Decode, for each (key, manifest, data, LODs, start), the LODs whose fragments lie
+        in ``data`` from fragment byte ``start``: every fragment of the batch in runs over
+        the cores, then each LOD's vertices mapped to model coordinates at once."""
         jobs = []
-        for lod in lods:
-            sizes = manifest.fragment_sizes[lod].astype(np.int64)
-            at = manifest.lod_range(lod)[0] - start + np.cumsum(sizes) - sizes
-            for i, (a, n) in enumerate(zip(at.tolist(), sizes.tolist())):
-                jobs.append((lod, i, memoryview(data)[a:a + n]))
-        decoded = pmap(lambda j: decode_fragment(j[2], f"{where} LOD {j[0]} fragment {j[1]}"),
-                       jobs, min_items=4)
+        for key, m, data, lods, start in wanted:
+            view = memoryview(data)
+            where = f"{self.store.where(key)}: segment {key}"
+            for lod in lods:
+                sizes = m.fragment_sizes[lod].astype(np.int64)
+                at = m.lod_range(lod)[0] - start + np.cumsum(sizes) - sizes
+                jobs += [(f"{where} LOD {lod} fragment {i}", view[a:a + size])
+                         for i, (a, size) in enumerate(zip(at.tolist(), sizes.tolist()))]
+        decoded = iter(pmap(lambda job: decode_fragment(job[1], job[0]), jobs, min_items=16))
         top = float((1 << self.vertex_quantization_bits) - 1)
-        by_lod: dict[int, list] = {lod: [] for lod in lods}
-        for (lod, i, _), (points, faces) in zip(jobs, decoded):
-            size = manifest.chunk_shape.astype(np.float64) * (1 << lod)
-            corner = (manifest.grid_origin + manifest.vertex_offsets[lod]
-                      + size * manifest.fragment_positions[lod][i])
-            model = corner + size * (points.astype(np.float64) / top)
-            by_lod[lod].append((apply_transform(model, self.transform), faces))
-        return [_concat(key, by_lod[lod], lod) for lod in lods]
+        out = []
+        for key, m, _, lods, _ in wanted:
+            meshes = []
+            for lod in lods:
+                parts = [next(decoded) for _ in range(len(m.fragment_sizes[lod]))]
+                counts = np.array([len(p) for p, _ in parts], np.int64)
+                size = m.chunk_shape.astype(np.float64) * (1 << lod)
+                corner = (m.grid_origin + m.vertex_offsets[lod]).astype(np.float64)
+                where = np.repeat(m.fragment_positions[lod].astype(np.float64), counts, axis=0)
+                points = np.concatenate([p for p, _ in parts]) if parts else \
+                    np.zeros((0, 3), np.float32)
+                model = corner + size * (where + points.astype(np.float64) / top)
+                shift = np.cumsum(counts) - counts
+                faces = [f.astype(np.uint32) + np.uint32(s) for (_, f), s in
+                         zip(parts, shift.tolist())]
+                meshes.append(Mesh(key, apply_transform(model, self.transform),
+                                   np.concatenate(faces) if faces else
+                                   np.zeros((0, 3), np.uint32), lod))
+            out.append(meshes)
+        return out
 
     def get(self, segment_id: int, lod: int = 0) -> Mesh:
         """One segment's mesh at one level of detail (0 the finest, -1 the coarsest).
@@ -191,13 +206,11 @@ class Meshes:
         keys = np.unique(as_key_array(segment_ids))
         every = lod == "all"
         fetched = self._fetch(keys, None if every else int(lod))
-        out = {}
-        for k, (m, data, index) in fetched.items():
-            if every:
-                out[k] = self._decode(k, m, data, list(range(m.num_lods)), 0)
-            else:
-                out[k] = self._decode(k, m, data, [index], m.lod_range(index)[0])[0]
-        return out
+        wanted = [(k, m, data, list(range(m.num_lods)), 0) if every else
+                  (k, m, data, [index], m.lod_range(index)[0])
+                  for k, (m, data, index) in fetched.items()]
+        meshes = self._decode(wanted)
+        return {w[0]: ms if every else ms[0] for w, ms in zip(wanted, meshes)}
 
 
 class LegacyMeshes:

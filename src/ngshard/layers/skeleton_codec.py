@@ -16,6 +16,7 @@ from ..errors import CorruptDataError, SpecError
 
 ATTRIBUTE_TYPES = ("float32", "int8", "uint8", "int16", "uint16", "int32", "uint32")
 _HEAD = np.dtype("<u4")
+_DTYPES = {t: np.dtype(t).newbyteorder("<") for t in ATTRIBUTE_TYPES}
 
 
 class VertexAttribute(NamedTuple):
@@ -27,7 +28,7 @@ class VertexAttribute(NamedTuple):
 
     @property
     def dtype(self) -> np.dtype:
-        return np.dtype(self.data_type).newbyteorder("<")
+        return _DTYPES[self.data_type]
 
     def to_json(self) -> dict:
         return {"id": self.id, "data_type": self.data_type,
