@@ -272,6 +272,8 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=3)
     ap.add_argument("--dir", default="/tmp/bench-layers")
     ap.add_argument("--port", type=int, default=8771)
+    ap.add_argument("--only", choices=("write", "read"), help="one half of the benchmark (read "
+                    "needs the layers an earlier full run left in --dir)")
     args = ap.parse_args()
     work = Path(args.dir)
     root = work / "vol"
@@ -279,15 +281,19 @@ def main() -> None:
     print(f"nproc {os.cpu_count()}, load average {load}; {args.skeletons} skeletons, "
           f"{args.meshes} meshes, {args.turns} turns")
 
-    writes = bench_write(args.skeletons, args.turns, work)
-    report(f"write {args.skeletons} skeletons (sharded)", {k: [t for t, _ in v] for k, v in
-                                                            writes.items()}, 0.5)
-    for lib, runs in writes.items():
-        print(f"  {lib}: peak memory above the input {max(m for _, m in runs):.0f} MiB")
+    if args.only != "read":
+        writes = bench_write(args.skeletons, args.turns, work)
+        report(f"write {args.skeletons} skeletons (sharded)",
+               {k: [t for t, _ in v] for k, v in writes.items()}, 0.5)
+        for lib, runs in writes.items():
+            print(f"  {lib}: peak memory above the input {max(m for _, m in runs):.0f} MiB")
+    if args.only == "write":
+        return
 
     volume_info(root)
-    shutil.rmtree(root / "skeletons", ignore_errors=True)
-    shutil.copytree(work / "write-ngshard", root / "skeletons")
+    if args.only != "read":
+        shutil.rmtree(root / "skeletons", ignore_errors=True)
+        shutil.copytree(work / "write-ngshard", root / "skeletons")
     if not (root / "mesh" / "info").exists() or \
             len(ngshard.open(root / "mesh")) != args.meshes:
         t = time.perf_counter()

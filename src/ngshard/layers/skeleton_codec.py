@@ -84,19 +84,21 @@ def encode_skeleton(vertices: np.ndarray, edges: np.ndarray,
         e = np.zeros((0, 2), np.uint32)
     if e.ndim != 2 or e.shape[1] != 2:
         raise ValueError(f"skeleton {key}: edges must have shape (m, 2), got {e.shape}")
-    if len(e) and (e.min() < 0 or e.max() >= n):
+    e32 = e.astype("<u4", copy=False)
+    # one check covers both bounds: a negative index wraps to a huge uint32
+    if len(e) and (int(e32.max()) >= n or (e.dtype.kind == "i" and e.min() < 0)):
         raise ValueError(f"skeleton {key}: edges name vertex {int(e.max())} (or a negative "
                          f"one) but there are {n} vertices")
     if n >= 1 << 32 or len(e) >= 1 << 32:
         raise ValueError(f"skeleton {key}: more than 2**32 - 1 vertices or edges")
     attributes = attributes or {}
-    extra = set(attributes) - {a.id for a in spec}
-    if extra:
+    if len(attributes) > len(spec) or not all(a in _ids(spec) for a in attributes):
+        extra = set(attributes) - {a.id for a in spec}
         raise ValueError(f"skeleton {key}: attribute(s) {', '.join(sorted(extra))} are not "
                          f"in the layer's vertex_attributes "
                          f"({', '.join(a.id for a in spec) or 'none'})")
     parts = [np.array([n, len(e)], _HEAD).tobytes(), v.astype("<f4", copy=False).tobytes(),
-             e.astype("<u4", copy=False).tobytes()]
+             e32.tobytes()]
     for a in spec:
         if a.id not in attributes:
             raise ValueError(f"skeleton {key}: no values for vertex attribute {a.id!r}")
@@ -106,6 +108,10 @@ def encode_skeleton(vertices: np.ndarray, edges: np.ndarray,
                              f"expected ({n}, {a.num_components})")
         parts.append(values.astype(a.dtype, copy=False).tobytes())
     return b"".join(parts)
+
+
+def _ids(spec: Sequence[VertexAttribute]) -> set[str]:
+    return {a.id for a in spec}
 
 
 def decode_skeleton(buf: bytes | memoryview, spec: Sequence[VertexAttribute], where: str

@@ -16,8 +16,8 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from ..sharded import ShardingSpec, open_kv, write_kv
-from ..sharded.kv import ShardedKV
+from ..sharded import ShardingSpec, open_kv
+from ..sharded.kv import DEFAULT_BUFFER_BYTES, ShardedKV
 from ..sharded.spec import as_key_array
 from ..storage import Storage
 
@@ -88,12 +88,37 @@ def write_segments(storage: Storage, sharding: ShardingSpec | None,
     The sharded store's spec is not recorded in an info of its own: the layer's info holds it.
     """
     if sharding is not None:
-        kwargs = {} if buffer_bytes is None else {"buffer_bytes": buffer_bytes}
-        write_kv(storage, sharding, items, info=False, progress=progress, **kwargs)
+        # Handed over in runs of about 8 MiB: a store's update takes 65,536 pairs at a time,
+        # which for values of kilobytes would hold hundreds of MiB at once.
+        kv = open_kv(storage, sharding, "w", staged_bytes=buffer_bytes or DEFAULT_BUFFER_BYTES,
+                     info=False)
+        try:
+            for run in _runs(items, RUN_BYTES):
+                kv.update(run)
+            kv.commit(progress=progress)
+        finally:
+            kv.close()
         return
     it = iter(items)
     for batch in iter(lambda: list(itertools.islice(it, BATCH)), []):
         storage.write_many([(f"{k}{suffix}", v) for k, v in batch])
+
+
+RUN_BYTES = 8 << 20
+
+
+def _runs(items: Iterable[tuple[int, bytes]], nbytes: int) -> Iterator[list]:
+    """Lists of consecutive (key, value) pairs holding about ``nbytes`` of values each."""
+    run: list = []
+    size = 0
+    for item in items:
+        run.append(item)
+        size += len(item[1])
+        if size >= nbytes:
+            yield run
+            run, size = [], 0
+    if run:
+        yield run
 
 
 def batched(items: Iterable, size: int) -> Iterator[list]:
