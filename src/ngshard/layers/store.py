@@ -13,13 +13,16 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 
 import numpy as np
 
+from ..compression import gzip_compress
 from ..sharded import ShardingSpec, open_kv
 from ..sharded.kv import DEFAULT_BUFFER_BYTES, ShardedKV
 from ..sharded.spec import as_key_array
 from ..storage import Storage
+from ..threads import bounded_map
 
 BATCH = 4096  # items per unsharded write batch
 _DECIMAL = re.compile(r"[0-9]{1,20}")
@@ -89,11 +92,19 @@ def write_segments(storage: Storage, sharding: ShardingSpec | None,
     """
     if sharding is not None:
         # Handed over in runs of about 8 MiB: a store's update takes 65,536 pairs at a time,
-        # which for values of kilobytes would hold hundreds of MiB at once.
-        kv = open_kv(storage, sharding, "w", staged_bytes=buffer_bytes or DEFAULT_BUFFER_BYTES,
+        # which for values of kilobytes would hold hundreds of MiB at once. gzip is applied
+        # here, each run on a worker while the next is encoded, and the shards are written
+        # as raw ones (the bytes of a shard do not say how its values were encoded): the
+        # store then builds them straight from its spill files, without reading them back.
+        runs = _runs(items, RUN_BYTES)
+        spec = sharding
+        if sharding.data_encoding == "gzip":
+            spec = replace(sharding, data_encoding="raw")
+            runs = bounded_map(_gzip_run, runs, 2)
+        kv = open_kv(storage, spec, "w", staged_bytes=buffer_bytes or DEFAULT_BUFFER_BYTES,
                      info=False)
         try:
-            for run in _runs(items, RUN_BYTES):
+            for run in runs:
                 kv.update(run)
             kv.commit(progress=progress)
         finally:
@@ -105,6 +116,10 @@ def write_segments(storage: Storage, sharding: ShardingSpec | None,
 
 
 RUN_BYTES = 8 << 20
+
+
+def _gzip_run(run: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
+    return [(k, gzip_compress(v)) for k, v in run]
 
 
 def _runs(items: Iterable[tuple[int, bytes]], nbytes: int) -> Iterator[list]:
