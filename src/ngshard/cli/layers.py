@@ -90,6 +90,9 @@ def cmd_info_layer(args: argparse.Namespace, storage: Storage, kind: str) -> Non
         print(f"{name:<13}{text}")
     if kv is not None:
         describe_store(kv)
+        if kind == MESHES:
+            print(f"{'':<13}(the fragment data before each manifest is unindexed: the figure "
+                  f"above counts it; compact keeps it)")
 
 
 def cmd_get_layer(args: argparse.Namespace, storage: Storage, kind: str, key: int) -> None:
