@@ -10,6 +10,7 @@ disk, HTTP or object storage::
 
 from importlib.metadata import PackageNotFoundError, version
 
+from . import serve  # the package, callable: serve(path_or_url, host="127.0.0.1", port=0)
 from .errors import (
     ConflictError,
     CorruptDataError,
@@ -77,6 +78,7 @@ __all__ = [
     "open_segment_properties",
     "open_skeletons",
     "open_volume",
+    "serve",
     "write_annotations",
     "write_kv",
     "write_meshes",

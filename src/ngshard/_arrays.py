@@ -12,14 +12,3 @@ def member(values: np.ndarray, sorted_ref: np.ndarray) -> np.ndarray:
         return np.zeros(np.shape(values), bool)
     pos = np.minimum(np.searchsorted(sorted_ref, values), len(sorted_ref) - 1)
     return sorted_ref[pos] == values
-
-
-
-def segment_cumsum(values: np.ndarray, first: np.ndarray, seg: np.ndarray) -> np.ndarray:
-    """Cumulative sums restarting at each segment, modulo 2**64."""
-    total = np.cumsum(values, dtype=np.uint64)
-    before = np.zeros(len(first), np.uint64)
-    nonzero = first > 0
-    before[nonzero] = total[first[nonzero] - 1]
-    return total - before[seg]
-

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from .. import __version__
 from ..errors import NgShardError
 from .demo import cmd_demo
+from .serve import add_commands as add_serve_commands
 from .store import (
     KeyNotFound,
     cmd_compact,
@@ -105,11 +106,16 @@ def build_parser() -> argparse.ArgumentParser:
                 "(every sharded scale of a volume)")
     store_args(p)
     quiet(p)
-    p = command("demo", cmd_demo, "write a sample sharded segmentation layer and show it")
+    p = command("demo", cmd_demo, "write sample sharded image and segmentation layers (with "
+                "skeletons), then view them in Neuroglancer (as `ngshard view` does); Ctrl-C "
+                "stops")
     p.add_argument("dir", nargs="?", default="ngshard-demo", help="where (default ./ngshard-demo)")
     p.add_argument("--force", action="store_true", help="write into a folder that holds other "
-                   "things too, replacing its info and the files in its 8_8_40, 16_16_40 and "
-                   "skeletons folders (a previous demo is replaced without --force)")
+                   "things too, replacing its info and the files in its image and segmentation "
+                   "folders (a previous demo is replaced without --force)")
+    p.add_argument("--no-view", action="store_true", help="only write the data")
+    p.add_argument("--no-browser", action="store_true", help="only print the viewer's URL")
+    add_serve_commands(command)
     return parser
 
 

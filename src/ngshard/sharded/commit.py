@@ -67,6 +67,7 @@ def _append_base(reader: ShardReader, plan: ShardPlan, changes: ShardChanges
     shard = reader.retrying(reader.shards, [plan.name])[plan.name]
     if shard is None or shard.generation != plan.generation:
         raise changed_on_storage(reader.storage.path(plan.name), "the commit was planned")
+    reader.retrying(reader.settle, [shard])
     touched = reader.spec.locate(changes.keys)[1]
     reader.load_minishards([(shard, touched)])
     return ShardState(shard.name, shard.size, shard.generation, shard.ranges,

@@ -98,7 +98,9 @@ def plan_commit(reader: ShardReader, keys: np.ndarray, lengths: np.ndarray, *, m
                   for n in listing.shard_names(reader) if n not in planned]
         return CommitPlan(url, strategy, sorted(plans, key=lambda p: p.shard), version)
     names = {num: spec.shard_filename(num) for num in groups}
-    reader.retrying(reader.shards, list(names.values()))  # all shard indices in one batch
+    # all shard indices in one batch, and where their committed bytes end
+    present = reader.retrying(reader.shards, list(names.values()))
+    reader.retrying(reader.settle, [s for s in present.values() if s is not None])
     plans = []
     for num, name in names.items():
         group = groups[num]
