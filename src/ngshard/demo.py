@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from .errors import NgShardError
-from .sharded import ShardingSpec, write_kv
-from .storage import open_storage
+from .layers.skeletons import write_skeletons
+from .sharded import ShardingSpec
 from .volume import create_volume
 from .volume.layers import scale_key, write_volume_info
 
@@ -48,16 +48,10 @@ _DEMO_FILE = re.compile(r"info|[0-9a-f]+\.shard")
 _TEMP_FILE = re.compile(r"\.(info|[0-9a-f]+\.shard)~.+\.tmp")
 
 
-def encode_skeleton(vertices: np.ndarray, edges: np.ndarray) -> bytes:
-    """Neuroglancer's precomputed skeleton encoding (no extra vertex attributes)."""
-    head = np.array([len(vertices), len(edges)], "<u4").tobytes()
-    return head + vertices.astype("<f4").tobytes() + edges.astype("<u4").tobytes()
-
-
-def encode_chain(vertices: np.ndarray) -> bytes:
-    """A skeleton of ``vertices`` joined in order, each to the next."""
+def chain(vertices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A skeleton of ``vertices`` joined in order, each to the next: (vertices, edges)."""
     n = len(vertices)
-    return encode_skeleton(vertices, np.stack([np.arange(n - 1), np.arange(1, n)], axis=1))
+    return vertices, np.stack([np.arange(n - 1), np.arange(1, n)], axis=1)
 
 
 def walk_skeletons(rng: np.random.Generator, lengths: np.ndarray, shape: tuple[int, int, int],
@@ -307,8 +301,6 @@ def make_demo(path: str | os.PathLike, shape: tuple[int, int, int] = (256, 256, 
             vol[:] = data
         vol.add_scale(DOWNSAMPLE)
 
-    info = {"@type": "neuroglancer_skeletons", "transform": [1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0],
-            "vertex_attributes": [], "sharding": DEMO_SPEC.to_json()}
-    open_storage(folders["skeletons"]).write("info", [json.dumps(info, indent=1).encode()])
-    write_kv(folders["skeletons"], DEMO_SPEC, {k: encode_chain(v) for k, v in skeletons.items()})
+    write_skeletons(folders["skeletons"], {k: chain(v) for k, v in skeletons.items()},
+                    sharding=DEMO_SPEC)
     return folders

@@ -65,8 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
 
     p = command("info", cmd_info, "describe a sharded store (spec, shards, keys, sizes, "
-                "garbage) or a precomputed volume (scales, chunking, sharding, encoding, and "
-                "the stores of its sharded scales)")
+                "garbage), a precomputed volume (scales, chunking, sharding, encoding, and "
+                "the stores of its sharded scales), or a skeleton, mesh, annotation or "
+                "segment properties layer")
     store_args(p)
     p.add_argument("--json", action="store_true", help="print JSON")
     p = command("ls", cmd_ls, "list the keys of a store (or of a volume's scales), one per line")
@@ -75,9 +76,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chunks", action="store_true",
                    help="for volume scales: print each chunk's grid position (x y z) after "
                         "its Morton key")
-    p = command("get", cmd_get, "write the value of one key to stdout or a file")
+    p = command("get", cmd_get, "write the value of one key to stdout or a file; for a "
+                "skeleton, mesh or annotation layer, --as decodes it")
     store_args(p)
     p.add_argument("key", metavar="KEY", help="uint64 key, decimal or 0x hex")
+    p.add_argument("--as", dest="as_", choices=("json", "obj", "ply", "swc"),
+                   help="decode the segment: json (any layer), swc (skeletons), obj or ply "
+                        "(meshes)")
+    p.add_argument("--lod", type=int, default=0, help="mesh level of detail (0: finest)")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     p = command("put", cmd_put, "set the value of one key (creates the store if needed)")
     write_args(p)

@@ -46,7 +46,9 @@ def commit_staged(reader: ShardReader, staging: Staging, plan: CommitPlan, mode:
     if staging.spilled:
         staging.spill()
     storage, spec = reader.storage, reader.spec
-    for _ in progress_bar(bounded_map(lambda job: _apply(storage, spec, mode, *job), jobs(),
+    prefix_of = reader.prefix_of  # unindexed prefixes (mesh fragments) that rewrites keep
+    for _ in progress_bar(bounded_map(lambda job: _apply(storage, spec, mode, *job, prefix_of),
+                                      jobs(),
                                       in_flight),
                           total=len(plan.shards), desc="committing shards", unit="shard",
                           enabled=progress):
@@ -74,7 +76,7 @@ def _append_base(reader: ShardReader, plan: ShardPlan, changes: ShardChanges
 
 
 def _apply(storage: Storage, spec: ShardingSpec, mode: str, plan: ShardPlan,
-           changes: ShardChanges | None, base: ShardState | None) -> None:
+           changes: ShardChanges | None, base: ShardState | None, prefix_of=None) -> None:
     """Carry out one shard's plan (in a job thread: touches storage, not the caches)."""
     name = plan.name
     check = ANY if mode == "w" else plan.generation
@@ -120,7 +122,7 @@ def _apply(storage: Storage, spec: ShardingSpec, mode: str, plan: ShardPlan,
             storage.write(name, [update.index, memoryview(old)[len(update.index):base.end],
                                  *update.tail], if_generation=plan.generation)
         return
-    parts = rewrite_shard(spec, old, keys, values, deleted, where)
+    parts = rewrite_shard(spec, old, keys, values, deleted, where, prefix_of)
     if plan.action == "convert":
         if parts is not None:  # first the new file (readers prefer it), then the pair
             storage.write(name, parts, if_generation=None)
@@ -155,8 +157,8 @@ def compact(reader: ShardReader, names: Iterable[str], *, progress: bool = False
                                    write_bytes=live, size_before=shard.size,
                                    generation=shard.generation, garbage_after=0.0))
     none = ShardChanges(0, np.zeros(0, np.uint64), np.zeros(0, np.int64), [])
-    for _ in progress_bar(bounded_map(lambda p: _apply(reader.storage, spec, "r+", p, none, None),
-                                      plans),
+    for _ in progress_bar(bounded_map(lambda p: _apply(reader.storage, spec, "r+", p, none, None,
+                                                       reader.prefix_of), plans),
                           total=len(plans), desc="compacting", unit="shard", enabled=progress):
         pass
     for p in plans:
