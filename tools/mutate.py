@@ -97,7 +97,8 @@ MUTATIONS = [
         "Morton bits per dimension are ceil(log2(n + 1)) instead of ceil(log2(n))"),
     Mutation(
         "no-gzip-decoding", "compression.py",
-        (('return gzip_decompress(data, where) if encoding == "gzip" else bytes(data)',
+        (('return gzip_decompress(data, where, limit, False) if encoding == "gzip" '
+          'else bytes(data)',
           "return bytes(data)"),),
         ("tests/sharded/test_format.py", "tests/sharded/test_kv.py"),
         "gzip data encoding is returned undecoded"),
