@@ -4,22 +4,25 @@ installed: `pip install cloud-volume`), same data, one process.
     python tools/bench_volume.py [--size 512] [--chunk 64] [--repeat 3]
 
 A uint8 raw volume and a uint64 compressed_segmentation volume, sharded into one shard: whole
-write, whole read, and 100 random chunks read at once. The libraries take turns; prints the
-median times and the median of the per-turn ratios.
+write, whole read, and 100 random chunks read at once (ngshard ``read_chunks``; tensorstore
+reads under ``ts.Batch``; cloud-volume has no call for many boxes, so it reads them one after
+another). tensorstore gets a cache pool as large as ngshard's index cache and no fsync, as in
+tools/benchlib.py. The libraries take turns; prints the median times and the median of the
+per-turn ratios, and a Markdown summary.
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
-import statistics
 import tempfile
-import time
 
 import numpy as np
 import tensorstore as ts
+from benchlib import FSYNC, TS_CONTEXT, header, report, summary, take_turns
 
 import ngshard
+from ngshard.storage import open_storage
 from ngshard.volume import auto_sharding
 
 try:
@@ -28,22 +31,9 @@ except ImportError:  # an optional peer
     cloudvolume = None
 
 
-def timed(fns: list, repeat: int) -> tuple[list[float], list[float]]:
-    """Each function ``repeat`` times, taking turns, so that a machine whose speed drifts
-    over minutes (this one does) slows every library alike. Returns the median time of each
-    and the median, over the turns, of the first one's time over each one's."""
-    times = [[] for _ in fns]
-    for _ in range(repeat):
-        for fn, mine in zip(fns, times):
-            t = time.perf_counter()
-            fn()
-            mine.append(time.perf_counter() - t)
-    ratios = [statistics.median(a / b for a, b in zip(times[0], other)) for other in times]
-    return [statistics.median(t) for t in times], ratios
-
-
 def ts_open(path: str, scale: dict, dtype: str, create: bool = False):
-    spec = {"driver": "neuroglancer_precomputed", "kvstore": {"driver": "file", "path": path}}
+    spec = {"driver": "neuroglancer_precomputed", "kvstore": {"driver": "file", "path": path},
+            "context": TS_CONTEXT}
     if create:
         spec.update(create=True, delete_existing=True, scale_metadata=scale,
                     multiscale_metadata={"data_type": dtype, "num_channels": 1,
@@ -75,8 +65,8 @@ def cloudvolume_fns(work: str, dtype: str, encoding: str, spec, data: np.ndarray
     return write, lambda: cloudvolume.CloudVolume(path, progress=False)[:], random
 
 
-def bench_case(work: str, dtype: str, encoding: str, data: np.ndarray, n: int, c: int,
-               picks: np.ndarray, repeat: int) -> None:
+def bench_case(work: str, name: str, dtype: str, encoding: str, data: np.ndarray, n: int,
+               c: int, picks: np.ndarray, repeat: int) -> None:
     # one shard, chunk data stored as it is (the setting of the issue's figures)
     spec = ngshard.ShardingSpec.from_json(dict(
         auto_sharding((n, n, n), (c, c, c), c**3 * data.itemsize, n**3 * data.itemsize,
@@ -89,7 +79,8 @@ def bench_case(work: str, dtype: str, encoding: str, data: np.ndarray, n: int, c
 
     def ng_write():
         shutil.rmtree(ours, ignore_errors=True)
-        with ngshard.create_volume(ours, dtype=dtype, shape=(n, n, n), chunk_size=(c,) * 3,
+        with ngshard.create_volume(open_storage(ours, durable=FSYNC), dtype=dtype,
+                                   shape=(n, n, n), chunk_size=(c,) * 3,
                                    encoding=encoding, sharding=spec,
                                    compressed_segmentation_block_size=(8, 8, 8)) as vol:
             vol[:] = data
@@ -102,7 +93,9 @@ def bench_case(work: str, dtype: str, encoding: str, data: np.ndarray, n: int, c
 
     def ts_random():
         store = ts_open(theirs, scale, dtype)
-        futures = [store[p[0]:p[0] + c, p[1]:p[1] + c, p[2]:p[2] + c].read() for p in picks]
+        with ts.Batch() as batch:
+            futures = [store[p[0]:p[0] + c, p[1]:p[1] + c, p[2]:p[2] + c].read(batch=batch)
+                       for p in picks]
         return [f.result() for f in futures]
 
     ng_write()
@@ -115,13 +108,14 @@ def bench_case(work: str, dtype: str, encoding: str, data: np.ndarray, n: int, c
              lambda: ts_open(theirs, scale, dtype).read().result(), cv[1]),
             ("100 random chunks", ng_random, ts_random, cv[2])]
     for label, ng_fn, ts_fn, cv_fn in rows:
-        fns = [ng_fn, ts_fn] + ([cv_fn] if cv_fn is not None else [])
-        (t_ng, t_ts, *t_cv), (_, r_ts, *r_cv) = timed(fns, repeat)
-        line = (f"  {label:<20} ngshard {t_ng:8.3f} s   tensorstore {t_ts:8.3f} s   "
-                f"ratio {r_ts:5.2f}")
-        if t_cv:
-            line += f"   cloud-volume {t_cv[0]:8.3f} s   ratio {r_cv[0]:5.2f}"
-        print(line)
+        cases = {"ngshard": ng_fn, "tensorstore": ts_fn}
+        if cv_fn is not None:
+            cases["cloud-volume"] = cv_fn
+        report(f"{name}: {label}", take_turns(cases, repeat))
+    want = [data[p[0]:p[0] + c, p[1]:p[1] + c, p[2]:p[2] + c] for p in picks]
+    for who, read in (("ngshard", ng_random), ("tensorstore", ts_random), ("cloud-volume", cv[2])):
+        if read is not None:  # every library reads the random chunks right (each its own volume)
+            assert all(np.array_equal(np.asarray(g), w) for g, w in zip(read(), want)), who
     shutil.rmtree(ours, ignore_errors=True)
     shutil.rmtree(theirs, ignore_errors=True)
 
@@ -132,6 +126,9 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
+    header(f"bench_volume: {args}")
+    if cloudvolume is None:
+        print("cloud-volume columns skipped: not importable")
     n, c = args.size, args.chunk
     rng = np.random.default_rng(0)
     cases = {
@@ -145,9 +142,10 @@ def main() -> None:
     try:
         for name, (dtype, encoding, data) in cases.items():
             print(f"{name}: {n}^3 voxels, {c}^3 chunks, one shard")
-            bench_case(work, dtype, encoding, data, n, c, picks, args.repeat)
+            bench_case(work, name, dtype, encoding, data, n, c, picks, args.repeat)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    summary("tools/bench_volume.py")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ disk, HTTP or object storage::
 
 from importlib.metadata import PackageNotFoundError, version
 
+from . import serve  # the package, callable: serve(path_or_url, host="127.0.0.1", port=0)
 from .errors import (
     ConflictError,
     CorruptDataError,
@@ -29,11 +30,16 @@ except PackageNotFoundError:  # running from a source tree
     __version__ = "0.1.0"
 
 _VOLUME_NAMES = ("Volume", "create_volume", "open_volume")
+_LAYER_NAMES = ("Annotation", "AnnotationSet", "Annotations", "LegacyMeshes", "Mesh", "Meshes",
+                "SegmentProperties", "Skeleton", "Skeletons", "open_annotations", "open_meshes",
+                "open_segment_properties", "open_skeletons", "write_annotations",
+                "write_legacy_meshes", "write_meshes", "write_segment_properties",
+                "write_skeletons")
 
 
 def __getattr__(name: str):
-    # Volumes pull in image and segmentation codecs, ngshard.dask pulls in Dask: load them on
-    # first use only.
+    # Volumes pull in image and segmentation codecs, layers their codecs (Draco), ngshard.dask
+    # pulls in Dask: load them on first use only.
     if name in _VOLUME_NAMES:
         from . import volume
 
@@ -42,12 +48,22 @@ def __getattr__(name: str):
         import importlib
 
         return importlib.import_module(".dask", __name__)
+    if name in _LAYER_NAMES:
+        from . import layers
+
+        return getattr(layers, name)
+    if name == "open":
+        from .layers import open_layer
+
+        return open_layer
     raise AttributeError(f"module 'ngshard' has no attribute {name!r}")
 
 __all__ = [
+    "Annotations",
     "ConflictError",
     "CorruptDataError",
     "InvalidKeyError",
+    "Meshes",
     "MissingDependencyError",
     "NgShardError",
     "NotFoundError",
@@ -57,8 +73,19 @@ __all__ = [
     "Volume",
     "SpecError",
     "StorageWriteError",
+    "SegmentProperties",
+    "Skeletons",
     "create_volume",
+    "open_annotations",
     "open_kv",
+    "open_meshes",
+    "open_segment_properties",
+    "open_skeletons",
     "open_volume",
+    "serve",
+    "write_annotations",
     "write_kv",
+    "write_meshes",
+    "write_segment_properties",
+    "write_skeletons",
 ]

@@ -14,17 +14,6 @@ def member(values: np.ndarray, sorted_ref: np.ndarray) -> np.ndarray:
     return sorted_ref[pos] == values
 
 
-
-def segment_cumsum(values: np.ndarray, first: np.ndarray, seg: np.ndarray) -> np.ndarray:
-    """Cumulative sums restarting at each segment, modulo 2**64."""
-    total = np.cumsum(values, dtype=np.uint64)
-    before = np.zeros(len(first), np.uint64)
-    nonzero = first > 0
-    before[nonzero] = total[first[nonzero] - 1]
-    return total - before[seg]
-
-
-
 def uint_dtype(bound: int) -> np.dtype:
     """The narrowest unsigned dtype holding every integer below ``bound``: numpy sorts 8- and
     16-bit integers stably by radix, far faster than wider ones."""

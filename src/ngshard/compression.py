@@ -16,10 +16,12 @@ def gzip_compress(data: bytes, level: int = 6) -> bytes:
     return deflate.gzip_compress(data, level)
 
 
-def gzip_decompress(data: bytes, where: str = "", limit: int | None = None) -> bytes:
-    """Decode one or more concatenated gzip streams; CorruptDataError if it is not gzip, or if
-    it inflates past ``limit`` bytes (a bomb: memory stays bounded by the limit, not by what
-    the data claims).
+def gzip_decompress(data: bytes, where: str = "", limit: int | None = None,
+                    members: bool = True) -> bytes:
+    """Decode one or more concatenated gzip streams (only one unless ``members``, as tensorstore
+    and neuroglancer read the sharded format); CorruptDataError if it is not gzip, or if it
+    inflates past ``limit`` bytes (a bomb: memory stays bounded by the limit, not by what the
+    data claims).
 
     libdeflate takes the common single-stream case at several times zlib's speed; it sizes
     its output from the stream's trailer, so that claim is checked first (deflate expands at
@@ -29,22 +31,25 @@ def gzip_decompress(data: bytes, where: str = "", limit: int | None = None) -> b
     claimed = int.from_bytes(data[-4:], "little") if len(data) >= 18 else 0
     if data[:2] == b"\x1f\x8b" and 0 < claimed <= 1032 * len(data) and \
             (limit is None or claimed <= limit):
+        whole = bytes(data)
         try:
-            out = deflate.gzip_decompress(bytes(data))
+            out = deflate.gzip_decompress(whole)
         except deflate.DeflateError:
             out = None  # several streams, or damage: zlib tells which
-        # libdeflate stops at the end of the first stream: only if the file's own trailer
-        # (CRC and length) describes this output was there nothing after it
-        if out is not None and data[-8:] == struct.pack("<II", zlib.crc32(out),
-                                                        len(out) & 0xFFFFFFFF):
-            return out
-    return _inflate(memoryview(data), where, limit)
+        # libdeflate stops at the end of the first stream: it was the whole file only if the
+        # file ends with this output's trailer (CRC and length) and holds it nowhere before, as
+        # a first stream followed by others (even of the same bytes) would
+        if out is not None:
+            trailer = struct.pack("<II", zlib.crc32(out), len(out) & 0xFFFFFFFF)
+            if whole.find(trailer) == len(whole) - 8:
+                return out
+    return _inflate(memoryview(data), where, limit, members)
 
 
 _PIECE = 8 << 20
 
 
-def _inflate(rest: memoryview, where: str, limit: int | None) -> bytes:
+def _inflate(rest: memoryview, where: str, limit: int | None, members: bool) -> bytes:
     out: list[bytes] = []
     total = 0
     while True:
@@ -71,6 +76,8 @@ def _inflate(rest: memoryview, where: str, limit: int | None) -> bytes:
         rest = memoryview(d.unused_data)
         if not rest:
             return b"".join(out) if len(out) > 1 else out[0]
+        if not members:
+            raise CorruptDataError(f"{where}: {len(rest)} bytes after the end of the gzip data")
 
 
 def encode(data: bytes, encoding: str) -> bytes:
@@ -79,7 +86,8 @@ def encode(data: bytes, encoding: str) -> bytes:
 
 
 def decode(data: bytes, encoding: str, where: str = "", limit: int | None = None) -> bytes:
-    """Undo a sharded-format encoding ("raw" or "gzip"), refusing output past ``limit``."""
-    return gzip_decompress(data, where, limit) if encoding == "gzip" else bytes(data)
+    """Undo a sharded-format encoding ("raw" or "gzip": one gzip stream, nothing after it),
+    refusing output past ``limit``."""
+    return gzip_decompress(data, where, limit, False) if encoding == "gzip" else bytes(data)
 
 

@@ -1,11 +1,13 @@
-"""Built-in sample data: a Neuroglancer segmentation layer, as a connectomics pipeline leaves
-it: a sharded compressed_segmentation volume of Voronoi "cells" at two scales, whose segment
-IDs key a sharded skeleton layer in its ``skeletons`` directory. Each cell's skeleton runs
-along the cell through its own voxels, so a viewer shows it inside its segment; the other IDs'
-skeletons are random walks that stay inside the volume.
+"""Built-in sample data: two Neuroglancer layers as a connectomics pipeline leaves them, in
+``image/`` and ``segmentation/``. The segmentation is a sharded compressed_segmentation volume
+of Voronoi "cells" at two scales, whose segment IDs key a sharded skeleton layer in its
+``skeletons`` directory; the image is a sharded raw uint8 volume at two scales, the same cells
+as a microscope might show them (bright insides, dark membranes, smooth). Each cell's skeleton
+runs along the cell through its own voxels, so a viewer shows it inside its segment; the other
+IDs' skeletons are random walks that stay inside the volume.
 
 The data is deterministic (a seeded generator, fixed encodings), so a rerun writes the same
-bytes. It replaces the previous demo's files rather than writing over them: the volume's
+bytes. It replaces the previous demo's files rather than writing over them: the volumes'
 shards are updated by appending, and a second run into them would leave half of every shard
 garbage. A folder holding anything else is refused unless ``force``.
 """
@@ -21,8 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from .errors import NgShardError
-from .sharded import ShardingSpec, write_kv
-from .storage import open_storage
+from .layers.skeletons import write_skeletons
+from .sharded import ShardingSpec
 from .volume import create_volume
 from .volume.layers import scale_key, write_volume_info
 
@@ -30,25 +32,26 @@ DEMO_SPEC = ShardingSpec(hash="murmurhash3_x86_128", preshift_bits=0, minishard_
                          shard_bits=3, minishard_index_encoding="gzip", data_encoding="gzip")
 RESOLUTION = (8, 8, 40)  # nm per voxel, x y z
 DOWNSAMPLE = (2, 2, 1)  # of the second scale
-#: Info member that marks a folder as the demo's: only such a folder is replaced by a rerun.
+#: Info member that marks a layer as the demo's: only such a layer is replaced by a rerun.
 MARKER = "ngshard_demo"
-# the folders of the two scales and of the skeleton layer
-DEMO_DIRS = (scale_key(RESOLUTION), scale_key(np.multiply(RESOLUTION, DOWNSAMPLE)), "skeletons")
+#: The layers' folders.
+IMAGE, SEGMENTATION = "image", "segmentation"
+SCALE_DIRS = (scale_key(RESOLUTION), scale_key(np.multiply(RESOLUTION, DOWNSAMPLE)))
+# The folders the demo writes: None is a folder of shards (and an info), a dict a layer (whose
+# info must carry MARKER) and its folders. Earlier demos wrote the segmentation at the top:
+# a rerun replaces those too.
+DEMO_TREE: dict = {IMAGE: dict.fromkeys(SCALE_DIRS),
+                   SEGMENTATION: {**dict.fromkeys(SCALE_DIRS), "skeletons": None},
+                   **dict.fromkeys(SCALE_DIRS), "skeletons": None}
 # The files the demo writes in those folders, and the temporaries an interrupted write leaves.
 _DEMO_FILE = re.compile(r"info|[0-9a-f]+\.shard")
 _TEMP_FILE = re.compile(r"\.(info|[0-9a-f]+\.shard)~.+\.tmp")
 
 
-def encode_skeleton(vertices: np.ndarray, edges: np.ndarray) -> bytes:
-    """Neuroglancer's precomputed skeleton encoding (no extra vertex attributes)."""
-    head = np.array([len(vertices), len(edges)], "<u4").tobytes()
-    return head + vertices.astype("<f4").tobytes() + edges.astype("<u4").tobytes()
-
-
-def encode_chain(vertices: np.ndarray) -> bytes:
-    """A skeleton of ``vertices`` joined in order, each to the next."""
+def chain(vertices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A skeleton of ``vertices`` joined in order, each to the next: (vertices, edges)."""
     n = len(vertices)
-    return encode_skeleton(vertices, np.stack([np.arange(n - 1), np.arange(1, n)], axis=1))
+    return vertices, np.stack([np.arange(n - 1), np.arange(1, n)], axis=1)
 
 
 def walk_skeletons(rng: np.random.Generator, lengths: np.ndarray, shape: tuple[int, int, int],
@@ -110,6 +113,34 @@ def cell_skeletons(cells: np.ndarray, n: int, vertices: int = 32, stride: int = 
     return {c: chain[ends[c]:ends[c + 1]] for c in np.flatnonzero(count).tolist()}
 
 
+def smooth_image(rng: np.random.Generator, cells: np.ndarray, n: int) -> np.ndarray:
+    """A uint8 image of ``cells`` as a microscope might show them: each cell a grey of its
+    own, darker at the membranes between cells, blurred (twice a box filter over 5 x 5 x 3
+    voxels) so that neighbouring voxels differ a little, not by steps."""
+    grey = rng.uniform(140, 220, n).astype(np.float32)
+    image = grey[cells]
+    for axis in range(3):  # membranes: voxels whose next neighbour is another cell
+        a, b = [slice(None)] * 3, [slice(None)] * 3
+        a[axis], b[axis] = slice(None, -1), slice(1, None)
+        edge = cells[tuple(a)] != cells[tuple(b)]
+        image[tuple(a)][edge] = 40.0
+        image[tuple(b)][edge] = 40.0
+    for axis, width in zip(range(3), (5, 5, 3)):
+        for _ in range(2):
+            image = _box_filter(image, axis, width)
+    return np.clip(np.rint(image), 0, 255).astype(np.uint8)
+
+
+def _box_filter(a: np.ndarray, axis: int, width: int) -> np.ndarray:
+    """The mean over ``width`` (odd) neighbours along ``axis``, edges repeated, from one
+    cumulative sum."""
+    a = np.moveaxis(a, axis, 0)
+    r = width // 2
+    padded = np.concatenate([np.repeat(a[:1], r + 1, axis=0), a, np.repeat(a[-1:], r, axis=0)])
+    c = np.cumsum(padded, axis=0, dtype=np.float32)
+    return np.moveaxis((c[width:] - c[:-width]) / np.float32(width), 0, axis)
+
+
 def voronoi_cells(rng: np.random.Generator, shape: tuple[int, int, int], n: int,
                   step: int = 4) -> np.ndarray:
     """(x, y, z) cell numbers: each voxel takes the number of the nearest of ``n`` random
@@ -129,8 +160,18 @@ def voronoi_cells(rng: np.random.Generator, shape: tuple[int, int, int], n: int,
     return nearest
 
 
+def _marked(path: str) -> bool:
+    try:
+        doc = json.loads(Path(path).read_bytes())
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and MARKER in doc
+
+
 def previous_demo(path: str) -> list[str]:
-    """The files of an earlier demo at ``path``, its info last (empty if there is none).
+    """The files of an earlier demo at ``path``, each layer's info after its data and the
+    infos last (empty if there is none): removed in this order, an interrupted removal
+    still leaves a folder that a rerun recognises.
 
     Raises
     ------
@@ -139,51 +180,75 @@ def previous_demo(path: str) -> list[str]:
     """
     def foreign(why: str) -> NgShardError:
         return NgShardError(f"{path} is not a folder of `ngshard demo` ({why}); use --force to "
-                            f"write the demo there anyway (replacing its info and the files "
-                            f"in {', '.join(DEMO_DIRS)})")
+                            f"write the demo there anyway (replacing the files in its "
+                            f"{IMAGE} and {SEGMENTATION} folders)")
 
     if not os.path.exists(path):
         return []
-    found = []
+    data, infos = _scan(path, DEMO_TREE, "", foreign)
+    return data + infos
+
+
+def _scan(path: str, tree: dict, rel: str, foreign) -> tuple[list[str], list[str]]:
+    """(data files, infos) of a demo layer folder ``path`` laid out as ``tree``."""
+    data, infos, info = [], [], None
     with os.scandir(path) as entries:
         for entry in sorted(entries, key=lambda e: e.name):
-            if entry.name == "info" and entry.is_file():
-                try:
-                    doc = json.loads(Path(entry.path).read_bytes())
-                except ValueError:
-                    doc = None
-                if not (isinstance(doc, dict) and MARKER in doc):
-                    raise foreign("its info is another layer's")
-            elif entry.name in DEMO_DIRS and entry.is_dir():
+            name = os.path.join(rel, entry.name)
+            if entry.name == "info" and entry.is_file(follow_symlinks=False):
+                if not _marked(entry.path):
+                    raise foreign(f"{name} is another layer's")
+                info = entry.path
+            elif entry.is_file(follow_symlinks=False) and _TEMP_FILE.fullmatch(entry.name):
+                data.append(entry.path)
+            elif entry.name in tree and entry.is_dir(follow_symlinks=False):
+                if tree[entry.name] is not None:
+                    more, more_infos = _scan(entry.path, tree[entry.name], name, foreign)
+                    data += more
+                    infos += more_infos
+                    continue
                 with os.scandir(entry.path) as inner:
                     for e in inner:
-                        if not (e.is_file() and (_DEMO_FILE.fullmatch(e.name) or
-                                                 _TEMP_FILE.fullmatch(e.name))):
-                            raise foreign(f"it holds {os.path.join(entry.name, e.name)}")
-                        found.append(e.path)
-            elif entry.is_file() and _TEMP_FILE.fullmatch(entry.name):
-                found.append(entry.path)
+                        if not (e.is_file(follow_symlinks=False) and (
+                                _DEMO_FILE.fullmatch(e.name) or _TEMP_FILE.fullmatch(e.name))):
+                            raise foreign(f"it holds {os.path.join(name, e.name)}")
+                        data.append(e.path)
+                        if info is None and not os.path.isfile(os.path.join(path, "info")):
+                            raise foreign(f"demo files in {name} but no info beside them")
             else:
-                raise foreign(f"it holds {entry.name}")
-    info = os.path.join(path, "info")
-    if found and not os.path.isfile(info):
-        raise foreign("demo files but no info")
-    return found + [info] if os.path.isfile(info) else found
+                raise foreign(f"it holds {name}")
+    return data, infos + ([info] if info else [])
 
 
-def _demo_files_any(path: str) -> list[str]:
-    """With --force: the files directly in the demo's folders, whatever they are, so that
-    nothing stale is appended to or mixed in, and the info last."""
-    folders = [os.path.join(path, d) for d in DEMO_DIRS]
-    names = [os.path.join(f, n) for f in folders if os.path.isdir(f) for n in sorted(os.listdir(f))]
-    return [n for n in [*names, os.path.join(path, "info")] if os.path.isfile(n)]
+def _demo_files_any(path: str, tree: dict | None = None) -> list[str]:
+    """With --force: every file directly in the demo's folders, whatever it is, so that
+    nothing stale is appended to or mixed in, and the infos last; at the top only its info
+    (a layer there would hide the demo's from a viewer)."""
+    data, infos = [], []
+    top = tree is None
+    tree = DEMO_TREE if top else tree
+    for name, sub in sorted(tree.items()):
+        folder = os.path.join(path, name)
+        if not os.path.isdir(folder):
+            continue
+        if sub is None:
+            data += [os.path.join(folder, n) for n in sorted(os.listdir(folder))
+                     if os.path.isfile(os.path.join(folder, n))]
+        else:
+            inner = _demo_files_any(folder, sub)
+            data += [n for n in inner if os.path.basename(n) != "info"]
+            infos += [n for n in inner if os.path.basename(n) == "info"]
+    mine = [os.path.join(path, n) for n in sorted(os.listdir(path))
+            if os.path.isfile(os.path.join(path, n)) and (not top or n == "info")]
+    return data + [n for n in mine if os.path.basename(n) != "info"] + infos + \
+        [n for n in mine if os.path.basename(n) == "info"]
 
 
 def make_demo(path: str | os.PathLike, shape: tuple[int, int, int] = (256, 256, 128),
               cells: int = 300, segments: int = 5000, seed: int = 0, *, force: bool = False
-              ) -> None:
-    """Write the sample segmentation layer at ``path`` (see the module docstring), replacing
-    a previous demo there.
+              ) -> dict[str, str]:
+    """Write the sample layers at ``path`` (see the module docstring), replacing a previous
+    demo there.
 
     Parameters
     ----------
@@ -193,8 +258,13 @@ def make_demo(path: str | os.PathLike, shape: tuple[int, int, int] = (256, 256, 
         Volume size (voxels of 8 x 8 x 40 nm), number of Voronoi cells, number of skeletons
         (cells included), random seed.
     force
-        Also write into a folder holding other things: its info and every file directly in
-        its scale and skeleton folders are replaced; other files stay.
+        Also write into a folder holding other things: its info and every file in the
+        demo's folders are replaced; other files stay.
+
+    Returns
+    -------
+    dict
+        The layers' folders: ``{"image": ..., "segmentation": ..., "skeletons": ...}``.
 
     Raises
     ------
@@ -202,7 +272,7 @@ def make_demo(path: str | os.PathLike, shape: tuple[int, int, int] = (256, 256, 
         ``path`` holds files the demo did not write, and not ``force``.
     """
     path = os.fspath(path)
-    for name in _demo_files_any(path) if force else previous_demo(path):
+    for name in _demo_files_any(path) if force and os.path.isdir(path) else previous_demo(path):
         os.unlink(name)
     rng = np.random.default_rng(seed)
     ids = np.unique(rng.integers(1, 2**40, segments, dtype=np.uint64))
@@ -211,21 +281,26 @@ def make_demo(path: str | os.PathLike, shape: tuple[int, int, int] = (256, 256, 
     walks = walk_skeletons(rng, rng.integers(2, 200, len(ids)), shape)
     skeletons = dict(zip(ids.tolist(), walks))
     skeletons.update((int(chosen[c]), v) for c, v in cell_skeletons(cell, cells).items())
+    image = smooth_image(rng, cell, cells)
 
-    vol = create_volume(path, dtype="uint64", shape=shape, chunk_size=(64, 64, 64),
-                        encoding="compressed_segmentation", resolution=RESOLUTION,
-                        sharding="auto")
-    # Marked before any chunk is written, so that a rerun after an interruption replaces it;
-    # "skeletons" is where Neuroglancer looks for the segments' skeletons.
-    vol.info = replace(vol.info, extra={**vol.info.extra, "skeletons": "skeletons",
-                                        MARKER: "sample data; `ngshard demo` replaces it"})
-    write_volume_info(vol.storage, vol.info)
-    with vol:
-        vol[:] = chosen[cell]
-    vol.add_scale(DOWNSAMPLE)
+    folders = {IMAGE: os.path.join(path, IMAGE), SEGMENTATION: os.path.join(path, SEGMENTATION)}
+    folders["skeletons"] = os.path.join(folders[SEGMENTATION], "skeletons")
+    for layer, data, encoding in ((SEGMENTATION, chosen[cell], "compressed_segmentation"),
+                                  (IMAGE, image, "raw")):
+        vol = create_volume(folders[layer], dtype=data.dtype, shape=shape,
+                            chunk_size=(64, 64, 64), encoding=encoding, resolution=RESOLUTION,
+                            sharding="auto")
+        # Marked before any chunk is written, so that a rerun after an interruption replaces
+        # it; "skeletons" is where Neuroglancer looks for the segments' skeletons.
+        extra = {MARKER: "sample data; `ngshard demo` replaces it"}
+        if layer == SEGMENTATION:
+            extra["skeletons"] = "skeletons"
+        vol.info = replace(vol.info, extra={**vol.info.extra, **extra})
+        write_volume_info(vol.storage, vol.info)
+        with vol:
+            vol[:] = data
+        vol.add_scale(DOWNSAMPLE)
 
-    skeleton_dir = os.path.join(path, "skeletons")
-    info = {"@type": "neuroglancer_skeletons", "transform": [1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0],
-            "vertex_attributes": [], "sharding": DEMO_SPEC.to_json()}
-    open_storage(skeleton_dir).write("info", [json.dumps(info, indent=1).encode()])
-    write_kv(skeleton_dir, DEMO_SPEC, {k: encode_chain(v) for k, v in skeletons.items()})
+    write_skeletons(folders["skeletons"], {k: chain(v) for k, v in skeletons.items()},
+                    sharding=DEMO_SPEC)
+    return folders

@@ -1,5 +1,7 @@
-"""``ngshard demo``: the sample layer is readable by tensorstore, its skeletons lie inside their
-segments, a rerun replaces it byte for byte, and a folder of other things is left alone."""
+"""``ngshard demo``: the sample layers are readable by tensorstore, the skeletons lie inside
+their segments, the image is smooth, a rerun replaces the demo (or an earlier version's) byte
+for byte, a folder of other things is left alone, and without the viewer the demo says in one
+line how to get it. (Viewing it: tests/serve/test_view.py and test_browser.py.)"""
 
 from __future__ import annotations
 
@@ -19,9 +21,9 @@ from ngshard.volume import create_volume
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-    """A demo layer written by the console script: (its folder, what it printed)."""
+    """The demo written by the console script: (its folder, what it printed)."""
     path = tmp_path_factory.mktemp("demo") / "demo"
-    out = subprocess.run([sys.executable, "-m", "ngshard.cli", "demo", str(path)],
+    out = subprocess.run([sys.executable, "-m", "ngshard.cli", "demo", str(path), "--no-view"],
                          capture_output=True, text=True, check=True).stdout
     return path, out
 
@@ -41,19 +43,45 @@ def skeleton(value: bytes) -> tuple[np.ndarray, np.ndarray]:
 
 def test_console_script_demo(demo):
     """A two-scale segmentation that tensorstore reads as ngshard does, whose every segment
-    has a skeleton."""
+    has a skeleton, and a two-scale image beside it."""
     path, out = demo
     assert "keys         5000" in out and "2 scale(s)" in out and str(path) in out
-    kv = ngshard.open_kv(path / "skeletons")
+    assert out.strip().splitlines()[-1] == f"look at it:  ngshard view {path}"
+    kv = ngshard.open_kv(path / "segmentation" / "skeletons")
     assert len(kv) == 5000
-    info = json.loads((path / "info").read_text())
+    info = json.loads((path / "segmentation" / "info").read_text())
     assert info["skeletons"] == "skeletons" and len(info["scales"]) == 2
+    assert info["type"] == "segmentation" and "sharding" in info["scales"][1]
     for scale in (0, 1):
-        labels = ngshard.open_volume(path, scale)[:]
+        labels = ngshard.open_volume(path / "segmentation", scale)[:]
         theirs = ts.open({"driver": "neuroglancer_precomputed", "scale_index": scale,
-                          "kvstore": {"driver": "file", "path": str(path)}}).result()
+                          "kvstore": {"driver": "file", "path": str(path / "segmentation")}}
+                         ).result()
         np.testing.assert_array_equal(theirs.read().result(), labels)
         assert set(np.unique(labels).tolist()) <= set(kv.keys_array().tolist())
+
+
+def test_the_image_is_smooth_sharded_and_two_scales(demo):
+    """The image layer: uint8, sharded at both scales, read alike by tensorstore; smooth (a
+    step to the next voxel is small on average, never a jump across the whole range) but not
+    flat, darker at the cells' membranes than inside them."""
+    path, _ = demo
+    info = json.loads((path / "image" / "info").read_text())
+    assert info["type"] == "image" and info["data_type"] == "uint8"
+    assert len(info["scales"]) == 2 and all("sharding" in s for s in info["scales"])
+    for scale in (0, 1):
+        image = ngshard.open_volume(path / "image", scale)[:]
+        theirs = ts.open({"driver": "neuroglancer_precomputed", "scale_index": scale,
+                          "kvstore": {"driver": "file", "path": str(path / "image")}}).result()
+        np.testing.assert_array_equal(theirs.read().result(), image)
+    image = ngshard.open_volume(path / "image")[..., 0].astype(int)
+    assert image.std() > 15 and len(np.unique(image)) > 100
+    steps = np.abs(np.diff(image, axis=0))
+    assert steps.mean() < 8 and steps.max() < 80
+    labels = ngshard.open_volume(path / "segmentation")[..., 0]
+    membrane = np.zeros(labels.shape, bool)
+    membrane[:-1] |= labels[:-1] != labels[1:]
+    assert image[membrane].mean() < image[~membrane].mean() - 30
 
 
 def test_skeletons_run_through_their_own_segments(demo):
@@ -62,12 +90,12 @@ def test_skeletons_run_through_their_own_segments(demo):
     most of the segment; the skeletons of IDs not in the volume stay inside its bounds. All
     are chains."""
     path, _ = demo
-    vol = ngshard.open_volume(path)
+    vol = ngshard.open_volume(path / "segmentation")
     labels, res = vol[:][..., 0], np.array(vol.resolution)
     segments = np.unique(labels)
     assert len(segments) >= 290  # of 300 cells, nearly all have voxels
     keys, vertices = [], []
-    for key, value in ngshard.open_kv(path / "skeletons").items():
+    for key, value in ngshard.open_kv(path / "segmentation" / "skeletons").items():
         v, edges = skeleton(value)
         assert len(v) >= 2 and len(edges) == len(v) - 1, key
         assert (edges[:, 0] == np.arange(len(edges))).all() and \
@@ -103,21 +131,35 @@ def test_rerun_replaces_the_demo_byte_for_byte(demo, tmp_path, capsys):
     first, _ = demo
     path = tmp_path / "demo"
     shutil.copytree(first, path)
-    assert main(["demo", str(path)]) == 0
+    assert main(["demo", str(path), "--no-view"]) == 0
     assert files(path) == files(first)
     capsys.readouterr()
-    assert main(["info", str(path), "--json"]) == 0
-    stores = list(json.loads(capsys.readouterr().out)["stores"].values())
-    assert main(["info", str(path / "skeletons"), "--json"]) == 0
+    stores = []
+    for layer in ("image", "segmentation"):
+        assert main(["info", str(path / layer), "--json"]) == 0
+        stores += json.loads(capsys.readouterr().out)["stores"].values()
+    assert main(["info", str(path / "segmentation" / "skeletons"), "--json"]) == 0
     stores.append(json.loads(capsys.readouterr().out))
-    assert len(stores) == 3 and all(s["garbage_bytes"] == 0 for s in stores)
-    assert main(["info", str(path)]) == 0
+    assert len(stores) == 5 and all(s["garbage_bytes"] == 0 for s in stores)
+    assert main(["info", str(path / "segmentation")]) == 0
     garbage = [line for line in capsys.readouterr().out.splitlines() if "garbage" in line]
     assert len(garbage) == 2 and all("garbage      0.0%" in line for line in garbage)
 
-    (path / "skeletons" / "3.shard").unlink()
-    (path / "skeletons" / ".3.shard~1@host~0f.tmp").write_bytes(b"partial")
-    assert main(["demo", str(path)]) == 0
+    (path / "segmentation" / "skeletons" / "3.shard").unlink()
+    (path / "segmentation" / "skeletons" / ".3.shard~1@host~0f.tmp").write_bytes(b"partial")
+    (path / "image" / "8_8_40" / ".0.shard~1@host~0f.tmp").write_bytes(b"partial")
+    assert main(["demo", str(path), "--no-view"]) == 0
+    assert files(path) == files(first)
+
+
+def test_rerun_replaces_an_earlier_versions_demo(demo, tmp_path):
+    """Earlier versions wrote the segmentation at the top of the folder (a marked info, its
+    scales and skeletons there): a rerun replaces that too, leaving only today's layout."""
+    first, _ = demo
+    path = tmp_path / "old"
+    shutil.copytree(first / "segmentation", path)
+    assert json.loads((path / "info").read_text())["ngshard_demo"]
+    assert main(["demo", str(path), "--no-view"]) == 0
     assert files(path) == files(first)
 
 
@@ -130,14 +172,38 @@ def test_a_folder_of_other_things_is_refused_without_force(demo, tmp_path, capsy
         vol[:] = 7
     (path / "notes.txt").write_text("mine")
     before = files(path)
-    assert main(["demo", str(path)]) == 1
+    assert main(["demo", str(path), "--no-view"]) == 1
     captured = capsys.readouterr()
     assert not captured.out and captured.err.count("\n") == 1
     assert captured.err.startswith("ngshard: error: ") and str(path) in captured.err
     assert "--force" in captured.err
     assert files(path) == before  # nothing written, nothing removed
 
-    assert main(["demo", str(path), "--force"]) == 0
+    assert main(["demo", str(path), "--force", "--no-view"]) == 0
     after = files(path)
     assert after.pop("notes.txt") == b"mine"  # only the demo's own files are replaced
     assert after == files(demo[0])
+
+
+def test_without_the_viewer_it_says_how_to_get_it(demo, tmp_path, capsys, monkeypatch):
+    """A fresh machine with nothing but Python: the demo is written, one line says what to
+    install for the viewer, and the exit status is 0. (The data is the fixture's, copied:
+    writing it is tested above.)"""
+    import ngshard.demo
+
+    def copy_demo(path, force=False):
+        shutil.copytree(demo[0], path)
+        return {"image": f"{path}/image", "segmentation": f"{path}/segmentation",
+                "skeletons": f"{path}/segmentation/skeletons"}
+
+    monkeypatch.setattr(ngshard.demo, "make_demo", copy_demo)
+    monkeypatch.setitem(sys.modules, "neuroglancer", None)  # import neuroglancer fails
+    assert main(["demo", str(tmp_path / "d")]) == 0
+    captured = capsys.readouterr()
+    last = captured.out.strip().splitlines()[-1]
+    assert "pip install 'ngshard[view]'" in last and str(tmp_path / "d") in last
+    assert not captured.err
+    assert (tmp_path / "d" / "image" / "info").exists()
+    assert main(["view", str(tmp_path / "d")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "pip install 'ngshard[view]'" in err

@@ -53,6 +53,17 @@ def test_gzip_round_trip(data, level):
 def test_gzip_concatenated_members():
     packed = gzip_compress(b"hello ") + gzip_compress(b"") + gzip_compress(b"world", 1)
     assert gzip_decompress(packed) == b"hello world"
+    # libdeflate stops after the first stream: one with the same trailer after it is not lost
+    assert gzip_decompress(gzip_compress(b"abc") * 2) == b"abcabc"
+
+
+@pytest.mark.parametrize("packed", [gzip_compress(b"ab") + gzip_compress(b"c"),
+                                    gzip_compress(b"abc") * 2, gzip_compress(b"") * 2])
+def test_sharded_gzip_is_one_stream(packed):
+    """A value or minishard index of several gzip streams is corrupt, as tensorstore and
+    neuroglancer read them (two minishard indices' bytes would decode to a garbled table)."""
+    with pytest.raises(CorruptDataError, match=f"{WHERE}: .* after the end of the gzip data"):
+        codec.decode(packed, "gzip", WHERE)
 
 
 @pytest.mark.parametrize("data", [

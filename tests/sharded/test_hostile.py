@@ -65,6 +65,28 @@ def test_a_minishard_index_bomb_is_refused_in_bounded_memory(tmp_path):
     assert int(out[-1]) < 300, f"peak grew by {out[-1]} MiB"
 
 
+def test_a_large_minishard_index_costs_little_more_than_its_bytes(tmp_path):
+    """A 48 MiB minishard index under the cap (a bomb of zeros: every key 0, refused at the
+    end): decoding it peaks near twice its size, not four times (the fuzzer's memory bound)."""
+    bomb = gzip_of_zeros(48 << 20)
+    (tmp_path / "0.shard").write_bytes(u64(0, len(bomb)) + bomb)
+    (tmp_path / "info").write_text(json.dumps({"sharding": ONE.to_json()}))
+    code = textwrap.dedent(f"""
+        import resource, ngshard
+        kv = ngshard.open_kv({str(tmp_path)!r})
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        try:
+            kv[0]
+        except ngshard.CorruptDataError as e:
+            print("refused:", e)
+        print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.splitlines()
+    assert out[0].startswith("refused:") and "appears twice" in out[0]
+    assert int(out[1]) < 2.5 * 48, f"peak grew by {out[1]} MiB"
+
+
 def test_a_value_bomb_is_refused_past_max_value_bytes(tmp_path):
     spec = ngshard.ShardingSpec(minishard_bits=0, shard_bits=0, data_encoding="gzip")
     ngshard.write_kv(tmp_path, spec, {1: bytes(5 << 20)})  # gzip: 5 KiB on disk

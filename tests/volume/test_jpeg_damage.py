@@ -60,3 +60,23 @@ def test_damaged_jpeg_chunks_agree_with_tensorstore(tmp_path, channels):
         outcomes["both reject" if ours is None else "both decode"] += 1
     assert outcomes["both decode"] > 10 and outcomes["both reject"] > 10, outcomes
     assert outcomes["cut after the data"] < 10, outcomes
+
+
+@pytest.mark.parametrize("tail", [b"\xff\xc0\x00\x11", b"\xff\xd8", b"\xff\xdb\x00\x01",
+                                  b"\xff\xe0\x7f\xff", b"\xff\xc4\x00\x05\x01", b"\xff\x01"])
+def test_damaged_markers_after_the_scan_are_not_read(tmp_path, tail):
+    """tensorstore stops after the last scanline: a damaged marker where the end marker was
+    (a second SOF or SOI, a segment longer than the file) is never read, here neither."""
+    rng = np.random.default_rng(7)
+    data = rng.integers(0, 256, (*SHAPE, 3), dtype=np.uint8)
+    with ngshard.create_volume(tmp_path, dtype="uint8", shape=(*SHAPE, 3), chunk_size=SHAPE,
+                               encoding="jpeg") as vol:
+        vol[:] = data
+    path = tmp_path / vol.scale.key / vol.grid.chunk_names([[0, 0, 0]])[0]
+    good = path.read_bytes()
+    assert good.endswith(b"\xff\xd9")
+    spec = {"driver": "neuroglancer_precomputed", "kvstore": f"file://{tmp_path}"}
+    want = ts_read(spec)
+    path.write_bytes(good[:-2] + tail)
+    np.testing.assert_array_equal(ts_read(spec), want)
+    np.testing.assert_array_equal(ngshard.open_volume(tmp_path)[:], want)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from .. import __version__
 from ..errors import NgShardError
 from .demo import cmd_demo
+from .serve import add_commands as add_serve_commands
 from .store import (
     KeyNotFound,
     cmd_compact,
@@ -64,8 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
 
     p = command("info", cmd_info, "describe a sharded store (spec, shards, keys, sizes, "
-                "garbage) or a precomputed volume (scales, chunking, sharding, encoding, and "
-                "the stores of its sharded scales)")
+                "garbage), a precomputed volume (scales, chunking, sharding, encoding, and "
+                "the stores of its sharded scales), or a skeleton, mesh, annotation or "
+                "segment properties layer")
     store_args(p)
     p.add_argument("--json", action="store_true", help="print JSON")
     quiet(p)
@@ -77,9 +79,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chunks", action="store_true",
                    help="for volume scales: print each chunk's grid position (x y z) after "
                         "its Morton key")
-    p = command("get", cmd_get, "write the value of one key to stdout or a file")
+    p = command("get", cmd_get, "write the value of one key to stdout or a file; for a "
+                "skeleton, mesh or annotation layer, --as decodes it")
     store_args(p)
     p.add_argument("key", metavar="KEY", help="uint64 key, decimal or 0x hex")
+    p.add_argument("--as", dest="as_", choices=("json", "obj", "ply", "swc"),
+                   help="decode the segment: json (any layer), swc (skeletons), obj or ply "
+                        "(meshes)")
+    p.add_argument("--lod", type=int, default=0, help="mesh level of detail (0: finest)")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     p = command("put", cmd_put, "set the value of one key (creates the store if needed)")
     write_args(p)
@@ -102,11 +109,16 @@ def build_parser() -> argparse.ArgumentParser:
                 "(every sharded scale of a volume)")
     store_args(p)
     quiet(p)
-    p = command("demo", cmd_demo, "write a sample sharded segmentation layer and show it")
+    p = command("demo", cmd_demo, "write sample sharded image and segmentation layers (with "
+                "skeletons), then view them in Neuroglancer (as `ngshard view` does); Ctrl-C "
+                "stops")
     p.add_argument("dir", nargs="?", default="ngshard-demo", help="where (default ./ngshard-demo)")
     p.add_argument("--force", action="store_true", help="write into a folder that holds other "
-                   "things too, replacing its info and the files in its 8_8_40, 16_16_40 and "
-                   "skeletons folders (a previous demo is replaced without --force)")
+                   "things too, replacing its info and the files in its image and segmentation "
+                   "folders (a previous demo is replaced without --force)")
+    p.add_argument("--no-view", action="store_true", help="only write the data")
+    p.add_argument("--no-browser", action="store_true", help="only print the viewer's URL")
+    add_serve_commands(command)
     return parser
 
 

@@ -17,6 +17,7 @@ from ..sharded import ShardedKV
 from ..sharded.spec import check_key
 from ..verify import verify_kv, verify_volume
 from ..volume import Volume
+from .layers import cmd_get_layer, cmd_info_layer, typed_layer
 from .targets import progress_wanted, require_present, scale_indices, targets, volume_at
 
 
@@ -85,6 +86,10 @@ def describe_store(kv: ShardedKV, indent: str = "", progress: bool = False) -> N
 
 
 def cmd_info(args: argparse.Namespace) -> None:
+    layer = typed_layer(args)
+    if layer is not None:
+        cmd_info_layer(args, layer[0], layer[2])
+        return
     storage, info = volume_at(args)
     progress = progress_wanted(args)
     if info is not None:
@@ -154,6 +159,14 @@ def cmd_ls(args: argparse.Namespace) -> None:
 
 def cmd_get(args: argparse.Namespace) -> None:
     key = parse_key(args.key)
+    layer = typed_layer(args)
+    if layer is not None:
+        cmd_get_layer(args, layer[0], layer[2], key)
+        return
+    if args.as_ is not None:
+        raise NgShardError(f"--as decodes skeleton, mesh, annotation and segment property "
+                           f"layers; {args.url} is a volume or a bare store (get its raw "
+                           f"bytes without --as)")
     if getattr(args, "scale", None) is None and volume_at(args)[1] is not None:
         args.scale = "0"
     (target,) = targets(args)

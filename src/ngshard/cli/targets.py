@@ -85,9 +85,20 @@ def targets(args: argparse.Namespace, mode: str = "r", *, every_scale: bool = Fa
             raise SpecError(f"{args.url}: a volume with no sharded scale (one file per chunk)")
         return out
     strategy = getattr(args, "strategy", "auto")
-    kv = open_kv(storage, spec=args.spec, mode=mode, strategy=strategy) if writing else \
-        open_kv(storage, spec=args.spec)
+    kv = open_kv(storage, spec=args.spec, mode=mode, strategy=strategy,
+                 prefix_of=_prefix_of(storage)) if writing else open_kv(storage, spec=args.spec)
     return [Target(storage.url, kv)]
+
+
+def _prefix_of(storage: Storage):
+    """A mesh layer's store keeps each manifest's fragments before it: its writes need to
+    know them (see ngshard.sharded.prefixed)."""
+    doc = read_info(storage)
+    if doc is not None and doc.get("@type") == "neuroglancer_multilod_draco":
+        from ..layers.mesh_codec import prefix_sizes
+
+        return prefix_sizes
+    return None
 
 
 def require_present(target: Target) -> None:

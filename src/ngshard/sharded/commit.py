@@ -55,8 +55,10 @@ def commit_staged(reader: ShardReader, staging: Staging, plan: CommitPlan | None
     in_flight = WORKERS if staging.spilled else 2 * WORKERS
     storage, spec = reader.storage, reader.spec
 
+    prefix_of = reader.prefix_of  # unindexed prefixes (mesh fragments) that rewrites keep
+
     def apply(job: tuple) -> int:
-        _apply(storage, spec, mode, *job)
+        _apply(storage, spec, mode, *job, prefix_of)
         return job[0].shard
 
     for shard in progress_bar(bounded_map(apply, jobs(), in_flight),
@@ -81,6 +83,7 @@ def _append_base(reader: ShardReader, plan: ShardPlan, changes: ShardChanges
     shard = reader.retrying(reader.shards, [plan.name])[plan.name]
     if shard is None or shard.generation != plan.generation:
         raise changed_on_storage(reader.storage.path(plan.name), "the commit was planned")
+    reader.retrying(reader.settle, [shard])
     touched = reader.spec.locate(changes.keys)[1]
     reader.load_minishards([(shard, touched)])
     return ShardState(shard.name, shard.size, shard.generation, shard.ranges,
@@ -89,7 +92,7 @@ def _append_base(reader: ShardReader, plan: ShardPlan, changes: ShardChanges
 
 
 def _apply(storage: Storage, spec: ShardingSpec, mode: str, plan: ShardPlan,
-           changes: ShardChanges | None, base: ShardState | None) -> None:
+           changes: ShardChanges | None, base: ShardState | None, prefix_of=None) -> None:
     """Carry out one shard's plan (in a job thread: touches storage, not the caches)."""
     name = plan.name
     check = ANY if mode == "w" else plan.generation
@@ -127,7 +130,7 @@ def _apply(storage: Storage, spec: ShardingSpec, mode: str, plan: ShardPlan,
             storage.write(name, [update.index, memoryview(old)[len(update.index):base.end],
                                  *update.tail], if_generation=plan.generation)
         return
-    parts = rewrite_shard(spec, old, keys, deleted, sizes, data, where)
+    parts = rewrite_shard(spec, old, keys, deleted, sizes, data, where, prefix_of)
     if plan.action == "convert":
         if parts is not None:  # first the new file (readers prefer it), then the pair
             storage.write(name, parts, if_generation=None)
@@ -171,8 +174,8 @@ def compact(reader: ShardReader, names: Iterable[str], *, progress: bool = False
 
     none = ShardChanges(0, np.zeros(0, np.uint64), np.zeros(0, np.int64),
                         data=np.zeros(0, np.uint8))
-    for _ in progress_bar(bounded_map(lambda p: _apply(reader.storage, spec, "r+", p, none, None),
-                                      jobs(), WORKERS),
+    for _ in progress_bar(bounded_map(lambda p: _apply(reader.storage, spec, "r+", p, none, None,
+                                                       reader.prefix_of), jobs(), WORKERS),
                           desc="compacting", unit="shard", enabled=progress):
         pass
     for p in plans:

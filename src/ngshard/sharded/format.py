@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from .._arrays import member, segment_cumsum
+from .._arrays import member
 from ..compression import decode, gzip_compress
 from ..errors import CorruptDataError
 
@@ -107,33 +107,66 @@ def decode_minishard_indices(bufs: Sequence[bytes], encoding: str, index_end: in
                                f"{int(lengths[bad[0]])} bytes is not a multiple of 24")
     counts = lengths // 24
     first = np.cumsum(counts) - counts
-    seg = np.repeat(np.arange(len(raws)), counts)
-    table = np.frombuffer(b"".join(raws), _U64)
-    n = len(seg)
-    within = np.arange(n) - first[seg]
-    base = 3 * first[seg] + within
-    stride = counts[seg]
-    sizes = table[base + 2 * stride].astype(np.uint64)
-    keys = segment_cumsum(table[base], first, seg)
-    # start_i = index_end + sum(row1[:i+1]) + sum(sizes[:i]), all modulo 2**64.
-    starts = segment_cumsum(table[base + stride], first, seg)
-    starts += segment_cumsum(sizes, first, seg) - sizes + np.uint64(index_end)
+    # The rows of the [3, n] tables, concatenated (views of the buffer when there is one: an
+    # index may be 256 MiB, so temporaries are few and freed early).
+    several = len(raws) > 1
+    if several:  # entry i of table t is at 3 * first[t] + (i - first[t]), then a row further
+        seg = np.repeat(np.arange(len(raws)), counts)
+        pos = np.arange(len(seg), dtype=np.int64) + 2 * first[seg]
+        stride = counts[seg]
+        table = np.frombuffer(b"".join(raws), _U64)
+        rows = [table[pos], table[pos + stride], table[pos + 2 * stride]]
+        del seg, pos, stride, table
+    else:
+        rows = np.frombuffer(raws[0], _U64).reshape(3, -1) if raws else np.zeros((3, 0), _U64)
+
+    def cumsum(values: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """Sums restarting at each table, modulo 2**64 (in place with ``out``)."""
+        total = np.cumsum(values, dtype=np.uint64, out=out)
+        if several:
+            before = np.zeros(len(first), np.uint64)
+            before[first > 0] = total[first[first > 0] - 1]
+            total -= np.repeat(before, counts)
+        return total
+
+    keys, sizes = cumsum(rows[0]), rows[2].astype(np.uint64)
+    # start_i = index_end + sum(row1[:i+1] + sizes[:i+1]) - sizes[i], all modulo 2**64.
+    starts = rows[1] + sizes
+    cumsum(starts, out=starts)
+    starts -= sizes
+    starts += np.uint64(index_end)
+    del rows
     end = np.uint64(file_size)
-    bad = np.flatnonzero((starts > end) | (sizes > end - np.minimum(starts, end)) |
-                         (starts < np.uint64(index_end)))
+    room = np.minimum(starts, end)
+    np.subtract(end, room, out=room)
+    bad = np.flatnonzero((starts > end) | (sizes > room) | (starts < np.uint64(index_end)))
+    del room
+
+    def table_of(i: int) -> int:
+        return int(np.searchsorted(first + counts, i, side="right"))
+
     if len(bad):
         i = int(bad[0])
         raise CorruptDataError(
-            f"{where(int(seg[i]))}: chunk {int(keys[i])} claims bytes [{int(starts[i])}, "
+            f"{where(table_of(i))}: chunk {int(keys[i])} claims bytes [{int(starts[i])}, "
             f"{int(starts[i]) + int(sizes[i])}) outside [{index_end}, {file_size}), the data "
             f"region of the file")
-    if not ((keys[1:] > keys[:-1]) | (seg[1:] != seg[:-1])).all():  # writers usually sort
-        order = np.lexsort((keys, seg))
-        keys, starts, sizes = keys[order], starts[order], sizes[order]
-    dup = np.flatnonzero((keys[1:] == keys[:-1]) & (seg[1:] == seg[:-1]))
+    joins = first[counts > 0][1:] - 1  # last entry of each table but the last
+    rising = keys[1:] > keys[:-1]
+    rising[joins] = True
+    if not rising.all():  # writers usually sort; one array at a time
+        order = np.lexsort((keys, np.repeat(np.arange(len(raws)), counts))) if several \
+            else np.argsort(keys, kind="stable")
+        keys = keys[order]
+        starts = starts[order]
+        sizes = sizes[order]
+        del order
+    same = keys[1:] == keys[:-1]
+    same[joins] = False
+    dup = np.flatnonzero(same)
     if len(dup):
-        raise CorruptDataError(f"{where(int(seg[dup[0]]))}: key {int(keys[dup[0]])} appears "
-                               f"twice in one minishard index")
+        raise CorruptDataError(f"{where(table_of(int(dup[0])))}: key {int(keys[dup[0]])} "
+                               f"appears twice in one minishard index")
     ends = (first + counts).tolist()
     return [MinishardIndex(keys[a:b], starts[a:b], sizes[a:b])
             for a, b in zip(first.tolist(), ends)]

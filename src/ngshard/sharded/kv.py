@@ -8,7 +8,7 @@ written shard by shard (``commit.py``).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from typing import Any
 
 import numpy as np
@@ -17,10 +17,11 @@ from .._arrays import member
 from ..errors import InvalidKeyError, NgShardError, NotFoundError, ReadOnlyError, SpecError
 from ..storage import Storage, open_storage, remove_stale
 from . import commit as committing
-from . import listing
+from . import listing, prefixed
 from .infofile import as_spec, record_spec, spec_from_info
 from .inputs import as_bytes, pair_batches, value_arrays
 from .plan import CommitPlan, plan_commit
+from .prefixed import PrefixOf
 from .reader import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_MAX_VALUE_BYTES,
@@ -48,7 +49,8 @@ class ShardedKV(MutableMapping):
                  staged_bytes: int = DEFAULT_STAGED_BYTES, spill_dir: str | None = None,
                  cache_bytes: int = DEFAULT_CACHE_BYTES, info: bool = False,
                  max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
-                 read_retries: int = DEFAULT_READ_RETRIES) -> None:
+                 read_retries: int = DEFAULT_READ_RETRIES,
+                 prefix_of: PrefixOf | None = None) -> None:
         if mode not in MODES:
             raise SpecError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         if strategy not in STRATEGIES:
@@ -65,6 +67,9 @@ class ShardedKV(MutableMapping):
         self.strategy, self.compact_ratio = strategy, compact_ratio
         #: The reads and the index cache (``reader.cached_bytes``, ``reader.forget()``).
         self.reader = ShardReader(storage, spec, cache_bytes, max_value_bytes, read_retries)
+        #: ``prefix_of(keys, values)``: lengths of the unindexed prefixes stored right before
+        #: values (mesh fragments before their manifest), which rewrites and compactions keep.
+        self.reader.prefix_of = self.prefix_of = prefix_of
         self._write_info = info and mode != "r"
         local = storage.local_root
         if spill_dir is None and local is not None and mode != "r":
@@ -98,6 +103,14 @@ class ShardedKV(MutableMapping):
         if copy:
             out = {k: v if type(v) is bytes else bytes(v) for k, v in out.items()}
         return out
+
+    def get_many_prefixed(self, keys: Iterable[int] | np.ndarray,
+                          span: Callable[[int, bytes], tuple[int, int]] | None = None
+                          ) -> dict[int, tuple[bytes | memoryview, bytes | memoryview]]:
+        """Stored values with bytes from right before them, as {key: (before, value)}:
+        ``span(key, value)`` gives ``(begin, end)`` relative to the value's start (by
+        default its whole prefix by ``prefix_of``). See :func:`.prefixed.read_prefixed`."""
+        return prefixed.read_prefixed(self.reader, as_key_array(keys), span)
 
     def _get(self, k: int) -> bytes | None:
         if self._staging:
@@ -321,7 +334,8 @@ def open_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str | 
             staged_bytes: int = DEFAULT_STAGED_BYTES, spill_dir: str | None = None,
             cache_bytes: int = DEFAULT_CACHE_BYTES, info: bool = True,
             max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
-            read_retries: int = DEFAULT_READ_RETRIES, durable: bool = True) -> ShardedKV:
+            read_retries: int = DEFAULT_READ_RETRIES, durable: bool = True,
+            prefix_of: PrefixOf | None = None) -> ShardedKV:
     """Open the sharded key-value store at ``url``.
 
     Parameters
@@ -356,6 +370,11 @@ def open_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str | 
         that for scratch work.
     info
         Writers record the spec in ``<url>/info`` on commit, so later opens need none.
+    prefix_of
+        For stores whose values have unindexed prefixes (multi-resolution mesh fragments
+        before their manifest): ``prefix_of(keys, values)`` gives their lengths, and every
+        rewrite and compaction keeps them. A mesh layer's store opened for writing without
+        it is refused (its rewrites would drop the fragments).
 
     Returns
     -------
@@ -387,9 +406,12 @@ def open_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str | 
         spec = as_spec(spec)
         if mode in ("r+", "a"):
             _check_recorded(storage, spec)
+    if mode != "r" and prefix_of is None:
+        prefixed.refuse_blind_writes(storage)
     return ShardedKV(storage, spec, mode, strategy=strategy, compact_ratio=compact_ratio,
                      staged_bytes=staged_bytes, spill_dir=spill_dir, cache_bytes=cache_bytes,
-                     info=info, max_value_bytes=max_value_bytes, read_retries=read_retries)
+                     info=info, max_value_bytes=max_value_bytes, read_retries=read_retries,
+                     prefix_of=prefix_of)
 
 
 def _check_recorded(storage: Storage, spec: ShardingSpec) -> None:

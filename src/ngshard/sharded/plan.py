@@ -108,7 +108,9 @@ def plan_shards(reader: ShardReader, changes: Iterable[ShardChanges], *, mode: s
         return
     for group in _groups(changes):
         names = [spec.shard_filename(c.shard) for c in group]
-        reader.retrying(reader.shards, names)  # the group's shard indices in one batch
+        # the group's shard indices in one batch, and where their committed bytes end
+        present = reader.retrying(reader.shards, names)
+        reader.retrying(reader.settle, [s for s in present.values() if s is not None])
         for name, c in zip(names, group):
             yield reader.retrying(_plan_shard, reader, name, c.shard, c.keys, c.lengths,
                                   strategy, compact_ratio), c

@@ -65,6 +65,7 @@ class ShardState:
     # where the committed bytes end: past it lies only the tail of an append that died.
     garbage: int = 0
     end: int = 0
+    tail_known: bool = True  # False: a dead append's tail may follow (see ShardReader.settle)
     recent: bool = False  # changed within the timestamp resolution: confirm before trusting
 
     def __post_init__(self) -> None:
@@ -87,6 +88,9 @@ class StaleShard(Exception):
 
 class ShardReader:
     """Reads of the shards of one store, with the index cache. Not thread-safe."""
+
+    #: The store's ``prefix_of`` (see ShardedKV): set by the store, kept by its rewrites.
+    prefix_of = None
 
     def __init__(self, storage: Storage, spec: ShardingSpec,
                  cache_bytes: int = DEFAULT_CACHE_BYTES,
@@ -179,7 +183,6 @@ class ShardReader:
 
         reads = self.storage.read_ranges(
             [(n, wanted(info)) for n, (_, (info, _), _, _) in zip(index_names, todo)])
-        dead_tails = []
         for index_name, (name, (info, data), generation, recent), (gen, chunks) in \
                 zip(index_names, todo, reads):
             if chunks is None or (gen is not None and gen != info.generation):
@@ -195,8 +198,8 @@ class ShardReader:
             shard = ShardState(name, total, generation, ranges, recent=recent)
             if cached is not None and cached.generation == generation and \
                     np.array_equal(cached.ranges, ranges):  # confirmed: keep what was decoded
-                shard.minishards, shard.garbage, shard.end = \
-                    cached.minishards, cached.garbage, cached.end
+                shard.minishards, shard.garbage, shard.end, shard.tail_known = \
+                    cached.minishards, cached.garbage, cached.end, cached.tail_known
             elif data is not None:
                 shard.data_name, shard.data_shift = legacy.pair_names(name)[1], size
                 shard.data_generation = data.generation
@@ -204,19 +207,20 @@ class ShardReader:
                 recorded = trailer_garbage(chunks[1], total)
                 if recorded is not None and total - TRAILER_SIZE == indices_end(ranges, size):
                     shard.garbage = recorded
-                else:
-                    dead_tails.append(shard)
+                else:  # only writers need to know: see settle
+                    shard.tail_known = False
             self._cache[name] = shard
             self._account(shard, ranges.nbytes + sum(i.nbytes for i in shard.minishards.values()))
             out[name] = shard
-        self._count_dead_tails(dead_tails)
         return out
 
-    def _count_dead_tails(self, shards: list[ShardState]) -> None:
-        """Shards whose file goes on past their last committed append: find the trailer that
-        append left where its minishard indices end, and count everything after it as garbage
-        (a later append cuts it off). Without such a trailer (a shard whose first append
-        died), count exactly, from every minishard index."""
+    def settle(self, shards: list[ShardState]) -> None:
+        """Where the committed bytes of shards end, for writers: a shard whose file goes on
+        past its last minishard index holds the tail of an append that died. Find the trailer
+        the last committed append left where its minishard indices end, and count everything
+        after it as garbage (the next append cuts it off); without such a trailer (a shard
+        whose first append died), count exactly, from every minishard index."""
+        shards = [s for s in shards if not s.tail_known]
         if not shards:
             return
         size = self.spec.shard_index_size
@@ -231,6 +235,7 @@ class ShardReader:
                 continue
             shard.end = start + TRAILER_SIZE
             shard.garbage = recorded + shard.size - shard.end
+            shard.tail_known = True
         everything = [(s, np.flatnonzero(s.ranges[:, 0] != s.ranges[:, 1])) for s in exact]
         self.load_minishards(everything)
         for shard in exact:
@@ -238,6 +243,7 @@ class ShardReader:
                     if len(i.keys)]
             shard.end = max([indices_end(shard.ranges, size), *ends])
             shard.garbage = shard.size - live_bytes(self.spec, shard.ranges, shard.minishards)
+            shard.tail_known = True
 
     def read_through(self, wanted: list[tuple[ShardState, np.ndarray]]) -> list[list[bytes]]:
         """Read ``(shard, (n, 2) absolute ranges)`` past the shard indices, in one batch,

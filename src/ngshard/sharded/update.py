@@ -24,6 +24,7 @@ from .format import (
     encode_minishard_indices,
     encode_shard_index,
 )
+from .prefixed import PrefixOf, rewrite_prefixed
 from .spec import ShardingSpec
 
 Buffer = bytes | memoryview
@@ -31,20 +32,23 @@ Buffer = bytes | memoryview
 
 def rewrite_shard(spec: ShardingSpec, old: Buffer | None, keys: np.ndarray,
                   deleted: np.ndarray, sizes: np.ndarray, data: Sequence,
-                  where: str = "") -> list | None:
+                  where: str = "", prefix_of: PrefixOf | None = None) -> list | None:
     """The new shard file after the changes: ``keys[i]`` set, or deleted where
     ``deleted[i]``; the set keys' data-encoded values, ``sizes`` bytes each, lie back to back
     in that order in the parts ``data``. Returns None when no key is left.
 
     Kept chunks stay in the order they had in ``old``, each run of them that lay back to back
     there copied as one slice; new chunks follow them. (Only the minishard indices must be
-    sorted by key; data may lie in any order.)
+    sorted by key; data may lie in any order.) With ``prefix_of``, each kept chunk keeps the
+    unindexed prefix that lies right before it (see ``prefixed.py``).
     """
     old = memoryview(old) if old is not None else None
     kept = Entries.of(decode_all(spec, old, where)).without(np.sort(keys)) \
         if old is not None and len(old) else Entries.of({})
     by_place = np.argsort(kept.starts, kind="stable")
     kept = Entries(*(col[by_place] for col in kept))
+    if prefix_of is not None and len(kept.keys):
+        return rewrite_prefixed(spec, old, kept, prefix_of, keys[~deleted], sizes, data, where)
     new_keys = keys[~deleted]
     if not len(kept.keys):
         return new_shard(spec, new_keys, sizes, data) if len(new_keys) else None

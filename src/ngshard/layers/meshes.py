@@ -1,0 +1,293 @@
+"""Mesh layers: multi-resolution Draco meshes (``neuroglancer_multilod_draco``) and legacy
+single-resolution meshes (``neuroglancer_legacy_mesh``, or a directory of ``<id>:0``
+manifests without an info), read by segment id in batches.
+
+A multi-resolution read is two batched rounds: the manifests, then the fragment bytes of the
+LODs asked for (sharded: the bytes right before each manifest in its shard; unsharded: byte
+ranges of the ``<id>`` files). Fragments decode on every core (DracoPy releases the GIL).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import CorruptDataError, SpecError
+from ..sharded import open_kv
+from ..sharded.infofile import INFO, read_info
+from ..sharded.spec import as_key_array, check_key
+from ..storage import Storage, open_storage
+from ..threads import pmap
+from .info import apply_transform, parse_sharding, parse_transform
+from .mesh_codec import Manifest, decode_fragment, decode_legacy, prefix_sizes
+from .store import SegmentStore
+
+KIND = "neuroglancer_multilod_draco"
+LEGACY = "neuroglancer_legacy_mesh"
+
+
+@dataclass
+class Mesh:
+    """One segment's triangle mesh at one level of detail: ``vertices (n, 3)`` float32 in
+    model coordinates (the info's transform applied), ``faces (m, 3)`` uint32."""
+
+    id: int
+    vertices: np.ndarray
+    faces: np.ndarray
+    lod: int = 0
+
+
+def _concat(key: int, parts: list[tuple[np.ndarray, np.ndarray]], lod: int) -> Mesh:
+    if not parts:
+        return Mesh(key, np.zeros((0, 3), np.float32), np.zeros((0, 3), np.uint32), lod)
+    counts = np.array([len(v) for v, _ in parts], np.int64)
+    shift = np.cumsum(counts) - counts
+    faces = [f.astype(np.uint32) + np.uint32(s) for (_, f), s in zip(parts, shift.tolist())]
+    return Mesh(key, np.concatenate([v for v, _ in parts]).astype(np.float32),
+                np.concatenate(faces), lod)
+
+
+class Meshes:
+    """A multi-resolution mesh layer, opened with :func:`open_meshes` (or
+    :func:`ngshard.open`).
+
+    Attributes
+    ----------
+    vertex_quantization_bits : int
+    transform : numpy.ndarray
+        ``(3, 4)`` stored model to model coordinates.
+    sharding : ShardingSpec or None
+    kv : ShardedKV or None
+        The sharded store (its rewrites and compactions keep the fragment data).
+    """
+
+    def __init__(self, storage: Storage, info: dict) -> None:
+        where = storage.path(INFO)
+        self.storage, self.info = storage, info
+        bits = info.get("vertex_quantization_bits")
+        if bits not in (10, 16):
+            raise SpecError(f"{where}: vertex_quantization_bits must be 10 or 16, got {bits!r}")
+        self.vertex_quantization_bits = bits
+        self.transform = parse_transform(info, where)
+        multiplier = info.get("lod_scale_multiplier", 1)
+        if isinstance(multiplier, bool) or not isinstance(multiplier, (int, float)):
+            raise SpecError(f"{where}: lod_scale_multiplier must be a number")
+        self.lod_scale_multiplier = float(multiplier)
+        self.sharding = parse_sharding(info, where)
+        kv = None
+        if self.sharding is not None:
+            if self.sharding.data_encoding != "raw":
+                raise SpecError(f"{where}: mesh shards need data_encoding raw (fragments are "
+                                f"read by byte range), not {self.sharding.data_encoding}")
+            kv = open_kv(storage, self.sharding, info=False, prefix_of=prefix_sizes)
+        self.kv = kv
+        self.store = SegmentStore(storage, self.sharding, ".index", kv=kv)
+
+    def __repr__(self) -> str:
+        return f"Meshes({self.storage.url!r})"
+
+    def keys_array(self) -> np.ndarray:
+        """Every segment id with a mesh, sorted."""
+        return self.store.keys_array()
+
+    def __len__(self) -> int:
+        return len(self.keys_array())
+
+    def __contains__(self, segment_id: object) -> bool:
+        try:
+            return self.store.get(check_key(segment_id)) is not None
+        except ValueError:
+            return False
+
+    def manifests(self, segment_ids: Iterable[int] | np.ndarray) -> dict[int, Manifest]:
+        """The manifests of the segments present, in one batch."""
+        found = self.store.get_many(as_key_array(segment_ids))
+        return {k: Manifest.from_bytes(v, f"{self.store.where(k)}: segment {k} manifest")
+                for k, v in found.items()}
+
+    def _fetch(self, keys: np.ndarray, lod: int | None
+               ) -> dict[int, tuple[Manifest, Any, int]]:
+        """{key: (manifest, fragment bytes of ``lod`` (all LODs if None), LOD index)}."""
+        chosen: dict[int, tuple[Manifest, int]] = {}
+
+        def pick(key: int, value: bytes) -> tuple[int, int, int]:
+            m = Manifest.from_bytes(value, f"{self.store.where(key)}: segment {key} manifest")
+            index = lod if lod is None or lod >= 0 else m.num_lods + lod
+            if index is not None and not 0 <= index < m.num_lods:
+                raise ValueError(f"segment {key} has {m.num_lods} levels of detail, not "
+                                 f"{lod}")
+            chosen[key] = (m, index)
+            begin, end = (0, m.total_size) if index is None else m.lod_range(index)
+            return begin, end, m.total_size
+
+        if self.kv is not None:
+            found = self.kv.get_many_prefixed(
+                keys, lambda k, v: (lambda b, e, t: (b - t, e - t))(*pick(k, v)))
+            return {k: (chosen[k][0], data, chosen[k][1]) for k, (data, _) in found.items()}
+        names = [self.store.name(k) for k in keys.tolist()]
+        blobs = self.storage.read_many(names)
+        present = [(k, b) for k, b in zip(keys.tolist(), blobs) if b is not None]
+        spans = {k: pick(k, b) for k, b in present}
+        reads = self.storage.read_ranges([(str(k), np.array([[b, e]])) for k, (b, e, _) in
+                                          spans.items()])
+        out = {}
+        for (k, (b, e, _)), (_, chunks) in zip(spans.items(), reads):
+            if chunks is None or len(chunks[0]) != e - b:
+                raise CorruptDataError(f"{self.storage.path(str(k))}: fragment data of segment "
+                                       f"{k} ends before byte {e} its manifest names")
+            out[k] = (chosen[k][0], chunks[0], chosen[k][1])
+        return out
+
+    def _decode(self, wanted: list[tuple[int, Manifest, Any, list[int], int]]
+                ) -> list[list[Mesh]]:
+        """Decode, for each (key, manifest, data, LODs, start), the LODs whose fragments lie
+        in ``data`` from fragment byte ``start``: every fragment of the batch in runs over
+        the cores, then each LOD's vertices mapped to model coordinates at once."""
+        jobs = []
+        for key, m, data, lods, start in wanted:
+            view = memoryview(data)
+            where = f"{self.store.where(key)}: segment {key}"
+            for lod in lods:
+                sizes = m.fragment_sizes[lod].astype(np.int64)
+                at = m.lod_range(lod)[0] - start + np.cumsum(sizes) - sizes
+                jobs += [(f"{where} LOD {lod} fragment {i}", view[a:a + size])
+                         for i, (a, size) in enumerate(zip(at.tolist(), sizes.tolist()))]
+        decoded = iter(pmap(lambda job: decode_fragment(job[1], job[0]), jobs, min_items=16))
+        top = float((1 << self.vertex_quantization_bits) - 1)
+        out = []
+        for key, m, _, lods, _ in wanted:
+            meshes = []
+            for lod in lods:
+                parts = [next(decoded) for _ in range(len(m.fragment_sizes[lod]))]
+                counts = np.array([len(p) for p, _ in parts], np.int64)
+                size = m.chunk_shape.astype(np.float64) * (1 << lod)
+                corner = (m.grid_origin + m.vertex_offsets[lod]).astype(np.float64)
+                where = np.repeat(m.fragment_positions[lod].astype(np.float64), counts, axis=0)
+                points = np.concatenate([p for p, _ in parts]) if parts else \
+                    np.zeros((0, 3), np.float32)
+                model = corner + size * (where + points.astype(np.float64) / top)
+                shift = np.cumsum(counts) - counts
+                faces = [f.astype(np.uint32) + np.uint32(s) for (_, f), s in
+                         zip(parts, shift.tolist())]
+                meshes.append(Mesh(key, apply_transform(model, self.transform),
+                                   np.concatenate(faces) if faces else
+                                   np.zeros((0, 3), np.uint32), lod))
+            out.append(meshes)
+        return out
+
+    def get(self, segment_id: int, lod: int = 0) -> Mesh:
+        """One segment's mesh at one level of detail (0 the finest, -1 the coarsest).
+
+        Raises
+        ------
+        KeyError
+            No mesh for that segment.
+        ValueError
+            The segment has no such level of detail.
+        CorruptDataError
+            A manifest, fragment range or Draco fragment that does not decode; the message
+            names the segment (and LOD and fragment).
+        """
+        key = check_key(segment_id)
+        found = self.get_many([key], lod)
+        if key not in found:
+            raise KeyError(segment_id)
+        return found[key]
+
+    def get_many(self, segment_ids: Iterable[int] | np.ndarray, lod: int | str = 0
+                 ) -> dict[int, Any]:
+        """{id: Mesh} of the segments present at one LOD, or with ``lod="all"`` {id: [Mesh
+        per LOD, finest first]}; two batched reads for all of them."""
+        keys = np.unique(as_key_array(segment_ids))
+        every = lod == "all"
+        fetched = self._fetch(keys, None if every else int(lod))
+        wanted = [(k, m, data, list(range(m.num_lods)), 0) if every else
+                  (k, m, data, [index], m.lod_range(index)[0])
+                  for k, (m, data, index) in fetched.items()]
+        meshes = self._decode(wanted)
+        return {w[0]: ms if every else ms[0] for w, ms in zip(wanted, meshes)}
+
+
+class LegacyMeshes:
+    """A legacy single-resolution mesh layer: per segment a ``<id>:0`` JSON manifest naming
+    fragment files (unsharded), or the fragment itself as the value (sharded)."""
+
+    def __init__(self, storage: Storage, info: dict | None) -> None:
+        self.storage, self.info = storage, info or {"@type": LEGACY}
+        self.sharding = parse_sharding(self.info, storage.path(INFO))
+        self.transform = parse_transform(self.info, storage.path(INFO))
+        self.store = SegmentStore(storage, self.sharding, ":0")
+        self.kv = self.store.kv
+
+    def __repr__(self) -> str:
+        return f"LegacyMeshes({self.storage.url!r})"
+
+    def keys_array(self) -> np.ndarray:
+        return self.store.keys_array()
+
+    def __len__(self) -> int:
+        return len(self.keys_array())
+
+    def get(self, segment_id: int, lod: int = 0) -> Mesh:
+        """One segment's mesh (all its fragments); KeyError if it has none."""
+        if lod not in (0, -1):
+            raise ValueError(f"a legacy mesh has one level of detail, not {lod}")
+        key = check_key(segment_id)
+        found = self.get_many([key])
+        if key not in found:
+            raise KeyError(segment_id)
+        return found[key]
+
+    def get_many(self, segment_ids: Iterable[int] | np.ndarray, lod: int | str = 0
+                 ) -> dict[int, Any]:
+        """{id: Mesh} of the segments present (``lod="all"``: {id: [Mesh]})."""
+        keys = np.unique(as_key_array(segment_ids))
+        found = self.store.get_many(keys)
+        if self.kv is not None:
+            parts = {k: [(v, self.store.where(k))] for k, v in found.items()}
+        else:
+            parts = self._fragments(found)
+        out = {}
+        for k, frags in parts.items():
+            meshes = [decode_legacy(b, f"{w}: segment {k}") for b, w in frags]
+            mesh = _concat(k, [(apply_transform(v, self.transform), f) for v, f in meshes], 0)
+            out[k] = [mesh] if lod == "all" else mesh
+        return out
+
+    def _fragments(self, manifests: dict[int, bytes]) -> dict[int, list]:
+        names: dict[int, list[str]] = {}
+        for k, raw in manifests.items():
+            try:
+                doc = json.loads(raw)
+                frags = doc["fragments"]
+                if not isinstance(frags, list) or not all(isinstance(f, str) for f in frags):
+                    raise TypeError("fragments must be a list of names")
+            except (ValueError, KeyError, TypeError) as e:
+                raise CorruptDataError(f"{self.storage.path(f'{k}:0')}: not a legacy mesh "
+                                       f"manifest ({e})") from None
+            names[k] = frags
+        flat = [n for frags in names.values() for n in frags]
+        blobs = dict(zip(flat, self.storage.read_many(flat)))
+        missing = [n for n, b in blobs.items() if b is None]
+        if missing:
+            raise CorruptDataError(f"{self.storage.path(missing[0])}: a fragment a manifest "
+                                   f"names is missing")
+        return {k: [(blobs[n], self.storage.path(n)) for n in frags]
+                for k, frags in names.items()}
+
+
+def open_meshes(url: str | os.PathLike | Storage) -> Meshes | LegacyMeshes:
+    """Open the mesh layer at ``url``: multi-resolution (its info says
+    ``neuroglancer_multilod_draco``) or legacy (``neuroglancer_legacy_mesh``, or no info)."""
+    storage = open_storage(url)
+    doc = read_info(storage)
+    if doc is not None and doc.get("@type") == KIND:
+        return Meshes(storage, doc)
+    if doc is None or doc.get("@type") == LEGACY:
+        return LegacyMeshes(storage, doc)
+    raise SpecError(f"{storage.path(INFO)}: @type {doc.get('@type')!r} is not a mesh layer")

@@ -1,0 +1,153 @@
+"""The encoded skeleton of one segment (``neuroglancer_skeletons``), pure bytes <-> arrays.
+
+Layout: ``num_vertices`` and ``num_edges`` (uint32le), vertex positions ``[n, 3]`` float32le,
+edges ``[m, 2]`` uint32le, then per vertex attribute of the info ``n * num_components``
+little-endian values of its type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from ..errors import CorruptDataError, SpecError
+
+ATTRIBUTE_TYPES = ("float32", "int8", "uint8", "int16", "uint16", "int32", "uint32")
+_HEAD = np.dtype("<u4")
+_DTYPES = {t: np.dtype(t).newbyteorder("<") for t in ATTRIBUTE_TYPES}
+
+
+class VertexAttribute(NamedTuple):
+    """One ``vertex_attributes`` entry of a skeleton info."""
+
+    id: str
+    data_type: str
+    num_components: int
+
+    @property
+    def dtype(self) -> np.dtype:
+        return _DTYPES[self.data_type]
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "data_type": self.data_type,
+                "num_components": self.num_components}
+
+    @classmethod
+    def from_json(cls, doc: object, where: str) -> VertexAttribute:
+        if not isinstance(doc, dict):
+            raise SpecError(f"{where}: a vertex attribute must be an object, got {doc!r}")
+        name, dtype, n = doc.get("id"), doc.get("data_type"), doc.get("num_components")
+        if not isinstance(name, str) or not name:
+            raise SpecError(f"{where}: vertex attribute id must be a non-empty string, "
+                            f"got {name!r}")
+        if dtype not in ATTRIBUTE_TYPES:
+            raise SpecError(f"{where}: vertex attribute {name!r}: data_type must be one of "
+                            f"{', '.join(ATTRIBUTE_TYPES)}, got {dtype!r}")
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1 << 16:
+            raise SpecError(f"{where}: vertex attribute {name!r}: num_components must be a "
+                            f"positive integer, got {n!r}")
+        return cls(name, dtype, n)
+
+
+def encode_skeleton(vertices: np.ndarray, edges: np.ndarray,
+                    attributes: Mapping[str, np.ndarray] | None = None,
+                    spec: Sequence[VertexAttribute] = (), key: object = "") -> bytes:
+    """One skeleton's bytes.
+
+    Parameters
+    ----------
+    vertices
+        ``(n, 3)`` positions in stored model coordinates (converted to float32).
+    edges
+        ``(m, 2)`` vertex indices (converted to uint32); each must be below n.
+    attributes
+        ``{id: array}`` with one entry per attribute of ``spec``: ``(n,)`` or
+        ``(n, num_components)`` values.
+    spec
+        The layer's vertex attributes, in info order.
+    key
+        The segment, for messages.
+
+    Raises
+    ------
+    ValueError
+        Shapes that do not fit, edges naming missing vertices, attributes missing or extra.
+    """
+    v = np.asarray(vertices)
+    e = np.asarray(edges)
+    n = len(v) if v.ndim else 0
+    if v.ndim != 2 or v.shape[1] != 3:
+        raise ValueError(f"skeleton {key}: vertices must have shape (n, 3), got {v.shape}")
+    if e.size == 0:
+        e = np.zeros((0, 2), np.uint32)
+    if e.ndim != 2 or e.shape[1] != 2:
+        raise ValueError(f"skeleton {key}: edges must have shape (m, 2), got {e.shape}")
+    e32 = e.astype("<u4", copy=False)
+    # one check covers both bounds: a negative index wraps to a huge uint32
+    if len(e) and (int(e32.max()) >= n or (e.dtype.kind == "i" and e.min() < 0)):
+        raise ValueError(f"skeleton {key}: edges name vertex {int(e.max())} (or a negative "
+                         f"one) but there are {n} vertices")
+    if n >= 1 << 32 or len(e) >= 1 << 32:
+        raise ValueError(f"skeleton {key}: more than 2**32 - 1 vertices or edges")
+    attributes = attributes or {}
+    if len(attributes) > len(spec) or not all(a in _ids(spec) for a in attributes):
+        extra = set(attributes) - {a.id for a in spec}
+        raise ValueError(f"skeleton {key}: attribute(s) {', '.join(sorted(extra))} are not "
+                         f"in the layer's vertex_attributes "
+                         f"({', '.join(a.id for a in spec) or 'none'})")
+    parts = [np.array([n, len(e)], _HEAD).tobytes(), v.astype("<f4", copy=False).tobytes(),
+             e32.tobytes()]
+    for a in spec:
+        if a.id not in attributes:
+            raise ValueError(f"skeleton {key}: no values for vertex attribute {a.id!r}")
+        values = np.asarray(attributes[a.id])
+        if values.size != n * a.num_components or (values.ndim and len(values) != n):
+            raise ValueError(f"skeleton {key}: attribute {a.id!r} has shape {values.shape}, "
+                             f"expected ({n}, {a.num_components})")
+        parts.append(values.astype(a.dtype, copy=False).tobytes())
+    return b"".join(parts)
+
+
+def _ids(spec: Sequence[VertexAttribute]) -> set[str]:
+    return {a.id for a in spec}
+
+
+def decode_skeleton(buf: bytes | memoryview, spec: Sequence[VertexAttribute], where: str
+                    ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """(vertices ``(n, 3)`` float32, edges ``(m, 2)`` uint32, {attribute id: array}).
+
+    Attributes with one component come back as ``(n,)`` arrays, others as
+    ``(n, num_components)``. A value that ends right after its edges has no attributes
+    (cloud-volume writes such values for skeletons without radii); any other length that
+    does not match the counts, and any edge naming a missing vertex, raise CorruptDataError
+    naming ``where``. Nothing larger than ``buf`` is allocated.
+    """
+    size = len(buf)
+    if size < 8:
+        raise CorruptDataError(f"{where}: skeleton of {size} bytes is shorter than its "
+                               f"8-byte header")
+    n, m = (int(x) for x in np.frombuffer(buf, _HEAD, 2))
+    base = 8 + 12 * n + 8 * m
+    per_vertex = sum(a.dtype.itemsize * a.num_components for a in spec)
+    full = base + n * per_vertex
+    if size not in (base, full):
+        raise CorruptDataError(
+            f"{where}: skeleton claims {n} vertices and {m} edges "
+            f"({full} bytes with its attributes) but holds {size} bytes")
+    vertices = np.frombuffer(buf, "<f4", 3 * n, 8).reshape(n, 3)
+    edges = np.frombuffer(buf, "<u4", 2 * m, 8 + 12 * n).reshape(m, 2)
+    if m and int(edges.max()) >= n:
+        i = int(np.argmax(edges.max(axis=1) >= n))
+        raise CorruptDataError(f"{where}: edge {i} {edges[i].tolist()} names a vertex past "
+                               f"the {n} vertices")
+    attributes: dict[str, np.ndarray] = {}
+    offset = base
+    if size == full:
+        for a in spec:
+            values = np.frombuffer(buf, a.dtype, n * a.num_components, offset)
+            attributes[a.id] = values if a.num_components == 1 else \
+                values.reshape(n, a.num_components)
+            offset += values.nbytes
+    return vertices, edges, attributes

@@ -1,0 +1,240 @@
+"""Skeleton layers (``neuroglancer_skeletons``): typed reads by segment id, bulk writes.
+
+Skeletons are stored in "stored model" coordinates; the info's ``transform`` maps them to
+model coordinates (nanometres), applied on request (``transform=True``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import SpecError
+from ..sharded.infofile import INFO, read_info, write_info
+from ..sharded.spec import as_key_array, check_key
+from ..storage import Storage, open_storage
+from .info import apply_transform, layer_info, parse_sharding, parse_transform, transform_json
+from .sharding import resolve_sharding
+from .skeleton_codec import VertexAttribute, decode_skeleton, encode_skeleton
+from .store import SegmentStore, count_of, pairs, write_segments
+
+KIND = "neuroglancer_skeletons"
+_PEEK = 1024  # items encoded before choosing "auto" sharding, to learn the value size
+
+
+@dataclass
+class Skeleton:
+    """One segment's skeleton: ``vertices (n, 3)`` float32, ``edges (m, 2)`` uint32 (pairs of
+    vertex indices) and ``attributes`` (``{id: (n,) or (n, k) array}``, e.g. ``radius``)."""
+
+    id: int
+    vertices: np.ndarray
+    edges: np.ndarray
+    attributes: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def radius(self) -> np.ndarray | None:
+        """The ``radius`` attribute, None if the layer has none."""
+        return self.attributes.get("radius")
+
+
+class Skeletons:
+    """A skeleton layer, opened with :func:`open_skeletons` (or :func:`ngshard.open`).
+
+    Attributes
+    ----------
+    info : dict
+        The layer's info as stored.
+    transform : numpy.ndarray
+        ``(3, 4)`` affine map from stored model coordinates to nanometres.
+    vertex_attributes : list of VertexAttribute
+        The attributes every skeleton carries, in stored order.
+    sharding : ShardingSpec or None
+        None for a file per segment.
+    """
+
+    def __init__(self, storage: Storage, info: dict) -> None:
+        where = storage.path(INFO)
+        self.storage, self.info = storage, info
+        self.transform = parse_transform(info, where)
+        attrs = info.get("vertex_attributes", [])
+        if not isinstance(attrs, list):
+            raise SpecError(f"{where}: vertex_attributes must be a list, got {attrs!r}")
+        self.vertex_attributes = [VertexAttribute.from_json(a, where) for a in attrs]
+        ids = [a.id for a in self.vertex_attributes]
+        if len(set(ids)) != len(ids):
+            raise SpecError(f"{where}: vertex attribute ids repeat: {ids}")
+        self.sharding = parse_sharding(info, where)
+        self.store = SegmentStore(storage, self.sharding)
+
+    def __repr__(self) -> str:
+        return f"Skeletons({self.storage.url!r})"
+
+    def _decode(self, key: int, value: bytes, transform: bool) -> Skeleton:
+        v, e, attrs = decode_skeleton(value, self.vertex_attributes,
+                                      f"{self.store.where(key)}: segment {key}")
+        if transform:
+            v = apply_transform(v, self.transform)
+        return Skeleton(key, v, e, attrs)
+
+    def get(self, segment_id: int, *, transform: bool = False) -> Skeleton:
+        """The skeleton of one segment (KeyError if it has none).
+
+        Parameters
+        ----------
+        segment_id
+            A uint64 segment id.
+        transform
+            Vertices in model coordinates (nm, the info's ``transform`` applied) instead of
+            stored model coordinates.
+
+        Raises
+        ------
+        KeyError
+            No skeleton for that segment.
+        CorruptDataError
+            A value that does not decode (the message names the segment and where it lies).
+        """
+        key = check_key(segment_id)
+        value = self.store.get(key)
+        if value is None:
+            raise KeyError(segment_id)
+        return self._decode(key, value, transform)
+
+    def get_many(self, segment_ids: Iterable[int] | np.ndarray, *, transform: bool = False
+                 ) -> dict[int, Skeleton]:
+        """{id: Skeleton} of the segments present among ``segment_ids``, read in one batch."""
+        found = self.store.get_many(as_key_array(segment_ids))
+        return {k: self._decode(k, v, transform) for k, v in found.items()}
+
+    def __getitem__(self, segment_id: int) -> Skeleton:
+        return self.get(segment_id)
+
+    def __contains__(self, segment_id: object) -> bool:
+        try:
+            key = check_key(segment_id)
+        except ValueError:
+            return False
+        return self.store.get(key) is not None
+
+    def keys_array(self) -> np.ndarray:
+        """Every segment id with a skeleton, sorted."""
+        return self.store.keys_array()
+
+    def __len__(self) -> int:
+        return len(self.keys_array())
+
+
+def open_skeletons(url: str | os.PathLike | Storage) -> Skeletons:
+    """Open the skeleton layer at ``url`` (the directory holding its ``info``).
+
+    Raises
+    ------
+    NotFoundError
+        No info there.
+    SpecError
+        An info that is not a valid ``neuroglancer_skeletons`` one (the member is named).
+    """
+    storage = open_storage(url)
+    return Skeletons(storage, layer_info(storage, KIND))
+
+
+def _attribute_spec(given: Any, first: Any) -> list[VertexAttribute]:
+    """The layer's vertex attributes: as given (info entries, VertexAttributes, or ``{id:
+    dtype}`` / ``{id: (dtype, num_components)}``), or learnt from the first item's arrays."""
+    if given is None:
+        attrs = _item_parts(first, None)[2] if first is not None else {}
+        given = {}
+        for name, arr in attrs.items():
+            arr = np.asarray(arr)
+            given[name] = (arr.dtype.name, 1 if arr.ndim <= 1 else int(arr.shape[1]))
+    if isinstance(given, Mapping):
+        out = []
+        for name, t in given.items():
+            dtype, n = (t, 1) if not isinstance(t, (tuple, list)) else t
+            out.append(VertexAttribute.from_json(
+                {"id": name, "data_type": np.dtype(dtype).name, "num_components": n},
+                "vertex_attributes"))
+        return out
+    return [a if isinstance(a, VertexAttribute) else
+            VertexAttribute.from_json(a, "vertex_attributes") for a in given]
+
+
+def _item_parts(value: Any, key: object) -> tuple[Any, Any, Mapping]:
+    if isinstance(value, Skeleton):
+        return value.vertices, value.edges, value.attributes
+    if isinstance(value, (tuple, list)) and len(value) in (2, 3):
+        return value[0], value[1], (value[2] if len(value) == 3 else {}) or {}
+    raise TypeError(f"skeleton {key}: expected (vertices, edges), (vertices, edges, "
+                    f"{{name: array}}) or a Skeleton, got {type(value).__name__}")
+
+
+def write_skeletons(url: str | os.PathLike | Storage,
+                    items: Mapping[int, Any] | Iterable[tuple[int, Any]], *,
+                    vertex_attributes: Any = None,
+                    sharding: None | str | dict = "auto", transform: Any = None,
+                    buffer_bytes: int | None = None, progress: bool = False,
+                    durable: bool = True) -> Skeletons:
+    """Write a skeleton layer at ``url``: its shards (or a file per segment) and its info.
+
+    Parameters
+    ----------
+    url
+        The layer's directory (a local path, any fsspec URL, or an open Storage).
+    items
+        ``{id: (vertices, edges)}`` or ``{id: (vertices, edges, {name: array})}`` (or
+        :class:`Skeleton` values), or an iterable of such (id, value) pairs of any length:
+        they are encoded and written in a stream, memory bounded by ``buffer_bytes``.
+    vertex_attributes
+        The attributes every skeleton carries: ``{id: dtype}``, ``{id: (dtype,
+        num_components)}`` or info entries; by default those of the first item.
+    sharding
+        "auto" (murmurhash shards sized by the number of skeletons, see
+        :func:`~ngshard.layers.sharding.segment_sharding`), a spec, or None for a file per
+        segment.
+    transform
+        Stored model to nm: 12 numbers (a 3x4 matrix); identity by default.
+    buffer_bytes, progress, durable
+        As for :func:`ngshard.write_kv` (``durable=False`` skips the fsyncs: scratch work).
+
+    Returns
+    -------
+    Skeletons
+        The layer, open for reading.
+
+    Raises
+    ------
+    ValueError
+        A skeleton whose arrays do not fit (the message names the segment).
+    """
+    storage = open_storage(url, durable=durable)
+    it = iter(pairs(items))
+    head = list(itertools.islice(it, _PEEK))
+    spec = _attribute_spec(vertex_attributes, head[0][1] if head else None)
+
+    def encoded(batch: Iterable[tuple[int, Any]]) -> Iterable[tuple[int, bytes]]:
+        for key, value in batch:
+            v, e, attrs = _item_parts(value, key)
+            yield check_key(key), encode_skeleton(v, e, attrs, spec, key)
+
+    first = list(encoded(head))
+    count = count_of(items) if len(head) == _PEEK else len(head)
+    mean = sum(len(b) for _, b in first) / len(first) if first else None
+    shards = resolve_sharding(sharding, count, mean)
+    write_segments(storage, shards, itertools.chain(first, encoded(it)),
+                   buffer_bytes=buffer_bytes, progress=progress)
+    info = {"@type": KIND, "transform": transform_json(transform),
+            "vertex_attributes": [a.to_json() for a in spec]}
+    if shards is not None:
+        info["sharding"] = shards.to_json()
+    old = read_info(storage)
+    if old and old.get("@type") == KIND and "segment_properties" in old:
+        info["segment_properties"] = old["segment_properties"]
+    write_info(storage, info)
+    return Skeletons(storage, info)
+

@@ -1,0 +1,108 @@
+"""Serving precomputed data over HTTP to Neuroglancer (``ngshard serve`` / ``ngshard view``).
+
+Depends only on ``storage`` (where the bytes are) and the layer readers (what the infos say).
+The module itself is callable: ``ngshard.serve(path)`` is :func:`serve`, whichever of the
+package and the function the name ``ngshard.serve`` was bound to last.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import types
+
+from ..errors import NotFoundError
+from ..storage import Storage, open_storage
+from .files import open_files
+from .layers import Layer, find_layers
+from .server import Connections, Log
+
+
+class Server:
+    """A running HTTP server for a precomputed dataset tree (see :func:`serve`). ``url`` is
+    its base URL; :meth:`close` stops it; it is a context manager."""
+
+    def __init__(self, storage: Storage, host: str, port: int, *, listing: bool = False,
+                 log: Log | None = None) -> None:
+        if storage.local_root is not None and not os.path.isdir(storage.local_root):
+            raise NotFoundError(f"{storage.local_root}: no such folder")
+        self.files = open_files(storage)
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        sock = socket.create_server((host, port), family=family, backlog=128)
+        port = sock.getsockname()[1]
+        shown = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+        self.url = f"http://[{shown}]:{port}" if ":" in shown else f"http://{shown}:{port}"
+        self.host, self.port = host, port
+        self._layers: list[Layer] | None = None
+        self._connections = Connections(self.files, sock, listing=listing, log=log)
+
+    @property
+    def layers(self) -> list[Layer]:
+        """The layers found under the root (searched once, on first use)."""
+        if self._layers is None:
+            self._layers = find_layers(self.files)
+        return self._layers
+
+    def sources(self) -> dict[str, str]:
+        """``{path: "precomputed://http://..."}`` for each layer Neuroglancer can open."""
+        return {layer.path: src for layer in self.layers
+                if (src := layer.source(self.url)) is not None}
+
+    def close(self) -> None:
+        """Stop serving: the port is released and open connections are ended."""
+        self._connections.close()
+
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<ngshard.serve.Server {self.files.url} at {self.url}>"
+
+
+def serve(path_or_url: str | os.PathLike | Storage, host: str = "127.0.0.1", port: int = 0,
+          *, listing: bool = False, log: Log | None = None) -> Server:
+    """Serve a precomputed dataset tree over HTTP, from a background thread.
+
+    Parameters
+    ----------
+    path_or_url
+        A local folder or any fsspec URL (a bucket is served through this server).
+    host
+        The address to bind: 127.0.0.1 (this machine only) unless told otherwise.
+    port
+        The port; 0 picks a free one (see ``Server.url``).
+    listing
+        Answer GET of a folder with a list of what it holds (off: 404).
+    log
+        Called with ``(request, response)`` after each response (request None when the
+        request could not be parsed).
+
+    Returns
+    -------
+    Server
+        Running; ``.url``, ``.sources()``, ``.close()``, a context manager.
+
+    Raises
+    ------
+    NotFoundError
+        A local folder that does not exist.
+    OSError
+        The address cannot be bound (port taken, unknown host).
+    MissingDependencyError, SpecError
+        The URL needs a package that is missing, or its scheme is unknown.
+    """
+    return Server(open_storage(path_or_url), host, port, listing=listing, log=log)
+
+
+class _CallableModule(types.ModuleType):
+    def __call__(self, *args, **kwargs) -> Server:
+        return serve(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
+
+__all__ = ["Layer", "Server", "find_layers", "serve"]

@@ -1,0 +1,211 @@
+"""The files a server may hand out, from a local folder or any fsspec store: regular files
+under the root, never a hidden one, never one reached through a symbolic link that leaves the
+root. Each opened file carries the size, modification time and entity tag of the very bytes
+that will be read (locally: one descriptor, opened without following a last link and without
+blocking, so a FIFO or device put in the tree cannot stall the server)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from datetime import datetime
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+from ..storage import FsspecStorage, Storage
+
+#: What :meth:`open` returns for a directory.
+DIRECTORY = "directory"
+
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+class File:
+    """An opened regular file: ``size``, ``mtime`` (seconds, None if unknown), ``etag`` (a
+    strong entity tag, quoted) and reads of byte ranges. ``fileno`` is the local descriptor
+    (for ``sendfile``), None for remote files."""
+
+    size: int
+    mtime: float | None
+    etag: str
+    fileno: int | None = None
+
+    def read(self, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` (short only if the file shrank under us)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release the file (idempotent)."""
+
+
+class LocalFile(File):
+    def __init__(self, fd: int, st: os.stat_result) -> None:
+        self.fileno, self.size, self.mtime = fd, st.st_size, st.st_mtime
+        self.etag = f'"{st.st_ino:x}-{st.st_size:x}-{st.st_mtime_ns:x}"'
+
+    def read(self, start: int, end: int) -> bytes:
+        parts, offset = [], start
+        while offset < end:
+            piece = os.pread(self.fileno, end - offset, offset)
+            if not piece:
+                break
+            parts.append(piece)
+            offset += len(piece)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def close(self) -> None:
+        if self.fileno is not None:
+            os.close(self.fileno)
+            self.fileno = None
+
+
+class LocalFiles:
+    """Regular files under a local folder (see the module docstring)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = os.path.realpath(root)
+        self.url = self.root
+
+    def _real(self, name: str) -> str | None:
+        """The real path of ``name`` if it stays under the root and passes through no
+        hidden name on the way, else None.
+
+        The root is a real path already, so only the components of ``name`` are looked at,
+        one ``lstat`` each; only where one is a symbolic link is the whole path resolved
+        (and then checked to be under the root)."""
+        parts = name.split("/") if name else []
+        if any(not p or p.startswith(".") for p in parts):
+            return None  # parse_target refuses these; callers inside the package too
+        path = self.root
+        for part in parts:
+            path = f"{path}{os.sep}{part}"
+            try:
+                st = os.lstat(path)
+            except OSError:
+                return path  # absent: opening it fails, as it should
+            if stat.S_ISLNK(st.st_mode):
+                return self._resolved(name)
+        return path
+
+    def _resolved(self, name: str) -> str | None:
+        real = os.path.realpath(os.path.join(self.root, name))
+        if real == self.root:
+            return real
+        if os.path.commonpath([self.root, real]) != self.root:
+            return None  # a symbolic link out of the root
+        rel = real[len(self.root):].lstrip(os.sep)
+        return None if any(p.startswith(".") for p in rel.split(os.sep)) else real
+
+    def open(self, name: str) -> File | str | None:
+        """The file ``name`` (relative, "/"-separated, already checked by ``parse_target``),
+        :data:`DIRECTORY` for a directory, None for anything absent or not to be served."""
+        real = self._real(name)
+        if real is None:
+            return None
+        try:
+            fd = os.open(real, _OPEN_FLAGS)
+        except OSError:  # absent, unreadable, a link swapped in since realpath, ...
+            return None
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            os.close(fd)
+            return None
+        if stat.S_ISREG(st.st_mode):
+            return LocalFile(fd, st)
+        os.close(fd)
+        return DIRECTORY if stat.S_ISDIR(st.st_mode) else None
+
+    def listdir(self, name: str) -> list[tuple[str, bool]] | None:
+        """``(name, is_directory)`` of what may be served directly in the directory
+        ``name``, sorted; None if it is not a directory that may be served."""
+        real = self._real(name)
+        if real is None:
+            return None
+        try:
+            with os.scandir(real) as entries:
+                found = [(e.name, e.is_dir()) for e in entries if not e.name.startswith(".")]
+        except OSError:
+            return None
+        prefix = f"{name}/" if name else ""
+        return sorted((n, d) for n, d in found
+                      if self._real(prefix + n) is not None)
+
+
+class RemoteFile(File):
+    def __init__(self, fs: Any, path: str, info: dict) -> None:
+        self.fs, self.path, self.size = fs, path, int(info["size"])
+        self.mtime = _mtime(info)
+        tag = info.get("ETag") or info.get("etag") or info.get("md5Hash") or \
+            hashlib.sha1(repr((self.size, self.mtime, info.get("generation"))).encode()
+                         ).hexdigest()[:20]
+        self.etag = '"' + str(tag).strip('"').replace('"', "") + '"'
+
+    def read(self, start: int, end: int) -> bytes:
+        return bytes(self.fs.cat_file(self.path, start=start, end=end)) if end > start else b""
+
+
+class RemoteFiles:
+    """Objects of an fsspec store (memory, http, s3, gs, ...), read with ranged requests.
+    Names are checked by ``parse_target`` (no dot segments, no hidden names); object stores
+    have no links to leave the root by."""
+
+    def __init__(self, storage: FsspecStorage) -> None:
+        self.fs, self.root, self.url = storage.fs, storage.root, storage.url
+
+    def _path(self, name: str) -> str:
+        return f"{self.root}/{name}" if name else self.root
+
+    def open(self, name: str) -> File | str | None:
+        """As :meth:`LocalFiles.open`. A name with ``?`` or ``#`` is none of ours: an HTTP
+        store would read it as a query or fragment of another URL."""
+        if "?" in name or "#" in name:
+            return None
+        try:
+            info = self.fs.info(self._path(name))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        if info.get("type") == "directory":
+            return DIRECTORY
+        return None if info.get("size") is None else RemoteFile(self.fs, self._path(name), info)
+
+    def listdir(self, name: str) -> list[tuple[str, bool]] | None:
+        """As :meth:`LocalFiles.listdir`."""
+        if "?" in name or "#" in name:
+            return None
+        try:
+            entries = self.fs.ls(self._path(name), detail=True)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        found = {(e["name"].rstrip("/").rsplit("/", 1)[-1], e.get("type") == "directory")
+                 for e in entries}
+        return sorted((n, d) for n, d in found if n and not n.startswith("."))
+
+
+def open_files(storage: Storage) -> LocalFiles | RemoteFiles:
+    """The servable files of a store opened with ``open_storage``: local files where the
+    store has a local root, else its fsspec filesystem."""
+    if storage.local_root is not None:
+        return LocalFiles(storage.local_root)
+    return RemoteFiles(storage)
+
+
+def _mtime(info: dict) -> float | None:
+    """Modification time (seconds since the epoch) from what fsspec filesystems report."""
+    for key in ("mtime", "LastModified", "last_modified", "Last-Modified", "updated",
+                "created"):
+        value = info.get(key)
+        try:
+            if isinstance(value, datetime):
+                return value.timestamp()
+            if isinstance(value, (int, float)):
+                return float(value)
+            if isinstance(value, str):
+                try:
+                    return parsedate_to_datetime(value).timestamp()
+                except (TypeError, ValueError):
+                    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        except (TypeError, ValueError, OverflowError):
+            continue
+    return None

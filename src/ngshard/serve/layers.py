@@ -1,0 +1,119 @@
+"""The Neuroglancer layers under a served root, found by their ``info`` files: volumes (image
+or segmentation by the info's ``type``), skeleton, mesh and annotation layers, segment
+properties, and bare sharded stores (which no viewer opens, but which are worth naming).
+
+The search is bounded: it stops descending at a layer (a volume's scale folders can hold
+millions of chunk files), goes at most :data:`MAX_DEPTH` folders down and looks into at most
+:data:`MAX_FOLDERS` folders, so serving a bucket starts at once.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import NamedTuple
+
+from ..errors import SpecError
+from ..sharded.infofile import parse_info
+from .files import File, LocalFiles, RemoteFiles
+
+MAX_DEPTH = 3
+MAX_FOLDERS = 200
+# An info past this size is not a layer's.
+_MAX_INFO = 16 << 20
+
+_TYPES = {"neuroglancer_skeletons": "skeletons", "neuroglancer_multilod_draco": "mesh",
+          "neuroglancer_legacy_mesh": "mesh", "neuroglancer_annotations_v1": "annotations",
+          "neuroglancer_segment_properties": "segment_properties"}
+
+
+class Layer(NamedTuple):
+    """A layer found under the root: ``path`` relative to it ("" for the root itself),
+    ``kind`` (image, segmentation, skeletons, mesh, annotations, segment_properties or
+    sharded), its ``info``, and for a volume the folders of the skeletons, mesh and segment
+    properties its info attaches (relative to the root)."""
+
+    path: str
+    kind: str
+    info: dict
+    attached: dict[str, str]
+
+    def source(self, base_url: str) -> str | None:
+        """The Neuroglancer data source, None for what Neuroglancer cannot open."""
+        if self.kind in ("sharded", "segment_properties"):
+            return None
+        url = f"{base_url.rstrip('/')}/{self.path}" if self.path else base_url.rstrip("/")
+        return f"precomputed://{url}"
+
+
+def read_small(files: LocalFiles | RemoteFiles, name: str, limit: int = _MAX_INFO
+               ) -> bytes | None:
+    """A whole file of at most ``limit`` bytes, None if absent, not a file, or larger."""
+    found = files.open(name)
+    if not isinstance(found, File):
+        return None
+    try:
+        return None if found.size > limit else found.read(0, found.size)
+    finally:
+        found.close()
+
+
+def classify(info: dict) -> str | None:
+    """The kind of layer an info describes, None if it is none."""
+    if isinstance(info.get("scales"), list):
+        return "segmentation" if info.get("type") == "segmentation" else "image"
+    kind = _TYPES.get(info.get("@type"))
+    if kind is None and isinstance(info.get("sharding"), dict):
+        return "sharded"
+    return kind
+
+
+def _attached(path: str, info: dict) -> dict[str, str]:
+    """The sub-layers a volume's info points at (relative folder names only)."""
+    found = {}
+    for key in ("skeletons", "mesh", "segment_properties"):
+        value = info.get(key)
+        if isinstance(value, str) and value and "://" not in value and \
+                not value.startswith("/") and ".." not in value.split("/"):
+            found[key] = f"{path}/{value}" if path else value
+    return found
+
+
+def find_layers(files: LocalFiles | RemoteFiles) -> list[Layer]:
+    """The layers under the root, breadth first (see the module docstring).
+
+    Parameters
+    ----------
+    files
+        The served files.
+
+    Returns
+    -------
+    list of Layer
+        In the order found; sub-layers that a volume's info attaches (skeletons, mesh,
+        segment properties) are not listed on their own. Folders whose info is not valid
+        JSON, or describes no layer, are searched further like folders without one.
+    """
+    layers: list[Layer] = []
+    todo: deque[tuple[str, int]] = deque([("", 0)])
+    visited = 0
+    while todo and visited < MAX_FOLDERS:
+        path, depth = todo.popleft()
+        visited += 1
+        raw = read_small(files, f"{path}/info" if path else "info")
+        kind, info = None, None
+        if raw is not None:
+            try:
+                info = parse_info(raw, path or "info")
+                kind = classify(info)
+            except SpecError:
+                kind = None
+        if kind is not None:
+            layers.append(Layer(path, kind, info, _attached(path, info) if kind in (
+                "image", "segmentation") else {}))
+            continue
+        if depth < MAX_DEPTH:
+            for name, is_dir in files.listdir(path) or []:
+                if is_dir:
+                    todo.append((f"{path}/{name}" if path else name, depth + 1))
+    attached = {p for layer in layers for p in layer.attached.values()}
+    return [layer for layer in layers if layer.path not in attached]

@@ -1,0 +1,75 @@
+"""Request targets to object names under the served root, pure and strict: a name that could
+leave the root, or reach a hidden file, is refused before any file system call is made."""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+from urllib.parse import unquote_to_bytes
+
+from .protocol import HttpError
+
+_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
+_ABSOLUTE_FORM = re.compile(r"https?://[^/?#]*", re.IGNORECASE)
+# Characters no name segment may hold once decoded: separators, NUL and other controls.
+_FORBIDDEN = re.compile(r"[/\\\x00-\x1f\x7f]")
+
+
+class Target(NamedTuple):
+    """What a request names: ``name`` relative to the root ("" is the root itself), and
+    whether it ended with "/" (a directory was asked for)."""
+
+    name: str
+    directory: bool
+
+
+def parse_target(target: str) -> Target:
+    """The object a request target names.
+
+    Parameters
+    ----------
+    target
+        The request target of the request line: origin form (``/a/b?q``) or absolute form
+        (``http://host/a/b``).
+
+    Returns
+    -------
+    Target
+
+    Raises
+    ------
+    HttpError
+        400 for a target that is not a path from the root (``*``, relative or absolute file
+        system paths, ``//``), for ``.`` and ``..`` segments whether written plainly or
+        percent-encoded, for encoded separators, NUL or control characters, and for bad
+        percent-encoding or UTF-8; 404 for a hidden name (a segment starting with ".").
+    """
+    match = _ABSOLUTE_FORM.match(target)
+    path = target[match.end():] or "/" if match else target
+    path = path.split("#", 1)[0].split("?", 1)[0]
+    if not path.startswith("/"):
+        raise HttpError(400, "the request target must be a path starting with /")
+    if "\\" in path:
+        raise HttpError(400, "backslash in the request path")
+    if _PERCENT.search(path):
+        raise HttpError(400, "bad percent-encoding in the request path")
+    segments = path[1:].split("/")
+    directory = segments[-1] == ""
+    if directory:
+        segments.pop()
+    names = []
+    for raw in segments:
+        if not raw:
+            raise HttpError(400, "empty segment (//) in the request path")
+        try:
+            name = unquote_to_bytes(raw).decode("utf-8") if "%" in raw else raw
+        except UnicodeDecodeError:
+            raise HttpError(400, "the request path is not UTF-8") from None
+        if name in (".", ".."):
+            raise HttpError(400, "dot segments (. or ..) are not allowed in the request path")
+        if _FORBIDDEN.search(name):
+            raise HttpError(400, "separator or control character encoded in the request path")
+        if name.startswith("."):
+            raise HttpError(404, "hidden files are not served")
+        names.append(name)
+    return Target("/".join(names), directory)

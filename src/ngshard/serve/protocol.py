@@ -1,0 +1,149 @@
+"""HTTP/1.1 message framing, pure: a request head (bytes) parsed into a :class:`Request` under
+fixed size bounds, and response heads formatted. Everything the server refuses is an
+:class:`HttpError` carrying the status to answer with."""
+
+from __future__ import annotations
+
+import re
+import time
+from email.utils import formatdate
+from typing import NamedTuple
+
+#: Longest request target (path and query) accepted; longer ones get 414.
+MAX_TARGET = 8 * 1024
+#: Longest request head (request line and header fields) accepted; longer ones get 431.
+MAX_HEAD = 32 * 1024
+#: Most header fields in one request; more get 431.
+MAX_FIELDS = 100
+
+REASONS = {200: "OK", 204: "No Content", 206: "Partial Content", 304: "Not Modified",
+           400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+           408: "Request Timeout", 412: "Precondition Failed", 413: "Content Too Large",
+           414: "URI Too Long", 416: "Range Not Satisfiable",
+           431: "Request Header Fields Too Large", 500: "Internal Server Error",
+           501: "Not Implemented", 503: "Service Unavailable",
+           505: "HTTP Version Not Supported"}
+
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_REQUEST_LINE = re.compile(rb"([!#$%&'*+\-.^_`|~0-9A-Za-z]+) (\S+) HTTP/(\d)\.(\d)")
+# Field values: visible ASCII, obs-text, spaces and tabs (no CR, LF, NUL or other controls).
+_VALUE = re.compile(rb"[\t\x20-\x7e\x80-\xff]*")
+
+
+class HttpError(Exception):
+    """A request the server answers with ``status`` and a short reason (and, where the
+    framing can no longer be trusted, by closing the connection)."""
+
+    def __init__(self, status: int, reason: str, *, close: bool = False) -> None:
+        super().__init__(reason)
+        self.status, self.reason, self.close = status, reason, close
+
+
+class Request(NamedTuple):
+    """A parsed request head. Field names are lower case; repeated fields are joined with
+    ", " as RFC 9110 section 5.3 allows."""
+
+    method: str
+    target: str
+    version: tuple[int, int]
+    headers: dict[str, str]
+
+    @property
+    def keep_alive(self) -> bool:
+        """Whether the connection stays open after the response (HTTP/1.1 unless "close";
+        HTTP/1.0 only with "keep-alive")."""
+        tokens = {t.strip().lower() for t in self.headers.get("connection", "").split(",")}
+        if self.version >= (1, 1):
+            return "close" not in tokens
+        return "keep-alive" in tokens
+
+
+def head_end(buffer: bytes | bytearray) -> int:
+    """The offset just past the blank line that ends a request head in ``buffer``, or -1
+    while it is incomplete. Bare LF line ends are accepted (RFC 9112 section 2.2).
+
+    Raises
+    ------
+    HttpError
+        414 or 431 once the head is incomplete past its bounds.
+    """
+    crlf, lf = buffer.find(b"\r\n\r\n"), buffer.find(b"\n\n")
+    ends = [i + n for i, n in ((crlf, 4), (lf, 2)) if i >= 0]
+    if ends:
+        end = min(ends)
+        if end > MAX_HEAD:
+            raise HttpError(431, "request head too large", close=True)
+        return end
+    if len(buffer) > MAX_HEAD:
+        raise HttpError(431, "request head too large", close=True)
+    if b"\n" not in buffer and len(buffer) > MAX_TARGET + 64:
+        raise HttpError(414, "request target too long", close=True)
+    return -1
+
+
+def parse_head(head: bytes) -> Request:
+    """Parse a request head (the request line and header fields, with its blank line).
+
+    Parameters
+    ----------
+    head
+        The bytes up to and including the blank line (see :func:`head_end`).
+
+    Returns
+    -------
+    Request
+
+    Raises
+    ------
+    HttpError
+        400 for anything malformed (RFC 9112: whitespace before a colon, folded lines,
+        control characters), 414 for a target past :data:`MAX_TARGET`, 431 for more than
+        :data:`MAX_FIELDS` fields, 505 for an HTTP major version other than 1.
+    """
+    lines = head.replace(b"\r\n", b"\n").split(b"\n")
+    while lines and not lines[-1]:
+        lines.pop()
+    if not lines:
+        raise HttpError(400, "empty request", close=True)
+    first = lines[0].split(b" ")
+    if len(first) >= 2 and len(first[1]) > MAX_TARGET:
+        raise HttpError(414, "request target too long", close=True)
+    match = _REQUEST_LINE.fullmatch(lines[0])
+    if match is None:
+        raise HttpError(400, "malformed request line", close=True)
+    method, target, major, minor = match.groups()
+    if int(major) != 1:
+        raise HttpError(505, "only HTTP/1.x is spoken here", close=True)
+    if len(lines) - 1 > MAX_FIELDS:
+        raise HttpError(431, f"more than {MAX_FIELDS} header fields", close=True)
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, colon, value = line.partition(b":")
+        if not colon or not _TOKEN.fullmatch(name):
+            raise HttpError(400, "malformed header field", close=True)
+        value = value.strip(b" \t")
+        if not _VALUE.fullmatch(value):
+            raise HttpError(400, "control character in a header field", close=True)
+        key = name.decode("ascii").lower()
+        text = value.decode("latin-1")
+        headers[key] = f"{headers[key]}, {text}" if key in headers else text
+    try:
+        target_text = target.decode("ascii")
+    except UnicodeDecodeError:
+        raise HttpError(400, "request target is not ASCII", close=True) from None
+    return Request(method.decode("ascii"), target_text, (int(major), int(minor)), headers)
+
+
+_date = (0, "")  # (second, its IMF-fixdate): one formatdate per second, not per response
+
+
+def format_head(status: int, headers: list[tuple[str, str]]) -> bytes:
+    """The status line and header fields of a response, with its blank line; a Date field
+    is added (RFC 9110 section 6.6.1)."""
+    global _date
+    now = int(time.time())
+    if _date[0] != now:
+        _date = (now, formatdate(now, usegmt=True))
+    lines = [f"HTTP/1.1 {status} {REASONS.get(status, 'Unknown')}", f"Date: {_date[1]}"]
+    lines += [f"{name}: {value}" for name, value in headers]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")

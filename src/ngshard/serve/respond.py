@@ -1,0 +1,204 @@
+"""What the server answers to a parsed request, independent of how bytes reach the socket:
+read-only GET and HEAD of files under the root with byte ranges, conditional requests, CORS,
+precomputed's ``.gz`` chunk twins and, only when asked, directory listings."""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass, field
+from urllib.parse import quote
+
+from ..compression import gzip_decompress
+from ..errors import CorruptDataError
+from .conditional import http_date, precondition, range_applies
+from .files import DIRECTORY, File, LocalFiles, RemoteFiles
+from .paths import parse_target
+from .protocol import REASONS, HttpError, Request
+from .ranges import Unsatisfiable, byte_range
+
+ALLOW = "GET, HEAD, OPTIONS"
+#: Headers a viewer on another origin may read: the range and length ones, and validators.
+EXPOSE = "Accept-Ranges, Content-Encoding, Content-Length, Content-Range, ETag, Last-Modified"
+CORS = [("Access-Control-Allow-Origin", "*"), ("Access-Control-Expose-Headers", EXPOSE)]
+# A .gz twin inflated for a client that does not take gzip may not grow past this.
+MAX_INFLATE = 256 << 20
+_FIELD_LIST = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z, \t]*")
+
+
+@dataclass
+class Response:
+    """A response: status, header fields, and the content: ``body`` bytes, or bytes
+    ``[start, end)`` of ``file`` (which the sender closes). ``send_body`` is False for HEAD
+    and bodiless statuses; ``close`` ends the connection after it."""
+
+    status: int
+    headers: list[tuple[str, str]] = field(default_factory=list)
+    body: bytes = b""
+    file: File | None = None
+    start: int = 0
+    end: int = 0
+    send_body: bool = True
+    close: bool = False
+
+    @property
+    def length(self) -> int:
+        return self.end - self.start if self.file is not None else len(self.body)
+
+
+def error_response(status: int, reason: str, *, close: bool = False,
+                   extra: list[tuple[str, str]] = ()) -> Response:
+    """A short plain-text error (with the CORS fields, so a viewer can read why)."""
+    body = f"{status} {REASONS.get(status, '')}: {reason}\n".encode()
+    headers = [*CORS, *extra, ("Content-Type", "text/plain; charset=utf-8"),
+               ("Content-Length", str(len(body))), ("X-Content-Type-Options", "nosniff")]
+    return Response(status, headers, body, close=close)
+
+
+def respond(files: LocalFiles | RemoteFiles, request: Request, *,
+            listing: bool = False) -> Response:
+    """The response to ``request`` for the files under ``files``' root.
+
+    Parameters
+    ----------
+    files
+        What may be served.
+    request
+        A parsed request head.
+    listing
+        Answer GET of a directory with an HTML list of what it holds (else 404).
+
+    Returns
+    -------
+    Response
+        200 or 206 with the bytes; 204 for OPTIONS (CORS preflight); 304 or 412 for
+        conditional requests; 400, 404, 405 or 416 with a one-line reason otherwise.
+    """
+    try:
+        if request.method == "OPTIONS":
+            return _options(request)
+        if request.method not in ("GET", "HEAD"):
+            raise HttpError(405, f"{request.method} is not allowed: this server is read-only")
+        return _get(files, request, listing)
+    except HttpError as e:
+        extra = [("Allow", ALLOW)] if e.status == 405 else []
+        return error_response(e.status, e.reason, close=e.close, extra=extra)
+
+
+def _options(request: Request) -> Response:
+    """CORS preflight (any path: what it may ask does not depend on the file)."""
+    headers = [*CORS, ("Allow", ALLOW), ("Access-Control-Allow-Methods", ALLOW),
+               ("Access-Control-Max-Age", "86400"), ("Content-Length", "0")]
+    asked = request.headers.get("access-control-request-headers", "")
+    if asked and _FIELD_LIST.fullmatch(asked):
+        headers.append(("Access-Control-Allow-Headers", asked))
+    return Response(204, headers)
+
+
+def _accepts_gzip(headers: dict[str, str]) -> bool:
+    """Whether ``Accept-Encoding`` allows gzip (no field at all allows any coding)."""
+    value = headers.get("accept-encoding")
+    if value is None:
+        return True
+    quality: dict[str, float] = {}
+    for item in value.split(","):
+        coding, _, params = item.strip().lower().partition(";")
+        q = 1.0
+        for param in params.split(";"):
+            key, _, number = param.strip().partition("=")
+            if key == "q":
+                try:
+                    q = float(number)
+                except ValueError:
+                    q = 0.0
+        quality[coding.strip()] = q
+    for name in ("gzip", "x-gzip"):
+        if name in quality:
+            return quality[name] > 0
+    return quality.get("*", 0) > 0
+
+
+def _get(files: LocalFiles | RemoteFiles, request: Request, listing: bool) -> Response:
+    target = parse_target(request.target)
+    found, twin = files.open(target.name), False
+    if found is None and target.name and not target.directory:
+        found = files.open(f"{target.name}.gz")
+        twin = isinstance(found, File)
+        if not twin:
+            found = None
+    if found == DIRECTORY:
+        if not listing:
+            raise HttpError(404, "directory listing is off")
+        return _listing(files, target.name, request.method == "GET")
+    if found is None or target.directory:
+        raise HttpError(404, "no such file")
+    try:
+        return _file(found, target.name, twin, request)
+    except BaseException:
+        found.close()
+        raise
+
+
+def _file(file: File, name: str, twin: bool, request: Request) -> Response:
+    etag = f'{file.etag[:-1]}-gz"' if twin else file.etag
+    validators = [("ETag", etag)]
+    if file.mtime is not None:
+        validators.append(("Last-Modified", http_date(file.mtime)))
+    headers = [*CORS, ("Accept-Ranges", "bytes"), *validators, ("Cache-Control", "no-cache"),
+               ("X-Content-Type-Options", "nosniff")]
+    status = precondition(request.method, request.headers, etag, file.mtime)
+    if status is not None:
+        file.close()
+        if status == 412:
+            return error_response(412, "precondition failed", extra=validators)
+        return Response(304, headers, send_body=False)
+    content_type = "application/json" if name.rsplit("/", 1)[-1] == "info" or \
+        name.endswith(".json") else "application/octet-stream"
+    headers.append(("Content-Type", content_type))
+    body, size = None, file.size
+    if twin:
+        headers.append(("Vary", "Accept-Encoding"))
+        if _accepts_gzip(request.headers):
+            headers.append(("Content-Encoding", "gzip"))
+        else:  # inflate it for this client; small files only
+            try:
+                body = gzip_decompress(file.read(0, file.size), name, MAX_INFLATE)
+            except CorruptDataError as e:
+                raise HttpError(500, f"{name}.gz does not inflate: {e}") from None
+            finally:
+                file.close()
+            size = len(body)
+    head = request.method == "HEAD"
+    try:
+        rng = byte_range(request.headers.get("range"), size) \
+            if not head and range_applies(request.headers, etag, file.mtime) else None
+    except Unsatisfiable as e:
+        file.close()
+        return error_response(416, str(e), extra=[("Content-Range", f"bytes */{size}"),
+                                                  ("Accept-Ranges", "bytes"), *validators])
+    start, end = rng if rng is not None else (0, size)
+    status = 200 if rng is None else 206
+    if rng is not None:
+        headers.append(("Content-Range", f"bytes {start}-{end - 1}/{size}"))
+    headers.append(("Content-Length", str(end - start)))
+    if body is not None:
+        return Response(status, headers, body[start:end], send_body=not head)
+    if head:
+        file.close()
+        return Response(status, headers, send_body=False)
+    return Response(status, headers, file=file, start=start, end=end)
+
+
+def _listing(files: LocalFiles | RemoteFiles, name: str, send_body: bool) -> Response:
+    entries = files.listdir(name)
+    if entries is None:
+        raise HttpError(404, "no such directory")
+    base = f"/{name}/" if name else "/"
+    rows = "".join(f'<li><a href="{html.escape(quote(base + n) + ("/" if d else ""))}">'
+                   f'{html.escape(n)}{"/" if d else ""}</a></li>\n' for n, d in entries)
+    body = (f"<!doctype html><meta charset=utf-8><title>{html.escape(base)}</title>\n"
+            f"<h1>{html.escape(base)}</h1>\n<ul>\n{rows}</ul>\n").encode()
+    headers = [*CORS, ("Content-Type", "text/html; charset=utf-8"),
+               ("Content-Length", str(len(body))), ("Cache-Control", "no-cache"),
+               ("X-Content-Type-Options", "nosniff")]
+    return Response(200, headers, body, send_body=send_body)

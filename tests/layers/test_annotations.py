@@ -1,0 +1,177 @@
+"""Annotation collections: every kind round trips through every index, sharded or not; the
+spatial index answers box queries exactly once per annotation; neuroglancer's own writer and
+reader agree with ngshard's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ngshard
+
+ng = pytest.importorskip("neuroglancer")
+from neuroglancer.read_precomputed_annotations import AnnotationReader  # noqa: E402
+from neuroglancer.write_annotations import AnnotationWriter  # noqa: E402
+
+KINDS = ["point", "line", "axis_aligned_bounding_box", "ellipsoid", "polyline"]
+
+
+def collection(kind, n, rng):
+    """Geometry, properties and relationships of n random annotations of ``kind``."""
+    if kind == "point":
+        geometry = rng.uniform(0, 100, (n, 3))
+    elif kind == "polyline":
+        geometry = [rng.uniform(0, 100, (int(k), 3)) for k in rng.integers(2, 6, n)]
+    else:
+        a = rng.uniform(0, 100, (n, 3))
+        b = rng.uniform(0, 8, (n, 3)) if kind == "ellipsoid" else a + rng.uniform(-9, 9, (n, 3))
+        geometry = np.concatenate([a, b], axis=1)
+    properties = {"score": rng.random(n).astype(np.float32),
+                  "count": rng.integers(-5, 5, n).astype(np.int16),
+                  "color": rng.integers(0, 255, (n, 4)).astype(np.uint8),
+                  "cls": {"values": rng.integers(0, 3, n).astype(np.uint8),
+                          "enum_values": [0, 1, 2], "enum_labels": ["a", "b", "c"]}}
+    relationships = {"pre": rng.integers(1, 30, n),
+                     "post": [rng.integers(1, 30, k) for k in rng.integers(0, 4, n)]}
+    return geometry, properties, relationships
+
+
+def boxes(kind, geometry):
+    if kind == "point":
+        return geometry, geometry
+    if kind == "polyline":
+        return (np.array([p.min(axis=0) for p in geometry]),
+                np.array([p.max(axis=0) for p in geometry]))
+    a, b = geometry[:, :3], geometry[:, 3:]
+    if kind == "ellipsoid":
+        return a - b, a + b
+    return np.minimum(a, b), np.maximum(a, b)
+
+
+@pytest.mark.parametrize("sharding", ["auto", None])
+@pytest.mark.parametrize("kind", KINDS)
+def test_round_trip_every_index(tmp_path, kind, sharding):
+    rng = np.random.default_rng(KINDS.index(kind))
+    n = 400 if sharding else 120  # a file per key is slow on slow disks
+    geometry, properties, relationships = collection(kind, n, rng)
+    ids = rng.choice(2**40, n, replace=False).astype(np.uint64)
+    layer = ngshard.write_annotations(tmp_path / "a", kind, geometry, ids=ids,
+                                      properties=properties, relationships=relationships,
+                                      sharding=sharding, limit=n // 10, durable=False)
+    a = ngshard.open(tmp_path / "a")
+    assert isinstance(a, ngshard.Annotations) and a.info == layer.info
+    assert len(a.info["spatial"]) > 1  # 10 a cell: several levels
+    assert a.keys_array().tolist() == sorted(ids.tolist())
+    got = a.get_many(ids[:50])
+    for i in range(50):
+        x = got[int(ids[i])]
+        want = geometry[i] if kind != "polyline" else geometry[i]
+        np.testing.assert_allclose(x.geometry, np.asarray(want, np.float32))
+        assert x.properties["score"] == properties["score"][i]
+        assert x.properties["count"] == properties["count"][i]
+        assert x.properties["color"].tolist() == properties["color"][i].tolist()
+        assert x.properties["cls"] == properties["cls"]["values"][i]
+        assert x.relationships["pre"].tolist() == [relationships["pre"][i]]
+        assert x.relationships["post"].tolist() == relationships["post"][i].tolist()
+    segment = int(relationships["pre"][0])
+    related = a.related("pre", segment)
+    assert sorted(related.ids.tolist()) == sorted(ids[relationships["pre"] == segment].tolist())
+    lo, hi = boxes(kind, geometry)
+    for q_lo, q_hi in ([10, 20, 30], [60, 70, 50]), (None, None):
+        found = a.query(q_lo, q_hi)
+        meets = np.ones(n, bool) if q_lo is None else \
+            (lo <= q_hi).all(axis=1) & (hi >= q_lo).all(axis=1)
+        want = ids[meets]
+        assert len(found.ids) == len(set(found.ids.tolist()))  # no double counting
+        assert sorted(found.ids.tolist()) == sorted(want.tolist())
+        by = dict(zip(found.ids.tolist(), range(len(found))))
+        i = int(np.flatnonzero(np.isin(ids, want))[0])
+        assert found.properties["score"][by[int(ids[i])]] == properties["score"][i]
+
+
+def test_boxes_across_many_cells_are_stored_once_per_level(tmp_path):
+    """A box spanning the whole space among small ones: emitted early, found once."""
+    rng = np.random.default_rng(5)
+    a = rng.uniform(0, 100, (300, 3))
+    geometry = np.concatenate([a, a + 1], axis=1)
+    geometry[0] = [0, 0, 0, 100, 100, 100]
+    layer = ngshard.write_annotations(tmp_path / "a", "axis_aligned_bounding_box", geometry,
+                                      limit=10, durable=False)
+    found = layer.query([40, 40, 40], [60, 60, 60])
+    assert 0 in found.ids.tolist() and len(found.ids) == len(set(found.ids.tolist()))
+
+
+@pytest.mark.parametrize("kind", ["line", "polyline"])
+def test_neuroglancer_reads_ngshard_collections(tmp_path, kind):
+    rng = np.random.default_rng(1)
+    geometry, properties, relationships = collection(kind, 100, rng)
+    for sharding in ("auto", None):
+        path = tmp_path / str(sharding)
+        ngshard.write_annotations(path, kind, geometry, properties=properties,
+                                  relationships=relationships, sharding=sharding, limit=30,
+                                  durable=False)
+        reader = AnnotationReader(path.as_uri() + "/")
+        ann = reader.by_id[7]
+        if kind == "line":
+            np.testing.assert_allclose(ann.point_a, geometry[7, :3].astype(np.float32))
+        else:
+            np.testing.assert_allclose(ann.points, geometry[7].astype(np.float32))
+        names = [p.id for p in reader.properties]
+        props = dict(zip(names, ann.props))
+        assert props["score"] == pytest.approx(float(properties["score"][7]))
+        assert props["count"] == properties["count"][7]
+        assert list(props["color"]) == properties["color"][7].tolist()
+        assert [list(map(int, s)) for s in ann.segments] == [
+            [relationships["pre"][7]], relationships["post"][7].tolist()]
+        seg = int(relationships["pre"][7])
+        assert {int(x.id) for x in reader.relationships["pre"][seg]} == set(
+            np.flatnonzero(relationships["pre"] == seg).tolist())
+        everything = list(reader.get_within_spatial_bounds())
+        assert {int(x.id) for x in everything} == set(range(100))  # lines span cells
+
+
+@pytest.mark.parametrize("kind", ["point", "ellipsoid", "polyline"])
+def test_ngshard_reads_what_neuroglancer_wrote(tmp_path, kind):
+    rng = np.random.default_rng(2)
+    space = ng.CoordinateSpace(names=["x", "y", "z"], units="nm", scales=[4, 4, 40])
+    props = [ng.AnnotationPropertySpec(id="size", type="float32"),
+             ng.AnnotationPropertySpec(id="kind", type="uint16"),
+             ng.AnnotationPropertySpec(id="tint", type="rgb"),
+             ng.AnnotationPropertySpec(id="flag", type="int8", enum_values=[0, 1],
+                                       enum_labels=["no", "yes"])]
+    writer = AnnotationWriter(space, kind, relationships=["syn"], properties=props)
+    expected = {}
+    for i in range(60):
+        p = rng.uniform(0, 50, 3)
+        values = dict(size=float(rng.random()), kind=int(rng.integers(0, 9)),
+                      tint=[int(x) for x in rng.integers(0, 255, 3)], flag=int(i % 2),
+                      syn=[int(s) for s in rng.integers(1, 9, int(rng.integers(0, 3)))])
+        if kind == "point":
+            writer.add_point(p, id=1000 + i, **values)
+            geom = p
+        elif kind == "ellipsoid":
+            r = rng.uniform(1, 3, 3)
+            writer.add_ellipsoid(p, r, id=1000 + i, **values)
+            geom = np.concatenate([p, r])
+        else:
+            pts = rng.uniform(0, 50, (int(rng.integers(2, 5)), 3))
+            writer.add_polyline(pts, id=1000 + i, **values)
+            geom = pts
+        expected[1000 + i] = (np.asarray(geom, np.float32), values)
+    writer.write(tmp_path / "ng")
+    a = ngshard.open(tmp_path / "ng")
+    assert a.type == kind and a.relationships == ["syn"]
+    got = a.get_many(list(expected))
+    for k, (geom, values) in expected.items():
+        x = got[k]
+        np.testing.assert_allclose(x.geometry.reshape(geom.shape), geom)
+        assert x.properties["size"] == np.float32(values["size"])
+        assert x.properties["kind"] == values["kind"]
+        assert x.properties["tint"].tolist() == values["tint"]
+        assert x.properties["flag"] == values["flag"]
+        assert sorted(x.relationships["syn"].tolist()) == sorted(values["syn"])
+    assert sorted(a.query().ids.tolist()) == sorted(expected)
+    seg = expected[1000][1]["syn"][0] if expected[1000][1]["syn"] else 1
+    # neuroglancer's writer lists an annotation once per mention of the segment
+    want = sorted(k for k, (_, v) in expected.items() for s in v["syn"] if s == seg)
+    assert sorted(a.related("syn", seg).ids.tolist()) == want

@@ -1,0 +1,199 @@
+"""Multi-resolution meshes: written and read back in both layouts (the octree, cuts,
+quantization and Z-curve order checked), igneous' meshes read as cloud-volume reads them,
+cloud-volume reading ours where it is installed, and the fragment data that lies unindexed
+before each manifest kept through updates and compaction."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ngshard
+from ngshard.layers.mesh_codec import Manifest, decode_fragment, prefix_sizes
+from ngshard.layers.mesh_octree import zorder
+
+pytest.importorskip("DracoPy")
+from meshdata import area, lods  # noqa: E402
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "layers"
+ITEMS = {k * 1000 + 7: lods(k) for k in range(1, 7)}
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory):
+    path = tmp_path_factory.mktemp("meshes") / "sharded"
+    ngshard.write_meshes(path, ITEMS, durable=False)
+    return path
+
+
+@pytest.mark.parametrize("bits, sharding", [(16, "auto"), (10, None)])
+def test_round_trip(tmp_path, sharded, bits, sharding):
+    path = sharded if sharding else tmp_path / "m"
+    if not sharding:
+        ngshard.write_meshes(path, ITEMS, sharding=None, vertex_quantization_bits=bits,
+                             durable=False)
+    layer = ngshard.open(path)
+    assert isinstance(layer, ngshard.Meshes) and layer.vertex_quantization_bits == bits
+    assert (layer.sharding is None) == (sharding is None)
+    assert layer.keys_array().tolist() == sorted(ITEMS)
+    got = layer.get_many(list(ITEMS) + [5], lod="all")
+    assert set(got) == set(ITEMS)
+    for k, want in ITEMS.items():
+        manifest = layer.manifests([k])[k]
+        assert manifest.num_lods == 3 and len(manifest.fragment_positions[2]) == 1
+        extent = np.ptp(np.concatenate([v for v, _ in want]), axis=0)
+        for lod, ((v, f), mesh) in enumerate(zip(want, got[k])):
+            step = extent / 4 * 2**lod / (2**bits - 1)  # one quantization step
+            lo, hi = mesh.vertices.min(axis=0), mesh.vertices.max(axis=0)
+            np.testing.assert_allclose(lo, v.min(axis=0), atol=step.max())
+            np.testing.assert_allclose(hi, v.max(axis=0), atol=step.max())
+            assert area(mesh.vertices, mesh.faces) == pytest.approx(area(v, f), rel=2e-3)
+            np.testing.assert_array_equal(mesh.faces, layer.get(k, lod).faces)
+            codes = zorder(manifest.fragment_positions[lod])
+            assert (np.diff(codes.astype(np.int64)) > 0).all()  # Z-curve order, distinct
+
+
+def test_each_fragment_stays_in_its_node_and_children(sharded):
+    """No triangle crosses its fragment's box, nor (LOD > 0) the 2x2x2 grid inside it."""
+    layer = ngshard.open(sharded)
+    k = next(iter(ITEMS))
+    manifest = layer.manifests([k])[k]
+    data, _ = layer.kv.get_many_prefixed([k])[k]
+    top = 2**16 - 1
+    at = 0
+    for lod in range(manifest.num_lods):
+        for size in manifest.fragment_sizes[lod].tolist():
+            points, faces = decode_fragment(bytes(data[at:at + size]), "test")
+            at += size
+            assert points.min() >= 0 and points.max() <= top
+            if lod:
+                half = np.floor(points[faces] / (top / 2) - 1e-9).clip(0, 1)
+                lo, hi = half.min(axis=1), half.max(axis=1)
+                touching = np.isclose(points[faces] % (top / 2), 0, atol=1).any(axis=1)
+                assert ((lo == hi) | touching).all()
+    assert at == len(data)
+
+
+def test_reads_what_igneous_wrote():
+    """igneous' sharded and unsharded multi-resolution meshes (tools/make_mesh_fixtures.py)
+    read as cloud-volume read them: the same vertices (nm) and faces, LOD by LOD."""
+    for case in ("ig_meshes_sharded", "ig_meshes_unsharded"):
+        expected = np.load(FIXTURES / case / "expected.npz")
+        layer = ngshard.open(FIXTURES / case / "mesh")
+        assert isinstance(layer, ngshard.Meshes)
+        ids = sorted({int(name.split("_")[0]) for name in expected.files})
+        got = layer.get_many(ids, lod="all")
+        for name in expected.files:
+            k, lod, what = name.split("_")
+            mesh = got[int(k)][int(lod)]
+            want = expected[name]
+            if what == "v":
+                np.testing.assert_allclose(mesh.vertices, want, rtol=1e-5, atol=1e-3)
+            else:
+                np.testing.assert_array_equal(mesh.faces, want)
+
+
+def test_reads_igneous_legacy_meshes():
+    expected = np.load(FIXTURES / "ig_meshes_legacy" / "expected.npz")
+    layer = ngshard.open(FIXTURES / "ig_meshes_legacy" / "mesh")
+    assert isinstance(layer, ngshard.LegacyMeshes)
+    for k in {int(name.split("_")[0]) for name in expected.files}:
+        mesh = layer.get(k)
+        # cloud-volume merges the vertices fragments share: compare the triangles
+        want = expected[f"{k}_0_v"][expected[f"{k}_0_f"]]
+        assert _triangles(mesh.vertices[mesh.faces]) == _triangles(want)
+
+
+def _triangles(corners: np.ndarray) -> list:
+    """Triangles as sorted tuples of rounded corners, sorted: geometry without numbering."""
+    rows = np.round(corners.astype(np.float64), 3).tolist()
+    return sorted(tuple(sorted(map(tuple, t))) for t in rows)
+
+
+@pytest.mark.parametrize("sharding", [None, "auto"])
+def test_legacy_round_trip(tmp_path, sharding):
+    items = {k: v[0] for k, v in ITEMS.items()}
+    ngshard.write_legacy_meshes(tmp_path / "l", items, sharding=sharding, durable=False)
+    layer = ngshard.open(tmp_path / "l")
+    assert layer.keys_array().tolist() == sorted(items)
+    for k, (v, f) in items.items():
+        mesh = layer.get(k)
+        np.testing.assert_allclose(mesh.vertices, v.astype(np.float32))
+        np.testing.assert_array_equal(mesh.faces, f)
+
+
+def _all(layer):
+    got = layer.get_many(layer.keys_array(), lod="all")
+    return {k: [(m.vertices.tobytes(), m.faces.tobytes()) for m in ms] for k, ms in got.items()}
+
+
+@pytest.mark.parametrize("strategy", ["append", "rewrite"])
+def test_updates_and_compaction_keep_the_fragments(tmp_path, sharded, strategy):
+    """Deleting meshes (an append leaves garbage, a rewrite copies the shard) and compacting
+    keep every other segment's fragment data with its manifest; the garbage goes."""
+    path = tmp_path / "m"
+    shutil.copytree(sharded, path)
+    before = _all(ngshard.open(path))
+    with pytest.raises(ngshard.SpecError, match="mesh fragments"):
+        ngshard.open_kv(path, mode="r+")  # without prefix_of its rewrites would drop them
+    gone = sorted(ITEMS)[:2]
+    ratio = None if strategy == "append" else 0.5  # rewrite: decides to compact at once
+    with ngshard.open_kv(path, mode="r+", prefix_of=prefix_sizes, strategy=strategy,
+                         compact_ratio=ratio) as kv:
+        for k in gone:
+            del kv[k]
+    size = sum(p.stat().st_size for p in path.glob("*.shard"))
+    kv = ngshard.open_kv(path, mode="r+", prefix_of=prefix_sizes)
+    plan = kv.compact()
+    assert plan.shards  # a mesh shard's unindexed fragments are no garbage, but deletions are
+    assert sum(p.stat().st_size for p in path.glob("*.shard")) < size
+    after = _all(ngshard.open(path))
+    assert after == {k: v for k, v in before.items() if k not in gone}
+
+
+def test_compacting_igneous_shards_keeps_their_fragments(tmp_path):
+    path = tmp_path / "mesh"
+    shutil.copytree(FIXTURES / "ig_meshes_sharded" / "mesh", path)
+    before = _all(ngshard.open(path))
+    ngshard.open_kv(path, mode="r+", prefix_of=prefix_sizes).compact()
+    assert _all(ngshard.open(path)) == before
+
+
+def test_manifest_round_trip():
+    m = Manifest(np.array([1, 2, 3], np.float32), np.zeros(3, np.float32),
+                 np.array([1, 2], np.float32), np.zeros((2, 3)),
+                 [np.array([[0, 0, 0], [1, 0, 0]]), np.array([[0, 0, 0]])],
+                 [np.array([5, 6]), np.array([7])])
+    again = Manifest.from_bytes(m.to_bytes(), "test")
+    assert again.total_size == 18 and again.lod_range(1) == (11, 18)
+    np.testing.assert_array_equal(again.fragment_positions[0], [[0, 0, 0], [1, 0, 0]])
+
+
+def test_cloud_volume_reads_ngshard_meshes(tmp_path):
+    """Where cloud-volume is installed (run with its venv): its sharded multi-level reader
+    returns, LOD by LOD, the vertices and faces ngshard reads."""
+    cloudvolume = pytest.importorskip("cloudvolume")
+    root = tmp_path / "vol"
+    root.mkdir()
+    info = cloudvolume.CloudVolume.create_new_info(
+        num_channels=1, layer_type="segmentation", data_type="uint64", encoding="raw",
+        resolution=[8, 8, 40], voxel_offset=[0, 0, 0], chunk_size=[64, 64, 64],
+        volume_size=[64, 64, 64], mesh="mesh")
+    (root / "info").write_text(json.dumps(info))
+    for sharding in ("auto", None):
+        shutil.rmtree(root / "mesh", ignore_errors=True)
+        ours = ngshard.write_meshes(root / "mesh", ITEMS, sharding=sharding,
+                                    transform=[8, 0, 0, 0, 0, 8, 0, 0, 0, 0, 40, 0],
+                                    durable=False)
+        cv = cloudvolume.CloudVolume(root.as_uri())
+        for k in ITEMS:
+            for lod in range(3):
+                theirs = cv.mesh.get(k, lod=lod)
+                theirs = theirs[k] if isinstance(theirs, dict) else theirs
+                mine = ours.get(k, lod)
+                np.testing.assert_allclose(theirs.vertices, mine.vertices, rtol=1e-5)
+                np.testing.assert_array_equal(theirs.faces, mine.faces)

@@ -1,0 +1,92 @@
+"""The viewer's state for a served tree (pure JSON), and the viewer started on it."""
+
+from __future__ import annotations
+
+import json
+import sys
+import urllib.request
+
+import numpy as np
+import pytest
+
+import ngshard
+from ngshard.serve.files import LocalFiles
+from ngshard.serve.layers import find_layers
+from ngshard.serve.view import MAX_LAYERS, SELECTED, viewer_state
+from ngshard.storage import open_storage
+
+
+def test_state_of_the_demo(demo_dir):
+    with ngshard.serve(demo_dir) as srv:
+        state = viewer_state(srv.layers, srv.url, open_storage(demo_dir))
+    image, seg = state["layers"]
+    assert image == {"type": "image", "name": "image",
+                     "source": f"precomputed://{srv.url}/image"}
+    assert seg["type"] == "segmentation" and seg["source"] == \
+        f"precomputed://{srv.url}/segmentation"
+    assert seg["skeletonRendering"]["mode3d"] == "lines"
+    # the largest segments of the middle plane of the coarsest scale, as decimal strings
+    plane = ngshard.open_volume(demo_dir / "segmentation", 1)[:, :, 64, 0]
+    ids, counts = np.unique(plane, return_counts=True)
+    assert seg["segments"] == [str(i) for i in ids[np.argsort(-counts, kind="stable")]
+                               [:SELECTED].tolist()]
+    kv = ngshard.open_kv(demo_dir / "segmentation" / "skeletons")
+    assert all(int(s) in kv for s in seg["segments"])  # each has its skeleton
+    assert state["dimensions"] == {"x": [8e-9, "m"], "y": [8e-9, "m"], "z": [40e-9, "m"]}
+    assert state["position"] == [128.5, 128.5, 64.5]  # the central voxel's centre
+    assert 0.5 < state["crossSectionScale"] < 1  # 256 voxels across a panel of ~300 pixels
+    assert state["selectedLayer"] == {"layer": "segmentation"}
+    json.dumps(state)  # plain JSON
+
+
+def test_state_of_other_trees(tmp_path):
+    """Standalone skeletons become segmentation layers, annotations annotation layers, a
+    bare sharded store none; names stay distinct; the position follows the voxel offset;
+    hundreds of layers are cut to MAX_LAYERS."""
+    with ngshard.create_volume(tmp_path / "a" / "em", dtype="uint8", shape=(100, 60, 10),
+                               voxel_offset=(1000, 0, 5), resolution=(4, 4, 30)) as vol:
+        vol[:] = 3
+    with ngshard.create_volume(tmp_path / "b" / "em", dtype="uint32", shape=(10, 10, 10),
+                               encoding="compressed_segmentation") as vol:
+        vol[:] = 0  # nothing to select
+    (tmp_path / "sk").mkdir()
+    (tmp_path / "sk" / "info").write_text('{"@type": "neuroglancer_skeletons"}')
+    (tmp_path / "ann").mkdir()
+    (tmp_path / "ann" / "info").write_text('{"@type": "neuroglancer_annotations_v1"}')
+    ngshard.write_kv(tmp_path / "kv", ngshard.ShardingSpec(), {1: b"x"})
+    files = LocalFiles(str(tmp_path))
+    state = viewer_state(find_layers(files), "http://h:1", open_storage(tmp_path))
+    kinds = {(e["name"], e["type"]) for e in state["layers"]}
+    assert kinds == {("em", "image"), ("em'", "segmentation"), ("sk", "segmentation"),
+                     ("ann", "annotation")}
+    assert next(e for e in state["layers"] if e["name"] == "em'")["segments"] == []
+    assert state["position"] == [1050.5, 30.5, 10.5] and state["dimensions"]["z"] == [30e-9, "m"]
+    for i in range(MAX_LAYERS + 5):
+        (tmp_path / "many" / f"s{i:02d}").mkdir(parents=True)
+        (tmp_path / "many" / f"s{i:02d}" / "info").write_text(
+            '{"@type": "neuroglancer_skeletons"}')
+    assert len(viewer_state(find_layers(files), "http://h:1")["layers"]) == MAX_LAYERS
+
+
+def test_open_viewer_serves_the_client_with_the_state(demo_dir):
+    pytest.importorskip("neuroglancer", reason="the view extra is not installed")
+    from ngshard.serve.view import open_viewer
+
+    with open_viewer(demo_dir) as viewing:
+        assert viewing.url.startswith("http://127.0.0.1:") and "/v/" in viewing.url
+        with urllib.request.urlopen(viewing.url, timeout=10) as page:
+            assert page.status == 200 and b"<script" in page.read()
+        names = [layer.name for layer in viewing.viewer.state.layers]
+        assert names == ["image", "segmentation"]
+        with urllib.request.urlopen(f"{viewing.server.url}/image/info", timeout=10) as info:
+            assert json.loads(info.read())["type"] == "image"
+    with pytest.raises(OSError):  # both stopped
+        urllib.request.urlopen(viewing.url, timeout=2)
+
+
+def test_without_neuroglancer_one_line_says_what_to_install(demo_dir, monkeypatch):
+    from ngshard.serve.view import open_viewer
+
+    monkeypatch.setitem(sys.modules, "neuroglancer", None)
+    with pytest.raises(ngshard.MissingDependencyError, match=r"pip install 'ngshard\[view\]'"):
+        open_viewer(demo_dir)

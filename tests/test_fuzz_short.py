@@ -1,0 +1,34 @@
+"""The short form of tools/fuzz.py: a few thousand damaged shards and chunks read by ngshard and
+tensorstore must agree (or differ only in the classified, deliberate ways), with no foreign
+exception and memory within the bound. The long run is ``python tools/fuzz.py --cases 100000``."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("tensorstore")
+
+CASES = 3000
+
+
+@pytest.fixture(scope="module")
+def summary():
+    path = Path(__file__).resolve().parent.parent / "tools" / "fuzz.py"
+    spec = importlib.util.spec_from_file_location("ngshard_fuzz", path)
+    fuzz = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = fuzz  # dataclasses look their module up
+    spec.loader.exec_module(fuzz)
+    return fuzz.run(seed=20240607, cases=CASES)
+
+
+def test_ngshard_agrees_with_tensorstore_on_damaged_stores(summary):
+    assert summary.cases == CASES
+    kinds = " ".join(summary.by_kind)
+    assert "kv" in kinds and "sharded" in kinds and "png" in kinds, summary.by_kind
+    assert summary.reads["both error"] > CASES and summary.reads["equal"] > CASES
+    assert not summary.mismatches, "\n".join(summary.mismatches[:20])
+    assert not any(v.startswith(("foreign", "memory")) for v in summary.case_outcomes)
