@@ -126,3 +126,15 @@ def record_spec(storage: Storage, spec: ShardingSpec) -> None:
     info = info or {}
     if info.get("sharding") != spec.to_json():
         write_info(storage, {**info, "sharding": spec.to_json()})
+
+
+def check_recorded(storage: Storage, spec: ShardingSpec) -> None:
+    """Refuse to update a store with a spec other than the one its info records: keys would
+    land in the wrong shards."""
+    try:
+        recorded = spec_from_info(storage)
+    except (SpecError, NotFoundError):
+        return  # no recorded spec (or no store yet): the given one is all there is
+    if recorded != spec:
+        raise SpecError(f"{storage.path('info')}: records sharding {recorded.to_json()}, "
+                        f"not the spec given ({spec.to_json()})")

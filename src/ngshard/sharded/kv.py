@@ -18,7 +18,7 @@ from ..errors import InvalidKeyError, NgShardError, NotFoundError, ReadOnlyError
 from ..storage import Storage, open_storage, remove_stale
 from . import commit as committing
 from . import listing, prefixed
-from .infofile import as_spec, record_spec, spec_from_info
+from .infofile import as_spec, check_recorded, record_spec, spec_from_info
 from .inputs import as_bytes, pair_batches, value_arrays
 from .plan import CommitPlan, plan_commit
 from .prefixed import PrefixOf
@@ -405,7 +405,7 @@ def open_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str | 
     else:
         spec = as_spec(spec)
         if mode in ("r+", "a"):
-            _check_recorded(storage, spec)
+            check_recorded(storage, spec)
     if mode != "r" and prefix_of is None:
         prefixed.refuse_blind_writes(storage)
     return ShardedKV(storage, spec, mode, strategy=strategy, compact_ratio=compact_ratio,
@@ -413,14 +413,3 @@ def open_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str | 
                      info=info, max_value_bytes=max_value_bytes, read_retries=read_retries,
                      prefix_of=prefix_of)
 
-
-def _check_recorded(storage: Storage, spec: ShardingSpec) -> None:
-    """Refuse to update a store with a spec other than the one its info records: keys would
-    land in the wrong shards."""
-    try:
-        recorded = spec_from_info(storage)
-    except (SpecError, NotFoundError):
-        return  # no recorded spec (or no store yet): the given one is all there is
-    if recorded != spec:
-        raise SpecError(f"{storage.path('info')}: records sharding {recorded.to_json()}, "
-                        f"not the spec given ({spec.to_json()})")
