@@ -25,6 +25,7 @@ from .errors import MissingDependencyError, SpecError
 from .sharded.bulk import remove_obsolete, shard_parts
 from .sharded.infofile import as_spec, record_spec
 from .sharded.inputs import as_bytes
+from .sharded.prefixed import refuse_blind_writes
 from .sharded.spec import ShardingSpec, as_key_array
 from .sharded.update import newest_in_index_order
 from .storage import Storage, open_storage, remove_stale
@@ -86,6 +87,7 @@ def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
     """
     spec = as_spec(spec)
     storage = open_storage(url, durable=durable)
+    refuse_blind_writes(storage)  # a mesh layer's fragments would be lost
     if storage.local_root is not None:
         os.makedirs(storage.local_root, exist_ok=True)
         remove_stale(storage.local_root)

@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from .._arrays import gather, uint_dtype
+from .._arrays import uint_dtype
 from ..compression import encode
 from ..progress import progress_bar
 from ..storage import Storage, open_storage, remove_stale
 from ..threads import WORKERS, bounded_map, pmap
-from . import legacy
+from . import legacy, prefixed
 from .changes import views
 from .infofile import as_spec, record_spec
 from .inputs import Values, value_arrays
@@ -33,7 +33,10 @@ from .kv import DEFAULT_BUFFER_BYTES, open_kv
 from .spec import ShardingSpec
 from .update import new_shard, newest_in_index_order
 
-_BLOCK = 1 << 20  # keys hashed and sorted at a time (bounds the temporaries)
+_BLOCK = 1 << 20
+# What writing a mapping through write_arrays costs per key: its keys, the list of its
+# values and their offsets (8 bytes each), the shard order and minishards
+_MAPPING_KEY_BYTES = 32  # keys hashed and sorted at a time (bounds the temporaries)
 _COUNTING_SORT_BITS = 20  # up to this many shard bits the shard order is a counting sort
 # shards built at once: one more than the cores, so a shard waiting for its fsync leaves no
 # core idle
@@ -95,6 +98,12 @@ def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
         return
     if items is None:
         raise TypeError("write_kv needs items, or keys= and values=")
+    if isinstance(items, Mapping) and len(items) * _MAPPING_KEY_BYTES <= buffer_bytes:
+        # in memory already: written shard by shard straight from it, no staging or spilling
+        # (what that costs per key stays within the buffer)
+        write_arrays(url, spec, *value_arrays(list(items.keys()), list(items.values())),
+                     progress=progress, info=info, durable=durable)
+        return
     kv = open_kv(url, spec, "w", staged_bytes=buffer_bytes, spill_dir=spill_dir, info=info,
                  durable=durable)
     try:
@@ -110,6 +119,7 @@ def write_arrays(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | s
     """:func:`write_kv` from arrays in the form :func:`value_arrays` gives."""
     spec = as_spec(spec)
     storage = open_storage(url, durable=durable)
+    prefixed.refuse_blind_writes(storage)
     if storage.local_root is not None:
         os.makedirs(storage.local_root, exist_ok=True)
         remove_stale(storage.local_root)
@@ -122,10 +132,9 @@ def write_arrays(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | s
         # small (random reads of the big ones miss the cache)
         shard_keys, shard_minishards = keys[pos], minishards[pos]
         local = newest_in_index_order(spec, shard_keys, shard_minishards)
-        starts, lengths = values.spans(pos[local])
+        data, lengths = values.take(pos[local])
         name = spec.shard_filename(shard)
-        storage.write(name, shard_parts(spec, shard_keys[local],
-                                        gather(values.data, starts, lengths), lengths,
+        storage.write(name, shard_parts(spec, shard_keys[local], data, lengths,
                                         shard_minishards[local]))
         return name
 

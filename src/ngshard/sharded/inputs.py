@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from .._arrays import gather
 from .spec import as_key_array
 
 _CHECK_BLOCK = 1 << 20
@@ -18,12 +19,14 @@ _CHECK_BLOCK = 1 << 20
 
 class Values(NamedTuple):
     """n values in one uint8 array ``data``: value i is ``data[offsets[i] - offsets[0]:
-    offsets[i + 1] - offsets[0]]``, or where ``offsets`` is None, the i-th ``width`` bytes.
-    The caller's offsets are kept as they are (no per-key array is made here)."""
+    offsets[i + 1] - offsets[0]]``, or where ``offsets`` is None, the i-th ``width`` bytes;
+    or given as a list of bytes-like ``items`` (``offsets`` then their running lengths). The
+    caller's offsets and items are kept as they are: nothing is copied here."""
 
-    data: np.ndarray
+    data: np.ndarray | None
     offsets: np.ndarray | None
     width: int = 0
+    items: list | None = None
 
     def spans(self, which: np.ndarray | slice) -> tuple[np.ndarray, np.ndarray]:
         """(starts in ``data``, lengths) of the values ``which`` picks (indices or a slice)."""
@@ -34,6 +37,15 @@ class Values(NamedTuple):
                                                                 np.int64)
         lo = self.offsets[which].astype(np.int64)
         return lo - int(self.offsets[0]), self.offsets[which + 1].astype(np.int64) - lo
+
+    def take(self, which: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The values ``which`` picks, back to back as one uint8 array, and their lengths."""
+        if self.items is not None:  # one join of the picked objects, at C speed
+            chosen = list(map(self.items.__getitem__, which.tolist()))
+            return np.frombuffer(b"".join(chosen), np.uint8), \
+                np.fromiter(map(len, chosen), np.int64, len(chosen))
+        starts, lengths = self.spans(which)
+        return gather(self.data, starts, lengths), lengths
 
     def cut(self, first: int, count: int, budget: int) -> int:
         """Where a run of values from ``first`` holding about ``budget`` bytes ends (at least
@@ -63,16 +75,17 @@ def value_arrays(keys: Any, values: Any, offsets: Any = None) -> tuple[np.ndarra
     if values is None:
         raise TypeError("keys= needs values=")
     if isinstance(values, (list, tuple)):
-        bad = next((i for i, v in enumerate(values)
-                    if not isinstance(v, (bytes, bytearray, memoryview))), None)
-        if bad is not None:
-            raise TypeError(f"value of key {int(keys[bad]) if bad < n else bad} must be bytes, "
-                            f"got {type(values[bad]).__name__}")
+        if not set(map(type, values)) <= {bytes}:  # the common case checked at C speed
+            bad = next((i for i, v in enumerate(values)
+                        if not isinstance(v, (bytes, bytearray, memoryview))), None)
+            if bad is not None:
+                raise TypeError(f"value of key {int(keys[bad]) if bad < n else bad} must be "
+                                f"bytes, got {type(values[bad]).__name__}")
         if offsets is not None:
             raise TypeError("offsets= goes with one buffer of values, not a list")
         _same_count(n, len(values), "values")
         ends = np.cumsum(np.fromiter(map(len, values), np.int64, count=len(values)))
-        return keys, Values(np.frombuffer(b"".join(values), np.uint8), np.r_[0, ends])
+        return keys, Values(None, np.r_[0, ends], items=list(values))
     if isinstance(values, np.ndarray) and values.ndim == 2:
         if offsets is not None:
             raise TypeError("offsets= goes with one buffer of values, not rows")

@@ -83,6 +83,10 @@ class Staging:
         first = 0
         while first < len(keys):
             last = values.cut(first, len(keys), step)
+            if values.items is not None:
+                self.set_many(keys[first:last], values.items[first:last])
+                first = last
+                continue
             starts, lengths = values.spans(slice(first, last))
             a = int(starts[0])
             self._add(keys[first:last], lengths, values.data[a:a + int(lengths.sum())])
