@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
 from ..errors import NgShardError
 from ..layers.dispatch import LAYER_TYPES, MESHES, PROPERTIES, SKELETONS, layer_kind
 from ..sharded.infofile import read_info
 from ..storage import Storage, open_storage
+from .targets import emit
 
 FORMATS = {"json": ("skeleton", "mesh", "annotation", "properties"), "swc": ("skeleton",),
            "obj": ("mesh",), "ply": ("mesh",)}
@@ -107,7 +107,7 @@ def cmd_get_layer(args: argparse.Namespace, storage: Storage, kind: str, key: in
         value = layer.store.get(key) if hasattr(layer, "store") else None
         if value is None:
             raise KeyNotFound(f"key {key} is not in {storage.url}")
-        _emit(args, bytes(value))
+        emit(args, bytes(value))
         return
     if what not in FORMATS[fmt]:
         raise NgShardError(f"--as {fmt} is not for a {what} layer (it takes "
@@ -119,21 +119,12 @@ def cmd_get_layer(args: argparse.Namespace, storage: Storage, kind: str, key: in
     from ..layers import export
 
     if fmt == "swc":
-        _emit(args, export.skeleton_swc(obj).encode())
+        emit(args, export.skeleton_swc(obj).encode())
     elif fmt == "obj":
-        _emit(args, export.mesh_obj(obj.vertices, obj.faces, f"segment {key}").encode())
+        emit(args, export.mesh_obj(obj.vertices, obj.faces, f"segment {key}").encode())
     elif fmt == "ply":
-        _emit(args, export.mesh_ply(obj.vertices, obj.faces, f"segment {key}"))
+        emit(args, export.mesh_ply(obj.vertices, obj.faces, f"segment {key}"))
     else:
         doc = obj if isinstance(obj, dict) else vars(obj)
         doc = {"id": key, **{k: v for k, v in doc.items() if k != "id"}}
-        _emit(args, (json.dumps(export.to_jsonable(doc)) + "\n").encode())
-
-
-def _emit(args: argparse.Namespace, data: bytes) -> None:
-    if args.output:
-        with open(args.output, "wb") as f:
-            f.write(data)
-    else:
-        sys.stdout.buffer.write(data)
-        sys.stdout.buffer.flush()
+        emit(args, (json.dumps(export.to_jsonable(doc)) + "\n").encode())

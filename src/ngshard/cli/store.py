@@ -18,7 +18,7 @@ from ..sharded.spec import check_key
 from ..verify import verify_kv, verify_volume
 from ..volume import Volume
 from .layers import cmd_get_layer, cmd_info_layer, typed_layer
-from .targets import progress_wanted, require_present, scale_indices, targets, volume_at
+from .targets import emit, progress_wanted, require_present, scale_indices, targets, volume_at
 
 
 class KeyNotFound(NgShardError):
@@ -174,12 +174,7 @@ def cmd_get(args: argparse.Namespace) -> None:
         value = target.kv[key]
     except KeyError:
         raise KeyNotFound(f"key {key} is not in {target.label}") from None
-    if args.output:
-        with open(args.output, "wb") as f:
-            f.write(value)
-    else:
-        sys.stdout.buffer.write(value)
-        sys.stdout.buffer.flush()
+    emit(args, value)
 
 
 def cmd_put(args: argparse.Namespace) -> None:

@@ -109,3 +109,13 @@ def require_present(target: Target) -> None:
         missing = kv.storage.local_root is not None and not os.path.exists(where)
         reason = "no such directory" if missing else "no shard files and no info file"
         raise NotFoundError(f"{where}: {reason}: not a sharded store")
+
+
+def emit(args: argparse.Namespace, data: bytes) -> None:
+    """``data`` to the file of ``--output``, or to standard output."""
+    if args.output:
+        with open(args.output, "wb") as f:
+            f.write(data)
+    else:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()

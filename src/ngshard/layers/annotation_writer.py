@@ -181,7 +181,8 @@ def write_annotations(url: str | os.PathLike | Storage, kind: str, geometry: Any
     Parameters
     ----------
     url
-        The collection's directory (a local path, any fsspec URL, or an open Storage).
+        Where the collection goes: its directory as a local path, any fsspec URL, or an
+        open Storage.
     kind
         "point", "line", "axis_aligned_bounding_box", "ellipsoid" or "polyline".
     geometry

@@ -52,7 +52,20 @@ def _concat(key: int, parts: list[tuple[np.ndarray, np.ndarray]], lod: int) -> M
                 np.concatenate(faces), lod)
 
 
-class Meshes:
+class _Listed:
+    """Listing a mesh layer's segments through its segment store."""
+
+    store: SegmentStore
+
+    def keys_array(self) -> np.ndarray:
+        """Every segment id with a mesh, sorted."""
+        return self.store.keys_array()
+
+    def __len__(self) -> int:
+        return len(self.keys_array())
+
+
+class Meshes(_Listed):
     """A multi-resolution mesh layer, opened with :func:`open_meshes` (or
     :func:`ngshard.open`).
 
@@ -90,13 +103,6 @@ class Meshes:
 
     def __repr__(self) -> str:
         return f"Meshes({self.storage.url!r})"
-
-    def keys_array(self) -> np.ndarray:
-        """Every segment id with a mesh, sorted."""
-        return self.store.keys_array()
-
-    def __len__(self) -> int:
-        return len(self.keys_array())
 
     def __contains__(self, segment_id: object) -> bool:
         try:
@@ -213,7 +219,7 @@ class Meshes:
         return {w[0]: ms if every else ms[0] for w, ms in zip(wanted, meshes)}
 
 
-class LegacyMeshes:
+class LegacyMeshes(_Listed):
     """A legacy single-resolution mesh layer: per segment a ``<id>:0`` JSON manifest naming
     fragment files (unsharded), or the fragment itself as the value (sharded)."""
 
@@ -226,12 +232,6 @@ class LegacyMeshes:
 
     def __repr__(self) -> str:
         return f"LegacyMeshes({self.storage.url!r})"
-
-    def keys_array(self) -> np.ndarray:
-        return self.store.keys_array()
-
-    def __len__(self) -> int:
-        return len(self.keys_array())
 
     def get(self, segment_id: int, lod: int = 0) -> Mesh:
         """One segment's mesh (all its fragments); KeyError if it has none."""
