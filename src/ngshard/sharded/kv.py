@@ -189,6 +189,15 @@ class ShardedKV(MutableMapping):
             values = [_as_bytes(v, k) for k, v in zip(keys.tolist(), values)]
         self._writable().set_many(keys, values)
 
+    def delete_many(self, keys: Iterable[int] | np.ndarray) -> None:
+        """Stage the removal of ``keys``; keys that are not there are ignored."""
+        keys = as_key_array(keys)
+        self._writable().set_many(keys, [None] * len(keys))
+
+    def spill(self) -> None:
+        """Move the staged values held in memory to the spill files now."""
+        self._writable().spill()
+
     def abort(self) -> None:
         """Drop the staged changes; the store is left as it was."""
         if self._staging is not None:
@@ -196,12 +205,21 @@ class ShardedKV(MutableMapping):
 
     # --- commit ------------------------------------------------------------------------------
 
-    def plan(self) -> CommitPlan:
-        """What :meth:`commit` would do to each shard, decided from the indices alone."""
+    def plan(self, *, pending: tuple[np.ndarray, np.ndarray] | None = None) -> CommitPlan:
+        """What :meth:`commit` would do to each shard, decided from the indices alone;
+        ``pending`` (keys, value lengths) counts values not staged yet as if they were."""
         staging = self._writable()
         keys, lengths = staging.status()
+        if pending is not None and len(pending[0]):
+            extra = np.asarray(pending[0], np.uint64)
+            keep = ~member(keys, np.sort(extra))
+            keys = np.concatenate([keys[keep], extra])
+            lengths = np.concatenate([lengths[keep], np.asarray(pending[1], np.int64)])
+            order = np.argsort(keys)
+            keys, lengths = keys[order], lengths[order]
         return plan_commit(self.reader, keys, lengths, mode=self.mode, strategy=self.strategy,
-                           compact_ratio=self.compact_ratio, version=staging.version)
+                           compact_ratio=self.compact_ratio,
+                           version=staging.version if pending is None else -1)
 
     def commit(self, plan: CommitPlan | None = None, *, progress: bool = False) -> CommitPlan:
         """Apply the staged changes shard by shard, following ``plan`` (by default a fresh

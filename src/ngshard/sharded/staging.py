@@ -112,12 +112,12 @@ class Staging:
             self.spill()
 
     def set_many(self, keys: np.ndarray, values: list[bytes]) -> None:
-        """Stage a batch of values (no deletions) without per-key Python work."""
+        """Stage a batch of values (None: a deletion) without per-key Python work."""
         self.version += 1
         self._fold_dict()
         lengths = _lengths(values)
         self._batches.append((keys, lengths, values))
-        self._mem_bytes += int(lengths.sum())
+        self._mem_bytes += int(np.maximum(lengths, 0).sum())
         if self._mem_bytes > self.limit_bytes:
             self.spill()
 
