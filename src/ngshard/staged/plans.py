@@ -1,0 +1,239 @@
+"""The plans of reads, writes and loads (seed 003): what moves between which slabs, decided
+from shapes, chunk maps and indices alone, never from data, and printable before running.
+
+Every plan follows the seed's general algorithm: map the selection onto chunks per axis
+(:class:`IndexChunkMapper`), look up where the touched chunks lie (:class:`SlabMap`), pick
+chunks by where they lie, group them by slab, and turn each group into one
+:class:`TransferPlan` of n-dimensional slice pairs. The array (``array.py``) executes a plan:
+appends its empty slabs, runs its transfers in order, records where chunks lie now, drops the
+slabs it empties.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .geometry import BASE, FIRST_STAGED, FULL, Geometry
+from .indexing import Selection
+from .mapper import IndexChunkMapper
+from .slabmap import SlabMap
+from .transfer import OUT, VALUE, TransferPlan, chunk_rows, selection_rows
+
+PRINT_MAP_CHUNKS = 1024  # plans of grids up to this many chunks print slab_indices/offsets
+
+
+class Plan:
+    """What an operation will do; subclasses fill in the parts and the header."""
+
+    name = "Plan"
+
+    def __init__(self, geometry: Geometry, slabmap: SlabMap | None = None) -> None:
+        self.geometry = geometry
+        self.appends: list[tuple[int, int]] = []  # (slab index, number of chunks)
+        self.transfers: list[TransferPlan] = []
+        self.drops: list[int] = []
+        self.updates: tuple | None = None  # (ids, slabs, offsets, dirty) for the slab map
+        # printing shows the map after the plan: a copy of the map it was made from, with the
+        # plan applied, or that map itself once the plan has run (see __str__)
+        small = slabmap is not None and geometry.num_chunks <= PRINT_MAP_CHUNKS
+        self._map = slabmap if small else None
+        self._version = slabmap.version if small else None
+
+    @property
+    def new_chunks(self) -> int:
+        """Chunks on the slabs this plan appends."""
+        return sum(n for _, n in self.appends)
+
+    def apply(self, slabmap: SlabMap) -> None:
+        """Record in ``slabmap`` where the chunks lie after this plan."""
+        if self.updates is not None:
+            slabmap.assign(*self.updates)
+
+    def _summary(self) -> list[str]:
+        pairs = len(self.transfers)
+        return [f"append {len(self.appends)} empty slabs",
+                f"{sum(len(t) for t in self.transfers)} slice transfers among {pairs} slab "
+                f"pairs", f"drop {len(self.drops)} slabs"]
+
+    def lines(self, limit: int | None = 50) -> list[str]:
+        """The instructions, as the seed prints them."""
+        out = []
+        for slab, n in self.appends:
+            out.append(f"slabs.append(np.empty({self.geometry.slab_shape(n)}))  # slabs[{slab}]")
+        for t in self.transfers:
+            out += t.lines(limit)
+        out += [f"slabs[{s}] = None" for s in self.drops]
+        return out
+
+    def __str__(self) -> str:
+        text = [f"{self.name}<{', '.join(self._summary())}>"]
+        text += ["  " + line for line in self.lines()]
+        after = None
+        if self._map is not None and self._map.version == self._version:  # not run yet
+            after = self._map.copy()
+            self.apply(after)
+        elif self._map is not None and self._map.version == self._version + self._bumps:
+            after = self._map  # run just now, nothing else since
+        if after is not None:
+            indices, offsets = after.dense()
+            text += ["slab_indices:", str(indices), "slab_offsets:", str(offsets)]
+        return "\n".join(text)
+
+    @property
+    def _bumps(self) -> int:
+        """How many versions of the slab map :meth:`apply` makes."""
+        return int(self.updates is not None and len(self.updates[0]) > 0)
+
+    __repr__ = __str__
+
+
+@dataclass
+class Touched:
+    """The chunks a selection touches (C order over the selected chunks of each axis) and
+    where they lie."""
+
+    mappers: list[IndexChunkMapper]
+    idx: np.ndarray  # (k, ndim) index into each mapper's chunks
+    positions: np.ndarray
+    ids: np.ndarray
+    slabs: np.ndarray
+    offsets: np.ndarray
+    dirty: np.ndarray
+    whole: np.ndarray  # wholly selected along every axis
+
+
+def touch(geometry: Geometry, slabmap: SlabMap, selection: Selection) -> Touched | None:
+    """Steps 1 to 4 of the seed: None for an empty selection."""
+    mappers = [IndexChunkMapper(a, n, c) for a, n, c in
+               zip(selection.axes, geometry.shape, geometry.chunks)]
+    sizes = [len(m) for m in mappers]
+    if 0 in sizes:
+        return None
+    idx = np.indices(sizes).reshape(len(sizes), -1).T
+    positions = np.stack([m.chunks[idx[:, a]] for a, m in enumerate(mappers)], axis=1)
+    ids = geometry.ids(positions)
+    slabs, offsets, dirty = slabmap.lookup(ids, positions)
+    whole = np.logical_and.reduce([m.whole[idx[:, a]] for a, m in enumerate(mappers)])
+    return Touched(mappers, idx, positions, ids, slabs, offsets, dirty, whole)
+
+
+def _by_slab(t: Touched, slabs: np.ndarray, offsets: np.ndarray, axis: int):
+    """(slab, slab_start, slab_step, selection_start, count) per slab the chunks lie on."""
+    for slab in np.unique(slabs).tolist():
+        mine = slabs == slab
+        yield (slab, *selection_rows(t.mappers, t.idx[mine], offsets[mine], axis))
+
+
+class GetItemPlan(Plan):
+    """A read: every touched chunk's selected points, from whichever slab holds it, into
+    the result (created empty). Reads never change the array."""
+
+    name = "GetItemPlan"
+
+    def __init__(self, geometry: Geometry, slabmap: SlabMap, selection: Selection) -> None:
+        super().__init__(geometry)
+        self.out_shape = selection.shape
+        t = touch(geometry, slabmap, selection)
+        if t is None:
+            return
+        for slab, start, step, sel, count in _by_slab(t, t.slabs, t.offsets, geometry.axis):
+            self.transfers.append(TransferPlan(slab, OUT, start, sel, count, step,
+                                               np.ones_like(step)))
+
+    def _summary(self) -> list[str]:
+        return [f"out_shape={self.out_shape}", self._summary_transfers()]
+
+    def _summary_transfers(self) -> str:
+        return (f"{sum(len(t) for t in self.transfers)} slice transfers among "
+                f"{len(self.transfers)} slab pairs")
+
+
+class SetItemPlan(Plan):
+    """An assignment. Chunks partially selected and lying on the full or the base slab are
+    first copied whole to a new staged slab; chunks wholly selected get a new slab without
+    being read; then the value goes onto the staged slab of every touched chunk, in place."""
+
+    name = "SetItemPlan"
+
+    def __init__(self, geometry: Geometry, slabmap: SlabMap, selection: Selection,
+                 next_slab: int) -> None:
+        super().__init__(geometry, slabmap)
+        self.value_shape, self.value_view = selection.result_shape, selection.view()
+        t = touch(geometry, slabmap, selection)
+        if t is None:
+            return
+        axis, size = geometry.axis, geometry.chunks[geometry.axis]
+        slabs, offsets = t.slabs.copy(), t.offsets.copy()
+        read_only = slabs < FIRST_STAGED
+        for wanted in (read_only & ~t.whole, read_only & t.whole):
+            picked = np.flatnonzero(wanted)
+            if not len(picked):
+                continue
+            new, next_slab = next_slab, next_slab + 1
+            self.appends.append((new, len(picked)))
+            new_offsets = np.arange(len(picked), dtype=np.int64) * size
+            if not t.whole[picked[0]]:  # partially selected: the old chunk first
+                extents = geometry.extents(t.positions[picked])
+                for old in (FULL, BASE):
+                    mine = t.slabs[picked] == old
+                    if mine.any():
+                        self.transfers.append(chunk_rows(old, new, extents[mine],
+                                                         t.offsets[picked[mine]],
+                                                         new_offsets[mine], axis))
+            slabs[picked], offsets[picked] = new, new_offsets
+        for slab, start, step, sel, count in _by_slab(t, slabs, offsets, axis):
+            self.transfers.append(TransferPlan(VALUE, slab, sel, start, count,
+                                               np.ones_like(step), step))
+        changed = read_only | ~t.dirty  # chunks staged and changed already stay as they are
+        self.updates = (t.ids[changed], slabs[changed], offsets[changed], True)
+
+    def _summary(self) -> list[str]:
+        return [f"value_shape={self.value_shape}", f"value_view={self.value_view}",
+                *super()._summary()]
+
+
+class LoadPlan(Plan):
+    """Every chunk still on the base slab, copied to one new staged slab (not dirty: a
+    commit does not write it back unless it is changed)."""
+
+    name = "LoadPlan"
+
+    def __init__(self, geometry: Geometry, slabmap: SlabMap, next_slab: int) -> None:
+        super().__init__(geometry, slabmap)
+        box = slabmap.base_box
+        inside = np.indices(box).reshape(len(box), -1).T if box.all() else \
+            np.zeros((0, len(box)), np.int64)
+        ids = np.union1d(geometry.ids(inside), slabmap.ids[slabmap.slabs == BASE])
+        slabs, offsets, _ = slabmap.lookup(ids)
+        ids, offsets = ids[slabs == BASE], offsets[slabs == BASE]
+        if not len(ids):
+            return
+        size = geometry.chunks[geometry.axis]
+        new_offsets = np.arange(len(ids), dtype=np.int64) * size
+        self.appends.append((next_slab, len(ids)))
+        extents = geometry.extents(geometry.positions(ids))
+        self.transfers.append(chunk_rows(BASE, next_slab, extents, offsets, new_offsets,
+                                         geometry.axis))
+        self.updates = (ids, next_slab, new_offsets, False)
+
+
+class GatherPlan(Plan):
+    """Whole chunks (clipped at the edge) at given grid positions, from wherever they lie,
+    side by side on one new array (a slab that the array does not keep)."""
+
+    name = "GatherPlan"
+
+    def __init__(self, geometry: Geometry, slabmap: SlabMap, positions: np.ndarray) -> None:
+        super().__init__(geometry)
+        self.positions = positions
+        ids = geometry.ids(positions)
+        slabs, offsets, _ = slabmap.lookup(ids, positions)
+        size = geometry.chunks[geometry.axis]
+        out_offsets = np.arange(len(ids), dtype=np.int64) * size
+        extents = geometry.extents(positions)
+        for slab in np.unique(slabs).tolist():
+            mine = slabs == slab
+            self.transfers.append(chunk_rows(slab, OUT, extents[mine], offsets[mine],
+                                             out_offsets[mine], geometry.axis))
