@@ -21,7 +21,7 @@ import numpy as np
 
 from .changes import ChangesPlan
 from .copy import copy_from_chunks, copy_slices
-from .geometry import BASE, FIRST_STAGED
+from .geometry import BASE
 from .indexing import Selection, normalize
 from .mapper import IndexChunkMapper
 from .plans import GatherPlan, GetItemPlan, LoadPlan, Plan, SetItemPlan
@@ -49,6 +49,7 @@ class StagedChangesArray:
         full = np.broadcast_to(np.asarray(self.source.fill_value, self.dtype),
                                self.geometry.chunks)
         self.slabs: list[np.ndarray | None] = [full, None]  # slabs[1]: the source
+        self._staged_nbytes = 0
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -65,7 +66,7 @@ class StagedChangesArray:
     @property
     def nbytes_staged(self) -> int:
         """Memory held by staged slabs."""
-        return sum(s.nbytes for s in self.slabs[FIRST_STAGED:] if s is not None)
+        return self._staged_nbytes
 
     def __repr__(self) -> str:
         return (f"StagedChangesArray(shape={self.shape}, chunks={self.geometry.chunks}, "
@@ -99,6 +100,7 @@ class StagedChangesArray:
         for slab, n in plan.appends:
             assert slab == len(self.slabs), "a plan made for another state of the array"
             self.slabs.append(self.geometry.new_slab(n, self.dtype))
+            self._staged_nbytes += self.slabs[-1].nbytes
         for transfer in plan.transfers:
             self._transfer(transfer, value, out)
         if isinstance(plan, ResizePlan):
@@ -107,6 +109,7 @@ class StagedChangesArray:
             self.geometry = plan.new
         plan.apply(self.map)
         for slab in plan.drops:
+            self._staged_nbytes -= self.slabs[slab].nbytes
             self.slabs[slab] = None
 
     def _transfer(self, t: TransferPlan, value: np.ndarray | None,

@@ -71,14 +71,12 @@ class Geometry:
 
     def ids(self, positions: np.ndarray) -> np.ndarray:
         """C-order ids of (k, ndim) grid positions, int64."""
+        if self.num_chunks * self.chunks[self.axis] >= 1 << 63:  # offsets must fit int64
+            raise SpecError(f"a chunk grid of shape {self.grid} has too many chunks to address "
+                            f"(their offsets pass 2**63)")
         if not len(positions):
             return np.zeros(0, np.int64)
-        try:
-            return np.ravel_multi_index(tuple(np.asarray(positions).T), self.grid).astype(
-                np.int64)
-        except ValueError:
-            raise SpecError(f"a chunk grid of shape {self.grid} is too large to stage changes "
-                            f"in (more than 2**63 chunks)") from None
+        return np.ravel_multi_index(tuple(np.asarray(positions).T), self.grid).astype(np.int64)
 
     def positions(self, ids: np.ndarray) -> np.ndarray:
         """(k, ndim) grid positions of chunk ids."""

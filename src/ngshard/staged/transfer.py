@@ -25,7 +25,7 @@ def _name(end: int | str) -> str:
 
 
 def _index(start: Sequence[int], count: Sequence[int], step: Sequence[int]) -> str:
-    return ", ".join(f"{a}:{a + (n - 1) * s + 1}" + (f":{s}" if s != 1 else "")
+    return ", ".join(f"{a}:{a + (n - 1) * s + 1}" + (f":{s}" if s != 1 and n > 1 else "")
                      for a, n, s in zip(start, count, step))
 
 
