@@ -212,11 +212,16 @@ class StagedChangesArray:
         self.source.spill()
 
     def _write_back(self, plan: ChangesPlan) -> None:
-        for slab, positions, offsets in plan.groups():
-            extents = self.geometry.extents(positions)
-            chunks = [self.geometry.chunk_view(self.slabs[slab], o, e)
-                      for o, e in zip(offsets.tolist(), extents.tolist())]
-            self.source.write(positions, chunks)
+        """Hand the plan's changed chunks, from all its slabs at once (the source encodes them
+        in batches on threads), to the source; then drop the slabs."""
+        views, positions = [], []
+        for slab, where, offsets in plan.groups():
+            extents = self.geometry.extents(where).tolist()
+            views += [self.geometry.chunk_view(self.slabs[slab], o, e)
+                      for o, e in zip(offsets.tolist(), extents)]
+            positions.append(where)
+        if positions:
+            self.source.write(np.concatenate(positions), views)
         self._run(plan)
 
     def plan(self) -> ChangesPlan:

@@ -17,7 +17,11 @@ import numpy as np
 from ..threads import pmap
 from .transfer import TransferPlan
 
-SMALL_ROW = 256  # points: rows up to this size are copied in batches by fancy indexing
+# Rows of up to SMALL_ROW points are copied together by fancy indexing when there are at least
+# MANY_ROWS of them: a slice assignment costs a few microseconds, a fancy-index one tens of
+# microseconds plus about 10 ns a point.
+SMALL_ROW = 64
+MANY_ROWS = 16
 THREADED_BYTES = 4 << 20  # a transfer this large is split over threads
 
 
@@ -28,6 +32,8 @@ def copy_slices(src: np.ndarray, dst: np.ndarray, plan: TransferPlan, *,
         return
     sizes = np.prod(plan.count, axis=1)
     small = sizes <= SMALL_ROW
+    if small.sum() < MANY_ROWS:
+        small[:] = False
     if small.all():
         _fancy(src, dst, plan, np.arange(len(plan)))
         return
@@ -104,11 +110,21 @@ def copy_from_chunks(read: Callable[[np.ndarray, Callable], None], positions_of:
     src_start[:, axis] -= ids * chunk
     local = TransferPlan(plan.src, plan.dst, src_start, plan.dst_start[order],
                          plan.count[order], plan.src_step[order], plan.dst_step[order])
+    # rows as indices, made once here rather than on the decoding threads (which share the GIL)
+    src_index = _slices(local.src_start, local.count, local.src_step)
+    dst_index = _slices(local.dst_start, local.count, local.dst_step)
+    bounds = bounds.tolist()
 
     def consume(i: int, array: np.ndarray | None) -> None:
         a, b = bounds[i], bounds[i + 1]
-        part = TransferPlan(plan.src, plan.dst, local.src_start[a:b], local.dst_start[a:b],
-                            local.count[a:b], local.src_step[a:b], local.dst_step[a:b])
-        copy_slices(fill if array is None else array, dst, part, threads=False)
+        src = fill if array is None else array
+        if b - a >= MANY_ROWS:  # many small rows (an array index): batched
+            part = TransferPlan(plan.src, plan.dst, local.src_start[a:b],
+                                local.dst_start[a:b], local.count[a:b], local.src_step[a:b],
+                                local.dst_step[a:b])
+            copy_slices(src, dst, part, threads=False)
+            return
+        for row in range(a, b):
+            dst[dst_index[row]] = src[src_index[row]]
 
     read(positions_of(ids[heads]), consume)

@@ -14,7 +14,7 @@ stored chunks) is virtual, and a stored chunk lies on it at offset ``id * chunk[
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -45,24 +45,19 @@ class Geometry:
             raise SpecError(f"order must be 'C' or 'F', got {self.order!r}")
         object.__setattr__(self, "shape", shape)
         object.__setattr__(self, "chunks", chunks)
+        # derived once: plans ask for them many times per operation
+        object.__setattr__(self, "ndim", len(shape))
+        object.__setattr__(self, "axis", 0 if self.order == "C" else len(shape) - 1)
+        object.__setattr__(self, "grid", tuple(-(-n // c) for n, c in zip(shape, chunks)))
+        object.__setattr__(self, "num_chunks", math.prod(self.grid))
 
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def axis(self) -> int:
-        """The stacking axis of slabs: the slowest-varying axis of the memory order."""
-        return 0 if self.order == "C" else self.ndim - 1
-
-    @property
-    def grid(self) -> tuple[int, ...]:
-        """Chunks per axis."""
-        return tuple(-(-n // c) for n, c in zip(self.shape, self.chunks))
-
-    @property
-    def num_chunks(self) -> int:
-        return math.prod(self.grid)
+    #: Number of axes.
+    ndim: int = field(init=False, repr=False, compare=False)
+    #: The stacking axis of slabs: the slowest-varying axis of the memory order.
+    axis: int = field(init=False, repr=False, compare=False)
+    #: Chunks per axis.
+    grid: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    num_chunks: int = field(init=False, repr=False, compare=False)
 
     def resized(self, shape: tuple[int, ...]) -> Geometry:
         return Geometry(tuple(shape), self.chunks, self.order)

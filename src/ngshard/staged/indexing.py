@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -117,12 +118,12 @@ class Selection:
 
     axes: tuple[AxisSelection, ...]
 
-    @property
+    @cached_property
     def shape(self) -> tuple[int, ...]:
         """The selection's shape: points per axis (an integer index counts 1)."""
         return tuple(a.count for a in self.axes)
 
-    @property
+    @cached_property
     def result_shape(self) -> tuple[int, ...]:
         """The shape numpy gives the result: dropped axes gone, arrays as long as they are."""
         return tuple(a.result_len for a in self.axes if not a.drop)

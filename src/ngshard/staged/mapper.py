@@ -35,7 +35,8 @@ class IndexChunkMapper:
             self._progression(selection, chunk)
         else:
             self._points(selection, chunk)
-        self.whole = np.diff(self.bounds) == 1
+        self.pairs_per_chunk = np.diff(self.bounds)
+        self.whole = self.pairs_per_chunk == 1
         self.whole &= self.count[self.bounds[:-1]] == np.minimum(chunk,
                                                                  size - self.chunks * chunk)
 
@@ -84,10 +85,6 @@ class IndexChunkMapper:
 
     def __len__(self) -> int:
         return len(self.chunks)
-
-    @property
-    def pairs_per_chunk(self) -> np.ndarray:
-        return np.diff(self.bounds)
 
     def __repr__(self) -> str:
         return (f"IndexChunkMapper(chunks={self.chunks.tolist()}, "

@@ -121,6 +121,9 @@ def touch(geometry: Geometry, slabmap: SlabMap, selection: Selection) -> Touched
 
 def _by_slab(t: Touched, slabs: np.ndarray, offsets: np.ndarray, axis: int):
     """(slab, slab_start, slab_step, selection_start, count) per slab the chunks lie on."""
+    if (slabs == slabs[0]).all():  # the common case: one slab
+        yield (int(slabs[0]), *selection_rows(t.mappers, t.idx, offsets, axis))
+        return
     for slab in np.unique(slabs).tolist():
         mine = slabs == slab
         yield (slab, *selection_rows(t.mappers, t.idx[mine], offsets[mine], axis))

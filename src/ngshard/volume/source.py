@@ -61,16 +61,16 @@ class ScaleChunks(ChunkSource):
         for first in self._bar(len(positions), "reading chunks"):
             part = positions[first:first + BATCH]
             blobs = self.store.get(part)
+            present = [i for i, blob in enumerate(blobs) if blob is not None]
+            for i in (i for i, blob in enumerate(blobs) if blob is None):
+                consume(first + i, None)  # absent: nothing to decode, no thread needed
 
             def one(i: int, first=first, part=part, blobs=blobs) -> None:
-                if blobs[i] is None:
-                    consume(first + i, None)
-                    return
                 consume(first + i, decode_chunk(
                     blobs[i], self.scale.encoding, extents[first + i], self.dtype,
                     block_size=block, where=self.store.where(part[i].tolist()), reuse=True))
 
-            pmap(one, range(len(part)), min_items=4)
+            pmap(one, present, min_items=4)
 
     def write(self, positions: np.ndarray, chunks: Sequence[np.ndarray]) -> None:
         positions = positions[:, :3]
