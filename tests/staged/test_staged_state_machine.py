@@ -11,7 +11,7 @@ import tempfile
 
 import numpy as np
 import tensorstore as ts
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from staged_oracle import box_index, index, oget, oset
@@ -33,6 +33,25 @@ def random_value(data, shape, dtype, rng_max: int):
         shape = tuple(1 if data.draw(st.booleans()) else n for n in shape)
         shape = shape[data.draw(st.integers(0, len(shape))):]
     return rng.integers(0, rng_max, shape).astype(dtype)
+
+
+def note(idx) -> None:
+    """Record the kinds of index used (``--hypothesis-show-statistics`` lists them)."""
+    for part in idx if isinstance(idx, tuple) else (idx,):
+        if isinstance(part, slice):
+            event(f"index: slice step {'-' if (part.step or 1) < 0 else '+'}"
+                  f"{'1' if abs(part.step or 1) == 1 else 'n'}")
+        elif isinstance(part, np.ndarray):
+            event(f"index: {'mask' if part.dtype == bool else 'int array'}")
+        else:
+            event(f"index: {'ellipsis' if part is Ellipsis else 'integer'}")
+
+
+def note_staging(written_back: bool, budget: int) -> None:
+    if written_back:
+        event("staged slabs written back to the store before the commit (over budget)")
+    if budget < 1 << 30:
+        event("small budget")
 
 
 def resized(model: np.ndarray, shape: tuple[int, ...], fill) -> np.ndarray:
@@ -72,9 +91,12 @@ class ArrayMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def write(self, data):
         idx = data.draw(index(self.model.shape))
+        note(idx)
         shape = oget(self.model, idx).shape
         value = random_value(data, shape, np.dtype(np.int32), 1000)
+        before = self.source.writes
         self.array[idx] = value
+        note_staging(self.source.writes > before, self.budget)
         oset(self.model, idx, value)
 
     @rule(data=st.data())
@@ -83,8 +105,9 @@ class ArrayMachine(RuleBasedStateMachine):
             return
         idx = box_index(data.draw, self.model.shape, self.source.geometry.chunks)
         value = random_value(data, oget(self.model, idx).shape, np.dtype(np.int32), 1000)
-        reads = self.source.reads
+        reads, before = self.source.reads, self.source.writes
         self.array[idx] = value
+        note_staging(self.source.writes > before, self.budget)
         oset(self.model, idx, value)
         assert self.source.reads == reads or not self._aligned(idx)
 
@@ -96,6 +119,9 @@ class ArrayMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def resize(self, data):
         shape = tuple(data.draw(st.integers(0, 13)) for _ in self.model.shape)
+        event("resize: " + ("grow" if all(a >= b for a, b in zip(shape, self.model.shape))
+                            else "shrink" if all(a <= b for a, b in zip(shape, self.model.shape))
+                            else "grow and shrink"))
         self.array.resize(shape)
         self.model = resized(self.model, shape, self.fill)
 
@@ -125,18 +151,20 @@ class ArrayMachine(RuleBasedStateMachine):
 
 
 class VolumeMachine(RuleBasedStateMachine):
-    """Precomputed volumes, sharded or not, raw or compressed_segmentation, checked against
-    tensorstore reading what each commit stored."""
+    """Precomputed volumes, sharded or not, raw or compressed_segmentation (each pair a test
+    of its own below), checked against tensorstore reading what each commit stored."""
+
+    sharding: str | None = None
+    encoding = "raw"
 
     @initialize(data=st.data())
     def setup(self, data):
         self.path = tempfile.mkdtemp(prefix="ngshard-machine-")
         size = tuple(data.draw(st.integers(1, 11)) for _ in range(3))
-        chunk = tuple(data.draw(st.integers(1, 5)) for _ in range(3))
+        chunk = tuple(data.draw(st.integers(1, 4)) for _ in range(3))
         channels = data.draw(st.integers(1, 2))
-        self.dtype, encoding = data.draw(st.sampled_from(
-            [("uint16", "raw"), ("uint32", "compressed_segmentation")]))
-        sharding = data.draw(st.sampled_from([None, "identity", "murmur"]))
+        encoding, sharding = self.encoding, self.sharding
+        self.dtype = "uint16" if encoding == "raw" else "uint32"
         spec = None if sharding is None else {
             "@type": "neuroglancer_uint64_sharded_v1", "preshift_bits": 1,
             "hash": "identity" if sharding == "identity" else "murmurhash3_x86_128",
@@ -147,8 +175,15 @@ class VolumeMachine(RuleBasedStateMachine):
             self.path, dtype=self.dtype, shape=(*size, channels), chunk_size=chunk,
             encoding=encoding, sharding=spec, voxel_offset=(3, -2, 0),
             compressed_segmentation_block_size=(2, 3, 2),
-            staged_bytes=data.draw(st.sampled_from([3 * chunk_bytes, 1 << 30])))
+            staged_bytes=data.draw(st.sampled_from([2 * chunk_bytes, 1 << 30, 2 * chunk_bytes])))
         self.model = np.zeros((*size, channels), self.dtype)
+        self.spills, spill = 0, self.vol.chunks.spill
+
+        def counted_spill():  # called after staged slabs go back to the store
+            self.spills += 1
+            spill()
+
+        self.vol.chunks.spill = counted_spill
         if data.draw(st.booleans()):
             first = np.random.default_rng(1).integers(0, 9, self.model.shape).astype(self.dtype)
             self.vol[...] = first
@@ -168,20 +203,30 @@ class VolumeMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def write(self, data):
         idx = data.draw(index(self.model.shape))
+        note(idx)
         value = random_value(data, oget(self.model, idx).shape, np.dtype(self.dtype), 9)
+        before = self.spills
         self.vol[idx] = value
+        note_staging(self.spills > before, self.vol.array.staged_bytes)
         oset(self.model, idx, value)
 
     @rule(data=st.data())
     def write_whole_chunks(self, data):
         idx = box_index(data.draw, self.model.shape[:3], self.vol.chunk_size)
         value = random_value(data, oget(self.model, idx).shape, np.dtype(self.dtype), 2**16)
+        before = self.spills
         self.vol[idx] = value
+        note_staging(self.spills > before, self.vol.array.staged_bytes)
         oset(self.model, idx, value)
 
     @rule(data=st.data())
     def resize(self, data):
-        size = tuple(data.draw(st.integers(1, 13)) for _ in range(3))
+        if data.draw(st.booleans()):
+            size = tuple(data.draw(st.integers(1, 13)) for _ in range(3))
+        else:  # within the grid's powers of two: a sharded scale can take it
+            size = tuple(data.draw(st.integers(max(1, (1 << (b - 1)) * c + 1) if b else 1,
+                                               (1 << b) * c))
+                         for b, c in zip(self.vol.grid.bits, self.vol.chunk_size))
         shape = (*size, self.model.shape[3])
         grid = ngshard.volume.grid.ChunkGrid(size, self.vol.chunk_size)
         if self.vol.scale.sharding is not None and grid.bits != self.vol.grid.bits:
@@ -189,9 +234,11 @@ class VolumeMachine(RuleBasedStateMachine):
                 self.vol.resize(size)
             except ngshard.SpecError as e:
                 assert "Morton bits" in str(e)
+                event("volume resize: refused (sharded, Morton bits change)")
                 return
             raise AssertionError("a resize that changes the Morton bits went through")
         self.vol.resize(size)
+        event(f"volume resize: {'sharded' if self.vol.scale.sharding else 'unsharded'}")
         self.model = resized(self.model, shape, 0)
 
     @rule()
@@ -202,6 +249,8 @@ class VolumeMachine(RuleBasedStateMachine):
     @rule()
     def commit(self):
         self.vol.commit()
+        event(f"volume commit: {'sharded' if self.vol.scale.sharding else 'unsharded'}, "
+              f"{self.vol.scale.encoding}")
         self.committed = self.model.copy()
         store = ts.open({"driver": "neuroglancer_precomputed",
                          "kvstore": {"driver": "file", "path": self.path}}).result()
@@ -222,6 +271,19 @@ class VolumeMachine(RuleBasedStateMachine):
 
 
 TestArrayMachine = ArrayMachine.TestCase
-TestArrayMachine.settings = SETTINGS
-TestVolumeMachine = VolumeMachine.TestCase
-TestVolumeMachine.settings = settings(SETTINGS, max_examples=40, stateful_step_count=15)
+TestArrayMachine.settings = settings(SETTINGS, max_examples=100, stateful_step_count=30)
+
+
+def volume_test(sharding: str | None, encoding: str):
+    machine = type(f"VolumeMachine_{sharding}_{encoding}", (VolumeMachine,),
+                   {"sharding": sharding, "encoding": encoding})
+    test = machine.TestCase
+    test.settings = settings(SETTINGS, max_examples=15, stateful_step_count=20)
+    return test
+
+
+TestUnshardedRawVolume = volume_test(None, "raw")
+TestUnshardedSegmentation = volume_test(None, "compressed_segmentation")
+TestIdentityShardedRawVolume = volume_test("identity", "raw")
+TestIdentityShardedSegmentation = volume_test("identity", "compressed_segmentation")
+TestMurmurShardedRawVolume = volume_test("murmur", "raw")
