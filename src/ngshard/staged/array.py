@@ -21,7 +21,7 @@ import numpy as np
 
 from .changes import ChangesPlan
 from .copy import copy_from_chunks, copy_slices
-from .geometry import BASE
+from .geometry import BASE, FULL
 from .indexing import Selection, normalize
 from .mapper import IndexChunkMapper
 from .plans import GatherPlan, GetItemPlan, LoadPlan, Plan, SetItemPlan
@@ -50,6 +50,7 @@ class StagedChangesArray:
                                self.geometry.chunks)
         self.slabs: list[np.ndarray | None] = [full, None]  # slabs[1]: the source
         self._staged_nbytes = 0
+        self._zero_fill = not np.asarray(self.source.fill_value, self.dtype).any()
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -97,12 +98,16 @@ class StagedChangesArray:
 
     def _run(self, plan: Plan, value: np.ndarray | None = None,
              out: np.ndarray | None = None) -> None:
+        zero_fill = self._zero_fill  # new slabs start as the fill value: no copies
         for slab, n in plan.appends:
             assert slab == len(self.slabs), "a plan made for another state of the array"
-            self.slabs.append(self.geometry.new_slab(n, self.dtype))
+            self.slabs.append(self.geometry.new_slab(n, self.dtype, zeros=zero_fill))
             self._staged_nbytes += self.slabs[-1].nbytes
+        fresh = {slab for slab, _ in plan.appends} if zero_fill else set()
         for transfer in plan.transfers:
-            self._transfer(transfer, value, out)
+            if transfer.src == FULL and transfer.dst in fresh:
+                continue
+            self._transfer(transfer, value, out, transfer.dst in fresh)
         if isinstance(plan, ResizePlan):
             self.source.delete(plan.deletes)
             self.source.resize(plan.new.shape)
@@ -113,12 +118,13 @@ class StagedChangesArray:
             self.slabs[slab] = None
 
     def _transfer(self, t: TransferPlan, value: np.ndarray | None,
-                  out: np.ndarray | None) -> None:
+                  out: np.ndarray | None, filled: bool = False) -> None:
+        """One transfer; ``filled``: its destination holds the fill value already."""
         dst = out if t.dst == OUT else self.slabs[t.dst]
         if t.src == BASE:
             g = self.geometry
             copy_from_chunks(self.source.read, g.positions, g.chunks[g.axis], g.axis,
-                             self.slabs[0], dst, t)
+                             None if filled else self.slabs[0], dst, t)
         else:
             copy_slices(value if t.src == VALUE else self.slabs[t.src], dst, t)
 

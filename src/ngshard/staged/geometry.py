@@ -97,9 +97,10 @@ class Geometry:
         shape[self.axis] *= n
         return tuple(shape)
 
-    def new_slab(self, n: int, dtype: np.dtype) -> np.ndarray:
-        """An uninitialised slab of ``n`` chunks in the array's memory order."""
-        return np.empty(self.slab_shape(n), dtype, order=self.order)
+    def new_slab(self, n: int, dtype: np.dtype, zeros: bool = False) -> np.ndarray:
+        """A slab of ``n`` chunks in the array's memory order, uninitialised or all zeros
+        (which costs nothing more for large slabs: the pages come zeroed from the system)."""
+        return (np.zeros if zeros else np.empty)(self.slab_shape(n), dtype, order=self.order)
 
     def chunk_view(self, slab: np.ndarray, offset: int, extent) -> np.ndarray:
         """The part of the chunk at ``offset`` of ``slab`` inside the array (``extent``)."""

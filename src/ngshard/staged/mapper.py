@@ -32,35 +32,48 @@ class IndexChunkMapper:
 
     def __init__(self, selection: AxisSelection, size: int, chunk: int) -> None:
         if selection.step > 0 and selection.count:
-            self._progression(selection, chunk)
-        else:
-            self._points(selection, chunk)
+            self._progression(selection, size, chunk)
+            return
+        self._points(selection, chunk)
         self.pairs_per_chunk = np.diff(self.bounds)
         self.whole = self.pairs_per_chunk == 1
         self.whole &= self.count[self.bounds[:-1]] == np.minimum(chunk,
                                                                  size - self.chunks * chunk)
 
-    def _progression(self, selection: AxisSelection, chunk: int) -> None:
+    def _progression(self, selection: AxisSelection, size: int, chunk: int) -> None:
         """Points ``first + step * k``: one pair per chunk, by arithmetic over the chunks."""
         first, step, n = selection.start, selection.step, selection.count
         last = first + step * (n - 1)
-        if first // chunk == last // chunk:  # one chunk (an integer, a short slice)
-            self.chunks = np.array([first // chunk], np.int64)
-            self.local = np.array([first % chunk], np.int64)
-            self.start, self.count = np.zeros(1, np.int64), np.array([n], np.int64)
-            self.step, self.bounds = np.array([step], np.int64), np.arange(2, dtype=np.int64)
+        if first // chunk == last // chunk:  # one chunk (an integer, a short slice): one array
+            j = first // chunk
+            whole = n == min(chunk, size - j * chunk) and (step == 1 or n == 1)
+            (self.chunks, self.local, self.start, self.count, self.step, self.pairs_per_chunk,
+             self.whole) = np.array([[j], [first % chunk], [0], [n], [step], [1], [whole]],
+                                    np.int64)
+            self.whole = self.whole.astype(bool)
+            self.bounds = np.array([0, 1], np.int64)
             return
         chunks = np.arange(first // chunk, last // chunk + 1, dtype=np.int64)
         edges = chunks * chunk
-        k0 = np.maximum(0, (edges - first + step - 1) // step)  # first k in each chunk
-        k1 = np.minimum(n, (edges + chunk - first + step - 1) // step)
-        if step > chunk:  # a step longer than a chunk skips chunks
-            keep = k1 > k0
-            chunks, edges, k0, k1 = chunks[keep], edges[keep], k0[keep], k1[keep]
-        self.chunks, self.start, self.count = chunks, k0, k1 - k0
-        self.local = first + k0 * step - edges
-        self.step = np.full(len(k0), step, np.int64)
-        self.bounds = np.arange(len(k0) + 1, dtype=np.int64)
+        extent = np.minimum(chunk, size - edges)
+        if step == 1:  # the common case, in fewer steps
+            lo, hi = np.maximum(edges, first), np.minimum(edges + chunk, first + n)
+            self.chunks, self.local, self.start, self.count = chunks, lo - edges, lo - first, \
+                hi - lo
+            self.whole = self.count == extent
+        else:
+            k0 = np.maximum(0, (edges - first + step - 1) // step)  # first k in each chunk
+            k1 = np.minimum(n, (edges + chunk - first + step - 1) // step)
+            if step > chunk:  # a step longer than a chunk skips chunks
+                keep = k1 > k0
+                chunks, edges, k0, k1 = chunks[keep], edges[keep], k0[keep], k1[keep]
+                extent = extent[keep]
+            self.chunks, self.start, self.count = chunks, k0, k1 - k0
+            self.local = first + k0 * step - edges
+            self.whole = self.count == extent  # only a chunk of one point, with a step
+        self.step = np.full(len(self.chunks), step, np.int64)
+        self.bounds = np.arange(len(self.chunks) + 1, dtype=np.int64)
+        self.pairs_per_chunk = np.ones(len(self.chunks), np.int64)
 
     def _points(self, selection: AxisSelection, chunk: int) -> None:
         """Any sorted points: one pair per run of consecutive points inside a chunk."""

@@ -120,13 +120,16 @@ def touch(geometry: Geometry, slabmap: SlabMap, selection: Selection) -> Touched
 
 
 def _by_slab(t: Touched, slabs: np.ndarray, offsets: np.ndarray, axis: int):
-    """(slab, slab_start, slab_step, selection_start, count) per slab the chunks lie on."""
+    """(slab, slab_start, slab_step, selection_start, count, box) per slab the chunks lie
+    on; ``box``: the chunk box the rows enumerate, if they do (see TransferPlan)."""
     if (slabs == slabs[0]).all():  # the common case: one slab
-        yield (int(slabs[0]), *selection_rows(t.mappers, t.idx, offsets, axis))
+        single = all(len(m.local) == len(m) for m in t.mappers)
+        box = tuple(len(m) for m in t.mappers) if single else None
+        yield (int(slabs[0]), *selection_rows(t.mappers, t.idx, offsets, axis), box)
         return
     for slab in np.unique(slabs).tolist():
         mine = slabs == slab
-        yield (slab, *selection_rows(t.mappers, t.idx[mine], offsets[mine], axis))
+        yield (slab, *selection_rows(t.mappers, t.idx[mine], offsets[mine], axis), None)
 
 
 class GetItemPlan(Plan):
@@ -141,9 +144,10 @@ class GetItemPlan(Plan):
         t = touch(geometry, slabmap, selection)
         if t is None:
             return
-        for slab, start, step, sel, count in _by_slab(t, t.slabs, t.offsets, geometry.axis):
+        for slab, start, step, sel, count, box in _by_slab(t, t.slabs, t.offsets,
+                                                           geometry.axis):
             self.transfers.append(TransferPlan(slab, OUT, start, sel, count, step,
-                                               np.ones_like(step)))
+                                               np.ones_like(step), box))
 
     def _summary(self) -> list[str]:
         return [f"out_shape={self.out_shape}", self._summary_transfers()]
@@ -186,9 +190,9 @@ class SetItemPlan(Plan):
                                                          t.offsets[picked[mine]],
                                                          new_offsets[mine], axis))
             slabs[picked], offsets[picked] = new, new_offsets
-        for slab, start, step, sel, count in _by_slab(t, slabs, offsets, axis):
+        for slab, start, step, sel, count, box in _by_slab(t, slabs, offsets, axis):
             self.transfers.append(TransferPlan(VALUE, slab, sel, start, count,
-                                               np.ones_like(step), step))
+                                               np.ones_like(step), step, box))
         changed = read_only | ~t.dirty  # chunks staged and changed already stay as they are
         self.updates = (t.ids[changed], slabs[changed], offsets[changed], True)
 

@@ -41,6 +41,9 @@ class TransferPlan:
     count: np.ndarray
     src_step: np.ndarray
     dst_step: np.ndarray
+    #: The rows enumerate, in C order, the chunks of a box of this shape with one row each
+    #: (None: no such structure); lets the executor copy a regular tiling in one operation.
+    box: tuple[int, ...] | None = None
 
     def __len__(self) -> int:
         return len(self.count)
@@ -85,6 +88,12 @@ def selection_rows(mappers: Sequence[IndexChunkMapper], idx: np.ndarray, offsets
         (rows, ndim) each; rows of one chunk are adjacent, in chunk order.
     """
     k, ndim = idx.shape
+    if all(len(m.local) == len(m.chunks) for m in mappers):  # one pair per chunk and axis
+        columns = [(m.local[idx[:, a]], m.step[idx[:, a]], m.start[idx[:, a]],
+                    m.count[idx[:, a]]) for a, m in enumerate(mappers)]
+        slab_start, slab_step, sel_start, count = (np.stack(c, axis=1) for c in zip(*columns))
+        slab_start[:, axis] += offsets
+        return slab_start, slab_step, sel_start, count
     first = np.stack([m.bounds[idx[:, a]] for a, m in enumerate(mappers)], axis=1)
     pairs = np.stack([m.pairs_per_chunk[idx[:, a]] for a, m in enumerate(mappers)], axis=1)
     per_chunk = np.prod(pairs, axis=1)
