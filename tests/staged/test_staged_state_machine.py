@@ -32,7 +32,11 @@ def random_value(data, shape, dtype, rng_max: int):
     if style == "broadcast":
         shape = tuple(1 if data.draw(st.booleans()) else n for n in shape)
         shape = shape[data.draw(st.integers(0, len(shape))):]
-    return rng.integers(0, rng_max, shape).astype(dtype)
+    value = rng.integers(0, rng_max, shape).astype(dtype)
+    if data.draw(st.booleans()):  # Fortran order: whole chunks get slabs of that order
+        event("value in Fortran order")
+        value = np.asfortranarray(value)
+    return value
 
 
 def note(idx) -> None:

@@ -33,6 +33,19 @@ from .transfer import OUT, VALUE, TransferPlan
 DEFAULT_STAGED_BYTES = 1 << 30
 
 
+def memory_order(value: np.ndarray) -> str | None:
+    """"C" if ``value`` varies fastest along its last axis (of those longer than one), "F"
+    along its first, None otherwise or for a broadcast scalar: the order a slab made from it
+    copies it into without transposing."""
+    axes = [(abs(s), a) for a, (s, n) in enumerate(zip(value.strides, value.shape))
+            if n > 1 and s]
+    if not axes:
+        return None
+    fastest = min(axes)[1]
+    return "C" if fastest == max(a for _, a in axes) else \
+        "F" if fastest == min(a for _, a in axes) else None
+
+
 class StagedChangesArray:
     """Numpy indexing (basic and orthogonal) over ``source``, assignments staged in memory
     until :meth:`commit`; ``staged_bytes`` bounds the memory of staged chunks."""
@@ -49,6 +62,7 @@ class StagedChangesArray:
         full = np.broadcast_to(np.asarray(self.source.fill_value, self.dtype),
                                self.geometry.chunks)
         self.slabs: list[np.ndarray | None] = [full, None]  # slabs[1]: the source
+        self.orders = [self.geometry.order] * 2  # memory order of each slab
         self._staged_nbytes = 0
         self._zero_fill = not np.asarray(self.source.fill_value, self.dtype).any()
 
@@ -77,22 +91,24 @@ class StagedChangesArray:
     # --- plans, without running them --------------------------------------------------------
 
     def _getitem_plan(self, index: Any) -> GetItemPlan:
-        return GetItemPlan(self.geometry, self.map, normalize(index, self.shape))
+        return GetItemPlan(self.geometry, self.map, normalize(index, self.shape), self.orders)
 
-    def _setitem_plan(self, index: Any) -> SetItemPlan:
-        return SetItemPlan(self.geometry, self.map, normalize(index, self.shape),
-                           len(self.slabs))
+    def _setitem_plan(self, index: Any, value: Any = None) -> SetItemPlan:
+        selection = normalize(index, self.shape)
+        order = None if value is None else memory_order(selection.value(np.asarray(value)))
+        return SetItemPlan(self.geometry, self.map, selection, self.orders, order)
 
     def _resize_plan(self, shape: tuple[int, ...]) -> ResizePlan:
-        return ResizePlan(self.geometry, self.map, tuple(int(n) for n in shape),
-                          len(self.slabs), self.source.clipped_edges)
+        return ResizePlan(self.geometry, self.map, tuple(int(n) for n in shape), self.orders,
+                          self.source.clipped_edges)
 
     def _load_plan(self) -> LoadPlan:
-        return LoadPlan(self.geometry, self.map, len(self.slabs))
+        return LoadPlan(self.geometry, self.map, self.orders)
 
     def _changes_plan(self, slabs: list[int] | None = None) -> ChangesPlan:
         live = sorted(self.map.live_slabs())
-        return ChangesPlan(self.geometry, self.map, live if slabs is None else slabs)
+        return ChangesPlan(self.geometry, self.map, live if slabs is None else slabs,
+                           self.orders)
 
     # --- the executor -----------------------------------------------------------------------
 
@@ -101,7 +117,9 @@ class StagedChangesArray:
         zero_fill = self._zero_fill  # new slabs start as the fill value: no copies
         for slab, n in plan.appends:
             assert slab == len(self.slabs), "a plan made for another state of the array"
-            self.slabs.append(self.geometry.new_slab(n, self.dtype, zeros=zero_fill))
+            order = plan.orders[slab]
+            self.slabs.append(self.geometry.new_slab(n, self.dtype, zero_fill, order))
+            self.orders.append(order)
             self._staged_nbytes += self.slabs[-1].nbytes
         fresh = {slab for slab, _ in plan.appends} if zero_fill else set()
         for transfer in plan.transfers:
@@ -132,7 +150,7 @@ class StagedChangesArray:
 
     def __getitem__(self, index: Any) -> np.ndarray:
         selection = normalize(index, self.shape)
-        plan = GetItemPlan(self.geometry, self.map, selection)
+        plan = GetItemPlan(self.geometry, self.map, selection, self.orders)
         out = np.empty(selection.shape, self.dtype, order=self.geometry.order)
         self._run(plan, out=out)
         return selection.finish(out)
@@ -148,7 +166,8 @@ class StagedChangesArray:
     def _assign(self, selection: Selection, value: np.ndarray) -> None:
         """Run the assignment, in pieces along the axis with the most chunks while one piece
         would add more than half the budget of staged bytes."""
-        plan = SetItemPlan(self.geometry, self.map, selection, len(self.slabs))
+        plan = SetItemPlan(self.geometry, self.map, selection, self.orders,
+                           memory_order(value))
         if plan.new_chunks * self.chunk_nbytes > self.staged_bytes // 2:
             mappers = [IndexChunkMapper(a, n, c) for a, n, c in
                        zip(selection.axes, self.shape, self.geometry.chunks)]
@@ -190,11 +209,11 @@ class StagedChangesArray:
         positions = np.asarray(positions, np.int64).reshape(-1, self.ndim)
         if ((positions < 0) | (positions >= np.array(self.geometry.grid))).any():
             raise IndexError(f"chunk positions outside the grid {self.geometry.grid}")
-        plan = GatherPlan(self.geometry, self.map, positions)
+        plan = GatherPlan(self.geometry, self.map, positions, self.orders)
         out = self.geometry.new_slab(len(positions), self.dtype)
         self._run(plan, out=out)
         size = self.geometry.chunks[self.geometry.axis]
-        return [self.geometry.chunk_view(out, i * size, e)
+        return [self.geometry.chunk_view(out, i * size, e, self.geometry.axis)
                 for i, e in enumerate(self.geometry.extents(positions).tolist())]
 
     def changed_positions(self) -> np.ndarray:
@@ -221,9 +240,9 @@ class StagedChangesArray:
         """Hand the plan's changed chunks, from all its slabs at once (the source encodes them
         in batches on threads), to the source; then drop the slabs."""
         views, positions = [], []
-        for slab, where, offsets in plan.groups():
+        for slab, axis, where, offsets in plan.groups():
             extents = self.geometry.extents(where).tolist()
-            views += [self.geometry.chunk_view(self.slabs[slab], o, e)
+            views += [self.geometry.chunk_view(self.slabs[slab], o, e, axis)
                       for o, e in zip(offsets.tolist(), extents)]
             positions.append(where)
         if positions:

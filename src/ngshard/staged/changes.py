@@ -24,8 +24,9 @@ class ChangesPlan(Plan):
 
     name = "ChangesPlan"
 
-    def __init__(self, geometry: Geometry, slabmap: SlabMap, slabs: list[int]) -> None:
-        super().__init__(geometry, slabmap)
+    def __init__(self, geometry: Geometry, slabmap: SlabMap, slabs: list[int],
+                 orders: list[str]) -> None:
+        super().__init__(geometry, slabmap, orders)
         rows = slabmap.on_slabs(slabs)
         order = rows[np.lexsort((slabmap.offsets[rows], slabmap.slabs[rows]))]
         self.ids = slabmap.ids[order]
@@ -42,11 +43,12 @@ class ChangesPlan(Plan):
         return int(self.dirty.sum())
 
     def groups(self):
-        """(slab, positions, offsets) of the dirty chunks of each slab, in slab order."""
+        """(slab, stacking axis, positions, offsets) of the dirty chunks of each slab, in
+        slab order."""
         for slab in self.drops:
             mine = (self.slab_of == slab) & self.dirty
             if mine.any():
-                yield slab, self.positions[mine], self.offsets[mine]
+                yield slab, self.axis(slab), self.positions[mine], self.offsets[mine]
 
     def _summary(self) -> list[str]:
         return [f"encode {self.encode_count} chunks",

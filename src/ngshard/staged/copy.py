@@ -24,7 +24,9 @@ from .transfer import TransferPlan
 SMALL_ROW = 64
 MANY_ROWS = 16
 THREADED_BYTES = 4 << 20  # a transfer this large is split over threads
-TWO_STEP = 1 << 15  # points: rows this large between different layouts are copied in two steps
+TRANSPOSED = 1 << 14  # points: rows this large between different layouts go in blocks
+TILED = 1 << 14  # points: rows up to this large (on average) may go as one regular tiling
+BLOCK = 16
 FEW_ROWS = 8  # rows up to this many are turned into indices in plain Python
 
 
@@ -33,8 +35,9 @@ def copy_slices(src: np.ndarray, dst: np.ndarray, plan: TransferPlan, *,
     """Carry out ``plan`` from the array ``src`` to the array ``dst``."""
     if not len(plan):
         return
-    if plan.box is not None and len(plan) >= MANY_ROWS and _copy_tiling(src, dst, plan):
-        return
+    if plan.box is not None and len(plan) >= MANY_ROWS and \
+            plan.points <= TILED * len(plan) and _copy_tiling(src, dst, plan):
+        return  # many small rows in one operation (large ones go by rows: blocked, threaded)
     if len(plan) >= MANY_ROWS:  # enough rows for a batch to pay
         small = np.prod(plan.count, axis=1) <= SMALL_ROW
         if small.sum() >= MANY_ROWS:
@@ -99,19 +102,27 @@ def _tiling_view(arr: np.ndarray, first: np.ndarray, units: np.ndarray, count: n
 
 
 def _copy(dst: np.ndarray, src: np.ndarray) -> None:
-    """``dst[...] = src``. Between large arrays laid out in different orders (a C-ordered
-    value onto a Fortran-ordered slab) the source is first gathered in its own order, so the
-    transposing copy runs inside one compact block: up to twice as fast as numpy striding
-    through both at once."""
-    if src.size >= TWO_STEP and 0 not in src.strides and _order(src) != _order(dst):
-        src = np.ascontiguousarray(src) if _order(src) == "C" else np.asfortranarray(src)
+    """``dst[...] = src``. Between large arrays whose fastest axes differ (a C-ordered value
+    onto a Fortran-ordered slab) the copy goes in blocks of BLOCK x BLOCK over those two axes,
+    each block a transposition inside the cache: 2 to 5 times faster than numpy striding
+    through both whole arrays at once."""
+    if src.size >= TRANSPOSED and 0 not in src.strides:
+        a, b = _fastest(dst), _fastest(src)
+        if a != b:
+            index = [slice(None)] * dst.ndim
+            for i in range(0, dst.shape[a], BLOCK):
+                index[a] = slice(i, i + BLOCK)
+                for j in range(0, dst.shape[b], BLOCK):
+                    index[b] = slice(j, j + BLOCK)
+                    dst[tuple(index)] = src[tuple(index)]
+            return
     dst[...] = src
 
 
-def _order(a: np.ndarray) -> str:
-    """"C" if the strides of the axes longer than 1 shrink from first to last, else "F"."""
-    strides = [abs(s) for s, n in zip(a.strides, a.shape) if n > 1]
-    return "C" if strides == sorted(strides, reverse=True) else "F"
+def _fastest(a: np.ndarray) -> int:
+    """The axis of the smallest stride among those longer than 1."""
+    return min((abs(s), axis) for axis, (s, n) in enumerate(zip(a.strides, a.shape))
+               if n > 1)[1]
 
 
 def _slices(start: np.ndarray, count: np.ndarray, step: np.ndarray) -> list[tuple]:

@@ -2,10 +2,12 @@
 axis along which a slab stacks its chunks.
 
 A slab is a numpy array holding whole chunks side by side along one axis, the *stacking axis*:
-axis 0 for C-ordered arrays (zarr), the last axis for Fortran-ordered ones (precomputed, whose
-chunks are x-fastest). Stacking along the slowest axis of the memory order keeps every chunk on
-a slab one contiguous block, so encoding it is a plain copy. A chunk's offset on a slab counts
-points along the stacking axis (a multiple of the chunk's size there), as in seed 003.
+axis 0 for a C-ordered slab, the last axis for a Fortran-ordered one. Stacking along the
+slowest axis of the memory order keeps every chunk on a slab one contiguous block. Slabs take
+the array's order (zarr: C; precomputed: Fortran, chunks are x-fastest, so a raw chunk encodes
+as a plain copy), except slabs made whole from an assigned value, which take the value's
+order, so filling them never transposes. A chunk's offset on a slab counts points along the
+stacking axis (a multiple of the chunk's size there), as in seed 003.
 
 Chunks are identified by their *id*, the C-order ravelled grid position; the base slab (the
 stored chunks) is virtual, and a stored chunk lies on it at offset ``id * chunk[axis]``.
@@ -91,19 +93,26 @@ class Geometry:
 
     # --- slabs -----------------------------------------------------------------------------
 
-    def slab_shape(self, n: int) -> tuple[int, ...]:
-        """Shape of a slab of ``n`` chunks."""
+    def stack_axis(self, order: str) -> int:
+        """The stacking axis of a slab in memory ``order``."""
+        return 0 if order == "C" else self.ndim - 1
+
+    def slab_shape(self, n: int, order: str | None = None) -> tuple[int, ...]:
+        """Shape of a slab of ``n`` chunks (in the array's order by default)."""
         shape = list(self.chunks)
-        shape[self.axis] *= n
+        shape[self.stack_axis(order or self.order)] *= n
         return tuple(shape)
 
-    def new_slab(self, n: int, dtype: np.dtype, zeros: bool = False) -> np.ndarray:
-        """A slab of ``n`` chunks in the array's memory order, uninitialised or all zeros
-        (which costs nothing more for large slabs: the pages come zeroed from the system)."""
-        return (np.zeros if zeros else np.empty)(self.slab_shape(n), dtype, order=self.order)
+    def new_slab(self, n: int, dtype: np.dtype, zeros: bool = False,
+                 order: str | None = None) -> np.ndarray:
+        """A slab of ``n`` chunks, uninitialised or all zeros (which costs nothing more for
+        large slabs: the pages come zeroed from the system)."""
+        order = order or self.order
+        return (np.zeros if zeros else np.empty)(self.slab_shape(n, order), dtype, order=order)
 
-    def chunk_view(self, slab: np.ndarray, offset: int, extent) -> np.ndarray:
-        """The part of the chunk at ``offset`` of ``slab`` inside the array (``extent``)."""
+    def chunk_view(self, slab: np.ndarray, offset: int, extent, axis: int) -> np.ndarray:
+        """The part inside the array (``extent``) of the chunk at ``offset`` of ``slab``,
+        whose stacking axis is ``axis``."""
         index = [slice(0, int(e)) for e in extent]
-        index[self.axis] = slice(int(offset), int(offset) + int(extent[self.axis]))
+        index[axis] = slice(int(offset), int(offset) + int(extent[axis]))
         return slab[tuple(index)]

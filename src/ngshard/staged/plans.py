@@ -11,6 +11,7 @@ slabs it empties.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,8 +30,10 @@ class Plan:
 
     name = "Plan"
 
-    def __init__(self, geometry: Geometry, slabmap: SlabMap | None = None) -> None:
+    def __init__(self, geometry: Geometry, slabmap: SlabMap | None = None,
+                 orders: Sequence[str] = ()) -> None:
         self.geometry = geometry
+        self.orders = list(orders)  # the memory order of each slab, new ones included
         self.appends: list[tuple[int, int]] = []  # (slab index, number of chunks)
         self.transfers: list[TransferPlan] = []
         self.drops: list[int] = []
@@ -40,6 +43,20 @@ class Plan:
         small = slabmap is not None and geometry.num_chunks <= PRINT_MAP_CHUNKS
         self._map = slabmap if small else None
         self._version = slabmap.version if small else None
+
+    def axis(self, slab: int | str) -> int:
+        """The stacking axis of a slab (the full and base slabs: the array's)."""
+        if isinstance(slab, str) or slab < FIRST_STAGED:
+            return self.geometry.axis
+        return self.geometry.stack_axis(self.orders[slab])
+
+    def _append(self, n: int, order: str | None = None) -> tuple[int, np.ndarray]:
+        """A new slab of ``n`` chunks: its index and the chunks' offsets on it."""
+        slab = len(self.orders)
+        self.orders.append(order or self.geometry.order)
+        self.appends.append((slab, n))
+        axis = self.axis(slab)
+        return slab, np.arange(n, dtype=np.int64) * self.geometry.chunks[axis]
 
     @property
     def new_chunks(self) -> int:
@@ -61,7 +78,10 @@ class Plan:
         """The instructions, as the seed prints them."""
         out = []
         for slab, n in self.appends:
-            out.append(f"slabs.append(np.empty({self.geometry.slab_shape(n)}))  # slabs[{slab}]")
+            order = self.orders[slab]
+            shape = self.geometry.slab_shape(n, order)
+            suffix = ", order='F'" if order == "F" else ""
+            out.append(f"slabs.append(np.empty({shape}{suffix}))  # slabs[{slab}]")
         for t in self.transfers:
             out += t.lines(limit)
         out += [f"slabs[{s}] = None" for s in self.drops]
@@ -119,17 +139,19 @@ def touch(geometry: Geometry, slabmap: SlabMap, selection: Selection) -> Touched
     return Touched(mappers, idx, positions, ids, slabs, offsets, dirty, whole)
 
 
-def _by_slab(t: Touched, slabs: np.ndarray, offsets: np.ndarray, axis: int):
+def _by_slab(plan: Plan, t: Touched, slabs: np.ndarray, offsets: np.ndarray):
     """(slab, slab_start, slab_step, selection_start, count, box) per slab the chunks lie
     on; ``box``: the chunk box the rows enumerate, if they do (see TransferPlan)."""
     if (slabs == slabs[0]).all():  # the common case: one slab
+        slab = int(slabs[0])
         single = all(len(m.local) == len(m) for m in t.mappers)
         box = tuple(len(m) for m in t.mappers) if single else None
-        yield (int(slabs[0]), *selection_rows(t.mappers, t.idx, offsets, axis), box)
+        yield (slab, *selection_rows(t.mappers, t.idx, offsets, plan.axis(slab)), box)
         return
     for slab in np.unique(slabs).tolist():
         mine = slabs == slab
-        yield (slab, *selection_rows(t.mappers, t.idx[mine], offsets[mine], axis), None)
+        yield (slab, *selection_rows(t.mappers, t.idx[mine], offsets[mine], plan.axis(slab)),
+               None)
 
 
 class GetItemPlan(Plan):
@@ -138,14 +160,14 @@ class GetItemPlan(Plan):
 
     name = "GetItemPlan"
 
-    def __init__(self, geometry: Geometry, slabmap: SlabMap, selection: Selection) -> None:
-        super().__init__(geometry)
+    def __init__(self, geometry: Geometry, slabmap: SlabMap, selection: Selection,
+                 orders: Sequence[str]) -> None:
+        super().__init__(geometry, None, orders)
         self.out_shape = selection.shape
         t = touch(geometry, slabmap, selection)
         if t is None:
             return
-        for slab, start, step, sel, count, box in _by_slab(t, t.slabs, t.offsets,
-                                                           geometry.axis):
+        for slab, start, step, sel, count, box in _by_slab(self, t, t.slabs, t.offsets):
             self.transfers.append(TransferPlan(slab, OUT, start, sel, count, step,
                                                np.ones_like(step), box))
 
@@ -159,38 +181,37 @@ class GetItemPlan(Plan):
 
 class SetItemPlan(Plan):
     """An assignment. Chunks partially selected and lying on the full or the base slab are
-    first copied whole to a new staged slab; chunks wholly selected get a new slab without
-    being read; then the value goes onto the staged slab of every touched chunk, in place."""
+    first copied whole to a new staged slab (in the array's memory order, as chunks decode);
+    chunks wholly selected get a new slab without being read (in ``value_order``, the value's
+    own, so filling it never transposes); then the value goes onto the staged slab of every
+    touched chunk, in place."""
 
     name = "SetItemPlan"
 
     def __init__(self, geometry: Geometry, slabmap: SlabMap, selection: Selection,
-                 next_slab: int) -> None:
-        super().__init__(geometry, slabmap)
+                 orders: Sequence[str], value_order: str | None = None) -> None:
+        super().__init__(geometry, slabmap, orders)
         self.value_shape, self.value_view = selection.result_shape, selection.view()
         t = touch(geometry, slabmap, selection)
         if t is None:
             return
-        axis, size = geometry.axis, geometry.chunks[geometry.axis]
         slabs, offsets = t.slabs.copy(), t.offsets.copy()
         read_only = slabs < FIRST_STAGED
-        for wanted in (read_only & ~t.whole, read_only & t.whole):
-            picked = np.flatnonzero(wanted)
+        for partial in (True, False):
+            picked = np.flatnonzero(read_only & (t.whole != partial))
             if not len(picked):
                 continue
-            new, next_slab = next_slab, next_slab + 1
-            self.appends.append((new, len(picked)))
-            new_offsets = np.arange(len(picked), dtype=np.int64) * size
-            if not t.whole[picked[0]]:  # partially selected: the old chunk first
+            new, new_offsets = self._append(len(picked), None if partial else value_order)
+            if partial:  # the old chunk first
                 extents = geometry.extents(t.positions[picked])
                 for old in (FULL, BASE):
                     mine = t.slabs[picked] == old
                     if mine.any():
-                        self.transfers.append(chunk_rows(old, new, extents[mine],
-                                                         t.offsets[picked[mine]],
-                                                         new_offsets[mine], axis))
+                        self.transfers.append(chunk_rows(
+                            old, new, extents[mine], t.offsets[picked[mine]],
+                            new_offsets[mine], self.axis(old), self.axis(new)))
             slabs[picked], offsets[picked] = new, new_offsets
-        for slab, start, step, sel, count, box in _by_slab(t, slabs, offsets, axis):
+        for slab, start, step, sel, count, box in _by_slab(self, t, slabs, offsets):
             self.transfers.append(TransferPlan(VALUE, slab, sel, start, count,
                                                np.ones_like(step), step, box))
         changed = read_only | ~t.dirty  # chunks staged and changed already stay as they are
@@ -207,8 +228,8 @@ class LoadPlan(Plan):
 
     name = "LoadPlan"
 
-    def __init__(self, geometry: Geometry, slabmap: SlabMap, next_slab: int) -> None:
-        super().__init__(geometry, slabmap)
+    def __init__(self, geometry: Geometry, slabmap: SlabMap, orders: Sequence[str]) -> None:
+        super().__init__(geometry, slabmap, orders)
         box = slabmap.base_box
         inside = np.indices(box).reshape(len(box), -1).T if box.all() else \
             np.zeros((0, len(box)), np.int64)
@@ -217,13 +238,11 @@ class LoadPlan(Plan):
         ids, offsets = ids[slabs == BASE], offsets[slabs == BASE]
         if not len(ids):
             return
-        size = geometry.chunks[geometry.axis]
-        new_offsets = np.arange(len(ids), dtype=np.int64) * size
-        self.appends.append((next_slab, len(ids)))
+        new, new_offsets = self._append(len(ids))
         extents = geometry.extents(geometry.positions(ids))
-        self.transfers.append(chunk_rows(BASE, next_slab, extents, offsets, new_offsets,
-                                         geometry.axis))
-        self.updates = (ids, next_slab, new_offsets, False)
+        self.transfers.append(chunk_rows(BASE, new, extents, offsets, new_offsets,
+                                         self.axis(BASE), self.axis(new)))
+        self.updates = (ids, new, new_offsets, False)
 
 
 class GatherPlan(Plan):
@@ -232,15 +251,17 @@ class GatherPlan(Plan):
 
     name = "GatherPlan"
 
-    def __init__(self, geometry: Geometry, slabmap: SlabMap, positions: np.ndarray) -> None:
-        super().__init__(geometry)
+    def __init__(self, geometry: Geometry, slabmap: SlabMap, positions: np.ndarray,
+                 orders: Sequence[str]) -> None:
+        super().__init__(geometry, None, orders)
         self.positions = positions
         ids = geometry.ids(positions)
         slabs, offsets, _ = slabmap.lookup(ids, positions)
         size = geometry.chunks[geometry.axis]
-        out_offsets = np.arange(len(ids), dtype=np.int64) * size
+        out_offsets = np.arange(len(ids), dtype=np.int64) * size  # ``out``: the array's order
         extents = geometry.extents(positions)
         for slab in np.unique(slabs).tolist():
             mine = slabs == slab
             self.transfers.append(chunk_rows(slab, OUT, extents[mine], offsets[mine],
-                                             out_offsets[mine], geometry.axis))
+                                             out_offsets[mine], self.axis(slab),
+                                             self.axis(OUT)))

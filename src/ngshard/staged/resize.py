@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from .geometry import BASE, FIRST_STAGED, FULL, Geometry
@@ -47,8 +49,8 @@ class ResizePlan(Plan):
     name = "ResizePlan"
 
     def __init__(self, geometry: Geometry, slabmap: SlabMap, shape: tuple[int, ...],
-                 next_slab: int, clipped_edges: bool) -> None:
-        super().__init__(geometry, slabmap)
+                 orders: Sequence[str], clipped_edges: bool) -> None:
+        super().__init__(geometry, slabmap, orders)
         self.new = new = geometry.resized(shape)
         old_grid, new_grid = np.array(geometry.grid), np.array(new.grid)
         common = np.minimum(old_grid, new_grid)
@@ -65,15 +67,13 @@ class ResizePlan(Plan):
         self.deletes = np.concatenate([gone, edges]) if clipped_edges else gone
         old_ext, new_ext = geometry.extents(edges), new.extents(edges)
         kept_ext = np.minimum(old_ext, new_ext)
-        axis, size = geometry.axis, geometry.chunks[geometry.axis]
         moving = slabs == BASE
         if moving.any():
-            self.appends.append((next_slab, int(moving.sum())))
-            new_offsets = np.arange(int(moving.sum()), dtype=np.int64) * size
-            self.transfers.append(chunk_rows(BASE, next_slab, kept_ext[moving],
-                                             offsets[moving], new_offsets, axis))
-            slabs[moving], offsets[moving] = next_slab, new_offsets
-        self._fill(kept_ext, new_ext, slabs, offsets, axis)
+            slab, new_offsets = self._append(int(moving.sum()))
+            self.transfers.append(chunk_rows(BASE, slab, kept_ext[moving], offsets[moving],
+                                             new_offsets, self.axis(BASE), self.axis(slab)))
+            slabs[moving], offsets[moving] = slab, new_offsets
+        self._fill(kept_ext, new_ext, slabs, offsets)
         self.updates = (new.ids(edges), slabs, offsets, True)
         inside = (geometry.positions(slabmap.ids) < new_grid).all(axis=1)
         before = set(np.unique(slabmap.slabs[slabmap.slabs >= FIRST_STAGED]).tolist())
@@ -101,7 +101,7 @@ class ResizePlan(Plan):
         return np.unique(np.concatenate(found), axis=0)
 
     def _fill(self, kept: np.ndarray, new: np.ndarray, slabs: np.ndarray,
-              offsets: np.ndarray, axis: int) -> None:
+              offsets: np.ndarray) -> None:
         """Fill-value transfers into the part of each chunk past ``kept``, up to ``new``: the
         disjoint pieces of the box difference, one row per chunk and growing axis."""
         for slab in np.unique(slabs).tolist():
@@ -121,7 +121,7 @@ class ResizePlan(Plan):
                 continue
             lo, count = np.concatenate(rows_lo), np.concatenate(rows_count)
             dst = lo.copy()
-            dst[:, axis] += offsets[mine][np.concatenate(owner)]
+            dst[:, self.axis(slab)] += offsets[mine][np.concatenate(owner)]
             ones = np.ones_like(lo)
             self.transfers.append(TransferPlan(FULL, slab, lo, dst, count, ones, ones.copy()))
 

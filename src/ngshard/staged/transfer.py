@@ -113,14 +113,14 @@ def selection_rows(mappers: Sequence[IndexChunkMapper], idx: np.ndarray, offsets
 
 
 def chunk_rows(src: int | str, dst: int | str, extents: np.ndarray, src_offsets: np.ndarray,
-               dst_offsets: np.ndarray, axis: int, lo: np.ndarray | None = None
-               ) -> TransferPlan:
+               dst_offsets: np.ndarray, src_axis: int, dst_axis: int,
+               lo: np.ndarray | None = None) -> TransferPlan:
     """Whole-chunk copies (the part ``lo <= p < extents`` of each chunk, all of it by default)
-    between slabs: one row per chunk, at the given offsets along ``axis``."""
+    between slabs: one row per chunk, at the given offsets along each slab's stacking axis."""
     k, ndim = extents.shape
     lo = np.zeros((k, ndim), np.int64) if lo is None else np.broadcast_to(lo, (k, ndim))
     src_start, dst_start = lo.copy(), lo.copy()
-    src_start[:, axis] += src_offsets
-    dst_start[:, axis] += dst_offsets
+    src_start[:, src_axis] += src_offsets
+    dst_start[:, dst_axis] += dst_offsets
     ones = np.ones((k, ndim), np.int64)
     return TransferPlan(src, dst, src_start, dst_start, extents - lo, ones, ones.copy())

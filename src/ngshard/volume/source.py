@@ -77,8 +77,8 @@ class ScaleChunks(ChunkSource):
         block = self.scale.compressed_segmentation_block_size
 
         def one(chunk: np.ndarray) -> bytes:
-            if not chunk.flags.f_contiguous:  # an edge chunk: gather it in the format's order
-                chunk = np.asfortranarray(chunk)
+            if not (chunk.flags.f_contiguous or chunk.flags.c_contiguous):
+                chunk = chunk.copy(order="K")  # an edge chunk: gathered, in its own order
             return encode_chunk(chunk, self.scale.encoding, block_size=block)
 
         for first in self._bar(len(positions), "writing chunks"):
