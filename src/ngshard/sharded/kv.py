@@ -180,12 +180,15 @@ class ShardedKV(MutableMapping):
         for keys, values in _batches(other):
             staging.set_many(keys, values)
 
-    def set_many(self, keys: Iterable[int] | np.ndarray, values: list[bytes]) -> None:
-        """Stage ``values[i]`` for ``keys[i]`` (a uint64 array, say): no per-key Python work."""
+    def set_many(self, keys: Iterable[int] | np.ndarray, values: list[bytes | memoryview]
+                 ) -> None:
+        """Stage ``values[i]`` for ``keys[i]`` (a uint64 array, say): no per-key Python work.
+        Byte memoryviews are kept as they are, not copied: their buffer must not change
+        before the commit."""
         keys = as_key_array(keys)
         if len(keys) != len(values):
             raise ValueError(f"{len(keys)} keys but {len(values)} values")
-        if not set(map(type, values)) <= {bytes}:
+        if not set(map(type, values)) <= {bytes, memoryview}:
             values = [_as_bytes(v, k) for k, v in zip(keys.tolist(), values)]
         self._writable().set_many(keys, values)
 

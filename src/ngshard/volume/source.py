@@ -55,8 +55,8 @@ class ScaleChunks(ChunkSource):
 
     def read(self, positions: np.ndarray,
              consume: Callable[[int, np.ndarray | None], None]) -> None:
+        extents = None  # decoded shapes, worked out once a chunk is present
         positions = positions[:, :3]
-        extents = self.geometry.extents(np.pad(positions, ((0, 0), (0, 1)))).tolist()
         block = self.scale.compressed_segmentation_block_size
         for first in self._bar(len(positions), "reading chunks"):
             part = positions[first:first + BATCH]
@@ -64,8 +64,14 @@ class ScaleChunks(ChunkSource):
             present = [i for i, blob in enumerate(blobs) if blob is not None]
             for i in (i for i, blob in enumerate(blobs) if blob is None):
                 consume(first + i, None)  # absent: nothing to decode, no thread needed
+            if not present:
+                continue
+            if extents is None:
+                extents = self.geometry.extents(
+                    np.concatenate([positions, np.zeros((len(positions), 1), np.int64)], 1)
+                ).tolist()
 
-            def one(i: int, first=first, part=part, blobs=blobs) -> None:
+            def one(i: int, first=first, part=part, blobs=blobs, extents=extents) -> None:
                 consume(first + i, decode_chunk(
                     blobs[i], self.scale.encoding, extents[first + i], self.dtype,
                     block_size=block, where=self.store.where(part[i].tolist()), reuse=True))
@@ -79,7 +85,9 @@ class ScaleChunks(ChunkSource):
         def one(chunk: np.ndarray) -> bytes:
             if not (chunk.flags.f_contiguous or chunk.flags.c_contiguous):
                 chunk = chunk.copy(order="K")  # an edge chunk: gathered, in its own order
-            return encode_chunk(chunk, self.scale.encoding, block_size=block)
+            # raw chunks of Fortran-ordered slabs go as views of them: the slabs are dropped,
+            # not changed, once written back
+            return encode_chunk(chunk, self.scale.encoding, block_size=block, copy=False)
 
         for first in self._bar(len(positions), "writing chunks"):
             blobs = pmap(one, chunks[first:first + BATCH], min_items=2)
