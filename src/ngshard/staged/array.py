@@ -47,8 +47,29 @@ def memory_order(value: np.ndarray) -> str | None:
 
 
 class StagedChangesArray:
-    """Numpy indexing (basic and orthogonal) over ``source``, assignments staged in memory
-    until :meth:`commit`; ``staged_bytes`` bounds the memory of staged chunks."""
+    """Numpy indexing (basic and orthogonal) over the chunks of ``source``, assignments
+    staged in memory until :meth:`commit`.
+
+    Parameters
+    ----------
+    source
+        Where the chunks are stored; the array takes its shape, chunk shape, memory order,
+        dtype and fill value.
+    staged_bytes
+        Memory for staged slabs. Past it the oldest are written back to the source (their
+        changed chunks encoded, and spilled to disk where the source can) and dropped.
+
+    Examples
+    --------
+    >>> from ngshard.staged import MemoryChunks
+    >>> arr = StagedChangesArray(MemoryChunks((30, 50), (10, 10), "int64"))
+    >>> arr[5:20, 30:] = 42            # chunks (1, 3), (1, 4) whole: never read
+    >>> int(arr[7, 40]), arr.source.writes
+    (42, 0)
+    >>> arr.commit()                   # each changed chunk encoded once
+    >>> arr.source.writes
+    4
+    """
 
     def __init__(self, source: ChunkSource, staged_bytes: int = DEFAULT_STAGED_BYTES) -> None:
         self.source = source
@@ -160,6 +181,16 @@ class StagedChangesArray:
         return out if dtype is None else out.astype(dtype, copy=False)
 
     def __setitem__(self, index: Any, value: Any) -> None:
+        """Stage an assignment: numpy's rules (value broadcast to the selection, the last of
+        repeated points wins), orthogonal arrays.
+
+        Raises
+        ------
+        IndexError
+            A bad index (see :func:`normalize`).
+        ValueError
+            A value that does not broadcast to the selection.
+        """
         selection = normalize(index, self.shape)
         self._assign(selection, selection.value(np.asarray(value)))
 
@@ -189,8 +220,16 @@ class StagedChangesArray:
     # --- other operations -------------------------------------------------------------------
 
     def resize(self, shape: tuple[int, ...]) -> None:
-        """Change the shape (staged); chunks past the new edges are dropped, new ones read
-        as the fill value."""
+        """Change the shape (staged, see ``resize.py``): chunks past the new edges are
+        dropped (and deleted from storage on commit), new ones read as the fill value.
+
+        Raises
+        ------
+        ValueError
+            A shape with another number of axes.
+        NgShardError
+            Whatever the source refuses (``ChunkSource.check_resize``), before any change.
+        """
         shape = tuple(int(n) for n in shape)
         if len(shape) != self.ndim:
             raise ValueError(f"new shape {shape} needs {self.ndim} axes")
@@ -257,8 +296,16 @@ class StagedChangesArray:
         return plan
 
     def commit(self) -> None:
-        """Encode every changed chunk and have the source store them (and the deletions and
-        shape a resize staged); then every chunk lies on the base slab again."""
+        """Encode every changed chunk, in batches on threads, and have the source store
+        them with the deletions and shape a resize staged; then every chunk lies on the base
+        slab again and the staged slabs are gone.
+
+        Raises
+        ------
+        NgShardError
+            What the source's commit raises (ConflictError: another writer changed a shard);
+            the changes then wait in the source, and a later commit can retry.
+        """
         self._write_back(self._changes_plan())
         self.source.commit()
         self._reset()

@@ -163,11 +163,24 @@ class Volume:
         raise TypeError(f"cannot assign {value.dtype} values to a {self.dtype} volume")
 
     def resize(self, shape: Sequence[int]) -> None:
-        """Stage a new size, (x, y, z) or (x, y, z, channels) with the same channels.
+        """Stage a new size of this scale; the info records it on commit.
 
-        Edge chunks are rewritten at their new extent; chunks past the new edges are deleted
-        on commit; new chunks read as 0. A sharded scale can only be resized while its grid
-        keeps the same Morton bits per axis (its chunk IDs), else SpecError says why."""
+        Edge chunks are rewritten at their new extent (their unsharded names change with it);
+        chunks past the new edges are deleted on commit; new chunks read as 0.
+
+        Parameters
+        ----------
+        shape
+            (x, y, z), or (x, y, z, channels) with the same channels.
+
+        Raises
+        ------
+        SpecError
+            Other channels, or a sharded scale whose grid would need other Morton bits per
+            axis (every chunk ID would change); nothing changes then.
+        ReadOnlyError
+            The volume is open read-only.
+        """
         self._writable()
         shape = tuple(int(n) for n in shape)
         self.array.resize(shape if len(shape) == 4 else (*shape, self.info.num_channels))
