@@ -182,3 +182,33 @@ def test_resize_plans_edge_chunks_as_the_seed_says():
     np.testing.assert_array_equal(source.array(), expect[:12, :8])
     arr.resize((30, 50))  # grown again: the fill value, whatever storage held
     np.testing.assert_array_equal(arr[12:, 8:], -1)
+
+
+def test_bulk_assignments_write_whole_chunks_through():
+    """Whole chunks of an assignment worth an eighth of the budget or more go from the value
+    straight to the source: no slab, no copy; partial ones are staged as ever."""
+    source = MemoryChunks((30, 50), (10, 10), "int64")
+    arr = StagedChangesArray(source, staged_bytes=8 * 2 * 800)  # through from 2 chunks
+    value = np.arange(15 * 20).reshape(15, 20)
+    plan = arr._setitem_plan((slice(5, 20), slice(30, None)), value)
+    assert str(plan).splitlines()[:9] == [
+        "SetItemPlan<value_shape=(15, 20), value_view=[:, :], write 2 chunks through, append 1 "
+        "empty slabs, 4 slice transfers among 2 slab pairs, drop 0 slabs>",
+        "  slabs.append(np.empty((20, 10)))  # slabs[2]",
+        "  # 2 transfers from slabs[1] to slabs[2]",
+        "  slabs[2][0:10, 0:10] = slabs[1][30:40, 0:10]",
+        "  slabs[2][10:20, 0:10] = slabs[1][40:50, 0:10]",
+        "  # 2 transfers from value to slabs[2]",
+        "  slabs[2][5:10, 0:10] = value[0:5, 0:10]",
+        "  slabs[2][15:20, 0:10] = value[0:5, 10:20]",
+        "  # 2 chunks from value to the source"]
+    arr[5:20, 30:] = value
+    assert source.writes == 2 and arr.nbytes_staged == 2 * 800  # the partial two staged
+    expect = np.zeros((30, 50), np.int64)
+    expect[5:20, 30:] = value
+    np.testing.assert_array_equal(arr[...], expect)
+    arr[12, 35] = -1  # a partial write to a chunk written through: read back, staged
+    expect[12, 35] = -1
+    arr.commit()
+    assert source.writes == 5
+    np.testing.assert_array_equal(source.array(), expect)

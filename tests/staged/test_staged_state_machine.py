@@ -99,6 +99,8 @@ class ArrayMachine(RuleBasedStateMachine):
         shape = oget(self.model, idx).shape
         value = random_value(data, shape, np.dtype(np.int32), 1000)
         before = self.source.writes
+        if self.array._setitem_plan(idx).through is not None:
+            event("whole chunks written through")
         self.array[idx] = value
         note_staging(self.source.writes > before, self.budget)
         oset(self.model, idx, value)

@@ -198,3 +198,17 @@ def test_reads_and_scales_see_staged_chunks(tmp_path):
     expect = np.zeros((16, 16, 8, 1), np.uint8)
     expect[0:4, 0:4], expect[4:8, 0:4] = 100, 200
     np.testing.assert_array_equal(coarse, expect)
+
+
+def test_bulk_writes_go_through_without_staging_a_copy(tmp_path, traffic):
+    data = np.random.default_rng(5).integers(0, 255, (64, 48, 32, 1), dtype=np.uint8)
+    vol = create_volume(tmp_path, dtype="uint8", shape=data.shape, chunk_size=(16, 16, 16),
+                        sharding=IDENTITY, staged_bytes=8 * 24 * 16**3)  # through from 24
+    vol[...] = data  # all 24 chunks, whole: encoded from the value, staged in the store
+    assert vol.array.nbytes_staged == 0 and len(traffic["put"]) == 24
+    assert not [n for n in os.listdir(tmp_path / "1_1_1") if n.endswith(".shard")]
+    vol[:, :, 0:16] = 3  # 12 whole chunks: below the bulk size, staged
+    assert vol.array.nbytes_staged == 12 * 16**3
+    data[:, :, 0:16] = 3
+    vol.commit()
+    np.testing.assert_array_equal(ts_read(tmp_path), data)

@@ -57,7 +57,8 @@ class StagedChangesArray:
         dtype and fill value.
     staged_bytes
         Memory for staged slabs. Past it the oldest are written back to the source (their
-        changed chunks encoded, and spilled to disk where the source can) and dropped.
+        changed chunks encoded, and spilled to disk where the source can) and dropped; an
+        assignment of whole chunks worth an eighth of it or more writes them through.
 
     Examples
     --------
@@ -75,6 +76,9 @@ class StagedChangesArray:
         self.source = source
         self.dtype = np.dtype(source.dtype)
         self.staged_bytes = int(staged_bytes)
+        #: An assignment selecting wholly this many bytes of chunks not staged yet writes them
+        #: through to the source (see SetItemPlan).
+        self.write_through_bytes = self.staged_bytes // 8
         self._reset()
 
     def _reset(self) -> None:
@@ -117,7 +121,12 @@ class StagedChangesArray:
     def _setitem_plan(self, index: Any, value: Any = None) -> SetItemPlan:
         selection = normalize(index, self.shape)
         order = None if value is None else memory_order(selection.value(np.asarray(value)))
-        return SetItemPlan(self.geometry, self.map, selection, self.orders, order)
+        return SetItemPlan(self.geometry, self.map, selection, self.orders, order,
+                           self._through())
+
+    def _through(self) -> int:
+        """Wholly selected chunks from which an assignment writes them through."""
+        return max(1, -(-self.write_through_bytes // self.chunk_nbytes))
 
     def _resize_plan(self, shape: tuple[int, ...]) -> ResizePlan:
         return ResizePlan(self.geometry, self.map, tuple(int(n) for n in shape), self.orders,
@@ -147,6 +156,11 @@ class StagedChangesArray:
             if transfer.src == FULL and transfer.dst in fresh:
                 continue
             self._transfer(transfer, value, out, transfer.dst in fresh)
+        if getattr(plan, "through", None) is not None:
+            positions, start, count = plan.through
+            self.source.write(positions, [
+                value[tuple(slice(a, a + n) for a, n in zip(row_start, row_count))]
+                for row_start, row_count in zip(start.tolist(), count.tolist())])
         if isinstance(plan, ResizePlan):
             self.source.delete(plan.deletes)
             self.source.resize(plan.new.shape)
@@ -198,7 +212,7 @@ class StagedChangesArray:
         """Run the assignment, in pieces along the axis with the most chunks while one piece
         would add more than half the budget of staged bytes."""
         plan = SetItemPlan(self.geometry, self.map, selection, self.orders,
-                           memory_order(value))
+                           memory_order(value), self._through())
         if plan.new_chunks * self.chunk_nbytes > self.staged_bytes // 2:
             mappers = [IndexChunkMapper(a, n, c) for a, n, c in
                        zip(selection.axes, self.shape, self.geometry.chunks)]
@@ -284,8 +298,8 @@ class StagedChangesArray:
             views += [self.geometry.chunk_view(self.slabs[slab], o, e, axis)
                       for o, e in zip(offsets.tolist(), extents)]
             positions.append(where)
-        if positions:
-            self.source.write(np.concatenate(positions), views)
+        if positions:  # the slabs are dropped, not changed: the source may keep views
+            self.source.write(np.concatenate(positions), views, stable=True)
         self._run(plan)
 
     def plan(self) -> ChangesPlan:

@@ -11,6 +11,8 @@ slabs it empties.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -144,8 +146,10 @@ def _by_slab(plan: Plan, t: Touched, slabs: np.ndarray, offsets: np.ndarray):
     on; ``box``: the chunk box the rows enumerate, if they do (see TransferPlan)."""
     if (slabs == slabs[0]).all():  # the common case: one slab
         slab = int(slabs[0])
+        box = tuple(len(m) for m in t.mappers)
+        whole_box = len(t.idx) == math.prod(box)
         single = all(len(m.local) == len(m) for m in t.mappers)
-        box = tuple(len(m) for m in t.mappers) if single else None
+        box = box if single and whole_box else None
         yield (slab, *selection_rows(t.mappers, t.idx, offsets, plan.axis(slab)), box)
         return
     for slab in np.unique(slabs).tolist():
@@ -184,21 +188,34 @@ class SetItemPlan(Plan):
     first copied whole to a new staged slab (in the array's memory order, as chunks decode);
     chunks wholly selected get a new slab without being read (in ``value_order``, the value's
     own, so filling it never transposes); then the value goes onto the staged slab of every
-    touched chunk, in place."""
+    touched chunk, in place.
+
+    A bulk assignment, one that selects wholly at least ``through`` chunks not staged yet,
+    writes those through instead: they go from the value straight to the source (encoded
+    there, as slabs are written back when memory runs short) and lie on the base slab
+    after. Staging them would cost a copy of the value and a commit would encode them just
+    the same; only a later partial write to one of them reads it back.
+    """
 
     name = "SetItemPlan"
 
     def __init__(self, geometry: Geometry, slabmap: SlabMap, selection: Selection,
-                 orders: Sequence[str], value_order: str | None = None) -> None:
+                 orders: Sequence[str], value_order: str | None = None,
+                 through: int | None = None) -> None:
         super().__init__(geometry, slabmap, orders)
         self.value_shape, self.value_view = selection.result_shape, selection.view()
+        #: Chunks written through: (grid positions, start and count in the value), or None.
+        self.through: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         t = touch(geometry, slabmap, selection)
         if t is None:
             return
         slabs, offsets = t.slabs.copy(), t.offsets.copy()
         read_only = slabs < FIRST_STAGED
+        bulk = read_only & t.whole
+        if through is None or bulk.sum() < through:
+            bulk[:] = False
         for partial in (True, False):
-            picked = np.flatnonzero(read_only & (t.whole != partial))
+            picked = np.flatnonzero(read_only & (t.whole != partial) & ~bulk)
             if not len(picked):
                 continue
             new, new_offsets = self._append(len(picked), None if partial else value_order)
@@ -211,15 +228,36 @@ class SetItemPlan(Plan):
                             old, new, extents[mine], t.offsets[picked[mine]],
                             new_offsets[mine], self.axis(old), self.axis(new)))
             slabs[picked], offsets[picked] = new, new_offsets
-        for slab, start, step, sel, count, box in _by_slab(self, t, slabs, offsets):
-            self.transfers.append(TransferPlan(VALUE, slab, sel, start, count,
-                                               np.ones_like(step), step, box))
+        if bulk.any():
+            _, _, sel, count = selection_rows(t.mappers, t.idx[bulk], offsets[bulk], 0)
+            self.through = (t.positions[bulk], sel, count)
+            slabs[bulk], offsets[bulk] = BASE, geometry.base_offsets(t.ids[bulk])
+            t = dataclasses.replace(t, idx=t.idx[~bulk])  # the staged ones, below
+        if len(t.idx):
+            for slab, start, step, sel, count, box in _by_slab(self, t, slabs[~bulk],
+                                                               offsets[~bulk]):
+                self.transfers.append(TransferPlan(VALUE, slab, sel, start, count,
+                                                   np.ones_like(step), step, box))
         changed = read_only | ~t.dirty  # chunks staged and changed already stay as they are
-        self.updates = (t.ids[changed], slabs[changed], offsets[changed], True)
+        self.updates = (t.ids[changed], slabs[changed], offsets[changed], ~bulk[changed])
 
     def _summary(self) -> list[str]:
-        return [f"value_shape={self.value_shape}", f"value_view={self.value_view}",
-                *super()._summary()]
+        parts = [f"value_shape={self.value_shape}", f"value_view={self.value_view}",
+                 *super()._summary()]
+        if self.through is not None:
+            parts.insert(2, f"write {len(self.through[0])} chunks through")
+        return parts
+
+    def lines(self, limit: int | None = 50) -> list[str]:
+        out = super().lines(limit)
+        if self.through is not None:
+            positions, start, count = (a.tolist() for a in self.through)
+            shown = range(len(positions) if limit is None else min(limit, len(positions)))
+            out.append(f"# {len(positions)} chunks from value to the source")
+            out += ["source.write({}, value[{}])".format(
+                tuple(positions[i]), ", ".join(f"{a}:{a + n}" for a, n in
+                                               zip(start[i], count[i]))) for i in shown]
+        return out
 
 
 class LoadPlan(Plan):

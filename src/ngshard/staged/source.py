@@ -41,9 +41,11 @@ class ChunkSource:
         any thread; the chunk is only valid during the call."""
         raise NotImplementedError
 
-    def write(self, positions: np.ndarray, chunks: Sequence[np.ndarray]) -> None:
-        """Encode the chunks (each clipped at the array's edge) and stage them; nothing is
-        stored before :meth:`commit`."""
+    def write(self, positions: np.ndarray, chunks: Sequence[np.ndarray], *,
+              stable: bool = False) -> None:
+        """Encode the chunks (each clipped at the array's edge), in batches on threads, and
+        stage them; nothing is stored before :meth:`commit`. ``stable``: their memory will
+        not change before then, so the source may keep views of it rather than copies."""
         raise NotImplementedError
 
     def delete(self, positions: np.ndarray) -> None:
@@ -93,8 +95,11 @@ class MemoryChunks(ChunkSource):
             self.reads += 1
             consume(i, self._staged[key] if key in self._staged else self.stored.get(key))
 
-    def write(self, positions, chunks) -> None:
-        for key, chunk in zip(map(tuple, positions.tolist()), chunks):
+    def write(self, positions, chunks, *, stable: bool = False) -> None:
+        extents = self.geometry.extents(positions).tolist()
+        for key, chunk, extent in zip(map(tuple, positions.tolist()), chunks, extents):
+            if chunk.shape != tuple(extent):
+                raise ValueError(f"chunk {key} of shape {chunk.shape}, not {tuple(extent)}")
             whole = np.full(self.geometry.chunks, self.fill_value, self.dtype)
             whole[tuple(slice(0, n) for n in chunk.shape)] = chunk
             self._staged[key] = whole

@@ -78,16 +78,16 @@ class ScaleChunks(ChunkSource):
 
             pmap(one, present, min_items=4)
 
-    def write(self, positions: np.ndarray, chunks: Sequence[np.ndarray]) -> None:
+    def write(self, positions: np.ndarray, chunks: Sequence[np.ndarray], *,
+              stable: bool = False) -> None:
         positions = positions[:, :3]
         block = self.scale.compressed_segmentation_block_size
 
-        def one(chunk: np.ndarray) -> bytes:
+        def one(chunk: np.ndarray) -> bytes | memoryview:
             if not (chunk.flags.f_contiguous or chunk.flags.c_contiguous):
-                chunk = chunk.copy(order="K")  # an edge chunk: gathered, in its own order
-            # raw chunks of Fortran-ordered slabs go as views of them: the slabs are dropped,
-            # not changed, once written back
-            return encode_chunk(chunk, self.scale.encoding, block_size=block, copy=False)
+                chunk = chunk.copy(order="K")  # gathered first, in its own order
+            # raw chunks of stable Fortran-ordered memory (slabs being dropped) go as views
+            return encode_chunk(chunk, self.scale.encoding, block_size=block, copy=not stable)
 
         for first in self._bar(len(positions), "writing chunks"):
             blobs = pmap(one, chunks[first:first + BATCH], min_items=2)
