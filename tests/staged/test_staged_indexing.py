@@ -91,3 +91,15 @@ def test_whole_chunks_are_gathered_from_where_they_lie():
     assert np.asarray(arr).shape == (9, 7) and "staged slabs=1" in repr(arr)
     with pytest.raises(ValueError, match="2 axes"):
         arr.resize((3,))
+
+
+def test_rows_of_one_transfer_mixing_small_and_large():
+    """Runs of one point and of ten along the same axis: the small rows go in batches, the
+    large ones by slices, in one transfer (the chunks are staged, so it is one slab pair)."""
+    arr, data = stored((40, 30), (10, 10))
+    arr.load()
+    cols = list(range(0, 20, 2)) + list(range(20, 30))
+    np.testing.assert_array_equal(arr[:, cols], data[:, cols])
+    arr[:, cols] = -np.arange(40 * 20).reshape(40, 20)
+    data[:, cols] = -np.arange(40 * 20).reshape(40, 20)
+    np.testing.assert_array_equal(arr[...], data)
