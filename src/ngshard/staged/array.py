@@ -23,7 +23,7 @@ from .changes import ChangesPlan
 from .copy import copy_from_chunks, copy_slices
 from .geometry import BASE, FULL
 from .indexing import Selection, normalize
-from .mapper import IndexChunkMapper
+from .mapper import mapper
 from .plans import GatherPlan, GetItemPlan, LoadPlan, Plan, SetItemPlan
 from .resize import ResizePlan
 from .slabmap import SlabMap
@@ -214,7 +214,7 @@ class StagedChangesArray:
         plan = SetItemPlan(self.geometry, self.map, selection, self.orders,
                            memory_order(value), self._through())
         if plan.new_chunks * self.chunk_nbytes > self.staged_bytes // 2:
-            mappers = [IndexChunkMapper(a, n, c) for a, n, c in
+            mappers = [mapper(a, n, c) for a, n, c in
                        zip(selection.axes, self.shape, self.geometry.chunks)]
             axis = int(np.argmax([len(m) for m in mappers]))
             m = mappers[axis]

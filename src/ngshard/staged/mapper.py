@@ -9,9 +9,25 @@ consecutive points. All of it is numpy over the points at once.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from .indexing import AxisSelection
+
+
+def mapper(selection: AxisSelection, size: int, chunk: int) -> IndexChunkMapper:
+    """The mapper of one axis; those of slices and integers are remembered (a loop of
+    assignments, one z-slice after another, maps the same x and y again and again)."""
+    if selection.array is not None:
+        return IndexChunkMapper(selection, size, chunk)
+    return _progression_mapper(selection.start, selection.step, selection.count, size, chunk)
+
+
+@lru_cache(maxsize=256)
+def _progression_mapper(start: int, step: int, count: int, size: int, chunk: int
+                        ) -> IndexChunkMapper:
+    return IndexChunkMapper(AxisSelection(start, step, count), size, chunk)
 
 
 class IndexChunkMapper:
@@ -33,12 +49,14 @@ class IndexChunkMapper:
     def __init__(self, selection: AxisSelection, size: int, chunk: int) -> None:
         if selection.step > 0 and selection.count:
             self._progression(selection, size, chunk)
-            return
-        self._points(selection, chunk)
-        self.pairs_per_chunk = np.diff(self.bounds)
-        self.whole = self.pairs_per_chunk == 1
-        self.whole &= self.count[self.bounds[:-1]] == np.minimum(chunk,
-                                                                 size - self.chunks * chunk)
+        else:
+            self._points(selection, chunk)
+            self.pairs_per_chunk = np.diff(self.bounds)
+            self.whole = self.pairs_per_chunk == 1
+            self.whole &= self.count[self.bounds[:-1]] == np.minimum(
+                chunk, size - self.chunks * chunk)
+        for array in vars(self).values():  # shared by every plan of the same selection
+            array.flags.writeable = False
 
     def _progression(self, selection: AxisSelection, size: int, chunk: int) -> None:
         """Points ``first + step * k``: one pair per chunk, by arithmetic over the chunks."""

@@ -20,7 +20,7 @@ import numpy as np
 
 from .geometry import BASE, FIRST_STAGED, FULL, Geometry
 from .indexing import Selection
-from .mapper import IndexChunkMapper
+from .mapper import IndexChunkMapper, mapper
 from .slabmap import SlabMap
 from .transfer import OUT, VALUE, TransferPlan, chunk_rows, selection_rows
 
@@ -128,7 +128,7 @@ class Touched:
 
 def touch(geometry: Geometry, slabmap: SlabMap, selection: Selection) -> Touched | None:
     """Steps 1 to 4 of the seed: None for an empty selection."""
-    mappers = [IndexChunkMapper(a, n, c) for a, n, c in
+    mappers = [mapper(a, n, c) for a, n, c in
                zip(selection.axes, geometry.shape, geometry.chunks)]
     sizes = [len(m) for m in mappers]
     if 0 in sizes:
