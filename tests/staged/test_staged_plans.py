@@ -195,15 +195,16 @@ def test_bulk_assignments_write_whole_chunks_through():
         "SetItemPlan<value_shape=(15, 20), value_view=[:, :], write 2 chunks through, append 1 "
         "empty slabs, 4 slice transfers among 2 slab pairs, drop 0 slabs>",
         "  slabs.append(np.empty((20, 10)))  # slabs[2]",
-        "  # 2 transfers from slabs[1] to slabs[2]",
-        "  slabs[2][0:10, 0:10] = slabs[1][30:40, 0:10]",
-        "  slabs[2][10:20, 0:10] = slabs[1][40:50, 0:10]",
+        "  # 2 transfers from slabs[0] to slabs[2]",  # a new array: the fill value, no read
+        "  slabs[2][0:10, 0:10] = slabs[0][0:10, 0:10]",
+        "  slabs[2][10:20, 0:10] = slabs[0][0:10, 0:10]",
         "  # 2 transfers from value to slabs[2]",
         "  slabs[2][5:10, 0:10] = value[0:5, 0:10]",
         "  slabs[2][15:20, 0:10] = value[0:5, 10:20]",
         "  # 2 chunks from value to the source"]
     arr[5:20, 30:] = value
     assert source.writes == 2 and arr.nbytes_staged == 2 * 800  # the partial two staged
+    assert source.reads == 0  # nothing was stored: the partial chunks start as fill
     expect = np.zeros((30, 50), np.int64)
     expect[5:20, 30:] = value
     np.testing.assert_array_equal(arr[...], expect)

@@ -52,7 +52,7 @@ def test_z_slices_read_each_chunk_once_and_encode_it_once(tmp_path, traffic, enc
     for z in range(20):
         vol[:, :, z] = data[:, :, z, 0]  # (x, y) for the single channel
     grid = [(x, y, z) for x in range(3) for y in range(2) for z in range(3)]
-    assert traffic["get"] == dict.fromkeys(grid, 1)  # each chunk once, at its first slice
+    assert not traffic["get"]  # a new volume: nothing stored, nothing read
     assert not traffic["put"]  # nothing encoded before the commit
     np.testing.assert_array_equal(vol[...], data)
     plan = str(vol.plan())
@@ -61,6 +61,15 @@ def test_z_slices_read_each_chunk_once_and_encode_it_once(tmp_path, traffic, enc
     assert traffic["put"] == dict.fromkeys(grid, 1)
     assert [name for name in os.listdir(tmp_path / "1_1_1") if name.endswith(".shard")]
     np.testing.assert_array_equal(ts_read(tmp_path), data)
+    # over stored chunks: each read once, at its first slice, and encoded once
+    traffic["put"].clear()
+    vol = open_volume(tmp_path, mode="r+")
+    for z in range(20):
+        vol[:, :, z] = data[:, :, z, 0] // 2
+    assert traffic["get"] == dict.fromkeys(grid, 1) and not traffic["put"]
+    vol.commit()
+    assert traffic["put"] == dict.fromkeys(grid, 1)
+    np.testing.assert_array_equal(ts_read(tmp_path), data // 2)
 
 
 @pytest.mark.parametrize("sharding", [None, IDENTITY])

@@ -83,7 +83,9 @@ class StagedChangesArray:
 
     def _reset(self) -> None:
         self.geometry = self.source.geometry
-        self.map = SlabMap(self.geometry)
+        # a new array: every chunk on the full slab, none read (seed 003: chunks that are not
+        # stored lie on the full slab)
+        self.map = SlabMap(self.geometry, (0,) * self.ndim if self.source.empty else None)
         full = np.broadcast_to(np.asarray(self.source.fill_value, self.dtype),
                                self.geometry.chunks)
         self.slabs: list[np.ndarray | None] = [full, None]  # slabs[1]: the source

@@ -180,14 +180,19 @@ def copy_from_chunks(read: Callable[[np.ndarray, Callable], None], positions_of:
     if not len(plan):
         return
     ids = plan.src_start[:, axis] // chunk
-    order = np.argsort(ids, kind="stable")
-    ids = ids[order]
-    heads = np.flatnonzero(np.diff(ids, prepend=-1))
-    bounds = np.append(heads, len(ids))
-    src_start = plan.src_start[order]
-    src_start[:, axis] -= ids * chunk
-    local = TransferPlan(plan.src, plan.dst, src_start, plan.dst_start[order],
-                         plan.count[order], plan.src_step[order], plan.dst_step[order])
+    if (ids == ids[0]).all():  # one chunk (a small assignment): nothing to sort
+        heads, bounds = np.zeros(1, np.intp), np.array([0, len(ids)])
+        local = TransferPlan(plan.src, plan.dst, plan.src_start.copy(), plan.dst_start,
+                             plan.count, plan.src_step, plan.dst_step)
+    else:
+        order = np.argsort(ids, kind="stable")
+        ids = ids[order]
+        heads = np.flatnonzero(np.diff(ids, prepend=-1))
+        bounds = np.append(heads, len(ids))
+        local = TransferPlan(plan.src, plan.dst, plan.src_start[order],
+                             plan.dst_start[order], plan.count[order], plan.src_step[order],
+                             plan.dst_step[order])
+    local.src_start[:, axis] -= ids * chunk
     # rows as indices, made once here rather than on the decoding threads (which share the GIL)
     src_index = _slices(local.src_start, local.count, local.src_step)
     dst_index = _slices(local.dst_start, local.count, local.dst_step)

@@ -68,11 +68,13 @@ class SlabMap:
         default lose their entry."""
         if not len(ids):
             return
-        order = np.argsort(ids)
-        ids = np.asarray(ids, np.int64)[order]
-        slabs = np.broadcast_to(np.asarray(slabs, np.int32), order.shape)[order]
-        offsets = np.broadcast_to(np.asarray(offsets, np.int64), order.shape)[order]
-        dirty = np.broadcast_to(np.asarray(dirty, bool), order.shape)[order]
+        ids = np.asarray(ids, np.int64)
+        slabs = np.broadcast_to(np.asarray(slabs, np.int32), ids.shape)
+        offsets = np.broadcast_to(np.asarray(offsets, np.int64), ids.shape)
+        dirty = np.broadcast_to(np.asarray(dirty, bool), ids.shape)
+        if len(ids) > 1 and (ids[1:] < ids[:-1]).any():
+            order = np.argsort(ids)
+            ids, slabs, offsets, dirty = ids[order], slabs[order], offsets[order], dirty[order]
         self.version += 1
         default_slabs, default_offsets = self._defaults(ids)
         default = (slabs == default_slabs) & (offsets == default_offsets) & ~dirty

@@ -27,12 +27,16 @@ class ChunkSource:
     clipped_edges : bool
         Stored edge chunks hold only the part inside the shape (precomputed), so a resize
         that moves the edge rewrites them; otherwise they are whole chunks (zarr).
+    empty : bool
+        Nothing is stored (a new array): every chunk starts on the full slab and none is
+        read. False unless the source knows.
     """
 
     geometry: Geometry
     dtype: np.dtype
     fill_value: Any = 0
     clipped_edges: bool = False
+    empty: bool = False
 
     def read(self, positions: np.ndarray,
              consume: Callable[[int, np.ndarray | None], None]) -> None:
@@ -89,6 +93,10 @@ class MemoryChunks(ChunkSource):
         self._staged: dict[tuple[int, ...], np.ndarray | None] = {}
         self.reads = 0  # chunks read, for tests
         self.writes = 0  # chunks written, for tests
+
+    @property
+    def empty(self) -> bool:
+        return not self.stored and not self._staged
 
     def read(self, positions, consume) -> None:
         for i, key in enumerate(map(tuple, positions.tolist())):

@@ -169,4 +169,5 @@ def create_volume(url: str | os.PathLike | Storage, *, dtype: Any, shape: Sequen
     require_codec(encoding)  # before the info is written: no orphan layer
     storage = open_storage(url)
     write_volume_info(storage, info)
-    return Volume(storage, info, 0, "r+", progress=progress, staged_bytes=staged_bytes)
+    return Volume(storage, info, 0, "r+", progress=progress, staged_bytes=staged_bytes,
+                  new=True)

@@ -32,8 +32,9 @@ class ScaleChunks(ChunkSource):
     clipped_edges = True
 
     def __init__(self, storage: Storage, info: VolumeInfo, scale: Scale, store: ChunkStore,
-                 *, progress: bool = False) -> None:
+                 *, progress: bool = False, empty: bool = False) -> None:
         self.storage, self.store, self.progress = storage, store, progress
+        self.empty = empty  # nothing stored yet (a new scale): until the first commit
         self.dtype = np.dtype(info.data_type)
         self.channels = info.num_channels
         self.fill_value = 0
@@ -127,6 +128,7 @@ class ScaleChunks(ChunkSource):
 
     def commit(self) -> None:
         self.store.commit(progress=self.progress)
+        self.empty = False
         if self.scale.size != self.committed.size:
             # the info as stored now (another scale may have been added since we opened it)
             stored = VolumeInfo.from_json(read_info(self.storage), self.storage.path("info"))

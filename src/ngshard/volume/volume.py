@@ -39,7 +39,7 @@ class Volume:
 
     def __init__(self, storage: Storage, info: VolumeInfo, scale: int | str = 0,
                  mode: str = "r", *, progress: bool = False,
-                 staged_bytes: int = DEFAULT_STAGED_BYTES) -> None:
+                 staged_bytes: int = DEFAULT_STAGED_BYTES, new: bool = False) -> None:
         self.storage, self.info, self.mode = storage, info, mode
         self.progress = progress  # progress bars on reads, writes and commits of many chunks
         scale = info.scale(scale)
@@ -54,7 +54,10 @@ class Volume:
                           staged_bytes=staged_bytes), grid)
         else:
             self.chunks = FileChunks(scale_storage, grid, limit)
-        self._source = ScaleChunks(storage, info, scale, self.chunks, progress=progress)
+        # a new scale with nothing stored under it reads no chunk until its first commit
+        empty = new and not scale_storage.list()
+        self._source = ScaleChunks(storage, info, scale, self.chunks, progress=progress,
+                                   empty=empty)
         #: The staged-changes array holding the voxels (its ``_*_plan`` methods print plans).
         self.array = StagedChangesArray(self._source, staged_bytes)
 
