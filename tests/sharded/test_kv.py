@@ -285,3 +285,24 @@ def test_http_reader_sees_a_replaced_shard(http_dir):
     ngshard.write_kv(root / "kv", spec, {k: b"a longer new value %d" % k for k in range(50)})
     assert kv[7] == b"a longer new value 7"
     assert kv.get_many([8, 9]) == {8: b"a longer new value 8", 9: b"a longer new value 9"}
+
+
+def test_batch_deletions_spills_pending_plans_and_byte_views(tmp_path):
+    """What staged volumes use: delete_many (absent keys ignored), spill, plan(pending=...)
+    and memoryview values kept as they are."""
+    items = make_items(200)
+    ngshard.write_kv(tmp_path, SPEC, items)
+    kv = ngshard.open_kv(tmp_path, mode="r+")
+    gone = list(items)[:30]
+    kv.delete_many(gone + absent_keys(items, 20))
+    view = memoryview(np.arange(64, dtype=np.uint8)).cast("B")
+    kv.set_many([5, 6], [view, b"six"])
+    kv.spill()  # out of memory, still read
+    assert kv[5] == bytes(range(64)) and gone[0] not in kv
+    plan = kv.plan(pending=(np.array([7], np.uint64), np.array([100])))
+    assert sum(s.sets for s in plan.shards) == 3 and sum(s.deletes for s in plan.shards) == 30
+    with pytest.raises(ngshard.NgShardError, match="changed since this plan"):
+        kv.commit(plan)  # a plan counting values that are not staged cannot be carried out
+    kv.commit()
+    expect = {k: v for k, v in items.items() if k not in gone} | {5: bytes(range(64)), 6: b"six"}
+    check_store(ngshard.open_kv(tmp_path), expect)

@@ -18,6 +18,7 @@ from ..errors import InvalidKeyError, NgShardError, NotFoundError, ReadOnlyError
 from ..storage import Storage, open_storage, remove_stale
 from . import commit as committing
 from . import listing, prefixed
+from .changes import ShardChanges
 from .infofile import as_spec, check_recorded, record_spec, spec_from_info
 from .inputs import as_bytes, pair_batches, value_arrays
 from .plan import CommitPlan, plan_commit
@@ -268,9 +269,18 @@ class ShardedKV(MutableMapping):
         keys = as_key_array(keys)
         if len(keys) != len(values):
             raise ValueError(f"{len(keys)} keys but {len(values)} values")
-        if not set(map(type, values)) <= {bytes}:
+        if not set(map(type, values)) <= {bytes, memoryview}:  # views are joined, not kept
             values = [as_bytes(v, k) for k, v in zip(keys.tolist(), values)]
         staging.set_many(keys, values)
+
+    def delete_many(self, keys: Iterable[int] | np.ndarray) -> None:
+        """Stage the removal of ``keys``; keys that are not there are ignored."""
+        keys = as_key_array(keys)
+        self._writable().set_many(keys, [None] * len(keys))
+
+    def spill(self) -> None:
+        """Move the staged values held in memory to the spill files now."""
+        self._writable().spill()
 
     def abort(self) -> None:
         """Drop the staged changes; the store is left as it was."""
@@ -279,12 +289,40 @@ class ShardedKV(MutableMapping):
 
     # --- commit ------------------------------------------------------------------------------
 
-    def plan(self) -> CommitPlan:
-        """What :meth:`commit` would do to each shard, decided from the indices alone."""
+    def plan(self, *, pending: tuple[np.ndarray, np.ndarray] | None = None) -> CommitPlan:
+        """What :meth:`commit` would do to each shard, decided from the indices alone;
+        ``pending`` (keys, value lengths) counts values not staged yet as if they were."""
         staging = self._writable()
-        return plan_commit(self.reader, staging.iter_changes(data=False), mode=self.mode,
-                           strategy=self.strategy, compact_ratio=self.compact_ratio,
-                           version=staging.version)
+        changes = staging.iter_changes(data=False)
+        if pending is not None and len(pending[0]):
+            changes = self._with_pending(changes, pending)
+        return plan_commit(self.reader, changes, mode=self.mode, strategy=self.strategy,
+                           compact_ratio=self.compact_ratio,
+                           version=staging.version if pending is None else -1)
+
+    def _with_pending(self, changes: Iterable[ShardChanges],
+                      pending: tuple[Any, Any]) -> Iterator[ShardChanges]:
+        """The staged changes with values not staged yet (keys, lengths) counted in, shard by
+        shard in shard order (for plans only: no data)."""
+        keys = as_key_array(pending[0])
+        lengths = np.asarray(pending[1], np.int64)
+        nums = self.spec.locate(keys)[0].astype(np.int64)
+        order = np.lexsort((keys, nums))
+        keys, lengths, nums = keys[order], lengths[order], nums[order]
+        bounds = np.searchsorted(nums, np.unique(nums))
+        extra = dict(zip(np.unique(nums).tolist(), np.split(np.arange(len(keys)), bounds[1:])))
+        for c in changes:
+            rows = extra.pop(c.shard, None)
+            if rows is None:
+                yield c
+                continue
+            keep = ~member(c.keys, keys[rows])
+            k = np.concatenate([c.keys[keep], keys[rows]])
+            n = np.concatenate([c.lengths[keep], lengths[rows]])
+            o = np.argsort(k, kind="stable")
+            yield ShardChanges(c.shard, k[o], n[o])
+        for shard, rows in sorted(extra.items()):
+            yield ShardChanges(shard, keys[rows], lengths[rows])
 
     def commit(self, plan: CommitPlan | None = None, *, progress: bool = False) -> CommitPlan:
         """Apply the staged changes shard by shard, following ``plan`` (by default each

@@ -73,7 +73,12 @@ class Staging:
             self.spill()
 
     def set_many(self, keys: np.ndarray, values: list[bytes]) -> None:
-        """Stage a batch of values (no deletions) without per-key Python work."""
+        """Stage a batch of values without per-key Python work (None: a deletion, staged
+        one by one: deletions are few)."""
+        if None in values:
+            for key, value in zip(keys.tolist(), values):
+                self.set(key, value)
+            return
         self._add(keys, _lengths(values), b"".join(values))
 
     def set_arrays(self, keys: np.ndarray, values: Values) -> None:

@@ -12,6 +12,7 @@ from ..compression import gzip_decompress
 from ..errors import NgShardError
 from ..sharded import ShardedKV
 from ..storage import Storage
+from ..threads import pmap
 from .grid import ChunkGrid
 
 
@@ -30,8 +31,28 @@ class ChunkStore:
         """Stage chunks; reads see them at once, storage on :meth:`commit`."""
         raise NotImplementedError
 
+    def delete(self, positions: np.ndarray) -> None:
+        """Stage the removal of chunks (absent ones are ignored)."""
+        raise NotImplementedError
+
     def commit(self, *, progress: bool = False) -> None:
         raise NotImplementedError
+
+    def abort(self) -> None:
+        """Drop what is staged."""
+        raise NotImplementedError
+
+    def spill(self) -> None:
+        """Move staged chunks out of memory where the store can (sharded: its spill files)."""
+
+    def plan(self, positions: np.ndarray, nbytes: int) -> object:
+        """What :meth:`commit` would do with the chunks at ``positions`` staged too (about
+        ``nbytes`` each); printable."""
+        raise NotImplementedError
+
+    def with_grid(self, grid: ChunkGrid) -> None:
+        """Name chunks after ``grid`` from now on (a resized scale)."""
+        self.grid = grid
 
     def where(self, position: Sequence[int]) -> str:
         """The chunk's location, for error messages."""
@@ -58,8 +79,22 @@ class ShardedChunks(ChunkStore):
     def put(self, positions: np.ndarray, chunks: Sequence[bytes]) -> None:
         self.kv.set_many(self.grid.morton(positions), list(chunks))
 
+    def delete(self, positions: np.ndarray) -> None:
+        if len(positions):
+            self.kv.delete_many(self.grid.morton(positions))
+
     def commit(self, *, progress: bool = False) -> None:
         self.kv.commit(progress=progress)
+
+    def abort(self) -> None:
+        self.kv.abort()
+
+    def spill(self) -> None:
+        self.kv.spill()
+
+    def plan(self, positions: np.ndarray, nbytes: int) -> object:
+        keys = self.grid.morton(positions)
+        return self.kv.plan(pending=(keys, np.full(len(keys), nbytes, np.int64)))
 
     def list_positions(self) -> np.ndarray:
         codes = self.kv.keys_array()
@@ -76,7 +111,7 @@ class FileChunks(ChunkStore):
     def __init__(self, storage: Storage, grid: ChunkGrid, max_chunk_bytes: int | None = None
                  ) -> None:
         self.storage, self.grid, self.max_chunk_bytes = storage, grid, max_chunk_bytes
-        self._staged: dict[str, bytes] = {}
+        self._staged: dict[str, bytes | None] = {}  # None: a deletion
 
     def get(self, positions: np.ndarray) -> list[bytes | None]:
         names = self.grid.chunk_names(positions)
@@ -92,13 +127,33 @@ class FileChunks(ChunkStore):
     def put(self, positions: np.ndarray, chunks: Sequence[bytes]) -> None:
         self._staged.update(zip(self.grid.chunk_names(positions), chunks))
 
+    def delete(self, positions: np.ndarray) -> None:
+        self._staged.update(dict.fromkeys(self.grid.chunk_names(positions)))
+
     def commit(self, *, progress: bool = False) -> None:
         staged, self._staged = self._staged, {}
-        self.storage.write_many(list(staged.items()))
+        self.storage.write_many([(n, b) for n, b in staged.items() if b is not None])
+        gone = [n for n, b in staged.items() if b is None]
+        if gone:
+            present = set(self.storage.list())
+            pmap(self.storage.delete, [n for g in gone for n in (g, f"{g}.gz") if n in present],
+                 min_items=4)
+
+    def abort(self) -> None:
+        self._staged = {}
+
+    def plan(self, positions: np.ndarray, nbytes: int) -> object:
+        names = set(self.grid.chunk_names(positions))
+        writes = len(names | {n for n, b in self._staged.items() if b is not None})
+        deletes = len({n for n, b in self._staged.items() if b is None} - names)
+        return (f"write {writes} chunk files to {self.storage.url} (about "
+                f"{writes * nbytes} B), delete {deletes}")
 
     def list_positions(self) -> np.ndarray:
         found = []
-        for name in {n.removesuffix(".gz") for n in self.storage.list()} | set(self._staged):
+        stored = {n.removesuffix(".gz") for n in self.storage.list()}
+        for name in (stored | set(self._staged)) - {n for n, b in self._staged.items()
+                                                      if b is None}:
             try:
                 found.append(self.grid.parse_chunk_name(name))
             except NgShardError:

@@ -84,14 +84,20 @@ def decode_chunk(data: bytes | memoryview, encoding: str, shape: tuple[int, int,
 
 
 def encode_chunk(array: np.ndarray, encoding: str, *, block_size: Sequence[int] | None = None,
-                 quality: int = 90) -> bytes:
-    """Encode an (x, y, z, channels) array; jpeg is lossy with ``quality`` in 0..100."""
+                 quality: int = 90, copy: bool = True) -> bytes | memoryview:
+    """Encode an (x, y, z, channels) array; jpeg is lossy with ``quality`` in 0..100.
+
+    ``copy=False``: a raw chunk already laid out as stored (Fortran order, little endian) comes
+    back as a byte view of ``array`` rather than a copy: for callers that keep ``array`` as it
+    is until the bytes are written."""
     array = np.asarray(array)
     if array.ndim != 4:
         raise SpecError(f"chunk arrays are (x, y, z, channels), not {array.ndim}-D")
     dt = check_encoding(encoding, array.dtype, array.shape[3])
     if encoding == "raw":
         array = np.asarray(array, dt.newbyteorder("<"))
+        if not copy and array.flags.f_contiguous:
+            return memoryview(array.ravel(order="F")).cast("B")
         if not (array.flags.c_contiguous or array.flags.f_contiguous):
             # A box cut from a larger array: gathering it first (contiguous runs) makes the
             # transposing copy below run in cache, about 3x faster than doing both at once.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import reduce
+from functools import cached_property, reduce
 from typing import Any
 
 import numpy as np
@@ -151,14 +151,27 @@ class ChunkGrid:
         return total
 
     def morton(self, positions: Any) -> np.ndarray:
-        """Compressed Morton codes (the sharded chunk IDs) of positions (..., 3), as uint64."""
+        """Compressed Morton codes (the sharded chunk IDs) of positions (..., 3), as uint64:
+        each byte of each coordinate spread to its code bits by a table lookup."""
         self._check_code_bits()
-        pos = self._positions(positions).astype(np.uint64)
+        pos = self._positions(positions)
         code = np.zeros(pos.shape[:-1], np.uint64)
-        one = np.uint64(1)
-        for j, (d, i) in enumerate(self._interleave()):
-            code |= ((pos[..., d] >> np.uint64(i)) & one) << np.uint64(j)
+        for d, tables in enumerate(self._spread_tables):
+            for k, table in enumerate(tables):
+                code |= table[(pos[..., d] >> (8 * k)) & 255]
         return code
+
+    @cached_property
+    def _spread_tables(self) -> list[list[np.ndarray]]:
+        """Per dimension and byte of a coordinate: byte value -> its bits at their Morton
+        code positions."""
+        byte = np.arange(256, dtype=np.uint64)
+        tables = [[np.zeros(256, np.uint64) for _ in range(-(-bits // 8))]
+                  for bits in self.bits]
+        for j, (d, i) in enumerate(self._interleave()):
+            k, b = divmod(i, 8)
+            tables[d][k] |= ((byte >> np.uint64(b)) & np.uint64(1)) << np.uint64(j)
+        return tables
 
     def unmorton(self, codes: Any) -> np.ndarray:
         """Grid positions (..., 3) of Morton codes; SpecError for a code of no chunk (too many

@@ -12,6 +12,7 @@ import numpy as np
 from ..errors import NotFoundError, SpecError
 from ..sharded.infofile import INFO, read_info, write_info
 from ..sharded.spec import ShardingSpec
+from ..staged import DEFAULT_STAGED_BYTES
 from ..storage import Storage, open_storage
 from .encodings import require_codec
 from .info import VolumeInfo, chunk_nbytes
@@ -56,7 +57,7 @@ def write_volume_info(storage: Storage, info: VolumeInfo) -> None:
 
 
 def open_volume(url: str | os.PathLike | Storage, scale: int | str = 0, mode: str = "r", *,
-                progress: bool = False) -> Volume:
+                progress: bool = False, staged_bytes: int = DEFAULT_STAGED_BYTES) -> Volume:
     """Open one scale of the precomputed volume at ``url``.
 
     Parameters
@@ -66,9 +67,13 @@ def open_volume(url: str | os.PathLike | Storage, scale: int | str = 0, mode: st
     scale
         The scale's index (0 is the finest) or key.
     mode
-        "r" or "r+" (assignments staged, written by ``commit`` or on leaving ``with``).
+        "r" or "r+" (assignments staged, written by ``commit`` or on leaving ``with``;
+        ``abort()`` or an exception inside ``with`` drops them).
     progress
         Progress bars on reads, writes and commits of many chunks.
+    staged_bytes
+        Memory for staged (decoded) chunks; past it the oldest are encoded and moved out of
+        memory (to the sharded store's spill files) until the commit.
 
     Returns
     -------
@@ -90,7 +95,8 @@ def open_volume(url: str | os.PathLike | Storage, scale: int | str = 0, mode: st
     if mode not in ("r", "r+"):
         raise SpecError(f"mode must be 'r' or 'r+', got {mode!r}")
     storage = open_storage(url)
-    return Volume(storage, read_volume_info(storage), scale, mode, progress=progress)
+    return Volume(storage, read_volume_info(storage), scale, mode, progress=progress,
+                  staged_bytes=staged_bytes)
 
 
 def create_volume(url: str | os.PathLike | Storage, *, dtype: Any, shape: Sequence[int],
@@ -100,7 +106,7 @@ def create_volume(url: str | os.PathLike | Storage, *, dtype: Any, shape: Sequen
                   sharding: None | str | ShardingSpec | dict = None,
                   shard_bytes: int = DEFAULT_SHARD_BYTES,
                   compressed_segmentation_block_size: Sequence[int] = (8, 8, 8),
-                  progress: bool = False) -> Volume:
+                  progress: bool = False, staged_bytes: int = DEFAULT_STAGED_BYTES) -> Volume:
     """Write the ``info`` of a new single-scale precomputed layer and open it for writing.
 
     Parameters
@@ -120,6 +126,8 @@ def create_volume(url: str | os.PathLike | Storage, *, dtype: Any, shape: Sequen
         :func:`auto_sharding`) or a spec.
     progress
         Progress bars on writes, reads and commits of many chunks.
+    staged_bytes
+        As for :func:`open_volume`.
 
     Returns
     -------
@@ -161,4 +169,5 @@ def create_volume(url: str | os.PathLike | Storage, *, dtype: Any, shape: Sequen
     require_codec(encoding)  # before the info is written: no orphan layer
     storage = open_storage(url)
     write_volume_info(storage, info)
-    return Volume(storage, info, 0, "r+", progress=progress)
+    return Volume(storage, info, 0, "r+", progress=progress, staged_bytes=staged_bytes,
+                  new=True)

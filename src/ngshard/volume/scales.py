@@ -21,7 +21,7 @@ from .volume import Volume
 def coarse_positions(fine: Volume, factor: np.ndarray, coarse: Volume) -> np.ndarray:
     """Chunk positions of ``coarse`` that the present chunks of ``fine`` reach, with those
     ``coarse`` holds already (they must be remade too), unique and sorted."""
-    present = fine.chunks.list_positions()
+    present = fine.chunk_positions()
     cs = np.asarray(fine.chunk_size)
     grid_max = np.asarray(coarse.grid.shape) - 1
     lo = present * cs // factor // cs

@@ -1,65 +1,36 @@
 """Volume: numpy indexing over one scale of a precomputed layer, sharded or not.
 
-Indices run from 0 over [x, y, z, channel] (voxel_offset is applied for you). A read fetches
-every chunk the selection touches in one batch, decodes them on threads and copies them into
-the result; absent chunks read as 0. An assignment reads the chunks it covers only partly,
-merges, and stages the new chunks; ``commit`` writes them, shard by shard.
+Indices run from 0 over [x, y, z, channel] (voxel_offset is applied for you): basic indexing
+and orthogonal advanced indexing (an integer array or boolean mask per axis). The voxels go
+through a staged-changes array (``ngshard.staged``, seed 003): a read fetches the stored chunks
+it touches in batches and decodes them on threads; an assignment never reads a chunk it covers
+wholly, reads one it covers partly once, and keeps both decoded in memory, where later
+assignments update them in place; ``commit`` encodes each changed chunk once and writes them,
+shard by shard. ``plan()`` prints what a commit will do.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from ..errors import ReadOnlyError
-from ..progress import progress_bar
 from ..sharded import ShardedKV
+from ..staged import DEFAULT_STAGED_BYTES, ChangesPlan, StagedChangesArray, normalize
 from ..storage import Storage
-from ..threads import pmap
 from .chunks import ChunkStore, FileChunks, ShardedChunks
-from .encodings import decode_chunk, encode_chunk
 from .grid import ChunkGrid
 from .info import Scale, VolumeInfo, chunk_nbytes
+from .source import ScaleChunks
 
-_BATCH = 256  # chunks read and decoded, or encoded and staged, together
 
-
-def _normalize(index: Any, shape: Sequence[int]) -> tuple[np.ndarray, np.ndarray, tuple]:
-    """Basic numpy index -> (box start, box stop, index into the box array) per dimension."""
-    if not isinstance(index, tuple):
-        index = (index,)
-    if sum(i is Ellipsis for i in index) > 1:
-        raise IndexError("an index can only have a single ellipsis ('...')")
-    if Ellipsis in index:
-        at = index.index(Ellipsis)
-        index = index[:at] + (slice(None),) * (len(shape) - len(index) + 1) + index[at + 1:]
-    if len(index) > len(shape):
-        raise IndexError(f"too many indices: volume has {len(shape)} dimensions [x, y, z, c]")
-    index = index + (slice(None),) * (len(shape) - len(index))
-    start, stop, post = [], [], []
-    for dim, (i, n) in enumerate(zip(index, shape)):
-        if isinstance(i, slice):
-            r = range(*i.indices(n))
-            if not r:
-                start.append(0), stop.append(0), post.append(slice(0, 0))
-                continue
-            lo, hi = min(r[0], r[-1]), max(r[0], r[-1]) + 1
-            start.append(lo), stop.append(hi)
-            post.append(slice(r[0] - lo, None if r.step < 0 else hi - lo, r.step))
-            continue
-        try:
-            i = int(np.asarray(i).item()) if not isinstance(i, bool) else None
-        except (TypeError, ValueError):
-            i = None
-        if i is None:
-            raise IndexError(f"only integers, slices and ... index a volume, got {index[dim]!r}")
-        if not -n <= i < n:
-            raise IndexError(f"index {i} is out of bounds for axis {dim} with size {n}")
-        i %= n
-        start.append(i), stop.append(i + 1), post.append(0)
-    return np.array(start), np.array(stop), tuple(post)
+def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    try:
+        return np.broadcast_shapes(shape, target) == target
+    except ValueError:
+        return False
 
 
 class Volume:
@@ -67,36 +38,55 @@ class Volume:
     :func:`create_volume`."""
 
     def __init__(self, storage: Storage, info: VolumeInfo, scale: int | str = 0,
-                 mode: str = "r", *, progress: bool = False) -> None:
+                 mode: str = "r", *, progress: bool = False,
+                 staged_bytes: int = DEFAULT_STAGED_BYTES, new: bool = False) -> None:
         self.storage, self.info, self.mode = storage, info, mode
         self.progress = progress  # progress bars on reads, writes and commits of many chunks
-        self.scale: Scale = info.scale(scale)
-        self.grid = ChunkGrid(self.scale.size, self.scale.chunk_size, self.scale.voxel_offset)
+        scale = info.scale(scale)
         self.dtype = np.dtype(info.data_type)
-        scale_storage = storage.child(self.scale.key)
-        limit = self.max_chunk_bytes()
-        if self.scale.sharding is not None:
+        scale_storage = storage.child(scale.key)
+        grid = ChunkGrid(scale.size, scale.chunk_size, scale.voxel_offset)
+        limit = self._max_chunk_bytes(scale)
+        if scale.sharding is not None:
             kv_mode = "r" if mode == "r" else "a"
             self.chunks: ChunkStore = ShardedChunks(
-                ShardedKV(scale_storage, self.scale.sharding, kv_mode, max_value_bytes=limit),
-                self.grid)
+                ShardedKV(scale_storage, scale.sharding, kv_mode, max_value_bytes=limit,
+                          staged_bytes=staged_bytes), grid)
         else:
-            self.chunks = FileChunks(scale_storage, self.grid, limit)
+            self.chunks = FileChunks(scale_storage, grid, limit)
+        # a new scale with nothing stored under it reads no chunk until its first commit
+        empty = new and not scale_storage.list()
+        self._source = ScaleChunks(storage, info, scale, self.chunks, progress=progress,
+                                   empty=empty)
+        #: The staged-changes array holding the voxels (its ``_*_plan`` methods print plans).
+        self.array = StagedChangesArray(self._source, staged_bytes)
 
     def __repr__(self) -> str:
         return (f"Volume({self.storage.url!r}, scale={self.scale.key!r}, shape={self.shape}, "
                 f"dtype={self.dtype}, mode={self.mode!r})")
 
+    def _max_chunk_bytes(self, scale: Scale) -> int:
+        raw = chunk_nbytes(scale.chunk_size, self.info.num_channels, self.dtype)
+        return raw if scale.encoding == "raw" else 4 * raw + (64 << 10)
+
     def max_chunk_bytes(self) -> int:
         """The most bytes one encoded chunk can take: a gzip-wrapped chunk inflating past it
         is corrupt (raw chunks have exactly their voxels' size; the other encodings are
         allowed a generous multiple, as tables and headers can outgrow the voxels)."""
-        raw = chunk_nbytes(self.chunk_size, self.info.num_channels, self.dtype)
-        return raw if self.scale.encoding == "raw" else 4 * raw + (64 << 10)
+        return self._max_chunk_bytes(self.scale)
+
+    @property
+    def scale(self) -> Scale:
+        """This scale, with the size a staged resize gave it."""
+        return self._source.scale
+
+    @property
+    def grid(self) -> ChunkGrid:
+        return self._source.grid
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
-        return (*self.scale.size, self.info.num_channels)
+        return self.array.shape
 
     @property
     def scales(self) -> tuple[Scale, ...]:
@@ -116,68 +106,19 @@ class Volume:
 
     # --- reading -------------------------------------------------------------------------
 
-    def _decode(self, positions: np.ndarray, blobs: list[bytes | memoryview | None],
-                consume: Callable[[int, np.ndarray], None] | None = None
-                ) -> list[np.ndarray | None]:
-        """Decode chunks on threads; ``consume(i, array)``, if given, also runs there (for each
-        present chunk) and its arrays are not returned."""
-        starts, stops = self.grid.bounds(positions)
-        shapes = [(*shape, self.info.num_channels) for shape in (stops - starts).tolist()]
-        block = self.scale.compressed_segmentation_block_size
-
-        def one(i: int) -> np.ndarray | None:
-            if blobs[i] is None:
-                return None
-            array = decode_chunk(blobs[i], self.scale.encoding, shapes[i], self.dtype,
-                                 block_size=block, where=self.chunks.where(positions[i].tolist()),
-                                 reuse=consume is not None)  # consumed on this thread, now
-            if consume is None:
-                return array
-            consume(i, array)
-            return None
-
-        return pmap(one, range(len(blobs)), min_items=4)
-
     def read_chunks(self, positions: Any) -> list[np.ndarray]:
-        """Whole chunks at (n, 3) chunk-grid positions, fetched in one batch and decoded on
-        threads; absent chunks as 0. Each array is (x, y, z, channel), clipped at the edge."""
+        """Whole chunks at (n, 3) chunk-grid positions (staged ones from memory, the rest
+        fetched in one batch and decoded on threads); absent chunks as 0. Each array is
+        (x, y, z, channel), clipped at the edge."""
         positions = np.asarray(positions, np.int64).reshape(-1, 3)
-        arrays = self._decode(positions, self.chunks.get(positions))
-        starts, stops = self.grid.bounds(positions)
-        return [a if a is not None else
-                np.zeros((*(b - s), self.info.num_channels), self.dtype, order="F")
-                for a, s, b in zip(arrays, starts, stops)]
+        return self.array.read_chunks(np.pad(positions, ((0, 0), (0, 1))))
 
     def read_box(self, start: Sequence[int], stop: Sequence[int]) -> np.ndarray:
         """The voxels of [start, stop) over (x, y, z), all channels, absent chunks as 0."""
-        start, stop = np.asarray(start), np.asarray(stop)
-        out = np.zeros((*(stop - start), self.info.num_channels), self.dtype, order="F")
-        if (stop <= start).any():
-            return out
-        positions = self.grid.positions_in(start, stop)
-        c_starts = self.grid.bounds(positions)[0]
-
-        def place(i: int, array: np.ndarray) -> None:  # on the decoding thread
-            a = c_starts[i]
-            lo, hi = np.maximum(a, start), np.minimum(a + array.shape[:3], stop)
-            out[tuple(slice(x, y) for x, y in zip(lo - start, hi - start))] = \
-                array[tuple(slice(x, y) for x, y in zip(lo - a, hi - a))]
-
-        # Batches bound the encoded bytes held at once and give the progress bar its steps.
-        for first in self._batches(len(positions), "reading chunks"):
-            part = positions[first:first + _BATCH]
-            self._decode(part, self.chunks.get(part), lambda i, a, first=first: place(first + i, a))
-        return out
-
-    def _batches(self, n: int, desc: str) -> Iterable[int]:
-        """Starts of batches of ``n`` chunks, with a progress bar if asked for and worth it."""
-        return progress_bar(range(0, n, _BATCH), desc=desc, unit="batch",
-                            total=-(-n // _BATCH), enabled=self.progress and n > _BATCH)
+        return self[tuple(slice(int(a), int(b)) for a, b in zip(start, stop))]
 
     def __getitem__(self, index: Any) -> np.ndarray:
-        start, stop, post = _normalize(index, self.shape)
-        box = self.read_box(start[:3], stop[:3])[..., start[3]:stop[3]]
-        return box[post]
+        return self.array[index]
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         """The whole scale, for ``np.asarray(vol)`` (every read makes a new array)."""
@@ -185,32 +126,29 @@ class Volume:
             raise ValueError("a Volume's voxels are read from storage: they are always copied")
         return self[...] if dtype is None else self[...].astype(dtype, copy=False)
 
+    def chunk_positions(self) -> np.ndarray:
+        """(n, 3) grid positions of the chunks present: stored, or staged and changed."""
+        staged = self.array.changed_positions()[:, :3]
+        both = np.concatenate([self.chunks.list_positions(), staged])
+        return np.unique(both, axis=0) if len(both) else both.reshape(0, 3)
+
     # --- writing -------------------------------------------------------------------------
 
-    def __setitem__(self, index: Any, value: Any) -> None:
+    def _writable(self) -> None:
         if self.mode == "r":
             raise ReadOnlyError(f"{self.storage.url}: volume is open read-only (mode 'r')")
-        start, stop, post = _normalize(index, self.shape)
-        if any(isinstance(p, slice) and p.step not in (None, 1) for p in post):
-            raise IndexError("assignment takes steps of 1 only")
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        """Stage an assignment (basic or orthogonal index; steps of any sign)."""
+        self._writable()
         value = np.asarray(value)
         self._check_value(value)
-        box = tuple(int(n) for n in stop - start)
-        if value.shape == box and value.dtype == self.dtype and \
-                all(isinstance(p, slice) for p in post):  # the box itself: no copy
-            self._write_box(start, stop, value)
-            return
-        target = np.zeros(box, self.dtype)
-        selected = target[post]
-        if value.ndim == selected.ndim - 1 and isinstance(post[3], slice) and \
-                selected.shape[-1] == 1:  # an (x, y, z) array for a single channel
+        selection = normalize(index, self.shape)
+        channels, target = selection.axes[3], selection.result_shape
+        if value.ndim == len(target) - 1 and not channels.drop and len(channels) == 1 and \
+                not _broadcasts(value.shape, target):  # (x, y, z) for a single channel
             value = value[..., None]
-        try:
-            target[post] = value
-        except ValueError as e:
-            raise ValueError(f"value of shape {value.shape} does not fit the selection: {e}") \
-                from None
-        self._write_box(start, stop, target)
+        self.array._assign(selection, selection.value(value))
 
     def _check_value(self, value: np.ndarray) -> None:
         """Refuse values the volume's dtype cannot hold, rather than wrap or truncate them."""
@@ -227,43 +165,32 @@ class Volume:
             return
         raise TypeError(f"cannot assign {value.dtype} values to a {self.dtype} volume")
 
-    def _write_box(self, start: np.ndarray, stop: np.ndarray, data: np.ndarray) -> None:
-        if (stop <= start).any():
-            return
-        positions = self.grid.positions_in(start[:3], stop[:3])
-        for first in self._batches(len(positions), "writing chunks"):
-            self._write_chunks(positions[first:first + _BATCH], start, stop, data)
+    def resize(self, shape: Sequence[int]) -> None:
+        """Stage a new size of this scale; the info records it on commit.
 
-    def _write_chunks(self, positions: np.ndarray, start: np.ndarray, stop: np.ndarray,
-                      data: np.ndarray) -> None:
-        """Encode and stage the chunks at ``positions`` from ``data``, the box [start, stop),
-        merging into the stored chunks those it covers only in part."""
-        c_starts, c_stops = self.grid.bounds(positions)
-        all_channels = start[3] == 0 and stop[3] == self.info.num_channels
-        whole = all_channels & (c_starts >= start[:3]).all(axis=1) & \
-            (c_stops <= stop[:3]).all(axis=1)
-        partial = np.flatnonzero(~whole)
-        old = dict(zip(partial.tolist(), self._decode(positions[partial],
-                                                      self.chunks.get(positions[partial]))))
-        block = self.scale.compressed_segmentation_block_size
+        Edge chunks are rewritten at their new extent (their unsharded names change with it);
+        chunks past the new edges are deleted on commit; new chunks read as 0.
 
-        def chunk(i: int) -> bytes:
-            a, b = c_starts[i], c_stops[i]
-            if whole[i]:  # encode straight from the data
-                return encode_chunk(data[tuple(slice(x, y) for x, y in zip(a - start[:3],
-                                                                         b - start[:3]))],
-                                    self.scale.encoding, block_size=block)
-            array = old.get(i)
-            if array is None:
-                array = np.zeros((*(b - a), self.info.num_channels), self.dtype, order="F")
-            elif not array.flags.writeable:  # decoders may return views of the bytes
-                array = array.copy(order="F")
-            lo, hi = np.maximum(a, start[:3]), np.minimum(b, stop[:3])
-            array[(*(slice(x, y) for x, y in zip(lo - a, hi - a)), slice(start[3], stop[3]))] = \
-                data[tuple(slice(x, y) for x, y in zip(lo - start[:3], hi - start[:3]))]
-            return encode_chunk(array, self.scale.encoding, block_size=block)
+        Parameters
+        ----------
+        shape
+            (x, y, z), or (x, y, z, channels) with the same channels.
 
-        self.chunks.put(positions, pmap(chunk, range(len(positions)), min_items=4))
+        Raises
+        ------
+        SpecError
+            Other channels, or a sharded scale whose grid would need other Morton bits per
+            axis (every chunk ID would change); nothing changes then.
+        ReadOnlyError
+            The volume is open read-only.
+        """
+        self._writable()
+        shape = tuple(int(n) for n in shape)
+        self.array.resize(shape if len(shape) == 4 else (*shape, self.info.num_channels))
+
+    def load(self) -> None:
+        """Read every stored chunk into memory (they are not written back unless changed)."""
+        self.array.load()
 
     def add_scale(self, factor: Sequence[int] = (2, 2, 2), *, progress: bool = False
                   ) -> Volume:
@@ -274,13 +201,34 @@ class Volume:
 
         return add_scale(self, factor, progress=progress)
 
+    def plan(self) -> ChangesPlan:
+        """What :meth:`commit` would do: the chunks it encodes, then what the chunk store
+        writes (for a sharded scale, each shard and how: create, append or rewrite; sizes of
+        chunks not encoded yet are counted at their decoded size)."""
+        self._writable()
+        return self.array.plan()
+
     def commit(self, *, progress: bool | None = None) -> None:
-        """Write the staged chunks (shard by shard for a sharded scale)."""
-        self.chunks.commit(progress=self.progress if progress is None else progress)
+        """Encode the changed chunks, in batches on threads, and write them (shard by shard
+        for a sharded scale, each shard once), with the deletions and size of a resize."""
+        self._writable()
+        self._source.progress = self.progress if progress is None else progress
+        try:
+            self.array.commit()
+        finally:
+            self._source.progress = self.progress
+
+    def abort(self) -> None:
+        """Drop every staged change (and a staged resize); storage was never touched."""
+        self.array.abort()
 
     def __enter__(self) -> Volume:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None and self.mode != "r":
+        if self.mode == "r":
+            return
+        if exc_type is None:
             self.commit()
+        else:
+            self.abort()

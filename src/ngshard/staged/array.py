@@ -1,0 +1,332 @@
+"""StagedChangesArray: an n-dimensional array over a chunk source that holds every changed
+chunk in memory, decoded, until a commit (seed 003).
+
+Its data lie in slabs: slab 0 is the full slab (one chunk of the fill value, broadcast, never
+written), slab 1 the base slab (the stored chunks, read through the source on demand, in
+batches), and every later one a staged slab (a numpy array of decoded chunks side by side).
+A :class:`SlabMap` says where each chunk lies. Each method is a dumb executor of a plan made
+first (``plans.py``, ``resize.py``, ``changes.py``); ``_*_plan`` methods return the plans
+without running them, for printing.
+
+Staged slabs are kept within ``staged_bytes``: past it the oldest slabs are written back to
+the source (changed chunks encoded and staged there, spilled to disk where the store can) and
+dropped; an assignment that alone would take more than half of it runs in pieces.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .changes import ChangesPlan
+from .copy import copy_from_chunks, copy_slices
+from .geometry import BASE, FULL
+from .indexing import Selection, normalize
+from .mapper import mapper
+from .plans import GatherPlan, GetItemPlan, LoadPlan, Plan, SetItemPlan
+from .resize import ResizePlan
+from .slabmap import SlabMap
+from .source import ChunkSource
+from .transfer import OUT, VALUE, TransferPlan
+
+DEFAULT_STAGED_BYTES = 1 << 30
+
+
+def memory_order(value: np.ndarray) -> str | None:
+    """"C" if ``value`` varies fastest along its last axis (of those longer than one), "F"
+    along its first, None otherwise or for a broadcast scalar: the order a slab made from it
+    copies it into without transposing."""
+    axes = [(abs(s), a) for a, (s, n) in enumerate(zip(value.strides, value.shape))
+            if n > 1 and s]
+    if not axes:
+        return None
+    fastest = min(axes)[1]
+    return "C" if fastest == max(a for _, a in axes) else \
+        "F" if fastest == min(a for _, a in axes) else None
+
+
+class StagedChangesArray:
+    """Numpy indexing (basic and orthogonal) over the chunks of ``source``, assignments
+    staged in memory until :meth:`commit`.
+
+    Parameters
+    ----------
+    source
+        Where the chunks are stored; the array takes its shape, chunk shape, memory order,
+        dtype and fill value.
+    staged_bytes
+        Memory for staged slabs. Past it the oldest are written back to the source (their
+        changed chunks encoded, and spilled to disk where the source can) and dropped; an
+        assignment of whole chunks worth an eighth of it or more writes them through.
+
+    Examples
+    --------
+    >>> from ngshard.staged import MemoryChunks
+    >>> arr = StagedChangesArray(MemoryChunks((30, 50), (10, 10), "int64"))
+    >>> arr[5:20, 30:] = 42            # chunks (1, 3), (1, 4) whole: never read
+    >>> int(arr[7, 40]), arr.source.writes
+    (42, 0)
+    >>> arr.commit()                   # each changed chunk encoded once
+    >>> arr.source.writes
+    4
+    """
+
+    def __init__(self, source: ChunkSource, staged_bytes: int = DEFAULT_STAGED_BYTES) -> None:
+        self.source = source
+        self.dtype = np.dtype(source.dtype)
+        self.staged_bytes = int(staged_bytes)
+        #: An assignment selecting wholly this many bytes of chunks not staged yet writes them
+        #: through to the source (see SetItemPlan).
+        self.write_through_bytes = self.staged_bytes // 8
+        self._reset()
+
+    def _reset(self) -> None:
+        self.geometry = self.source.geometry
+        # a new array: every chunk on the full slab, none read (seed 003: chunks that are not
+        # stored lie on the full slab)
+        self.map = SlabMap(self.geometry, (0,) * self.ndim if self.source.empty else None)
+        full = np.broadcast_to(np.asarray(self.source.fill_value, self.dtype),
+                               self.geometry.chunks)
+        self.slabs: list[np.ndarray | None] = [full, None]  # slabs[1]: the source
+        self.orders = [self.geometry.order] * 2  # memory order of each slab
+        self._staged_nbytes = 0
+        self._zero_fill = not np.asarray(self.source.fill_value, self.dtype).any()
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.geometry.shape
+
+    @property
+    def ndim(self) -> int:
+        return self.geometry.ndim
+
+    @property
+    def chunk_nbytes(self) -> int:
+        return int(np.prod(self.geometry.chunks)) * self.dtype.itemsize
+
+    @property
+    def nbytes_staged(self) -> int:
+        """Memory held by staged slabs."""
+        return self._staged_nbytes
+
+    def __repr__(self) -> str:
+        return (f"StagedChangesArray(shape={self.shape}, chunks={self.geometry.chunks}, "
+                f"dtype={self.dtype}, staged slabs={len(self.map.live_slabs())}, "
+                f"staged bytes={self.nbytes_staged})")
+
+    # --- plans, without running them --------------------------------------------------------
+
+    def _getitem_plan(self, index: Any) -> GetItemPlan:
+        return GetItemPlan(self.geometry, self.map, normalize(index, self.shape), self.orders)
+
+    def _setitem_plan(self, index: Any, value: Any = None) -> SetItemPlan:
+        selection = normalize(index, self.shape)
+        order = None if value is None else memory_order(selection.value(np.asarray(value)))
+        return SetItemPlan(self.geometry, self.map, selection, self.orders, order,
+                           self._through())
+
+    def _through(self) -> int:
+        """Wholly selected chunks from which an assignment writes them through."""
+        return max(1, -(-self.write_through_bytes // self.chunk_nbytes))
+
+    def _resize_plan(self, shape: tuple[int, ...]) -> ResizePlan:
+        return ResizePlan(self.geometry, self.map, tuple(int(n) for n in shape), self.orders,
+                          self.source.clipped_edges)
+
+    def _load_plan(self) -> LoadPlan:
+        return LoadPlan(self.geometry, self.map, self.orders)
+
+    def _changes_plan(self, slabs: list[int] | None = None) -> ChangesPlan:
+        live = sorted(self.map.live_slabs())
+        return ChangesPlan(self.geometry, self.map, live if slabs is None else slabs,
+                           self.orders)
+
+    # --- the executor -----------------------------------------------------------------------
+
+    def _run(self, plan: Plan, value: np.ndarray | None = None,
+             out: np.ndarray | None = None) -> None:
+        zero_fill = self._zero_fill  # new slabs start as the fill value: no copies
+        for slab, n in plan.appends:
+            assert slab == len(self.slabs), "a plan made for another state of the array"
+            order = plan.orders[slab]
+            self.slabs.append(self.geometry.new_slab(n, self.dtype, zero_fill, order))
+            self.orders.append(order)
+            self._staged_nbytes += self.slabs[-1].nbytes
+        fresh = {slab for slab, _ in plan.appends} if zero_fill else set()
+        for transfer in plan.transfers:
+            if transfer.src == FULL and transfer.dst in fresh:
+                continue
+            self._transfer(transfer, value, out, transfer.dst in fresh)
+        if getattr(plan, "through", None) is not None:
+            positions, start, count = plan.through
+            self.source.write(positions, [
+                value[tuple(slice(a, a + n) for a, n in zip(row_start, row_count))]
+                for row_start, row_count in zip(start.tolist(), count.tolist())])
+        if isinstance(plan, ResizePlan):
+            self.source.delete(plan.deletes)
+            self.source.resize(plan.new.shape)
+            self.geometry = plan.new
+        plan.apply(self.map)
+        for slab in plan.drops:
+            self._staged_nbytes -= self.slabs[slab].nbytes
+            self.slabs[slab] = None
+
+    def _transfer(self, t: TransferPlan, value: np.ndarray | None,
+                  out: np.ndarray | None, filled: bool = False) -> None:
+        """One transfer; ``filled``: its destination holds the fill value already."""
+        dst = out if t.dst == OUT else self.slabs[t.dst]
+        if t.src == BASE:
+            g = self.geometry
+            copy_from_chunks(self.source.read, g.positions, g.chunks[g.axis], g.axis,
+                             None if filled else self.slabs[0], dst, t)
+        else:
+            copy_slices(value if t.src == VALUE else self.slabs[t.src], dst, t)
+
+    # --- numpy ------------------------------------------------------------------------------
+
+    def __getitem__(self, index: Any) -> np.ndarray:
+        selection = normalize(index, self.shape)
+        plan = GetItemPlan(self.geometry, self.map, selection, self.orders)
+        out = np.empty(selection.shape, self.dtype, order=self.geometry.order)
+        self._run(plan, out=out)
+        return selection.finish(out)
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        out = self[...]
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        """Stage an assignment: numpy's rules (value broadcast to the selection, the last of
+        repeated points wins), orthogonal arrays.
+
+        Raises
+        ------
+        IndexError
+            A bad index (see :func:`normalize`).
+        ValueError
+            A value that does not broadcast to the selection.
+        """
+        selection = normalize(index, self.shape)
+        self._assign(selection, selection.value(np.asarray(value)))
+
+    def _assign(self, selection: Selection, value: np.ndarray) -> None:
+        """Run the assignment, in pieces along the axis with the most chunks while one piece
+        would add more than half the budget of staged bytes."""
+        plan = SetItemPlan(self.geometry, self.map, selection, self.orders,
+                           memory_order(value), self._through())
+        if plan.new_chunks * self.chunk_nbytes > self.staged_bytes // 2:
+            mappers = [mapper(a, n, c) for a, n, c in
+                       zip(selection.axes, self.shape, self.geometry.chunks)]
+            axis = int(np.argmax([len(m) for m in mappers]))
+            m = mappers[axis]
+            if len(m) > 1:
+                half = m.bounds[len(m) // 2]
+                cut = int(m.start[half])
+                for lo, hi in ((0, cut), (cut, selection.axes[axis].count)):
+                    axes = list(selection.axes)
+                    axes[axis] = axes[axis].part(lo, hi)
+                    index = [slice(None)] * self.ndim
+                    index[axis] = slice(lo, hi)
+                    self._assign(Selection(tuple(axes)), value[tuple(index)])
+                return
+        self._run(plan, value=value)
+        self._keep_in_budget()
+
+    # --- other operations -------------------------------------------------------------------
+
+    def resize(self, shape: tuple[int, ...]) -> None:
+        """Change the shape (staged, see ``resize.py``): chunks past the new edges are
+        dropped (and deleted from storage on commit), new ones read as the fill value.
+
+        Raises
+        ------
+        ValueError
+            A shape with another number of axes.
+        NgShardError
+            Whatever the source refuses (``ChunkSource.check_resize``), before any change.
+        """
+        shape = tuple(int(n) for n in shape)
+        if len(shape) != self.ndim:
+            raise ValueError(f"new shape {shape} needs {self.ndim} axes")
+        self.source.check_resize(shape)
+        self._run(self._resize_plan(shape))
+        self._keep_in_budget()
+
+    def load(self) -> None:
+        """Bring every stored chunk into memory (as staged chunks that a commit does not
+        write unless they change)."""
+        self._run(self._load_plan())
+        self._keep_in_budget()
+
+    def read_chunks(self, positions: Any) -> list[np.ndarray]:
+        """Whole chunks (clipped at the edge) at (k, ndim) grid positions, in one batch."""
+        positions = np.asarray(positions, np.int64).reshape(-1, self.ndim)
+        if ((positions < 0) | (positions >= np.array(self.geometry.grid))).any():
+            raise IndexError(f"chunk positions outside the grid {self.geometry.grid}")
+        plan = GatherPlan(self.geometry, self.map, positions, self.orders)
+        out = self.geometry.new_slab(len(positions), self.dtype)
+        self._run(plan, out=out)
+        size = self.geometry.chunks[self.geometry.axis]
+        return [self.geometry.chunk_view(out, i * size, e, self.geometry.axis)
+                for i, e in enumerate(self.geometry.extents(positions).tolist())]
+
+    def changed_positions(self) -> np.ndarray:
+        """(k, ndim) grid positions of the chunks staged here and changed."""
+        staged = self.map.staged()
+        return self.geometry.positions(self.map.ids[staged[self.map.dirty[staged]]])
+
+    # --- writing back -----------------------------------------------------------------------
+
+    def _keep_in_budget(self) -> None:
+        """Past the budget, write back the oldest staged slabs until half of it is left."""
+        if self.nbytes_staged <= self.staged_bytes:
+            return
+        evict, left = [], self.nbytes_staged
+        for slab in sorted(self.map.live_slabs()):
+            if left <= self.staged_bytes // 2:
+                break
+            evict.append(slab)
+            left -= self.slabs[slab].nbytes
+        self._write_back(self._changes_plan(evict))
+        self.source.spill()
+
+    def _write_back(self, plan: ChangesPlan) -> None:
+        """Hand the plan's changed chunks, from all its slabs at once (the source encodes them
+        in batches on threads), to the source; then drop the slabs."""
+        views, positions = [], []
+        for slab, axis, where, offsets in plan.groups():
+            extents = self.geometry.extents(where).tolist()
+            views += [self.geometry.chunk_view(self.slabs[slab], o, e, axis)
+                      for o, e in zip(offsets.tolist(), extents)]
+            positions.append(where)
+        if positions:  # the slabs are dropped, not changed: the source may keep views
+            self.source.write(np.concatenate(positions), views, stable=True)
+        self._run(plan)
+
+    def plan(self) -> ChangesPlan:
+        """What :meth:`commit` will do: the chunks it encodes and, if the source can tell,
+        what the source's commit then writes."""
+        plan = self._changes_plan()
+        plan.store = self.source.plan(plan.positions[plan.dirty], self.chunk_nbytes)
+        return plan
+
+    def commit(self) -> None:
+        """Encode every changed chunk, in batches on threads, and have the source store
+        them with the deletions and shape a resize staged; then every chunk lies on the base
+        slab again and the staged slabs are gone.
+
+        Raises
+        ------
+        NgShardError
+            What the source's commit raises (ConflictError: another writer changed a shard);
+            the changes then wait in the source, and a later commit can retry.
+        """
+        self._write_back(self._changes_plan())
+        self.source.commit()
+        self._reset()
+
+    def abort(self) -> None:
+        """Drop every staged change, here and in the source."""
+        self.source.abort()
+        self._reset()

@@ -1,0 +1,215 @@
+"""Executing TransferPlans: seed 003's ``read_many_slices``, over numpy arrays and over the
+chunk source (the base slab).
+
+Between arrays, a row of many points is one numpy slice assignment (a Python step of a few
+microseconds, then C speed; rows of a large transfer go on threads); rows of few points, where
+that step would cost more than the copy, go together: rows of equal count make one fancy-index
+assignment each. From the base slab, the chunks the rows read are fetched and decoded by the
+source in batches, on threads, and each chunk's rows are copied on the thread that decoded it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from ..threads import pmap
+from .transfer import TransferPlan
+
+# Rows of up to SMALL_ROW points are copied together by fancy indexing when there are at least
+# MANY_ROWS of them: a slice assignment costs a few microseconds, a fancy-index one tens of
+# microseconds plus about 10 ns a point.
+SMALL_ROW = 64
+MANY_ROWS = 16
+THREADED_BYTES = 4 << 20  # a transfer this large is split over threads
+TRANSPOSED = 1 << 14  # points: rows this large between different layouts go in blocks
+TILED = 1 << 14  # points: rows up to this large (on average) may go as one regular tiling
+BLOCK = 16
+FEW_ROWS = 8  # rows up to this many are turned into indices in plain Python
+
+
+def copy_slices(src: np.ndarray, dst: np.ndarray, plan: TransferPlan, *,
+                threads: bool = True) -> None:
+    """Carry out ``plan`` from the array ``src`` to the array ``dst``."""
+    if not len(plan):
+        return
+    if plan.box is not None and len(plan) >= MANY_ROWS and \
+            plan.points <= TILED * len(plan) and _copy_tiling(src, dst, plan):
+        return  # many small rows in one operation (large ones go by rows: blocked, threaded)
+    if len(plan) >= MANY_ROWS:  # enough rows for a batch to pay
+        small = np.prod(plan.count, axis=1) <= SMALL_ROW
+        if small.sum() >= MANY_ROWS:
+            _fancy(src, dst, plan, np.flatnonzero(small))
+            if small.all():
+                return
+            rows = np.flatnonzero(~small)
+            plan = TransferPlan(plan.src, plan.dst, plan.src_start[rows],
+                                plan.dst_start[rows], plan.count[rows], plan.src_step[rows],
+                                plan.dst_step[rows])
+    src_slices = _slices(plan.src_start, plan.count, plan.src_step)
+    dst_slices = _slices(plan.dst_start, plan.count, plan.dst_step)
+
+    def one(i: int) -> None:
+        view = dst[dst_slices[i]]
+        if isinstance(view, np.ndarray):
+            _copy(view, src[src_slices[i]])
+        else:  # a single point
+            dst[dst_slices[i]] = src[src_slices[i]]
+
+    rows = len(plan)
+    if threads and rows > 1 and plan.points * dst.itemsize >= THREADED_BYTES:
+        pmap(one, range(rows), min_items=2)
+    else:
+        for i in range(rows):
+            one(i)
+
+
+def _copy_tiling(src: np.ndarray, dst: np.ndarray, plan: TransferPlan) -> bool:
+    """One strided copy for rows that tile a box regularly: equal counts and steps, and
+    starts on both sides an affine function of the chunk's index in the box (chunks side by
+    side in the selection, and on their slab in C order, as an assignment's new slab holds
+    them). False, copying nothing, for rows that do not."""
+    count, box = plan.count, plan.box
+    if (count != count[0]).any() or (plan.src_step != plan.src_step[0]).any() or \
+            (plan.dst_step != plan.dst_step[0]).any():
+        return False
+    index = np.indices(box).reshape(len(box), -1).T  # the rows' chunk index in the box
+    # row of the unit step along each box axis (the first row where a longer axis has none)
+    unit_rows = [math.prod(box[a + 1:]) if n > 1 else 0 for a, n in enumerate(box)]
+    views = []
+    for arr, start, step in ((src, plan.src_start, plan.src_step[0]),
+                             (dst, plan.dst_start, plan.dst_step[0])):
+        units = start[unit_rows] - start[0]  # how a start moves along each box axis
+        if (start != start[0] + index @ units).any():
+            return False
+        views.append(_tiling_view(arr, start[0], units, count[0], step, box))
+    views[1][...] = views[0]
+    return True
+
+
+def _tiling_view(arr: np.ndarray, first: np.ndarray, units: np.ndarray, count: np.ndarray,
+                 step: np.ndarray, box: tuple[int, ...]) -> np.ndarray:
+    """The view (box_0, count_0, box_1, count_1, ...) of ``arr``: chunk ``j`` of the box, point
+    ``k`` of it, at ``first + j @ units + k * step``; every point one a row addresses."""
+    base = arr[tuple(first.tolist())] if arr.ndim == 0 else \
+        arr[tuple(slice(f, None) for f in first.tolist())]
+    box_strides = (units @ np.array(arr.strides)).tolist()
+    shape = [n for pair in zip(box, count.tolist()) for n in pair]
+    strides = [s for pair in zip(box_strides, (step * arr.strides).tolist()) for s in pair]
+    return np.lib.stride_tricks.as_strided(base, shape, strides, writeable=arr.flags.writeable)
+
+
+def _copy(dst: np.ndarray, src: np.ndarray) -> None:
+    """``dst[...] = src``. Between large arrays whose fastest axes differ (a C-ordered value
+    onto a Fortran-ordered slab) the copy goes in blocks of BLOCK x BLOCK over those two axes,
+    each block a transposition inside the cache: 2 to 5 times faster than numpy striding
+    through both whole arrays at once."""
+    if src.size >= TRANSPOSED and 0 not in src.strides:
+        a, b = _fastest(dst), _fastest(src)
+        if a != b:
+            index = [slice(None)] * dst.ndim
+            for i in range(0, dst.shape[a], BLOCK):
+                index[a] = slice(i, i + BLOCK)
+                for j in range(0, dst.shape[b], BLOCK):
+                    index[b] = slice(j, j + BLOCK)
+                    dst[tuple(index)] = src[tuple(index)]
+            return
+    dst[...] = src
+
+
+def _fastest(a: np.ndarray) -> int:
+    """The axis of the smallest stride among those longer than 1."""
+    return min((abs(s), axis) for axis, (s, n) in enumerate(zip(a.strides, a.shape))
+               if n > 1)[1]
+
+
+def _slices(start: np.ndarray, count: np.ndarray, step: np.ndarray) -> list[tuple]:
+    """Each row as an index, built column by column at C speed (a few rows in plain Python,
+    cheaper there than numpy's cost per call). An axis where every row has one point is
+    indexed by an integer: numpy copies a view with unit axes in it up to 20 times slower (it
+    may iterate such an axis innermost)."""
+    if len(start) <= FEW_ROWS:
+        starts, counts, steps = start.tolist(), count.tolist(), step.tolist()
+        single = [all(n == 1 for n in col) for col in zip(*counts)]
+        return [tuple(a if one else slice(a, a + (n - 1) * s + 1, s)
+                      for a, n, s, one in zip(a_row, n_row, s_row, single))
+                for a_row, n_row, s_row in zip(starts, counts, steps)]
+    stop = (start + (count - 1) * step + 1).T.tolist()
+    single = (count == 1).all(axis=0).tolist()
+    columns = [a if one else list(map(slice, a, b, s)) for a, b, s, one in
+               zip(start.T.tolist(), stop, step.T.tolist(), single)]
+    return list(zip(*columns))
+
+
+def _fancy(src: np.ndarray, dst: np.ndarray, plan: TransferPlan, rows: np.ndarray) -> None:
+    """Rows of equal count in one fancy-index assignment per count."""
+    counts, group = np.unique(plan.count[rows], axis=0, return_inverse=True)
+    group = group.reshape(-1)
+    ndim = counts.shape[1]
+    for g, count in enumerate(counts.tolist()):
+        mine = rows[group == g]
+        src_index, dst_index = [], []
+        for a, n in enumerate(count):
+            shape = [len(mine)] + [1] * ndim
+            shape[a + 1] = n
+            ramp = np.arange(n, dtype=np.int64)
+            src_index.append((plan.src_start[mine, a, None] + plan.src_step[mine, a, None] *
+                              ramp).reshape(shape))
+            dst_index.append((plan.dst_start[mine, a, None] + plan.dst_step[mine, a, None] *
+                              ramp).reshape(shape))
+        dst[tuple(dst_index)] = src[tuple(src_index)]
+
+
+def copy_from_chunks(read: Callable[[np.ndarray, Callable], None], positions_of: Callable,
+                     chunk: int, axis: int, fill: np.ndarray | None, dst: np.ndarray,
+                     plan: TransferPlan) -> None:
+    """Carry out ``plan`` from the base slab: ``read(positions, consume)`` fetches and decodes
+    the chunks (``consume(i, array or None)``, on threads); the rows of chunk ``i`` are copied
+    there, from ``fill`` where the chunk is absent (``fill`` None: ``dst`` holds it already).
+
+    Parameters
+    ----------
+    positions_of
+        Chunk ids -> (k, ndim) grid positions.
+    chunk, axis
+        The chunks' size along the stacking axis, and that axis: a row's source start along
+        it is ``id * chunk`` plus the start inside the chunk.
+    """
+    if not len(plan):
+        return
+    ids = plan.src_start[:, axis] // chunk
+    if (ids == ids[0]).all():  # one chunk (a small assignment): nothing to sort
+        heads, bounds = np.zeros(1, np.intp), np.array([0, len(ids)])
+        local = TransferPlan(plan.src, plan.dst, plan.src_start.copy(), plan.dst_start,
+                             plan.count, plan.src_step, plan.dst_step)
+    else:
+        order = np.argsort(ids, kind="stable")
+        ids = ids[order]
+        heads = np.flatnonzero(np.diff(ids, prepend=-1))
+        bounds = np.append(heads, len(ids))
+        local = TransferPlan(plan.src, plan.dst, plan.src_start[order],
+                             plan.dst_start[order], plan.count[order], plan.src_step[order],
+                             plan.dst_step[order])
+    local.src_start[:, axis] -= ids * chunk
+    # rows as indices, made once here rather than on the decoding threads (which share the GIL)
+    src_index = _slices(local.src_start, local.count, local.src_step)
+    dst_index = _slices(local.dst_start, local.count, local.dst_step)
+    bounds = bounds.tolist()
+
+    def consume(i: int, array: np.ndarray | None) -> None:
+        a, b = bounds[i], bounds[i + 1]
+        src = fill if array is None else array
+        if src is None:
+            return
+        if b - a >= MANY_ROWS:  # many small rows (an array index): batched
+            part = TransferPlan(plan.src, plan.dst, local.src_start[a:b],
+                                local.dst_start[a:b], local.count[a:b], local.src_step[a:b],
+                                local.dst_step[a:b])
+            copy_slices(src, dst, part, threads=False)
+            return
+        for row in range(a, b):
+            dst[dst_index[row]] = src[src_index[row]]
+
+    read(positions_of(ids[heads]), consume)

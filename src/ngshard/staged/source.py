@@ -1,0 +1,140 @@
+"""ChunkSource: the small interface between a staged-changes array and where its chunks are
+stored (a precomputed scale, a zarr array, memory). The array never knows the format: it asks
+for decoded chunks by grid position, in batches, and hands decoded chunks back to be encoded
+and staged; the source's own commit writes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .geometry import Geometry
+
+
+class ChunkSource:
+    """Decoded chunks by grid position (an (k, ndim) int64 array of positions).
+
+    Attributes
+    ----------
+    geometry : Geometry
+        Shape, chunk shape and memory order (the order the codec wants chunks in).
+    dtype : numpy.dtype
+    fill_value
+        What an absent chunk holds.
+    clipped_edges : bool
+        Stored edge chunks hold only the part inside the shape (precomputed), so a resize
+        that moves the edge rewrites them; otherwise they are whole chunks (zarr).
+    empty : bool
+        Nothing is stored (a new array): every chunk starts on the full slab and none is
+        read. False unless the source knows.
+    """
+
+    geometry: Geometry
+    dtype: np.dtype
+    fill_value: Any = 0
+    clipped_edges: bool = False
+    empty: bool = False
+
+    def read(self, positions: np.ndarray,
+             consume: Callable[[int, np.ndarray | None], None]) -> None:
+        """Fetch and decode the chunks at ``positions`` (in batches, decoding on threads) and
+        call ``consume(i, chunk)`` for each, None for an absent one. ``consume`` may run on
+        any thread; the chunk is only valid during the call."""
+        raise NotImplementedError
+
+    def write(self, positions: np.ndarray, chunks: Sequence[np.ndarray], *,
+              stable: bool = False) -> None:
+        """Encode the chunks (each clipped at the array's edge), in batches on threads, and
+        stage them; nothing is stored before :meth:`commit`. ``stable``: their memory will
+        not change before then, so the source may keep views of it rather than copies."""
+        raise NotImplementedError
+
+    def delete(self, positions: np.ndarray) -> None:
+        """Stage the removal of the chunks at ``positions`` (absent ones are ignored)."""
+        raise NotImplementedError
+
+    def check_resize(self, shape: tuple[int, ...]) -> None:
+        """Raise if the array cannot take ``shape`` (before anything changes)."""
+
+    def resize(self, shape: tuple[int, ...]) -> None:
+        """Adopt ``shape`` (staged: stored on :meth:`commit`)."""
+        self.geometry = self.geometry.resized(shape)
+
+    def spill(self) -> None:
+        """Move staged encoded chunks out of memory if the store can (spill files)."""
+
+    def plan(self, positions: np.ndarray, nbytes: int) -> Any:
+        """What :meth:`commit` would write if the chunks at ``positions`` (about ``nbytes``
+        each, encoded) were staged too; printable. None if the source cannot say."""
+        return None
+
+    def commit(self) -> None:
+        """Store the staged chunks, deletions and shape."""
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        """Drop the staged chunks, deletions and shape."""
+        raise NotImplementedError
+
+
+class MemoryChunks(ChunkSource):
+    """Chunks in a dict of numpy arrays, whole chunks at the edge (as zarr stores them, the
+    part outside the shape holding the fill value): a source for tests and examples."""
+
+    def __init__(self, shape: Sequence[int], chunks: Sequence[int], dtype: Any = "uint8",
+                 fill_value: Any = 0, order: str = "C") -> None:
+        self.geometry = Geometry(tuple(shape), tuple(chunks), order)
+        self.dtype, self.fill_value = np.dtype(dtype), fill_value
+        self.stored: dict[tuple[int, ...], np.ndarray] = {}
+        self.stored_shape = self.geometry.shape
+        self._staged: dict[tuple[int, ...], np.ndarray | None] = {}
+        self.reads = 0  # chunks read, for tests
+        self.writes = 0  # chunks written, for tests
+
+    @property
+    def empty(self) -> bool:
+        return not self.stored and not self._staged
+
+    def read(self, positions, consume) -> None:
+        for i, key in enumerate(map(tuple, positions.tolist())):
+            self.reads += 1
+            consume(i, self._staged[key] if key in self._staged else self.stored.get(key))
+
+    def write(self, positions, chunks, *, stable: bool = False) -> None:
+        extents = self.geometry.extents(positions).tolist()
+        for key, chunk, extent in zip(map(tuple, positions.tolist()), chunks, extents):
+            if chunk.shape != tuple(extent):
+                raise ValueError(f"chunk {key} of shape {chunk.shape}, not {tuple(extent)}")
+            whole = np.full(self.geometry.chunks, self.fill_value, self.dtype)
+            whole[tuple(slice(0, n) for n in chunk.shape)] = chunk
+            self._staged[key] = whole
+            self.writes += 1
+
+    def delete(self, positions) -> None:
+        self._staged.update(dict.fromkeys(map(tuple, positions.tolist())))
+
+    def commit(self) -> None:
+        for key, chunk in self._staged.items():
+            if chunk is None:
+                self.stored.pop(key, None)
+            else:
+                self.stored[key] = chunk
+        self._staged.clear()
+        self.stored_shape = self.geometry.shape
+
+    def abort(self) -> None:
+        self._staged.clear()
+        self.geometry = self.geometry.resized(self.stored_shape)
+
+    def array(self) -> np.ndarray:
+        """Everything stored, as one array (what a reader of the committed store sees)."""
+        g = self.geometry.resized(self.stored_shape)
+        out = np.full(g.shape, self.fill_value, self.dtype)
+        for key, chunk in self.stored.items():
+            lo = np.array(key) * g.chunks
+            box = tuple(slice(a, min(a + c, n)) for a, c, n in zip(lo, g.chunks, g.shape))
+            out[box] = chunk[tuple(slice(0, s.stop - s.start) for s in box)]
+        return out

@@ -1,0 +1,295 @@
+"""Random sequences of reads, writes (basic and orthogonal indices, whole and partial chunks),
+resizes, loads, commits and aborts, checked against a numpy model after every step: on a bare
+StagedChangesArray over whole-edge-chunk storage (zarr's layout), and on precomputed volumes,
+sharded or not, whose stored data tensorstore reads back after every commit. Small memory
+budgets make staged slabs go back to the store (and its spill files) all the time."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+
+import numpy as np
+import tensorstore as ts
+from hypothesis import HealthCheck, event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from staged_oracle import box_index, index, oget, oset
+
+import ngshard
+from ngshard.staged import MemoryChunks, StagedChangesArray
+
+SETTINGS = settings(max_examples=60, stateful_step_count=25, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def random_value(data, shape, dtype, rng_max: int):
+    """A value for ``shape``: the full array, a scalar, or one that broadcasts."""
+    style = data.draw(st.sampled_from(["full", "full", "scalar", "broadcast"]))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    if style == "scalar" or not shape:
+        return dtype.type(rng.integers(0, rng_max))
+    if style == "broadcast":
+        shape = tuple(1 if data.draw(st.booleans()) else n for n in shape)
+        shape = shape[data.draw(st.integers(0, len(shape))):]
+    value = rng.integers(0, rng_max, shape).astype(dtype)
+    if data.draw(st.booleans()):  # Fortran order: whole chunks get slabs of that order
+        event("value in Fortran order")
+        value = np.asfortranarray(value)
+    return value
+
+
+def note(idx) -> None:
+    """Record the kinds of index used (``--hypothesis-show-statistics`` lists them)."""
+    for part in idx if isinstance(idx, tuple) else (idx,):
+        if isinstance(part, slice):
+            event(f"index: slice step {'-' if (part.step or 1) < 0 else '+'}"
+                  f"{'1' if abs(part.step or 1) == 1 else 'n'}")
+        elif isinstance(part, np.ndarray):
+            event(f"index: {'mask' if part.dtype == bool else 'int array'}")
+        else:
+            event(f"index: {'ellipsis' if part is Ellipsis else 'integer'}")
+
+
+def note_staging(written_back: bool, budget: int) -> None:
+    if written_back:
+        event("staged slabs written back to the store before the commit (over budget)")
+    if budget < 1 << 30:
+        event("small budget")
+
+
+def resized(model: np.ndarray, shape: tuple[int, ...], fill) -> np.ndarray:
+    out = np.full(shape, fill, model.dtype)
+    common = tuple(slice(0, min(a, b)) for a, b in zip(model.shape, shape))
+    out[common] = model[common]
+    return out
+
+
+class ArrayMachine(RuleBasedStateMachine):
+    """StagedChangesArray over MemoryChunks (whole chunks at the edge, as zarr stores them)."""
+
+    @initialize(data=st.data())
+    def setup(self, data):
+        ndim = data.draw(st.integers(1, 3))
+        shape = tuple(data.draw(st.integers(0, 11)) for _ in range(ndim))
+        chunks = tuple(data.draw(st.integers(1, 5)) for _ in range(ndim))
+        self.fill = data.draw(st.integers(-2, 2))
+        self.source = MemoryChunks(shape, chunks, "int32", self.fill,
+                                   data.draw(st.sampled_from("CF")))
+        chunk_bytes = int(np.prod(chunks)) * 4
+        self.budget = data.draw(st.sampled_from([1, 2 * chunk_bytes, 5 * chunk_bytes, 1 << 30]))
+        self.array = StagedChangesArray(self.source, self.budget)
+        self.model = np.full(shape, self.fill, np.int32)
+        if data.draw(st.booleans()) and all(shape):  # something stored to begin with
+            first = np.random.default_rng(0).integers(0, 50, shape).astype(np.int32)
+            self.array[...] = first
+            self.array.commit()
+            self.model = first
+        self.committed = self.model.copy()
+
+    @rule(data=st.data())
+    def read(self, data):
+        idx = data.draw(index(self.model.shape))
+        np.testing.assert_array_equal(self.array[idx], oget(self.model, idx))
+
+    @rule(data=st.data())
+    def write(self, data):
+        idx = data.draw(index(self.model.shape))
+        note(idx)
+        shape = oget(self.model, idx).shape
+        value = random_value(data, shape, np.dtype(np.int32), 1000)
+        before = self.source.writes
+        if self.array._setitem_plan(idx).through is not None:
+            event("whole chunks written through")
+        self.array[idx] = value
+        note_staging(self.source.writes > before, self.budget)
+        oset(self.model, idx, value)
+
+    @rule(data=st.data())
+    def write_whole_chunks(self, data):
+        if not all(self.model.shape):
+            return
+        idx = box_index(data.draw, self.model.shape, self.source.geometry.chunks)
+        value = random_value(data, oget(self.model, idx).shape, np.dtype(np.int32), 1000)
+        reads, before = self.source.reads, self.source.writes
+        self.array[idx] = value
+        note_staging(self.source.writes > before, self.budget)
+        oset(self.model, idx, value)
+        assert self.source.reads == reads or not self._aligned(idx)
+
+    def _aligned(self, idx) -> bool:
+        g = self.source.geometry
+        return all(s.start % c == 0 and (s.stop % c == 0 or s.stop == n)
+                   for s, c, n in zip(idx, g.chunks, g.shape))
+
+    @rule(data=st.data())
+    def resize(self, data):
+        shape = tuple(data.draw(st.integers(0, 13)) for _ in self.model.shape)
+        event("resize: " + ("grow" if all(a >= b for a, b in zip(shape, self.model.shape))
+                            else "shrink" if all(a <= b for a, b in zip(shape, self.model.shape))
+                            else "grow and shrink"))
+        self.array.resize(shape)
+        self.model = resized(self.model, shape, self.fill)
+
+    @rule()
+    def load(self):
+        self.array.load()
+
+    @rule()
+    def commit(self):
+        self.array.commit()
+        self.committed = self.model.copy()
+        np.testing.assert_array_equal(self.source.array(), self.model)
+        assert self.array.nbytes_staged == 0
+
+    @rule()
+    def abort(self):
+        self.array.abort()
+        self.model = self.committed.copy()
+
+    @invariant()
+    def matches_the_model(self):
+        if hasattr(self, "array"):
+            assert self.array.shape == self.model.shape
+            np.testing.assert_array_equal(self.array[...], self.model)
+            assert self.array.nbytes_staged <= self.budget or \
+                len(self.array.map.live_slabs()) <= 1
+
+
+class VolumeMachine(RuleBasedStateMachine):
+    """Precomputed volumes, sharded or not, raw or compressed_segmentation (each pair a test
+    of its own below), checked against tensorstore reading what each commit stored."""
+
+    sharding: str | None = None
+    encoding = "raw"
+
+    @initialize(data=st.data())
+    def setup(self, data):
+        self.path = tempfile.mkdtemp(prefix="ngshard-machine-")
+        size = tuple(data.draw(st.integers(1, 11)) for _ in range(3))
+        chunk = tuple(data.draw(st.integers(1, 4)) for _ in range(3))
+        channels = data.draw(st.integers(1, 2))
+        encoding, sharding = self.encoding, self.sharding
+        self.dtype = "uint16" if encoding == "raw" else "uint32"
+        spec = None if sharding is None else {
+            "@type": "neuroglancer_uint64_sharded_v1", "preshift_bits": 1,
+            "hash": "identity" if sharding == "identity" else "murmurhash3_x86_128",
+            "minishard_bits": 1, "shard_bits": 2, "minishard_index_encoding": "gzip",
+            "data_encoding": "gzip"}
+        chunk_bytes = int(np.prod(chunk)) * channels * np.dtype(self.dtype).itemsize
+        self.vol = ngshard.create_volume(
+            self.path, dtype=self.dtype, shape=(*size, channels), chunk_size=chunk,
+            encoding=encoding, sharding=spec, voxel_offset=(3, -2, 0),
+            compressed_segmentation_block_size=(2, 3, 2),
+            staged_bytes=data.draw(st.sampled_from([2 * chunk_bytes, 1 << 30, 2 * chunk_bytes])))
+        self.model = np.zeros((*size, channels), self.dtype)
+        self.spills, spill = 0, self.vol.chunks.spill
+
+        def counted_spill():  # called after staged slabs go back to the store
+            self.spills += 1
+            spill()
+
+        self.vol.chunks.spill = counted_spill
+        if data.draw(st.booleans()):
+            first = np.random.default_rng(1).integers(0, 9, self.model.shape).astype(self.dtype)
+            self.vol[...] = first
+            self.vol.commit()
+            self.model = first
+        self.committed = self.model.copy()
+
+    def teardown(self):
+        if hasattr(self, "path"):
+            shutil.rmtree(self.path, ignore_errors=True)
+
+    @rule(data=st.data())
+    def read(self, data):
+        idx = data.draw(index(self.model.shape))
+        np.testing.assert_array_equal(self.vol[idx], oget(self.model, idx))
+
+    @rule(data=st.data())
+    def write(self, data):
+        idx = data.draw(index(self.model.shape))
+        note(idx)
+        value = random_value(data, oget(self.model, idx).shape, np.dtype(self.dtype), 9)
+        before = self.spills
+        self.vol[idx] = value
+        note_staging(self.spills > before, self.vol.array.staged_bytes)
+        oset(self.model, idx, value)
+
+    @rule(data=st.data())
+    def write_whole_chunks(self, data):
+        idx = box_index(data.draw, self.model.shape[:3], self.vol.chunk_size)
+        value = random_value(data, oget(self.model, idx).shape, np.dtype(self.dtype), 2**16)
+        before = self.spills
+        self.vol[idx] = value
+        note_staging(self.spills > before, self.vol.array.staged_bytes)
+        oset(self.model, idx, value)
+
+    @rule(data=st.data())
+    def resize(self, data):
+        if data.draw(st.booleans()):
+            size = tuple(data.draw(st.integers(1, 13)) for _ in range(3))
+        else:  # within the grid's powers of two: a sharded scale can take it
+            size = tuple(data.draw(st.integers(max(1, (1 << (b - 1)) * c + 1) if b else 1,
+                                               (1 << b) * c))
+                         for b, c in zip(self.vol.grid.bits, self.vol.chunk_size))
+        shape = (*size, self.model.shape[3])
+        grid = ngshard.volume.grid.ChunkGrid(size, self.vol.chunk_size)
+        if self.vol.scale.sharding is not None and grid.bits != self.vol.grid.bits:
+            try:
+                self.vol.resize(size)
+            except ngshard.SpecError as e:
+                assert "Morton bits" in str(e)
+                event("volume resize: refused (sharded, Morton bits change)")
+                return
+            raise AssertionError("a resize that changes the Morton bits went through")
+        self.vol.resize(size)
+        event(f"volume resize: {'sharded' if self.vol.scale.sharding else 'unsharded'}")
+        self.model = resized(self.model, shape, 0)
+
+    @rule()
+    def load(self):
+        self.vol.load()
+
+    @precondition(lambda self: hasattr(self, "vol"))
+    @rule()
+    def commit(self):
+        self.vol.commit()
+        event(f"volume commit: {'sharded' if self.vol.scale.sharding else 'unsharded'}, "
+              f"{self.vol.scale.encoding}")
+        self.committed = self.model.copy()
+        store = ts.open({"driver": "neuroglancer_precomputed",
+                         "kvstore": {"driver": "file", "path": self.path}}).result()
+        np.testing.assert_array_equal(store[ts.d[:].translate_to[0]].read().result(),
+                                      self.model)
+        np.testing.assert_array_equal(ngshard.open_volume(self.path)[...], self.model)
+
+    @rule()
+    def abort(self):
+        self.vol.abort()
+        self.model = self.committed.copy()
+
+    @invariant()
+    def matches_the_model(self):
+        if hasattr(self, "vol"):
+            assert self.vol.shape == self.model.shape
+            np.testing.assert_array_equal(self.vol[...], self.model)
+
+
+TestArrayMachine = ArrayMachine.TestCase
+TestArrayMachine.settings = settings(SETTINGS, max_examples=100, stateful_step_count=30)
+
+
+def volume_test(sharding: str | None, encoding: str):
+    machine = type(f"VolumeMachine_{sharding}_{encoding}", (VolumeMachine,),
+                   {"sharding": sharding, "encoding": encoding})
+    test = machine.TestCase
+    test.settings = settings(SETTINGS, max_examples=15, stateful_step_count=20)
+    return test
+
+
+TestUnshardedRawVolume = volume_test(None, "raw")
+TestUnshardedSegmentation = volume_test(None, "compressed_segmentation")
+TestIdentityShardedRawVolume = volume_test("identity", "raw")
+TestIdentityShardedSegmentation = volume_test("identity", "compressed_segmentation")
+TestMurmurShardedRawVolume = volume_test("murmur", "raw")
