@@ -18,10 +18,9 @@ from ..errors import InvalidKeyError, NgShardError, NotFoundError, ReadOnlyError
 from ..storage import Storage, open_storage, remove_stale
 from . import commit as committing
 from . import listing, prefixed
-from .changes import ShardChanges
 from .infofile import as_spec, check_recorded, record_spec, spec_from_info
 from .inputs import as_bytes, pair_batches, value_arrays
-from .plan import CommitPlan, plan_commit
+from .plan import CommitPlan, plan_commit, with_pending
 from .prefixed import PrefixOf
 from .reader import (
     DEFAULT_CACHE_BYTES,
@@ -295,34 +294,10 @@ class ShardedKV(MutableMapping):
         staging = self._writable()
         changes = staging.iter_changes(data=False)
         if pending is not None and len(pending[0]):
-            changes = self._with_pending(changes, pending)
+            changes = with_pending(self.spec, changes, *pending)
         return plan_commit(self.reader, changes, mode=self.mode, strategy=self.strategy,
                            compact_ratio=self.compact_ratio,
                            version=staging.version if pending is None else -1)
-
-    def _with_pending(self, changes: Iterable[ShardChanges],
-                      pending: tuple[Any, Any]) -> Iterator[ShardChanges]:
-        """The staged changes with values not staged yet (keys, lengths) counted in, shard by
-        shard in shard order (for plans only: no data)."""
-        keys = as_key_array(pending[0])
-        lengths = np.asarray(pending[1], np.int64)
-        nums = self.spec.locate(keys)[0].astype(np.int64)
-        order = np.lexsort((keys, nums))
-        keys, lengths, nums = keys[order], lengths[order], nums[order]
-        bounds = np.searchsorted(nums, np.unique(nums))
-        extra = dict(zip(np.unique(nums).tolist(), np.split(np.arange(len(keys)), bounds[1:])))
-        for c in changes:
-            rows = extra.pop(c.shard, None)
-            if rows is None:
-                yield c
-                continue
-            keep = ~member(c.keys, keys[rows])
-            k = np.concatenate([c.keys[keep], keys[rows]])
-            n = np.concatenate([c.lengths[keep], lengths[rows]])
-            o = np.argsort(k, kind="stable")
-            yield ShardChanges(c.shard, k[o], n[o])
-        for shard, rows in sorted(extra.items()):
-            yield ShardChanges(shard, keys[rows], lengths[rows])
 
     def commit(self, plan: CommitPlan | None = None, *, progress: bool = False) -> CommitPlan:
         """Apply the staged changes shard by shard, following ``plan`` (by default each

@@ -18,6 +18,7 @@ from . import listing
 from .changes import DELETED, ShardChanges
 from .format import Entries
 from .reader import ShardReader
+from .spec import ShardingSpec
 from .update import TRAILER_SIZE
 
 #: What a commit does to one shard file.
@@ -192,3 +193,28 @@ def _plan_shard(reader: ShardReader, name: str, num: int, keys: np.ndarray,
                          write_bytes=size_after, garbage_after=garbage, **base)
     return ShardPlan(name, num, "append", garbage_after=garbage,
                      write_bytes=size_after - shard.end + spec.shard_index_size, **base)
+
+
+def with_pending(spec: ShardingSpec, changes: Iterable[ShardChanges], keys: Any, lengths: Any
+                 ) -> Iterator[ShardChanges]:
+    """The staged ``changes`` with values not staged yet (``keys``, their ``lengths``) counted
+    in, shard by shard in shard order (for plans only: no data)."""
+    keys = np.asarray(keys, np.uint64)
+    lengths = np.asarray(lengths, np.int64)
+    nums = spec.locate(keys)[0].astype(np.int64)
+    order = np.lexsort((keys, nums))
+    keys, lengths, nums = keys[order], lengths[order], nums[order]
+    shards, first = np.unique(nums, return_index=True)
+    extra = dict(zip(shards.tolist(), np.split(np.arange(len(keys)), first[1:])))
+    for c in changes:
+        rows = extra.pop(c.shard, None)
+        if rows is None:
+            yield c
+            continue
+        keep = ~member(c.keys, keys[rows])
+        k = np.concatenate([c.keys[keep], keys[rows]])
+        n = np.concatenate([c.lengths[keep], lengths[rows]])
+        o = np.argsort(k, kind="stable")
+        yield ShardChanges(c.shard, k[o], n[o])
+    for shard, rows in sorted(extra.items()):
+        yield ShardChanges(shard, keys[rows], lengths[rows])
