@@ -1,11 +1,13 @@
 """Executing TransferPlans: seed 003's ``read_many_slices``, over numpy arrays and over the
 chunk source (the base slab).
 
-Between arrays, a row of many points is one numpy slice assignment (a Python step of a few
-microseconds, then C speed; rows of a large transfer go on threads); rows of few points, where
-that step would cost more than the copy, go together: rows of equal count make one fancy-index
-assignment each. From the base slab, the chunks the rows read are fetched and decoded by the
-source in batches, on threads, and each chunk's rows are copied on the thread that decoded it.
+Between arrays, batches where numpy can do them: rows that tile a box of chunks regularly (a
+slice across a layer of chunks) are one strided assignment; rows of few points go together,
+one fancy-index assignment per count; other rows are one slice assignment each (a Python step
+of a few microseconds, then C speed), large transfers on threads, and large rows between
+different memory layouts in cache-sized blocks. From the base slab, the chunks the rows read
+are fetched and decoded by the source in batches, on threads, and each chunk's rows are
+copied on the thread that decoded it.
 """
 
 from __future__ import annotations

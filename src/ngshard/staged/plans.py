@@ -24,7 +24,7 @@ from .mapper import IndexChunkMapper, mapper
 from .slabmap import SlabMap
 from .transfer import OUT, VALUE, TransferPlan, chunk_rows, selection_rows
 
-PRINT_MAP_CHUNKS = 1024  # plans of grids up to this many chunks print slab_indices/offsets
+PRINT_MAP_CHUNKS = 256  # plans of grids up to this many chunks print slab_indices/offsets
 
 
 class Plan:
@@ -100,6 +100,8 @@ class Plan:
             after = self._map  # run just now, nothing else since
         if after is not None:
             indices, offsets = after.dense()
+            if indices.ndim > 1 and indices.shape[-1] == 1:  # a volume's channels: one chunk
+                indices, offsets = indices[..., 0], offsets[..., 0]
             text += ["slab_indices:", str(indices), "slab_offsets:", str(offsets)]
         return "\n".join(text)
 

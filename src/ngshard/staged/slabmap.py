@@ -21,24 +21,41 @@ from .geometry import BASE, FIRST_STAGED, FULL, Geometry
 
 
 class SlabMap:
-    """The slab index, offset and dirty flag of every chunk of a grid."""
+    """The slab index, offset and dirty flag of every chunk of a grid.
+
+    Entries are the rows (id, slab, offset, dirty) of one int64 table sorted by id, so that
+    adding entries is one insertion; ``ids``, ``slabs``, ``offsets`` and ``dirty`` are its
+    columns.
+    """
 
     def __init__(self, geometry: Geometry, base_box: tuple[int, ...] | None = None) -> None:
         self.geometry = geometry
         self.base_box = np.array(geometry.grid if base_box is None else base_box, np.int64)
-        self.ids = np.zeros(0, np.int64)
-        self.slabs = np.zeros(0, np.int32)
-        self.offsets = np.zeros(0, np.int64)
-        self.dirty = np.zeros(0, bool)
+        self._table = np.zeros((0, 4), np.int64)
         self.version = 0  # counts changes, so a plan can tell the map it was made from
 
+    @property
+    def ids(self) -> np.ndarray:
+        return self._table[:, 0]
+
+    @property
+    def slabs(self) -> np.ndarray:
+        return self._table[:, 1]
+
+    @property
+    def offsets(self) -> np.ndarray:
+        return self._table[:, 2]
+
+    @property
+    def dirty(self) -> np.ndarray:
+        return self._table[:, 3].astype(bool)
+
     def __len__(self) -> int:
-        return len(self.ids)
+        return len(self._table)
 
     def copy(self) -> SlabMap:
         other = SlabMap(self.geometry, tuple(self.base_box.tolist()))
-        other.ids, other.slabs = self.ids.copy(), self.slabs.copy()
-        other.offsets, other.dirty = self.offsets.copy(), self.dirty.copy()
+        other._table = self._table.copy()
         return other
 
     def _defaults(self, ids: np.ndarray, positions: np.ndarray | None = None
@@ -55,11 +72,12 @@ class SlabMap:
         """(slab index, offset, dirty) of each chunk id (``positions``: theirs, if known)."""
         slabs, offsets = self._defaults(ids, positions)
         dirty = np.zeros(len(ids), bool)
-        if len(self.ids) and len(ids):
-            at = np.minimum(np.searchsorted(self.ids, ids), len(self.ids) - 1)
-            hit = self.ids[at] == ids
-            slabs[hit], offsets[hit] = self.slabs[at[hit]], self.offsets[at[hit]]
-            dirty[hit] = self.dirty[at[hit]]
+        table = self._table
+        if len(table) and len(ids):
+            at = np.minimum(np.searchsorted(table[:, 0], ids), len(table) - 1)
+            hit = table[at, 0] == ids
+            rows = table[at[hit]]
+            slabs[hit], offsets[hit], dirty[hit] = rows[:, 1], rows[:, 2], rows[:, 3]
         return slabs, offsets, dirty
 
     def assign(self, ids: np.ndarray, slabs: np.ndarray, offsets: np.ndarray,
@@ -68,40 +86,34 @@ class SlabMap:
         default lose their entry."""
         if not len(ids):
             return
-        ids = np.asarray(ids, np.int64)
-        slabs = np.broadcast_to(np.asarray(slabs, np.int32), ids.shape)
-        offsets = np.broadcast_to(np.asarray(offsets, np.int64), ids.shape)
-        dirty = np.broadcast_to(np.asarray(dirty, bool), ids.shape)
-        if len(ids) > 1 and (ids[1:] < ids[:-1]).any():
-            order = np.argsort(ids)
-            ids, slabs, offsets, dirty = ids[order], slabs[order], offsets[order], dirty[order]
+        rows = np.empty((len(ids), 4), np.int64)
+        rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3] = ids, slabs, offsets, dirty
+        if len(rows) > 1 and (rows[1:, 0] < rows[:-1, 0]).any():
+            rows = rows[np.argsort(rows[:, 0])]
         self.version += 1
-        default_slabs, default_offsets = self._defaults(ids)
-        default = (slabs == default_slabs) & (offsets == default_offsets) & ~dirty
-        at = np.searchsorted(self.ids, ids)
-        hit = at < len(self.ids)
-        hit[hit] = self.ids[at[hit]] == ids[hit]
-        self.slabs[at[hit]], self.offsets[at[hit]] = slabs[hit], offsets[hit]
-        self.dirty[at[hit]] = dirty[hit]
+        default_slabs, default_offsets = self._defaults(rows[:, 0])
+        default = (rows[:, 1] == default_slabs) & (rows[:, 2] == default_offsets) & \
+            (rows[:, 3] == 0)
+        table = self._table
+        at = np.searchsorted(table[:, 0], rows[:, 0])
+        hit = at < len(table)
+        hit[hit] = table[at[hit], 0] == rows[hit, 0]
+        table[at[hit]] = rows[hit]
         new = ~hit & ~default
         if new.any():
-            self.ids = np.insert(self.ids, at[new], ids[new])
-            self.slabs = np.insert(self.slabs, at[new], slabs[new])
-            self.offsets = np.insert(self.offsets, at[new], offsets[new])
-            self.dirty = np.insert(self.dirty, at[new], dirty[new])
+            self._table = np.insert(table, at[new], rows[new], axis=0)
         if (hit & default).any():
             self._drop_defaults()
 
     def _drop_defaults(self) -> None:
         slabs, offsets = self._defaults(self.ids)
-        keep = (self.slabs != slabs) | (self.offsets != offsets) | self.dirty
+        keep = (self.slabs != slabs) | (self.offsets != offsets) | (self._table[:, 3] != 0)
         if not keep.all():
-            self.ids, self.slabs = self.ids[keep], self.slabs[keep]
-            self.offsets, self.dirty = self.offsets[keep], self.dirty[keep]
+            self._table = self._table[keep]
 
     def on_slabs(self, slabs) -> np.ndarray:
         """Positions in the entry arrays of the chunks lying on any of ``slabs``."""
-        return np.flatnonzero(np.isin(self.slabs, np.asarray(list(slabs), np.int32)))
+        return np.flatnonzero(np.isin(self.slabs, np.asarray(list(slabs), np.int64)))
 
     def staged(self) -> np.ndarray:
         """Positions in the entry arrays of the chunks on staged slabs."""
@@ -119,15 +131,12 @@ class SlabMap:
         inside = (positions < np.array(geometry.grid)).all(axis=1)
         self.base_box = np.minimum(self.base_box, geometry.grid)
         self.geometry = geometry
-        new_ids = geometry.ids(positions[inside])
-        order = np.argsort(new_ids)
-        self.ids = new_ids[order]
-        self.slabs = self.slabs[inside][order]
-        offsets = self.offsets[inside][order]
-        # stored chunks' offsets follow their new ids
-        on_base = self.slabs == BASE
-        offsets[on_base] = geometry.base_offsets(self.ids[on_base])
-        self.offsets, self.dirty = offsets, self.dirty[inside][order]
+        table = self._table[inside]
+        table[:, 0] = geometry.ids(positions[inside])
+        table = table[np.argsort(table[:, 0])]
+        on_base = table[:, 1] == BASE  # stored chunks' offsets follow their new ids
+        table[on_base, 2] = geometry.base_offsets(table[on_base, 0])
+        self._table = table
         self._drop_defaults()
 
     def dense(self) -> tuple[np.ndarray, np.ndarray]:
