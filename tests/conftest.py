@@ -124,3 +124,33 @@ def plain_http_server(tmp_path):
 def http_dir(http_server):
     """(directory, base URL, list of requests) of a real HTTP server serving the directory."""
     return http_server.root, http_server.base, http_server.requests
+
+
+CHROMIUM = "/usr/bin/chromium"
+# The flags that give Neuroglancer WebGL2 in a headless container (SwiftShader through ANGLE).
+FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--use-angle=swiftshader", "--enable-unsafe-swiftshader"]
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Headless Chromium (Debian's, driven by playwright), or a skip saying why there is none."""
+    try:
+        from playwright.sync_api import Error, sync_playwright
+    except ImportError:
+        pytest.skip("playwright is not installed (it is in the test extra: "
+                    "pip install -e '.[test]')")
+    pytest.importorskip("neuroglancer", reason="neuroglancer is not installed (test extra)")
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"no {CHROMIUM} (as root: apt-get install -y chromium)")
+    with sync_playwright() as p:
+        try:
+            chromium = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True,
+                                         timeout=60_000)
+        except Error as e:
+            pytest.skip(f"Chromium did not start: {str(e).strip().splitlines()[0]}")
+        try:
+            yield chromium
+        finally:
+            chromium.close()

@@ -30,9 +30,6 @@ import ngshard
 pytest.importorskip("DracoPy")
 from meshdata import sphere  # noqa: E402
 
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--use-angle=swiftshader", "--enable-unsafe-swiftshader"]
 SHAPE, RESOLUTION = (64, 64, 32), (8, 8, 40)
 CELLS = {5: ((24, 28, 14), (14, 12, 8)), 9: ((44, 40, 18), (10, 12, 7))}  # voxels
 STATS_JS = """async () => {
@@ -78,27 +75,6 @@ def write_tree(root) -> None:
     ngshard.write_skeletons(root / "skeletons", skeletons, durable=False)
     info = json.loads((root / "info").read_text())
     (root / "info").write_text(json.dumps({**info, "mesh": "mesh", "skeletons": "skeletons"}))
-
-
-@pytest.fixture(scope="module")
-def browser():
-    try:
-        from playwright.sync_api import Error, sync_playwright
-    except ImportError:
-        pytest.skip("playwright is not installed (it is in the test extra)")
-    pytest.importorskip("neuroglancer")
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"no {CHROMIUM} (as root: apt-get install -y chromium)")
-    with sync_playwright() as p:
-        try:
-            chromium = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True,
-                                         timeout=60_000)
-        except Error as e:
-            pytest.skip(f"Chromium did not start: {str(e).strip().splitlines()[0]}")
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 def start_view(path) -> tuple[subprocess.Popen, str, str]:

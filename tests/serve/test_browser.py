@@ -32,15 +32,9 @@ import threading
 import time
 
 import numpy as np
-import pytest
 
 import ngshard
 
-CHROMIUM = "/usr/bin/chromium"
-# The flags that give Neuroglancer WebGL2 in a headless container (SwiftShader through ANGLE).
-FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--use-angle=swiftshader", "--enable-unsafe-swiftshader"]
 VIEWPORT = {"width": 1024, "height": 700}
 
 # Per chunk source: visible chunks in each state (ChunkState: GPU_MEMORY 0, FAILED 6; the
@@ -82,32 +76,6 @@ SELECT_JS = """([segments, color]) => {
     colors.set(BigInt(s), BigInt(color));
   }
 }"""
-
-
-@pytest.fixture(scope="module")
-def browser():
-    """Headless Chromium, or a skip saying why there is none."""
-    try:
-        from playwright.sync_api import Error, sync_playwright
-    except ImportError:
-        pytest.skip("playwright is not installed (it is in the test extra: "
-                    "pip install -e '.[test]')")
-    try:
-        import neuroglancer  # noqa: F401
-    except ImportError:
-        pytest.skip("neuroglancer is not installed (pip install -e '.[test]')")
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"no {CHROMIUM} (as root: apt-get install -y chromium)")
-    with sync_playwright() as p:
-        try:
-            chromium = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True,
-                                         timeout=60_000)
-        except Error as e:
-            pytest.skip(f"Chromium did not start: {str(e).strip().splitlines()[0]}")
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 class ViewCommand:
