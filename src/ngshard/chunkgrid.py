@@ -27,9 +27,12 @@ class EncodedChunks:
         The chunk shape (for a sharded zarr array, the inner chunk).
     dtype : numpy.dtype
     encoding : str
-        The byte format of one chunk, e.g. ``"raw C <u1"`` or ``"gzip raw F <u1"``: two stores
-        whose chunks have equal encodings and shapes hold interchangeable bytes (edge chunks
-        aside: see ``clipped_edges``).
+        The byte format of one chunk: its compression (``raw``, ``gzip``, ...), the memory
+        order of its axes (``C``: last axis fastest; ``F``: first) and the numpy dtype string,
+        e.g. ``"raw C <u1"`` for a little-endian C-order zarr chunk, ``"gzip F <u2"``; empty
+        when the chunk is encoded otherwise (compressed_segmentation, jpeg, blosc...). A zarr
+        (z, y, x) ``raw C`` chunk and a precomputed (x, y, z) ``raw F`` chunk of the reversed
+        shape hold the same bytes (edge chunks aside: see ``clipped_edges``).
     clipped_edges : bool
         Edge chunks hold only the part inside ``shape`` (precomputed) rather than a whole
         chunk padded with the fill value (zarr).
