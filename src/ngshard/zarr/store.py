@@ -30,7 +30,7 @@ from zarr.abc.store import (
 )
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 
-from ..errors import NotFoundError, ReadOnlyError, SpecError
+from ..errors import CorruptDataError, NotFoundError, ReadOnlyError, SpecError
 from ..sharded.infofile import INFO, read_info
 from ..storage import Storage, open_storage
 from ..volume import Volume, VolumeInfo
@@ -197,9 +197,24 @@ class PrecomputedStore(Store):
         for n, (at, positions) in chunks.items():
             for i, blob in zip(at, self._levels[n].read(np.array(positions, np.int64))):
                 out[i] = blob
-        for i, blob in zip(files, self.storage.read_many([keys[i] for i in files])):
-            out[i] = blob
+        if files:
+            for i, blob in zip(files, self._read_files([keys[i] for i in files])):
+                out[i] = blob
         return out
+
+    def _read_files(self, names: list[str]) -> list[bytes | None]:
+        """Other files of the directory; a directory (a prefix, not a key) reads as None."""
+        try:
+            return self.storage.read_many(names)
+        except CorruptDataError:  # local storage's answer for a directory: one by one
+            return [self._stat_or_read(self.storage.read, n) for n in names]
+
+    @staticmethod
+    def _stat_or_read(method, name: str) -> Any:
+        try:
+            return method(name)
+        except CorruptDataError:  # a directory
+            return None
 
     async def get(self, key: str, prototype: BufferPrototype,
                   byte_range: ByteRequest | None = None) -> Buffer | None:
@@ -270,7 +285,8 @@ class PrecomputedStore(Store):
         if kind == "doc":
             return True
         if kind == "file":
-            return await asyncio.to_thread(self.storage.stat, key) is not None
+            return await asyncio.to_thread(self._stat_or_read, self.storage.stat, key) \
+                is not None
         if kind == "chunk":
             return (await asyncio.to_thread(self.read_many, [key]))[0] is not None
         return False
@@ -280,7 +296,7 @@ class PrecomputedStore(Store):
         if kind == "doc":
             return len(what)
         if kind == "file":
-            info = await asyncio.to_thread(self.storage.stat, key)
+            info = await asyncio.to_thread(self._stat_or_read, self.storage.stat, key)
             if info is not None:
                 return info.size
         elif kind == "chunk" and await self.exists(key):
