@@ -10,6 +10,8 @@ with the same data put into the directory instead.
 from __future__ import annotations
 
 import pickle
+import subprocess
+import sys
 
 import pytest
 from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest
@@ -169,3 +171,9 @@ class TestPrecomputedStore(StoreTests[PrecomputedStore, cpu.Buffer]):
         for key in ["../secret", "./../secret", "a//b", "/etc/hostname", "a\\..\\..\\secret"]:
             assert await store.get(key, proto) is None
             assert not await store.exists(key)
+
+
+def test_import_ngshard_does_not_import_zarr_python():
+    code = ("import sys, ngshard, ngshard.zarr; assert 'zarr' not in sys.modules; "
+            "ngshard.zarr.PrecomputedStore; assert 'zarr' in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)

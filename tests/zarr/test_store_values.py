@@ -5,6 +5,7 @@ read; the OME-Zarr group of a multiscale layer; batching; listing; bad input."""
 from __future__ import annotations
 
 import json
+import pickle
 import warnings
 
 import dask.array as da
@@ -216,8 +217,12 @@ def test_listing_shows_the_zarr_view_and_other_files(tmp_path):
     assert sorted(sync(_collect_aiterator(store.list_dir("c/4/")))) == ["0", "1", "2"]
     assert sync(_collect_aiterator(store.list_dir("c/4/2/1"))) == ("0",)
     assert store.get_sync("notes/README").to_bytes() == b"hello"
-    for hidden in ["info", "provenance", "mesh/1:0", "8_8_40/0-8_0-8_0-4"]:
+    for hidden in ["info", "provenance", "mesh/1:0", "4_4_40/5-13_-3-5_100-104"]:
+        assert (tmp_path / hidden).is_file()
         assert store.get_sync(hidden) is None and not sync(store.exists(hidden))
+    assert keys(store, "4_4_40/") == keys(store, "mesh") == keys(store, "info") == []
+    copy = pickle.loads(pickle.dumps(store))  # as dask's distributed scheduler sends it
+    assert copy == store and copy.get_sync("c/1/1/1/0") == store.get_sync("c/1/1/1/0")
 
 
 def test_one_batch_of_reads_per_call_over_http(http_server):

@@ -321,7 +321,8 @@ class PrecomputedStore(Store):
             if level.chunk_prefix.startswith(prefix) or prefix.startswith(level.chunk_prefix):
                 keys.extend(k for k in level.chunk_keys() if k.startswith(prefix))
         top = prefix.rpartition("/")[0]
-        if not top or safe_key(top):
+        files, dirs = self._hidden
+        if not top or (safe_key(top) and top not in files and not f"{top}/".startswith(dirs)):
             keys.extend(k for k in self._files(top) if k.startswith(prefix))
         return keys
 

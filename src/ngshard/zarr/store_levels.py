@@ -11,6 +11,7 @@ padded with the fill value 0 to the whole chunk shape, as Zarr's chunks always a
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterator
 
 import numpy as np
@@ -38,6 +39,10 @@ class Level:
         self.channels = volume.info.num_channels
         self.chunk_shape = (*self.grid.chunk_size, self.channels)
         self.chunk_nbytes = int(np.prod(self.chunk_shape)) * volume.dtype.itemsize
+        # batches are read on the event loop's executor threads, and a sharded store's index
+        # cache is not thread-safe: one batch's reads at a time (each batch's own reads run
+        # concurrently, and decoding runs outside the lock)
+        self._lock = threading.Lock()
 
     def position(self, key: str) -> tuple[int, int, int] | None:
         """The grid position of a chunk key (``key`` starts with :attr:`chunk_prefix`), None
@@ -57,7 +62,8 @@ class Level:
         """Whole Zarr chunks at (n, 3) positions, None where absent; one batch of reads
         through the chunk store, decoding on threads."""
         store, scale = self.volume.chunks, self.volume.scale
-        blobs = store.get(positions)
+        with self._lock:
+            blobs = store.get(positions)
         starts, stops = self.grid.bounds(positions)
         extents = (stops - starts).tolist()
         whole = (stops - starts == np.array(self.grid.chunk_size)).all(axis=1).tolist()
