@@ -248,7 +248,7 @@ class PrecomputedStore(Store):
         work = loop.run_in_executor(None, self.read_many, [key for key, _ in batch])
 
         def settle(done: asyncio.Future) -> None:
-            error = done.exception()
+            error = asyncio.CancelledError() if done.cancelled() else done.exception()
             blobs = [None] * len(batch) if error else done.result()
             for (_, future), blob in zip(batch, blobs):
                 if future.done():
@@ -287,7 +287,7 @@ class PrecomputedStore(Store):
         if kind == "file":
             return await asyncio.to_thread(self._stat_or_read, self.storage.stat, key) \
                 is not None
-        if kind == "chunk":
+        if kind == "chunk":  # a chunk store knows a chunk by reading it (zarr rarely asks)
             return (await asyncio.to_thread(self.read_many, [key]))[0] is not None
         return False
 
