@@ -64,7 +64,7 @@ class ZarrChunks(ChunkSource):
         meta, codecs = self.meta, self.meta.chunk_codecs
         for first in self._bar(len(positions), "reading chunks"):
             part = positions[first:first + BATCH]
-            blobs = self.reader.get(part)
+            blobs = self.writer.get(part)  # what was written back before the commit too
             present = [i for i, blob in enumerate(blobs) if blob is not None]
             for i in (i for i, blob in enumerate(blobs) if blob is None):
                 consume(first + i, None)
