@@ -7,6 +7,7 @@ Granules that hold only the fill value are not stored.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -32,8 +33,6 @@ def memory_order(meta: ArrayMetadata) -> str:
 
 
 def write_metadata(storage: Storage, meta: ArrayMetadata) -> None:
-    import json
-
     storage.write(meta.name, [json.dumps(meta.to_json(), indent=2).encode()])
 
 
