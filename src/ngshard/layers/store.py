@@ -23,9 +23,12 @@ from ..sharded.kv import ShardedKV
 from ..sharded.spec import as_key_array
 from ..storage import Storage
 from ..threads import bounded_map
-from .prefixed_writer import DEFAULT_BUFFER_BYTES, PrefixedShardWriter
+from .prefixed_writer import PrefixedShardWriter
 
 BATCH = 4096  # items per unsharded write batch
+#: Encoded values held before they are spilled by shard: spilling costs little (a local
+#: shard's spill file becomes the shard), holding costs memory.
+HELD_BYTES = 64 << 20
 _DECIMAL = re.compile(r"[0-9]{1,20}")
 
 
@@ -100,7 +103,7 @@ def write_segments(storage: Storage, sharding: ShardingSpec | None,
         if sharding.data_encoding == "gzip":
             spec = replace(sharding, data_encoding="raw")
             runs = bounded_map(_gzip_run, runs, 2)
-        writer = PrefixedShardWriter(storage, spec, buffer_bytes or DEFAULT_BUFFER_BYTES)
+        writer = PrefixedShardWriter(storage, spec, buffer_bytes or HELD_BYTES)
         for run in runs:
             writer.add_many(np.fromiter((k for k, _ in run), np.uint64, len(run)),
                             [v for _, v in run])
