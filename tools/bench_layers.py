@@ -1,7 +1,7 @@
 """Benchmark of the segment layers: ngshard beside cloud-volume on the same sharded layers.
 
-    PYTHONPATH=src /work/venv-bench/bin/python tools/bench_layers.py [--skeletons 100000] [--meshes 1000]
-        [--turns 3] [--dir /tmp/bench-layers]
+    PYTHONPATH=src /work/venv-bench/bin/python tools/bench_layers.py [--skeletons 100000]
+        [--meshes 1000] [--turns 3] [--dir /tmp/bench-layers]
 
 (cloud-volume is not in the test extra: run this with a venv holding it, ngshard from
 ``src``.) Figures:
