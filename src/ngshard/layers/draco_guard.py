@@ -47,11 +47,11 @@ def draco():
 
 def heads(data: bytes | memoryview, begins: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """``(n, HEAD)`` uint8: the first bytes of each fragment ``data[begins[i]:ends[i]]``,
-    zero past its end."""
+    zero past its end (or the data's)."""
     buf = np.frombuffer(data, np.uint8)
     begins, ends = np.asarray(begins, np.int64), np.asarray(ends, np.int64)
     at = begins[:, None] + np.arange(HEAD)
-    inside = at < ends[:, None]
+    inside = (at < np.minimum(ends, len(buf))[:, None])
     return np.where(inside, buf[np.where(inside, at, 0)] if len(buf) else 0, 0).astype(np.uint8)
 
 
