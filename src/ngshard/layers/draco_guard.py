@@ -10,8 +10,10 @@ regular grid of 4.5 million faces encodes in 7 KB with the valence edgebreaker),
    2.2 layout that every current encoder writes: ``DRACO``, major, minor, encoder type,
    method, uint16 flags; sequential: varint faces, varint points; edgebreaker: traversal
    byte, varint vertices, varint faces);
-2. fragments declaring at most :data:`RATIO` of either per byte (real meshes hold under one
-   face per byte) decode in this process, in memory bounded by their size;
+2. fragments declaring at most :data:`RATIO` of either per byte, plus :data:`SLACK`,
+   decode in this process: Draco needs about 70 bytes per face, so at most about 1 KiB per
+   byte of fragment plus 300 KiB (segmentation meshes hold under one face per byte; a
+   regular grid up to 4 at Draco's faster settings, hundreds at compression level 7 and up);
 3. the others, and any head this does not read (other versions, metadata, point clouds),
    decode in a child process under an address-space limit of :data:`ISOLATED_BYTES`: an
    outlier costs a process, never this one's memory (and a decoder crash kills the child).
