@@ -1,7 +1,7 @@
 """Benchmark of the segment layers: ngshard beside cloud-volume on the same sharded layers.
 
-    /work/venv-cv/bin/python tools/bench_layers.py [--skeletons 100000] [--meshes 1000]
-        [--turns 3] [--dir /tmp/bench-layers]
+    PYTHONPATH=src /work/venv-bench/bin/python tools/bench_layers.py [--skeletons 100000]
+        [--meshes 1000] [--turns 3] [--dir /tmp/bench-layers]
 
 (cloud-volume is not in the test extra: run this with a venv holding it, ngshard from
 ``src``.) Figures:
@@ -13,7 +13,9 @@
 2. reading 1,000 random skeletons and 200 random multi-resolution meshes (all LODs) from the
    sharded layers, local files and over HTTP (a server in its own process on 127.0.0.1 with
    20 ms added to every request, Range and ETag supported), each reader opened afresh (cold
-   index caches) and the libraries taking turns with the same random ids.
+   index caches) and the libraries taking turns with the same random ids;
+3. the CPU seconds each library spends inside ``DracoPy.decode`` (summed over its threads)
+   for one more, untimed read of 200 meshes: the decoding neither can avoid.
 
 Ratios are ngshard's time over cloud-volume's, the median over the turns (below 1: ngshard
 is faster); goals of issue 15: reads at most 0.2, writes at most 0.5.
@@ -25,11 +27,11 @@ import argparse
 import json
 import multiprocessing
 import os
-import resource
 import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -104,16 +106,24 @@ def volume_info(root: Path) -> None:
 
 # --- writing, each in its own process ----------------------------------------------------------
 
-def _rss_mib() -> float:
+def _status_mib(field: str) -> float:
     with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
+        return next(int(line.split()[1]) for line in f if line.startswith(field)) / 1024
+
+
+def _reset_peak() -> None:
+    """Start the peak RSS (VmHWM) afresh: the input's making peaked above what it keeps."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
 
 
 def _write_job(lib: str, n: int, out: str, queue) -> None:
     items = skeleton_items(n)
     spec = segment_sharding(n)
-    base = _rss_mib()
+    _reset_peak()
+    base = _status_mib("VmRSS")
     t = time.perf_counter()
+    cpu = time.process_time()
     if lib == "ngshard":
         ngshard.write_skeletons(out, items, sharding=spec, durable=False)
     else:
@@ -128,9 +138,8 @@ def _write_job(lib: str, n: int, out: str, queue) -> None:
                                segid=k).to_precomputed() for k, (v, e, a) in items.items()}
         files = synthesize_shard_files(ShardingSpecification.from_dict(spec.to_json()), encoded)
         CloudFiles(Path(out).as_uri()).puts(files.items(), compress=None)
-    took = time.perf_counter() - t
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    queue.put((took, peak - base))
+    took, cpu = time.perf_counter() - t, time.process_time() - cpu
+    queue.put((took, cpu, _status_mib("VmHWM") - base))
 
 
 def bench_write(n: int, turns: int, work: Path) -> dict:
@@ -194,6 +203,44 @@ def bench_reads(base: str, pools: dict, turns: int, rng: np.random.Generator) ->
                       f"cloud-volume {checks['cloud-volume']}")
         results[kind] = rows
     return results
+
+
+def draco_seconds(base: str, ids: list[int]) -> dict[str, tuple[float, float]]:
+    """Per library, (CPU seconds inside DracoPy.decode summed over threads, wall seconds) of
+    one untimed read of these meshes: the decoding both libraries must pay, measured apart
+    from the timed turns (the wrapper costs a little per fragment)."""
+    import DracoPy
+
+    original, lock = DracoPy.decode, threading.Lock()
+    spent = [0.0]
+
+    def timed(buf):
+        t = time.thread_time()
+        try:
+            return original(buf)
+        finally:
+            with lock:
+                spent[0] += time.thread_time() - t
+
+    out = {}
+    DracoPy.decode = timed
+    try:
+        for lib, fn in (("ngshard", read_ngshard), ("cloud-volume", read_cloudvolume)):
+            spent[0] = 0.0
+            t = time.perf_counter()
+            fn(base, "meshes", ids)
+            out[lib] = (spent[0], time.perf_counter() - t)
+    finally:
+        DracoPy.decode = original
+    return out
+
+
+def report_draco(where: str, base: str, pools: dict, rng: np.random.Generator) -> None:
+    pool, count = pools["meshes"]
+    got = draco_seconds(base, rng.choice(pool, min(count, len(pool)), replace=False).tolist())
+    print(f"  Draco decoding, {where}: " + "; ".join(
+        f"{lib} {cpu:.3f} s of CPU in DracoPy.decode within {wall:.3f} s" for lib, (cpu, wall)
+        in got.items()))
 
 
 # --- a slow HTTP server in its own process -----------------------------------------------------
@@ -284,9 +331,10 @@ def main() -> None:
     if args.only != "read":
         writes = bench_write(args.skeletons, args.turns, work)
         report(f"write {args.skeletons} skeletons (sharded)",
-               {k: [t for t, _ in v] for k, v in writes.items()}, 0.5)
+               {k: [t for t, _, _ in v] for k, v in writes.items()}, 0.5)
         for lib, runs in writes.items():
-            print(f"  {lib}: peak memory above the input {max(m for _, m in runs):.0f} MiB")
+            print(f"  {lib}: CPU {statistics.median(c for _, c, _ in runs):.2f} s (every "
+                  f"thread), peak memory above the input {max(m for _, _, m in runs):.0f} MiB")
     if args.only == "write":
         return
 
@@ -306,6 +354,7 @@ def main() -> None:
     local = bench_reads(str(root), pools, args.turns, rng)
     report("read 1000 random skeletons, local", local["skeletons"], 0.2)
     report("read 200 random meshes (all LODs), local", local["meshes"], 0.2)
+    report_draco("local", str(root), pools, rng)
     server = serve(work, args.port)
     try:
         remote = bench_reads(f"http://127.0.0.1:{args.port}/vol", pools, args.turns, rng)

@@ -4,13 +4,23 @@ fragments that overrun: CorruptDataError naming the segment, memory bounded by t
 
 from __future__ import annotations
 
+import re
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 import ngshard
-from ngshard.layers.mesh_codec import Manifest, decode_legacy, encode_legacy
+from ngshard.layers.draco_guard import heads, in_bounds
+from ngshard.layers.mesh_codec import (
+    Manifest,
+    decode_fragment,
+    decode_legacy,
+    encode_fragment,
+    encode_legacy,
+)
 
 pytest.importorskip("DracoPy")
 from meshdata import lods  # noqa: E402
@@ -95,3 +105,103 @@ def test_lod_out_of_range_and_missing(layers):
 def test_legacy_fragments_that_overrun(value, says):
     with pytest.raises(ngshard.CorruptDataError, match=says):
         decode_legacy(value, "segment 5")
+
+
+# --- Draco bombs: counts no fragment of that size holds --------------------------------------
+
+def varint(x: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((x & 0x7F) | (0x80 if x >> 7 else 0))
+        x >>= 7
+        if not x:
+            return bytes(out)
+
+
+def bomb(vertices: int, faces: int, size: int = 240, method: int = 1) -> bytes:
+    """A Draco 2.2 mesh header declaring these counts (edgebreaker, or sequential with
+    ``method=0``), zeros after it: what the decoder sizes its tables from."""
+    head = b"DRACO" + bytes([2, 2, 1, method, 0, 0])
+    if method:
+        head += b"\x00" + varint(vertices) + varint(faces) + b"\x00" + varint(faces) + b"\x00"
+    else:
+        head += varint(faces) + varint(vertices) + b"\x00"
+    return head + bytes(size - len(head))
+
+
+def grid(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """A flat regular grid: the valence edgebreaker codes it in almost no bytes."""
+    x, y = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+    v = np.stack([x.ravel(), y.ravel(), np.zeros(n * n)], 1).astype(np.float32)
+    i = (np.arange(n - 1)[:, None] * n + np.arange(n - 1)).ravel()
+    f = np.concatenate([np.stack([i, i + n, i + 1], 1), np.stack([i + 1, i + n, i + n + 1], 1)])
+    return v, f.astype(np.uint32)
+
+
+def test_the_counts_are_read_from_the_header():
+    v, f = grid(20)
+    honest = [encode_fragment(v, f, 10, level) for level in (0, 1, 7, 10)]  # sequential, EB
+    bombs = [bomb(10**7, 2 * 10**7), bomb(5 * 10**8, 10, method=0),
+             bomb(10, 10)[:9] + b"\x00\x80" + bomb(10, 10)[11:],  # the metadata flag
+             bomb(10, 10)[:6] + b"\x01" + bomb(10, 10)[7:],  # bitstream 2.1
+             bomb(10, 10)[:12] + b"\xff" * 30]  # a varint that never ends
+    blobs = honest + bombs
+    sizes = np.array([len(b) for b in blobs])
+    at = np.cumsum(sizes)
+    got = in_bounds(heads(b"".join(blobs), at - sizes, at), sizes)
+    assert got.tolist() == [True] * len(honest) + [False] * len(bombs)
+
+
+def test_an_honest_outlier_decodes_in_the_child():
+    """A regular grid of 32,258 faces in a few hundred bytes is past the ratio: it decodes in
+    the capped child, to what DracoPy gives in this process."""
+    import DracoPy
+
+    v, f = grid(128)
+    blob = encode_fragment(v, f, 10)
+    assert len(f) > 16 * len(blob) + 4096  # an outlier indeed
+    points, faces = decode_fragment(blob, "segment 1 LOD 0 fragment 0")
+    direct = DracoPy.decode(blob)
+    np.testing.assert_array_equal(points, direct.points)
+    np.testing.assert_array_equal(faces, direct.faces)
+
+
+def test_the_bombs_are_real():
+    """Decoded unchecked, a 240-byte fragment claiming 20 million faces makes DracoPy touch
+    hundreds of MiB before it fails (in a child, so this test's process stays small)."""
+    code = ("import resource, sys, DracoPy\n"
+            "try:\n    DracoPy.decode(sys.stdin.buffer.read())\nexcept Exception:\n    pass\n"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
+    out = subprocess.run([sys.executable, "-c", code], input=bomb(10**7, 2 * 10**7),
+                         capture_output=True, check=True).stdout
+    assert int(out) > 300 << 10  # KiB
+
+
+READ_BOMBS = r"""
+import resource, sys, ngshard
+layer = ngshard.open(sys.argv[1])
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:
+    layer.get_many(layer.keys_array(), lod="all")
+except ngshard.CorruptDataError as e:
+    print(e)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
+"""
+
+
+@pytest.mark.parametrize("vertices, faces", [(10**7, 2 * 10**7), (2 * 10**8, 7 * 10**8)])
+def test_draco_bombs_raise_in_bounded_memory(layers, vertices, faces):
+    """A fragment replaced by a bomb of the same size: CorruptDataError naming the segment,
+    LOD and fragment, and the reading process's peak memory does not grow by what the bomb
+    claims (hundreds of MiB, or 16 GiB), only by the honest segments' meshes."""
+    k = 2**63 + 9
+    path = layers / "u" / str(k)
+    layer = ngshard.open(layers / "u")
+    m = layer.manifests([k])[k]
+    size = int(m.fragment_sizes[0][0])
+    data = path.read_bytes()
+    path.write_bytes(bomb(vertices, faces, size) + data[size:])
+    out = subprocess.run([sys.executable, "-c", READ_BOMBS, str(layers / "u")],
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    assert re.search(rf"segment {k} LOD 0 fragment 0: Draco fragment does not decode", out[0])
+    assert int(out[1]) < 64 << 10  # KiB of peak growth

@@ -15,6 +15,7 @@ import pytest
 import ngshard
 from ngshard.layers.mesh_codec import Manifest, decode_fragment, prefix_sizes
 from ngshard.layers.mesh_octree import zorder
+from ngshard.storage import open_storage
 
 pytest.importorskip("DracoPy")
 from meshdata import area, lods  # noqa: E402
@@ -134,10 +135,12 @@ def _all(layer):
 @pytest.mark.parametrize("strategy", ["append", "rewrite"])
 def test_updates_and_compaction_keep_the_fragments(tmp_path, sharded, strategy):
     """Deleting meshes (an append leaves garbage, a rewrite copies the shard) and compacting
-    keep every other segment's fragment data with its manifest; the garbage goes."""
+    keep every other segment's fragment data with its manifest; the garbage goes, and a
+    shard with none (a mesh shard's unindexed fragments are no garbage) is not rewritten."""
     path = tmp_path / "m"
     shutil.copytree(sharded, path)
     before = _all(ngshard.open(path))
+    size = sum(p.stat().st_size for p in path.glob("*.shard"))
     with pytest.raises(ngshard.SpecError, match="mesh fragments"):
         ngshard.open_kv(path, mode="r+")  # without prefix_of its rewrites would drop them
     gone = sorted(ITEMS)[:2]
@@ -146,21 +149,61 @@ def test_updates_and_compaction_keep_the_fragments(tmp_path, sharded, strategy):
                          compact_ratio=ratio) as kv:
         for k in gone:
             del kv[k]
-    size = sum(p.stat().st_size for p in path.glob("*.shard"))
     kv = ngshard.open_kv(path, mode="r+", prefix_of=prefix_sizes)
     plan = kv.compact()
-    assert plan.shards  # a mesh shard's unindexed fragments are no garbage, but deletions are
+    # the deleted segments' fragments are garbage either way (the rewrite, not seeing them,
+    # judged the shard not worth compacting and copied its data region as it was)
+    assert len(plan.shards) == 1
     assert sum(p.stat().st_size for p in path.glob("*.shard")) < size
     after = _all(ngshard.open(path))
     assert after == {k: v for k, v in before.items() if k not in gone}
 
 
+def _generations(path: Path) -> dict[str, object]:
+    storage = open_storage(path)
+    return {p.name: storage.stat(p.name).generation for p in path.glob("*.shard")}
+
+
+def test_compaction_rewrites_only_the_shards_with_garbage(tmp_path):
+    """Four shards; compacting a fresh layer rewrites none (each shard's generation stays);
+    after appends delete a segment, only its shard is rewritten (smaller, the rest of its
+    fragments intact) and the other shards keep their generations."""
+    spec = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "identity", "preshift_bits": 0,
+            "minishard_bits": 1, "shard_bits": 2, "minishard_index_encoding": "gzip",
+            "data_encoding": "raw"}
+    items = {k: lods(k % 7) for k in range(1, 17)}  # identity hash: 4 keys a shard
+    path = tmp_path / "m"
+    layer = ngshard.write_meshes(path, items, sharding=spec, durable=False)
+    before, generations = _all(layer), _generations(path)
+    assert len(generations) == 4
+    kv = ngshard.open_kv(path, mode="r+", prefix_of=prefix_sizes, strategy="append",
+                         compact_ratio=None)
+    assert kv.compact().shards == []
+    assert _generations(path) == generations
+    del kv[6]
+    kv.commit()
+    shard = kv.spec.shard_filename(int(kv.spec.locate_one(6)[0]))
+    assert [p.name for p in kv.compact().shards] == [shard]
+    after = _generations(path)
+    assert after[shard] != generations[shard]
+    assert {n: g for n, g in after.items() if n != shard} == \
+        {n: g for n, g in generations.items() if n != shard}
+    assert _all(ngshard.open(path)) == {k: v for k, v in before.items() if k != 6}
+
+
 def test_compacting_igneous_shards_keeps_their_fragments(tmp_path):
+    """igneous' shard, a segment deleted by an append, compacted: the other segments'
+    fragments (laid out as igneous lays them) are copied with their manifests."""
     path = tmp_path / "mesh"
     shutil.copytree(FIXTURES / "ig_meshes_sharded" / "mesh", path)
     before = _all(ngshard.open(path))
-    ngshard.open_kv(path, mode="r+", prefix_of=prefix_sizes).compact()
-    assert _all(ngshard.open(path)) == before
+    kv = ngshard.open_kv(path, mode="r+", prefix_of=prefix_sizes, strategy="append",
+                         compact_ratio=None)
+    assert kv.compact().shards == []  # igneous leaves no garbage
+    del kv[11]
+    kv.commit()
+    assert len(kv.compact().shards) == 1
+    assert _all(ngshard.open(path)) == {k: v for k, v in before.items() if k != 11}
 
 
 def test_manifest_round_trip():

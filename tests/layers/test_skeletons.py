@@ -71,8 +71,10 @@ def test_streamed_items_of_unknown_count_spill(tmp_path):
     layer = ngshard.write_skeletons(tmp_path / "sk", stream, buffer_bytes=4096)
     assert layer.vertex_attributes == []
     assert len(layer) == 300
-    k = max(items)
-    np.testing.assert_array_equal(layer.get(k).vertices, items[k][0])
+    got = layer.get_many(list(items))
+    for k, (v, e, _) in items.items():
+        np.testing.assert_array_equal(got[k].vertices, v)
+        np.testing.assert_array_equal(got[k].edges, e)
 
 
 def test_auto_sharding_grows_with_the_count():
@@ -93,6 +95,21 @@ def test_bad_items_name_the_segment(tmp_path):
     with pytest.raises(ValueError, match="skeleton 9: no values for vertex attribute"):
         ngshard.write_skeletons(tmp_path / "c", {9: (v, e)},
                                 vertex_attributes={"radius": "float32"})
+
+
+def test_a_bad_skeleton_among_many_is_named(tmp_path):
+    """Skeletons are encoded in batches: the one that does not fit is still the one named,
+    and a segment given twice is refused."""
+    items = sample(40)
+    k = sorted(items)[17]
+    v, e, a = items[k]
+    for bad in ([[0, len(v)]], [[0, -1]]):
+        items[k] = (v, np.vstack([e, bad]).astype(np.int64), a)
+        with pytest.raises(ValueError, match=f"skeleton {k}: edges name vertex"):
+            ngshard.write_skeletons(tmp_path / "a", items)
+    items[k] = (v, e, a)
+    with pytest.raises(ValueError, match=f"segment {k} given twice"):
+        ngshard.write_skeletons(tmp_path / "b", [*items.items(), (k, items[k])])
 
 
 @pytest.mark.parametrize("case", ["cv_skeletons_sharded", "cv_skeletons_unsharded"])

@@ -1,6 +1,6 @@
 """The multi-level spatial index of an annotation collection, as arrays: level grids, the
-cells each annotation's bounding box meets, compressed Morton keys, and which annotations
-each level emits.
+cells each annotation meets (:mod:`.annotation_shapes`), compressed Morton keys, and which
+annotations each level emits.
 
 Levels follow the spec: level 0 is one cell over ``[lower_bound, upper_bound)``; each finer
 level halves the chunk size along the axes within a factor sqrt(2) of the longest (the most
@@ -17,31 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
+from .annotation_shapes import EXACT, Shapes
+
 MAX_CELLS = 64
 MAX_LEVELS = 24
-
-
-def bounding_boxes(kind: str, rank: int, geometry: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Per annotation the (lower, upper) corners ``(n, rank)`` of its bounding box."""
-    if kind == "polyline":
-        counts = np.fromiter(map(len, geometry), np.int64, count=len(geometry))
-        if not len(counts):
-            empty = np.zeros((0, rank), np.float64)
-            return empty, empty
-        flat = np.concatenate([np.asarray(p, np.float64).reshape(-1, rank) for p in geometry])
-        first = np.cumsum(counts) - counts
-        return np.minimum.reduceat(flat, first), np.maximum.reduceat(flat, first)
-    g = np.asarray(geometry, np.float64).reshape(len(geometry), -1)
-    if kind == "point":
-        return g, g
-    a, b = g[:, :rank], g[:, rank:]
-    if kind == "ellipsoid":
-        return a - np.abs(b), a + np.abs(b)
-    return np.minimum(a, b), np.maximum(a, b)
 
 
 @dataclass(frozen=True)
@@ -127,17 +109,17 @@ class Emitted:
     bounds: np.ndarray
 
 
-def spatial_levels(lo: np.ndarray, hi: np.ndarray, lower: np.ndarray, upper: np.ndarray,
-                   limit: int, seed: int = 0) -> Iterator[Emitted]:
-    """The levels of the index of boxes ``(lo, hi)``, coarse to fine, until every box is
+def spatial_levels(shapes: Shapes, lower: np.ndarray, upper: np.ndarray, limit: int,
+                   seed: int = 0) -> Iterator[Emitted]:
+    """The levels of the index of ``shapes``, coarse to fine, until every annotation is
     emitted."""
     rng = np.random.default_rng(seed)
+    lo, hi = shapes.lo, shapes.hi
     level = Level(np.asarray(upper, np.float64) - lower, np.ones(len(lower), np.int64))
     remaining = np.arange(len(lo))
     depth = 0
     while len(remaining):
-        first, last = level.cell_ranges(lo[remaining], hi[remaining], lower)
-        owner, cells = expand_cells(first, last)
+        owner, cells = _placed(shapes, remaining, level, lower)
         keys = morton(cells, level.grid_shape)
         _, per_cell = np.unique(keys, return_counts=True)
         most = int(per_cell.max())
@@ -160,6 +142,34 @@ def spatial_levels(lo: np.ndarray, hi: np.ndarray, lower: np.ndarray, upper: np.
                       np.r_[starts, len(keys)].astype(np.int64))
         remaining = remaining[~emit]
         level, depth = finer, depth + 1
+
+
+def _placed(shapes: Shapes, remaining: np.ndarray, level: Level, lower: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """The (position in ``remaining``, cell) pairs of the cells each remaining annotation
+    meets at ``level``, each pair once: the cells of each piece's box, kept where the piece
+    meets the cell (lines, polylines and ellipsoids; :mod:`.annotation_shapes`)."""
+    position = np.full(len(shapes.lo), -1, np.int64)
+    position[remaining] = np.arange(len(remaining))
+    pieces = np.flatnonzero(position[shapes.owner] >= 0)
+    a, b = shapes.in_grid(pieces, lower, level.chunk_size)
+    plo, phi = shapes.piece_boxes(a, b)
+    top = level.grid_shape - 1
+    first = np.clip(np.floor(plo), 0, top).astype(np.int64)
+    last = np.maximum(first, np.clip(np.floor(phi), 0, top).astype(np.int64))
+    row, cells = expand_cells(first, last)
+    if shapes.kind in EXACT:
+        meets = shapes.meet(a[row], b[row], np.where(cells > 0, cells, -np.inf),
+                            np.where(cells < top, cells + 1.0, np.inf))
+        row, cells = row[meets], cells[meets]
+    owner = position[shapes.owner[pieces[row]]]
+    if len(pieces) > len(remaining):  # several segments of a polyline in one cell: once
+        keys = morton(cells, level.grid_shape)
+        order = np.lexsort((keys, owner))
+        keep = np.r_[True, (np.diff(owner[order]) != 0) | (np.diff(keys[order]) != 0)] \
+            if len(order) else np.zeros(0, bool)
+        owner, cells = owner[order][keep], cells[order][keep]
+    return owner, cells
 
 
 def cells_meeting(level: Level, lower_bound: np.ndarray, lo: np.ndarray, hi: np.ndarray

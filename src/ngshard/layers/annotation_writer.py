@@ -30,7 +30,8 @@ from .annotation_codec import (
     encode_records,
     encode_single,
 )
-from .annotation_spatial import bounding_boxes, morton, spatial_levels
+from .annotation_shapes import shapes
+from .annotation_spatial import morton, spatial_levels
 from .annotations import KIND, Annotations
 from .sharding import resolve_sharding
 from .store import write_segments
@@ -241,7 +242,8 @@ def write_annotations(url: str | os.PathLike | Storage, kind: str, geometry: Any
     relations = _relations(relationships, n)
     schema = Schema(kind, rank, tuple(specs), tuple(relations))
     records = encode_records(schema, geometry, columns)
-    lo, hi = bounding_boxes(kind, rank, geometry)
+    placed = shapes(kind, rank, geometry)
+    lo, hi = placed.lo, placed.hi
     lower = np.asarray(lower_bound if lower_bound is not None else
                        (lo.min(axis=0) if n else np.zeros(rank)), np.float64)
     upper = np.asarray(upper_bound if upper_bound is not None else
@@ -272,7 +274,7 @@ def write_annotations(url: str | os.PathLike | Storage, kind: str, geometry: Any
         rel_info.append({"id": name, "key": f"rel_{name}",
                          **({"sharding": spec.to_json()} if spec else {})})
     spatial_info = []
-    for i, level in enumerate(spatial_levels(lo, hi, lower, upper, limit, seed)):
+    for i, level in enumerate(spatial_levels(placed, lower, upper, limit, seed)):
         cells = level.cells
         spec = spec_for(len(cells), mean * len(level.annotations) / max(1, len(cells))
                         if mean else None)

@@ -20,7 +20,8 @@ from .annotation_codec import (
     decode_multiple,
     decode_single,
 )
-from .annotation_spatial import Level, bounding_boxes, cells_meeting, morton, unmorton
+from .annotation_shapes import shapes
+from .annotation_spatial import Level, cells_meeting, morton, unmorton
 from .info import layer_info, parse_sharding
 from .store import SegmentStore
 
@@ -271,8 +272,9 @@ class Annotations:
         return _concat(self.schema, self._lists(store, [check_key(segment_id)], None))
 
     def query(self, lower: Any = None, upper: Any = None) -> AnnotationSet:
-        """Every annotation whose bounding box meets the box ``[lower, upper]`` (closed;
-        defaults: the collection's bounds), each once.
+        """Every annotation that meets the box ``[lower, upper]`` (closed; defaults: the
+        collection's bounds), each once: points and boxes that lie in it or overlap it, lines
+        and polylines that pass through it, ellipsoids that reach into it.
 
         Walks the spatial index from the coarsest level down, reading per level all the
         cells the box meets in one batch; an annotation stored in several cells or levels
@@ -293,8 +295,7 @@ class Annotations:
             else:
                 parts += self._lists(store, morton(cells, level.grid_shape).tolist(), None)
         found = _concat(self.schema, parts)
-        blo, bhi = bounding_boxes(self.type, self.schema.rank, found.geometry)
-        inside = (blo <= hi).all(axis=1) & (bhi >= lo).all(axis=1)
+        inside = shapes(self.type, self.schema.rank, found.geometry).meeting(lo, hi)
         _, first = np.unique(found.ids, return_index=True)
         keep = np.zeros(len(found), bool)
         keep[first] = True

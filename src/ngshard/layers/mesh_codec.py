@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import CorruptDataError, MissingDependencyError
+from ..errors import CorruptDataError
+from .draco_guard import decode_in_process, decode_isolated, draco, heads, in_bounds
 
 _HEAD = 28  # chunk_shape, grid_origin, num_lods
 
@@ -92,15 +93,6 @@ def prefix_sizes(keys: np.ndarray, values: list) -> np.ndarray:
                      for k, v in zip(np.asarray(keys).tolist(), values)], np.uint64)
 
 
-def _draco():
-    try:
-        import DracoPy
-    except ImportError:
-        raise MissingDependencyError("multi-resolution meshes need DracoPy: pip install "
-                                     "'ngshard[meshes]'") from None
-    return DracoPy
-
-
 def encode_fragment(points: np.ndarray, faces: np.ndarray, bits: int,
                     compression_level: int = 7) -> bytes:
     """A Draco fragment of integer positions in ``[0, 2**bits)``: Draco's quantization is
@@ -108,27 +100,25 @@ def encode_fragment(points: np.ndarray, faces: np.ndarray, bits: int,
     decodes exactly, whichever way a reader interprets it."""
     if not len(faces):
         return b""
-    draco = _draco()
     top = (1 << bits) - 1
-    return draco.encode(np.asarray(points, np.float32), np.asarray(faces, np.uint32),
+    return draco().encode(np.asarray(points, np.float32), np.asarray(faces, np.uint32),
                         quantization_bits=bits, quantization_range=top,
                         quantization_origin=[0.0, 0.0, 0.0],
                         compression_level=compression_level)
 
 
 def decode_fragment(buf: bytes | memoryview, where: str) -> tuple[np.ndarray, np.ndarray]:
-    """(positions ``(n, 3)`` float32, faces ``(m, 3)`` uint32) of a Draco fragment; an empty
-    fragment (a node without triangles of its own) is an empty mesh."""
+    """(positions ``(n, 3)`` float32, faces ``(m, 3)`` uint32) of a Draco fragment, its
+    declared counts vetted against its size first (:mod:`.draco_guard`); an empty fragment (a
+    node without triangles of its own) is an empty mesh."""
     if not len(buf):
         return np.zeros((0, 3), np.float32), np.zeros((0, 3), np.uint32)
-    draco = _draco()
-    try:
-        mesh = draco.decode(bytes(buf))
-    except Exception as e:  # DracoPy raises its own classes and ValueError
-        raise CorruptDataError(f"{where}: Draco fragment does not decode "
-                               f"({type(e).__name__}: {e})") from None
-    points = np.asarray(mesh.points, np.float32).reshape(-1, 3)
-    faces = np.asarray(getattr(mesh, "faces", np.zeros((0, 3))), np.uint32).reshape(-1, 3)
+    size = np.array([len(buf)])
+    inside = in_bounds(heads(buf, [0], size), size)[0]
+    out = decode_in_process(buf) if inside else decode_isolated([buf])[0]
+    if isinstance(out, str):
+        raise CorruptDataError(f"{where}: Draco fragment does not decode ({out})")
+    points, faces = out
     if len(faces) and int(faces.max()) >= len(points):
         raise CorruptDataError(f"{where}: Draco fragment has faces past its "
                                f"{len(points)} vertices")

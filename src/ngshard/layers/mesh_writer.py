@@ -150,8 +150,8 @@ def write_meshes(url: str | os.PathLike | Storage,
                                           chunk_shape, compression_level)
             encoded.append((k, b"".join(blobs), manifest.to_bytes()))
         if writer is not None:
-            for k, data, manifest in encoded:
-                writer.add(k, data, manifest)
+            writer.add_many(np.array([k for k, _, _ in encoded], np.uint64),
+                            [m for _, _, m in encoded], [d for _, d, _ in encoded])
         else:
             storage.write_many([item for k, data, manifest in encoded
                                 for item in ((f"{k}.index", manifest), (str(k), data))])

@@ -4,7 +4,7 @@ manifests without an info), read by segment id in batches.
 
 A multi-resolution read is two batched rounds: the manifests, then the fragment bytes of the
 LODs asked for (sharded: the bytes right before each manifest in its shard; unsharded: byte
-ranges of the ``<id>`` files). Fragments decode on every core (DracoPy releases the GIL).
+ranges of the ``<id>`` files). Then the whole batch decodes at once (:mod:`.mesh_batch`).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from ..sharded import open_kv
 from ..sharded.infofile import INFO, read_info
 from ..sharded.spec import as_key_array, check_key
 from ..storage import Storage, open_storage
-from ..threads import pmap
 from .info import apply_transform, parse_sharding, parse_transform
-from .mesh_codec import Manifest, decode_fragment, decode_legacy, prefix_sizes
+from .mesh_batch import Piece, decode_pieces
+from .mesh_codec import Manifest, decode_legacy, prefix_sizes
 from .store import SegmentStore
 
 KIND = "neuroglancer_multilod_draco"
@@ -149,43 +149,6 @@ class Meshes(_Listed):
             out[k] = (chosen[k][0], chunks[0], chosen[k][1])
         return out
 
-    def _decode(self, wanted: list[tuple[int, Manifest, Any, list[int], int]]
-                ) -> list[list[Mesh]]:
-        """Decode, for each (key, manifest, data, LODs, start), the LODs whose fragments lie
-        in ``data`` from fragment byte ``start``: every fragment of the batch in runs over
-        the cores, then each LOD's vertices mapped to model coordinates at once."""
-        jobs = []
-        for key, m, data, lods, start in wanted:
-            view = memoryview(data)
-            where = f"{self.store.where(key)}: segment {key}"
-            for lod in lods:
-                sizes = m.fragment_sizes[lod].astype(np.int64)
-                at = m.lod_range(lod)[0] - start + np.cumsum(sizes) - sizes
-                jobs += [(f"{where} LOD {lod} fragment {i}", view[a:a + size])
-                         for i, (a, size) in enumerate(zip(at.tolist(), sizes.tolist()))]
-        decoded = iter(pmap(lambda job: decode_fragment(job[1], job[0]), jobs, min_items=16))
-        top = float((1 << self.vertex_quantization_bits) - 1)
-        out = []
-        for key, m, _, lods, _ in wanted:
-            meshes = []
-            for lod in lods:
-                parts = [next(decoded) for _ in range(len(m.fragment_sizes[lod]))]
-                counts = np.array([len(p) for p, _ in parts], np.int64)
-                size = m.chunk_shape.astype(np.float64) * (1 << lod)
-                corner = (m.grid_origin + m.vertex_offsets[lod]).astype(np.float64)
-                where = np.repeat(m.fragment_positions[lod].astype(np.float64), counts, axis=0)
-                points = np.concatenate([p for p, _ in parts]) if parts else \
-                    np.zeros((0, 3), np.float32)
-                model = corner + size * (where + points.astype(np.float64) / top)
-                shift = np.cumsum(counts) - counts
-                faces = [f.astype(np.uint32) + np.uint32(s) for (_, f), s in
-                         zip(parts, shift.tolist())]
-                meshes.append(Mesh(key, apply_transform(model, self.transform),
-                                   np.concatenate(faces) if faces else
-                                   np.zeros((0, 3), np.uint32), lod))
-            out.append(meshes)
-        return out
-
     def get(self, segment_id: int, lod: int = 0) -> Mesh:
         """One segment's mesh at one level of detail (0 the finest, -1 the coarsest).
 
@@ -212,11 +175,21 @@ class Meshes(_Listed):
         keys = np.unique(as_key_array(segment_ids))
         every = lod == "all"
         fetched = self._fetch(keys, None if every else int(lod))
-        wanted = [(k, m, data, list(range(m.num_lods)), 0) if every else
-                  (k, m, data, [index], m.lod_range(index)[0])
-                  for k, (m, data, index) in fetched.items()]
-        meshes = self._decode(wanted)
-        return {w[0]: ms if every else ms[0] for w, ms in zip(wanted, meshes)}
+        if every:
+            pieces = [Piece(k, i, m, data, 0) for k, (m, data, _) in fetched.items()
+                      for i in range(m.num_lods)]
+        else:
+            pieces = [Piece(k, i, m, data, m.lod_range(i)[0])
+                      for k, (m, data, i) in fetched.items()]
+        decoded = decode_pieces(pieces, self.vertex_quantization_bits, self.transform,
+                                self.store.where)
+        meshes = [Mesh(p.key, v, f, p.lod) for p, (v, f) in zip(pieces, decoded)]
+        if not every:
+            return {m.id: m for m in meshes}
+        out: dict[int, list[Mesh]] = {}
+        for m in meshes:
+            out.setdefault(m.id, []).append(m)
+        return out
 
 
 class LegacyMeshes(_Listed):

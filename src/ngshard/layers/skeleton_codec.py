@@ -8,7 +8,7 @@ little-endian values of its type.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -54,60 +54,100 @@ class VertexAttribute(NamedTuple):
 def encode_skeleton(vertices: np.ndarray, edges: np.ndarray,
                     attributes: Mapping[str, np.ndarray] | None = None,
                     spec: Sequence[VertexAttribute] = (), key: object = "") -> bytes:
-    """One skeleton's bytes.
+    """One skeleton's bytes (see :func:`encode_skeletons`)."""
+    return encode_skeletons([(key, vertices, edges, attributes)], spec)[0]
 
-    Parameters
-    ----------
+
+def encode_skeletons(items: Sequence[tuple[object, Any, Any, Mapping | None]],
+                     spec: Sequence[VertexAttribute] = ()) -> list[bytes]:
+    """The bytes of many skeletons, given as ``(key, vertices, edges, attributes)``.
+
     vertices
         ``(n, 3)`` positions in stored model coordinates (converted to float32).
     edges
         ``(m, 2)`` vertex indices (converted to uint32); each must be below n.
     attributes
-        ``{id: array}`` with one entry per attribute of ``spec``: ``(n,)`` or
-        ``(n, num_components)`` values.
-    spec
-        The layer's vertex attributes, in info order.
-    key
-        The segment, for messages.
+        ``{id: array}`` with one entry per attribute of ``spec`` (the layer's, in info
+        order): ``(n,)`` or ``(n, num_components)`` values.
+
+    Per skeleton only the shapes are checked in Python; the arrays of the whole batch are
+    concatenated, checked and converted in one numpy pass each and laid out with one copy.
 
     Raises
     ------
     ValueError
-        Shapes that do not fit, edges naming missing vertices, attributes missing or extra.
+        Shapes that do not fit, edges naming missing vertices, attributes missing or extra
+        (the message names the skeleton's key).
     """
-    v = np.asarray(vertices)
-    e = np.asarray(edges)
-    n = len(v) if v.ndim else 0
-    if v.ndim != 2 or v.shape[1] != 3:
-        raise ValueError(f"skeleton {key}: vertices must have shape (n, 3), got {v.shape}")
-    if e.size == 0:
-        e = np.zeros((0, 2), np.uint32)
-    if e.ndim != 2 or e.shape[1] != 2:
-        raise ValueError(f"skeleton {key}: edges must have shape (m, 2), got {e.shape}")
-    e32 = e.astype("<u4", copy=False)
-    # one check covers both bounds: a negative index wraps to a huge uint32
-    if len(e) and (int(e32.max()) >= n or (e.dtype.kind == "i" and e.min() < 0)):
-        raise ValueError(f"skeleton {key}: edges name vertex {int(e.max())} (or a negative "
-                         f"one) but there are {n} vertices")
-    if n >= 1 << 32 or len(e) >= 1 << 32:
-        raise ValueError(f"skeleton {key}: more than 2**32 - 1 vertices or edges")
-    attributes = attributes or {}
-    if len(attributes) > len(spec) or not all(a in _ids(spec) for a in attributes):
-        extra = set(attributes) - {a.id for a in spec}
-        raise ValueError(f"skeleton {key}: attribute(s) {', '.join(sorted(extra))} are not "
-                         f"in the layer's vertex_attributes "
-                         f"({', '.join(a.id for a in spec) or 'none'})")
-    parts = [np.array([n, len(e)], _HEAD).tobytes(), v.astype("<f4", copy=False).tobytes(),
-             e32.tobytes()]
-    for a in spec:
-        if a.id not in attributes:
-            raise ValueError(f"skeleton {key}: no values for vertex attribute {a.id!r}")
-        values = np.asarray(attributes[a.id])
-        if values.size != n * a.num_components or (values.ndim and len(values) != n):
-            raise ValueError(f"skeleton {key}: attribute {a.id!r} has shape {values.shape}, "
-                             f"expected ({n}, {a.num_components})")
-        parts.append(values.astype(a.dtype, copy=False).tobytes())
-    return b"".join(parts)
+    ids = _ids(spec)
+    vs, es, cols = [], [], [[] for _ in spec]
+    for key, vertices, edges, attributes in items:
+        v, e = np.asarray(vertices), np.asarray(edges)
+        if v.ndim != 2 or v.shape[1] != 3:
+            raise ValueError(f"skeleton {key}: vertices must have shape (n, 3), got {v.shape}")
+        if e.size == 0:
+            e = np.zeros((0, 2), np.uint32)
+        if e.ndim != 2 or e.shape[1] != 2:
+            raise ValueError(f"skeleton {key}: edges must have shape (m, 2), got {e.shape}")
+        if len(v) >= 1 << 32 or len(e) >= 1 << 32:
+            raise ValueError(f"skeleton {key}: more than 2**32 - 1 vertices or edges")
+        attributes = attributes or {}
+        if len(attributes) > len(spec) or not ids.issuperset(attributes):
+            extra = set(attributes) - ids
+            raise ValueError(f"skeleton {key}: attribute(s) {', '.join(sorted(extra))} are "
+                             f"not in the layer's vertex_attributes "
+                             f"({', '.join(a.id for a in spec) or 'none'})")
+        for a, col in zip(spec, cols):
+            if a.id not in attributes:
+                raise ValueError(f"skeleton {key}: no values for vertex attribute {a.id!r}")
+            values = np.asarray(attributes[a.id])
+            if values.size != len(v) * a.num_components or (values.ndim and
+                                                             len(values) != len(v)):
+                raise ValueError(f"skeleton {key}: attribute {a.id!r} has shape "
+                                 f"{values.shape}, expected ({len(v)}, {a.num_components})")
+            col.append(values.reshape(-1))
+        vs.append(v)
+        es.append(e)
+    count = len(vs)
+    n = np.fromiter(map(len, vs), np.int64, count)
+    m = np.fromiter(map(len, es), np.int64, count)
+    edges = np.concatenate(es) if count else np.zeros((0, 2), np.uint32)
+    if len(edges):
+        # column by column (a reduction along axis 1 is several times slower)
+        bad = np.maximum(edges[:, 0], edges[:, 1]) >= np.repeat(n, m)
+        if edges.dtype.kind != "u":
+            bad |= np.minimum(edges[:, 0], edges[:, 1]) < 0
+        if bad.any():
+            i = int(np.searchsorted(np.cumsum(m), np.argmax(bad), "right"))
+            e = np.asarray(items[i][2])
+            raise ValueError(f"skeleton {items[i][0]}: edges name vertex {int(e.max())} (or "
+                             f"a negative one) but there are {n[i]} vertices")
+    blocks = [np.stack([n, m], axis=1).astype(_HEAD).view(np.uint8).reshape(-1, 8),
+              _bytes(vs, "<f4", 12 * n), _bytes([edges], "<u4", 8 * m)]
+    blocks += [_bytes(col, a.dtype, a.dtype.itemsize * a.num_components * n)
+               for a, col in zip(spec, cols)]
+    # each skeleton's parts, block by block, in one concatenation
+    parts = [block[i] for i in range(count) for block in blocks]
+    out = np.concatenate(parts) if parts else np.zeros(0, np.uint8)
+    ends = np.cumsum(8 + 12 * n + 8 * m + sum(a.dtype.itemsize * a.num_components * n
+                                              for a in spec)).tolist()
+    return [out[a:b].tobytes() for a, b in zip([0] + ends[:-1], ends)]
+
+
+class _Split:
+    """Rows of one concatenated array as uint8 views by index: ``block[i]``."""
+
+    def __init__(self, data: np.ndarray, sizes: np.ndarray) -> None:
+        self.data, self.ends = data, np.cumsum(sizes).tolist()
+        self.starts = [0] + self.ends[:-1]
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.data[self.starts[i]:self.ends[i]]
+
+
+def _bytes(arrays: list, dtype: Any, sizes: np.ndarray) -> _Split:
+    joined = np.concatenate(arrays) if arrays else np.zeros(0, dtype)
+    return _Split(np.ascontiguousarray(joined, dtype).view(np.uint8).reshape(-1), sizes)
 
 
 def _ids(spec: Sequence[VertexAttribute]) -> set[str]:

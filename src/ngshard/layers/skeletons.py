@@ -20,11 +20,12 @@ from ..sharded.spec import as_key_array, check_key
 from ..storage import Storage, open_storage
 from .info import apply_transform, layer_info, parse_sharding, parse_transform, transform_json
 from .sharding import resolve_sharding
-from .skeleton_codec import VertexAttribute, decode_skeleton, encode_skeleton
-from .store import SegmentStore, count_of, pairs, write_segments
+from .skeleton_codec import VertexAttribute, decode_skeleton, encode_skeletons
+from .store import SegmentStore, batched, count_of, pairs, write_segments
 
 KIND = "neuroglancer_skeletons"
 _PEEK = 1024  # items encoded before choosing "auto" sharding, to learn the value size
+_BATCH = 1024  # skeletons encoded together
 
 
 @dataclass
@@ -199,7 +200,10 @@ def write_skeletons(url: str | os.PathLike | Storage,
         segment.
     transform
         Stored model to nm: 12 numbers (a 3x4 matrix); identity by default.
-    buffer_bytes, progress, durable
+    buffer_bytes
+        Encoded skeletons held before they are spilled by shard (64 MiB by default; a
+        local shard's spill file becomes the shard, so spilling costs little).
+    progress, durable
         As for :func:`ngshard.write_kv` (``durable=False`` skips the fsyncs: scratch work).
 
     Returns
@@ -217,10 +221,11 @@ def write_skeletons(url: str | os.PathLike | Storage,
     head = list(itertools.islice(it, _PEEK))
     spec = _attribute_spec(vertex_attributes, head[0][1] if head else None)
 
-    def encoded(batch: Iterable[tuple[int, Any]]) -> Iterable[tuple[int, bytes]]:
-        for key, value in batch:
-            v, e, attrs = _item_parts(value, key)
-            yield check_key(key), encode_skeleton(v, e, attrs, spec, key)
+    def encoded(items: Iterable[tuple[int, Any]]) -> Iterable[tuple[int, bytes]]:
+        for batch in batched(items, _BATCH):
+            keys = [check_key(key) for key, _ in batch]
+            yield from zip(keys, encode_skeletons(
+                [(k, *_item_parts(value, k)) for k, (_, value) in zip(keys, batch)], spec))
 
     first = list(encoded(head))
     count = count_of(items) if len(head) == _PEEK else len(head)

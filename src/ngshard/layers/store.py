@@ -19,12 +19,16 @@ import numpy as np
 
 from ..compression import gzip_compress
 from ..sharded import ShardingSpec, open_kv
-from ..sharded.kv import DEFAULT_BUFFER_BYTES, ShardedKV
+from ..sharded.kv import ShardedKV
 from ..sharded.spec import as_key_array
 from ..storage import Storage
 from ..threads import bounded_map
+from .prefixed_writer import PrefixedShardWriter
 
 BATCH = 4096  # items per unsharded write batch
+#: Encoded values held before they are spilled by shard: spilling costs little (a local
+#: shard's spill file becomes the shard), holding costs memory.
+HELD_BYTES = 64 << 20
 _DECIMAL = re.compile(r"[0-9]{1,20}")
 
 
@@ -91,24 +95,19 @@ def write_segments(storage: Storage, sharding: ShardingSpec | None,
     The sharded store's spec is not recorded in an info of its own: the layer's info holds it.
     """
     if sharding is not None:
-        # Handed over in runs of about 8 MiB: a store's update takes 65,536 pairs at a time,
-        # which for values of kilobytes would hold hundreds of MiB at once. gzip is applied
-        # here, each run on a worker while the next is encoded, and the shards are written
-        # as raw ones (the bytes of a shard do not say how its values were encoded): the
-        # store then builds them straight from its spill files, without reading them back.
+        # Runs of about 8 MiB, gzipped (when the spec says so) on a worker while the next is
+        # encoded, grouped by shard as they come (a shard's bytes do not say how its values
+        # were encoded: the shards are built raw), each shard written once at the end.
         runs = _runs(items, RUN_BYTES)
         spec = sharding
         if sharding.data_encoding == "gzip":
             spec = replace(sharding, data_encoding="raw")
             runs = bounded_map(_gzip_run, runs, 2)
-        kv = open_kv(storage, spec, "w", staged_bytes=buffer_bytes or DEFAULT_BUFFER_BYTES,
-                     info=False)
-        try:
-            for run in runs:
-                kv.update(run)
-            kv.commit(progress=progress)
-        finally:
-            kv.close()
+        writer = PrefixedShardWriter(storage, spec, buffer_bytes or HELD_BYTES)
+        for run in runs:
+            writer.add_many(np.fromiter((k for k, _ in run), np.uint64, len(run)),
+                            [v for _, v in run])
+        writer.close(progress=progress)
         return
     it = iter(items)
     for batch in iter(lambda: list(itertools.islice(it, BATCH)), []):

@@ -13,7 +13,7 @@ from ..errors import NgShardError
 from ..progress import progress_bar
 from ..storage import ANY, Storage, changed_on_storage
 from ..threads import WORKERS, bounded_map
-from . import legacy, listing
+from . import legacy, listing, prefixed
 from .changes import ShardChanges
 from .plan import CommitPlan, ShardPlan, obsolete_shards, plan_shards
 from .reader import ShardReader, ShardState
@@ -152,6 +152,20 @@ def read_whole(storage: Storage, names: list[str], sizes: list[int], generations
     return [chunks[0] for _, chunks in reads]
 
 
+def _measured(reader: ShardReader, name: str) -> list[tuple[ShardState, int]]:
+    """The shard ``name`` (if present) and the bytes a compaction of it would keep: indices,
+    values and, in a store with ``prefix_of``, the unindexed prefixes before the values
+    (read only where the indexed bytes leave some over: a store without garbage or prefixes
+    costs no read)."""
+    out = []
+    for shard in listing.full_shards(reader, [name]):
+        live = live_bytes(reader.spec, shard.ranges, shard.minishards)
+        if live < shard.size and reader.prefix_of is not None:
+            live += prefixed.prefix_bytes(reader, shard)
+        out.append((shard, live))
+    return out
+
+
 def compact(reader: ShardReader, names: Iterable[str], *, progress: bool = False
             ) -> CommitPlan:
     """Rewrite the named shards that hold garbage of earlier appends, without it: one shard
@@ -161,8 +175,7 @@ def compact(reader: ShardReader, names: Iterable[str], *, progress: bool = False
 
     def jobs() -> Iterator[ShardPlan]:
         for name in names:
-            for shard in reader.retrying(listing.full_shards, reader, [name]):
-                live = live_bytes(spec, shard.ranges, shard.minishards)
+            for shard, live in reader.retrying(_measured, reader, name):
                 if live < shard.size:
                     plans.append(ShardPlan(
                         shard.name, spec.parse_shard_filename(shard.name), "compact",

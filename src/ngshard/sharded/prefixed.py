@@ -36,18 +36,40 @@ def kept_prefixes(spec: ShardingSpec, old: memoryview, kept: Entries, prefix_of:
     """The prefix lengths of the chunks ``kept`` (sorted by place), each checked to lie after
     the shard index and after the chunk before it."""
     values = [old[s:s + n] for s, n in zip(kept.starts.tolist(), kept.sizes.tolist())]
+    return _checked_prefixes(spec, kept.keys, kept.starts, kept.sizes, values, prefix_of, where)
+
+
+def _checked_prefixes(spec: ShardingSpec, keys: np.ndarray, starts: np.ndarray,
+                      sizes: np.ndarray, values: list, prefix_of: PrefixOf, where: str
+                      ) -> np.ndarray:
     if spec.data_encoding != "raw":
         values = [decode(v, spec.data_encoding, f"{where} (chunk {k})")
-                  for k, v in zip(kept.keys.tolist(), values)]
-    pre = np.asarray(prefix_of(kept.keys, values), np.uint64)
-    floor = np.r_[np.uint64(spec.shard_index_size), (kept.starts + kept.sizes)[:-1]]
-    bad = np.flatnonzero(pre > kept.starts - np.minimum(floor, kept.starts))
+                  for k, v in zip(keys.tolist(), values)]
+    pre = np.asarray(prefix_of(keys, values), np.uint64)
+    floor = np.r_[np.uint64(spec.shard_index_size), (starts + sizes)[:-1]]
+    bad = np.flatnonzero(pre > starts - np.minimum(floor, starts))
     if len(bad):
         i = int(bad[0])
-        raise CorruptDataError(f"{where}: chunk {int(kept.keys[i])} at {int(kept.starts[i])} "
+        raise CorruptDataError(f"{where}: chunk {int(keys[i])} at {int(starts[i])} "
                                f"claims a prefix of {int(pre[i])} bytes, more than lie before "
                                f"it")
     return pre
+
+
+def prefix_bytes(reader, shard) -> int:
+    """Bytes of the unindexed prefixes before one shard's values (by the reader's
+    ``prefix_of``; a prefix longer than the bytes before its value raises CorruptDataError):
+    with the indexed bytes, what a compaction keeps. One batched read of the values."""
+    parts = [idx for idx in shard.minishards.values() if len(idx.keys)]
+    if not parts:
+        return 0
+    keys, starts, sizes = (np.concatenate([getattr(idx, a) for idx in parts])
+                           for a in ("keys", "starts", "sizes"))
+    order = np.argsort(starts, kind="stable")
+    keys, starts, sizes = keys[order], starts[order], sizes[order]
+    values = reader.read_through([(shard, np.stack([starts, starts + sizes], axis=1))])[0]
+    return int(_checked_prefixes(reader.spec, keys, starts, sizes, values, reader.prefix_of,
+                                 reader.storage.path(shard.name)).sum())
 
 
 def rewrite_prefixed(spec: ShardingSpec, old: memoryview, kept: Entries, prefix_of: PrefixOf,
