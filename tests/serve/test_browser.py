@@ -232,3 +232,71 @@ def test_the_viewer_shows_the_demo(browser, demo_dir, tmp_path):
         code, err = view.stop()
     assert code == 0 and "Traceback" not in err, err
     assert time.monotonic() - started < 120
+
+
+def test_the_viewer_shows_zarr_arrays(browser, tmp_path):
+    """Zarr arrays under the served root (a v3 array with sharding_indexed, written by
+    ngshard, and a v2 array with its dot-named metadata) are found, put in the viewer's
+    state as zarr sources, and drawn by Neuroglancer's own zarr reader through the server:
+    inner chunks read as byte ranges of the shards (206), every layer ready, every visible
+    chunk on the GPU, and the value under the mouse the array's."""
+    import ngshard.zarr
+
+    rng = np.random.default_rng(5)
+    image = rng.integers(0, 255, (40, 96, 128), dtype=np.uint8)  # (z, y, x)
+    v3 = ngshard.zarr.create_array(tmp_path / "em.zarr", image.shape, "uint8", (20, 32, 32),
+                                   shards=(40, 64, 64), dimension_names=("z", "y", "x"))
+    v3[...] = image
+    zarr = __import__("zarr")
+    v2 = zarr.create_array(tmp_path / "labels_v2.zarr", shape=image.shape, chunks=(20, 48, 64),
+                           dtype="uint64", zarr_format=2, compressors=None,
+                           attributes={"_ARRAY_DIMENSIONS": ["z", "y", "x"]})  # xarray's names
+    v2[...] = image.astype(np.uint64) // 16
+    view = ViewCommand(tmp_path)
+    page = browser.new_page(viewport=VIEWPORT)
+    responses = []
+    page.on("response", lambda r: responses.append(
+        (r.url, r.request.headers.get("range"), r.status, r.request.method))
+        if r.url.startswith(view.data) else None)
+    try:
+        page.goto(view.viewer)
+        rows = wait_until_drawn(page)
+        # Neuroglancer asks a shard's size (HEAD), then reads its index and inner chunks
+        shards = [r for r in responses if "/em.zarr/c/" in r[0] and r[3] == "GET"]
+        assert shards and all(rng and rng.startswith("bytes=") and status == 206
+                              for _, rng, status, _ in shards), responses
+        assert any(url.endswith("/labels_v2.zarr/.zarray") and status == 200
+                   for url, _, status, _ in responses), responses
+        layers = page.evaluate(LAYERS_JS)
+        assert sorted(layer["name"] for layer in layers) == ["em.zarr", "labels_v2.zarr"]
+        assert all(layer["ready"] and layer["errors"] == [None] for layer in layers), layers
+        assert settled(rows) and not any(r["failed"] for r in rows), rows
+
+        xy = next(p["box"] for p in page.evaluate(PANELS_JS) if p["slice"])
+        names = list(page.evaluate("() => window.viewer.state.toJSON().dimensions"))
+        assert sorted(names) == ["x", "y", "z"], names  # both arrays on the same axes
+        # a voxel many pixels wide, so the mouse lands inside one
+        page.evaluate("() => { window.viewer.crossSectionScale.value = 0.05; }")
+        checked = 0
+        for i, centre in enumerate(((10, 20, 30), (33, 70, 100), (5, 90, 7), (25, 40, 60),
+                                    (15, 60, 90), (30, 10, 120))):
+            # centre the view on a voxel's centre, the mouse near the panel's centre
+            page.evaluate("p => { window.viewer.position.value = Float32Array.from(p); }",
+                          [centre["zyx".index(a)] + 0.5 for a in names])
+            page.mouse.move(xy[0] + xy[2] / 2 + 3 * (i % 3), xy[1] + xy[3] / 2 + 2 * (i % 2))
+            state = poll(page, MOUSE_JS, lambda s: s["active"] and
+                         all("value" in s["values"].get(n, {})
+                             for n in ("em.zarr", "labels_v2.zarr")), timeout=20)
+            position = np.array([state["position"][names.index(a)] for a in "zyx"])
+            voxel = tuple(np.floor(position).astype(int).tolist())
+            if np.any(np.abs(position - np.round(position)) < 1e-3) or \
+                    not all(0 <= v < n for v, n in zip(voxel, image.shape)):
+                continue  # on a voxel boundary, or off the arrays: ambiguous
+            assert state["values"]["em.zarr"]["value"] == int(image[voxel]), (voxel, state)
+            assert state["values"]["labels_v2.zarr"]["value"] == str(image[voxel] // 16)
+            checked += 1
+        assert checked >= 2, state
+    finally:
+        page.close()
+        code, err = view.stop()
+    assert code == 0 and "Traceback" not in err, err

@@ -77,6 +77,17 @@ def test_hidden_files_are_not_served(server):
         assert status == 404 and b"secret" not in body, path
 
 
+def test_zarr_v2_metadata_is_served(server, tree):
+    """Zarr v2 keeps its metadata in dot-named files; those four names alone are served."""
+    (tree / "a.zarr").mkdir()
+    for name in (".zarray", ".zattrs", ".zgroup", ".zmetadata", ".zarray~", ".zarrayx"):
+        (tree / "a.zarr" / name).write_text('{"zarr_format": 2}')
+    for name in (".zarray", ".zattrs", ".zgroup", ".zmetadata"):
+        assert request(server, "GET", f"/a.zarr/{name}")[0] == 200, name
+    for name in (".zarray~", ".zarrayx", "%2ezarray~"):
+        assert request(server, "GET", f"/a.zarr/{name}")[0] == 404, name
+
+
 def test_read_only(server, tree):
     for method in ("PUT", "POST", "DELETE", "PATCH", "MKCOL", "PROPFIND", "TRACE", "CONNECT"):
         conn_answer = raw(server, f"{method} /data HTTP/1.1\r\nHost: x\r\n"

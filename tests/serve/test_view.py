@@ -90,3 +90,45 @@ def test_without_neuroglancer_one_line_says_what_to_install(demo_dir, monkeypatc
     monkeypatch.setitem(sys.modules, "neuroglancer", None)
     with pytest.raises(ngshard.MissingDependencyError, match=r"pip install 'ngshard\[view\]'"):
         open_viewer(demo_dir)
+
+
+def test_zarr_arrays_and_groups_are_layers(tmp_path):
+    """A zarr v3 array, a v2 array, an OME-Zarr group (its levels not listed on their own)
+    and an OME label image become zarr sources, label-like integers and label images
+    segmentation; a plain
+    group is searched further; the viewer frames none of them itself (Neuroglancer does)."""
+    zarr = pytest.importorskip("zarr")
+    import ngshard.zarr
+
+    ngshard.zarr.create_array(tmp_path / "em.zarr", (8, 16, 16), "uint8", (8, 8, 8))
+    zarr.create_array(tmp_path / "v2.zarr", shape=(4, 4), chunks=(2, 2), dtype="uint64",
+                      zarr_format=2)
+    group = zarr.open_group(tmp_path / "ome.zarr", mode="w")
+    group.attrs["ome"] = {"version": "0.5", "multiscales": [
+        {"axes": [{"name": a, "type": "space"} for a in "zyx"],
+         "datasets": [{"path": "0"}, {"path": "1"}]}]}
+    group.create_array("0", shape=(8, 8, 8), chunks=(4, 4, 4), dtype="uint16")
+    group.create_array("1", shape=(4, 4, 4), chunks=(4, 4, 4), dtype="uint16")
+    labels = zarr.open_group(tmp_path / "ome.zarr" / "labels" / "cells", mode="w")
+    labels.attrs["ome"] = {"version": "0.5", "image-label": {}, "multiscales": [
+        {"axes": [{"name": a, "type": "space"} for a in "zyx"], "datasets": [{"path": "0"}]}]}
+    labels.create_array("0", shape=(8, 8, 8), chunks=(4, 4, 4), dtype="uint16")
+    plain = zarr.open_group(tmp_path / "plain", mode="w")
+    plain.create_array("inner", shape=(2,), chunks=(2,), dtype="float32")
+    found = {layer.path: (layer.kind, layer.source("http://h:1"))
+             for layer in find_layers(LocalFiles(str(tmp_path)))}
+    assert found == {
+        "em.zarr": ("image", "zarr://http://h:1/em.zarr"),
+        "v2.zarr": ("segmentation", "zarr://http://h:1/v2.zarr"),
+        "ome.zarr": ("image", "zarr://http://h:1/ome.zarr"),
+        "plain/inner": ("image", "zarr://http://h:1/plain/inner")}
+    # the labels group lies inside a layer, which the search does not enter; on its own:
+    assert [(x.path, x.kind) for x in find_layers(LocalFiles(str(tmp_path / "ome.zarr")))] \
+        == [("", "image")]
+    inside = find_layers(LocalFiles(str(tmp_path / "ome.zarr" / "labels")))
+    assert [(x.path, x.kind) for x in inside] == [("cells", "segmentation")]
+    state = viewer_state(find_layers(LocalFiles(str(tmp_path))), "http://h:1",
+                         open_storage(tmp_path))
+    assert {e["name"]: e["type"] for e in state["layers"]} == {
+        "em.zarr": "image", "v2.zarr": "segmentation", "ome.zarr": "image", "inner": "image"}
+    assert "dimensions" not in state and "segments" not in state["layers"][1]

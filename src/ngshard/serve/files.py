@@ -14,6 +14,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 from ..storage import FsspecStorage, Storage
+from .paths import hidden
 
 #: What :meth:`open` returns for a directory.
 DIRECTORY = "directory"
@@ -75,7 +76,7 @@ class LocalFiles:
         one ``lstat`` each; only where one is a symbolic link is the whole path resolved
         (and then checked to be under the root)."""
         parts = name.split("/") if name else []
-        if any(not p or p.startswith(".") for p in parts):
+        if any(not p or hidden(p) for p in parts):
             return None  # parse_target refuses these; callers inside the package too
         path = self.root
         for part in parts:
@@ -95,7 +96,7 @@ class LocalFiles:
         if os.path.commonpath([self.root, real]) != self.root:
             return None  # a symbolic link out of the root
         rel = real[len(self.root):].lstrip(os.sep)
-        return None if any(p.startswith(".") for p in rel.split(os.sep)) else real
+        return None if any(hidden(p) for p in rel.split(os.sep)) else real
 
     def open(self, name: str) -> File | str | None:
         """The file ``name`` (relative, "/"-separated, already checked by ``parse_target``),
@@ -125,7 +126,7 @@ class LocalFiles:
             return None
         try:
             with os.scandir(real) as entries:
-                found = [(e.name, e.is_dir()) for e in entries if not e.name.startswith(".")]
+                found = [(e.name, e.is_dir()) for e in entries if not hidden(e.name)]
         except OSError:
             return None
         prefix = f"{name}/" if name else ""
@@ -180,7 +181,7 @@ class RemoteFiles:
             return None
         found = {(e["name"].rstrip("/").rsplit("/", 1)[-1], e.get("type") == "directory")
                  for e in entries}
-        return sorted((n, d) for n, d in found if n and not n.startswith("."))
+        return sorted((n, d) for n, d in found if n and not hidden(n))
 
 
 def open_files(storage: Storage) -> LocalFiles | RemoteFiles:

@@ -1,6 +1,8 @@
 """The Neuroglancer layers under a served root, found by their ``info`` files: volumes (image
 or segmentation by the info's ``type``), skeleton, mesh and annotation layers, segment
-properties, and bare sharded stores (which no viewer opens, but which are worth naming).
+properties, and bare sharded stores (which no viewer opens, but which are worth naming); and
+zarr arrays and OME-Zarr multiscale groups (v3 ``zarr.json`` or v2 ``.zarray``/``.zattrs``),
+which Neuroglancer reads itself, shards and all, through the server's byte ranges.
 
 The search is bounded: it stops descending at a layer (a volume's scale folders can hold
 millions of chunk files), goes at most :data:`MAX_DEPTH` folders down and looks into at most
@@ -9,6 +11,7 @@ millions of chunk files), goes at most :data:`MAX_DEPTH` folders down and looks 
 
 from __future__ import annotations
 
+import json
 from collections import deque
 from typing import NamedTuple
 
@@ -29,20 +32,22 @@ _TYPES = {"neuroglancer_skeletons": "skeletons", "neuroglancer_multilod_draco": 
 class Layer(NamedTuple):
     """A layer found under the root: ``path`` relative to it ("" for the root itself),
     ``kind`` (image, segmentation, skeletons, mesh, annotations, segment_properties or
-    sharded), its ``info``, and for a volume the folders of the skeletons, mesh and segment
-    properties its info attaches (relative to the root)."""
+    sharded), its ``info`` (for zarr, the array's or group's metadata), for a volume the
+    folders of the skeletons, mesh and segment properties its info attaches (relative to the
+    root), and its ``format``: precomputed or zarr."""
 
     path: str
     kind: str
     info: dict
     attached: dict[str, str]
+    format: str = "precomputed"
 
     def source(self, base_url: str) -> str | None:
         """The Neuroglancer data source, None for what Neuroglancer cannot open."""
         if self.kind in ("sharded", "segment_properties"):
             return None
         url = f"{base_url.rstrip('/')}/{self.path}" if self.path else base_url.rstrip("/")
-        return f"precomputed://{url}"
+        return f"{self.format}://{url}"
 
 
 def read_small(files: LocalFiles | RemoteFiles, name: str, limit: int = _MAX_INFO
@@ -65,6 +70,58 @@ def classify(info: dict) -> str | None:
     if kind is None and isinstance(info.get("sharding"), dict):
         return "sharded"
     return kind
+
+
+# Label images: integers that Neuroglancer should colour by segment rather than by intensity.
+_LABEL_DTYPES = {"uint32", "uint64", "int64", "<u4", "<u8", "<i8", "|u4", "|u8"}
+
+
+def _zarr_layer(files: LocalFiles | RemoteFiles, path: str) -> Layer | None:
+    """The zarr array or OME-Zarr multiscale group at ``path``, None if there is none (a
+    plain group is searched further, like a folder)."""
+    def meta(name: str) -> dict | None:
+        raw = read_small(files, f"{path}/{name}" if path else name)
+        try:
+            found = json.loads(raw) if raw is not None else None
+        except ValueError:
+            return None
+        return found if isinstance(found, dict) else None
+
+    v3 = meta("zarr.json")
+    if v3 is not None:
+        attrs = v3.get("attributes") or {}
+        ome = attrs.get("ome") if isinstance(attrs.get("ome"), dict) else attrs
+        if v3.get("node_type") == "array" or (v3.get("node_type") == "group" and
+                                              ome.get("multiscales")):
+            return _zarr_kind(files, path, v3, ome, "zarr.json")
+        return None
+    v2 = meta(".zarray")
+    if v2 is not None:
+        return _zarr_kind(files, path, v2, {}, ".zarray")
+    attrs = meta(".zattrs") or {}
+    return _zarr_kind(files, path, {}, attrs, ".zarray") if attrs.get("multiscales") else None
+
+
+def _zarr_kind(files: LocalFiles | RemoteFiles, path: str, metadata: dict, ome: dict,
+               array_file: str) -> Layer:
+    """A segmentation layer for OME label images (``image-label`` in their metadata) and
+    label-like integer types (of the first level of a multiscale group), an image layer
+    otherwise."""
+    dtype = metadata.get("data_type", metadata.get("dtype"))
+    multiscales = ome.get("multiscales")
+    if multiscales and isinstance(multiscales, list) and isinstance(multiscales[0], dict):
+        first = (multiscales[0].get("datasets") or [{}])[0].get("path")
+        if isinstance(first, str):
+            raw = read_small(files, f"{path}/{first}/{array_file}" if path else
+                             f"{first}/{array_file}")
+            try:
+                level = json.loads(raw) if raw is not None else {}
+                dtype = level.get("data_type", level.get("dtype")) if isinstance(
+                    level, dict) else None
+            except ValueError:
+                dtype = None
+    kind = "segmentation" if "image-label" in ome or dtype in _LABEL_DTYPES else "image"
+    return Layer(path, kind, metadata, {}, "zarr")
 
 
 def _attached(path: str, info: dict) -> dict[str, str]:
@@ -110,6 +167,10 @@ def find_layers(files: LocalFiles | RemoteFiles) -> list[Layer]:
         if kind is not None:
             layers.append(Layer(path, kind, info, _attached(path, info) if kind in (
                 "image", "segmentation") else {}))
+            continue
+        found = _zarr_layer(files, path)
+        if found is not None:
+            layers.append(found)
             continue
         if depth < MAX_DEPTH:
             for name, is_dir in files.listdir(path) or []:

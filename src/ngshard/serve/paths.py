@@ -13,6 +13,14 @@ _PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
 _ABSOLUTE_FORM = re.compile(r"https?://[^/?#]*", re.IGNORECASE)
 # Characters no name segment may hold once decoded: separators, NUL and other controls.
 _FORBIDDEN = re.compile(r"[/\\\x00-\x1f\x7f]")
+#: Zarr v2's metadata files: names starting with ".", but data that viewers read.
+ZARR_V2_FILES = frozenset({".zarray", ".zattrs", ".zgroup", ".zmetadata"})
+
+
+def hidden(name: str) -> bool:
+    """Whether the server keeps ``name`` out of sight (never served or listed): a name
+    starting with "." (``.git``, ``.env``, temporary files), zarr v2's metadata aside."""
+    return name.startswith(".") and name not in ZARR_V2_FILES
 
 
 class Target(NamedTuple):
@@ -42,7 +50,7 @@ def parse_target(target: str) -> Target:
         400 for a target that is not a path from the root (``*``, relative or absolute file
         system paths, ``//``), for ``.`` and ``..`` segments whether written plainly or
         percent-encoded, for encoded separators, NUL or control characters, and for bad
-        percent-encoding or UTF-8; 404 for a hidden name (a segment starting with ".").
+        percent-encoding or UTF-8; 404 for a hidden name (see :func:`hidden`).
     """
     match = _ABSOLUTE_FORM.match(target)
     path = target[match.end():] or "/" if match else target
@@ -69,7 +77,7 @@ def parse_target(target: str) -> Target:
             raise HttpError(400, "dot segments (. or ..) are not allowed in the request path")
         if _FORBIDDEN.search(name):
             raise HttpError(400, "separator or control character encoded in the request path")
-        if name.startswith("."):
+        if hidden(name):
             raise HttpError(404, "hidden files are not served")
         names.append(name)
     return Target("/".join(names), directory)

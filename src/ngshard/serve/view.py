@@ -103,7 +103,7 @@ def viewer_state(layers: list[Layer], base_url: str, storage: Storage | None = N
             name += "'"
         names.add(name)
         entry: dict[str, Any] = {"type": kinds[layer.kind], "source": source, "name": name}
-        if layer.kind == "segmentation":
+        if layer.kind == "segmentation" and layer.format == "precomputed":
             entry["skeletonRendering"] = {"mode2d": "lines_and_points", "mode3d": "lines"}
             if storage is not None:
                 sub = storage.child(layer.path) if layer.path else storage
@@ -116,7 +116,9 @@ def viewer_state(layers: list[Layer], base_url: str, storage: Storage | None = N
     if any(e["type"] == "segmentation" for e in out):
         state["selectedLayer"] = {"layer": next(e["name"] for e in out
                                                 if e["type"] == "segmentation")}
-    volumes = [layer for layer in layers if layer.kind in ("image", "segmentation")]
+    # zarr layers frame themselves in the viewer (from their own metadata)
+    volumes = [layer for layer in layers if layer.kind in ("image", "segmentation")
+               and layer.format == "precomputed"]
     if volumes:
         state.update(_framing(volumes[0].info["scales"][0]))
     return state
