@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .geometry import BASE, FIRST_STAGED, FULL, Geometry
+from .geometry import BASE, FIRST_STAGED, FULL, Geometry, columns
 from .indexing import Selection
 from .mapper import IndexChunkMapper, mapper
 from .slabmap import SlabMap
@@ -135,8 +135,8 @@ def touch(geometry: Geometry, slabmap: SlabMap, selection: Selection) -> Touched
     sizes = [len(m) for m in mappers]
     if 0 in sizes:
         return None
-    idx = np.indices(sizes).reshape(len(sizes), -1).T
-    positions = np.stack([m.chunks[idx[:, a]] for a, m in enumerate(mappers)], axis=1)
+    idx = geometry.box_indices(tuple(sizes))
+    positions = columns([m.chunks[idx[:, a]] for a, m in enumerate(mappers)])
     ids = geometry.ids(positions)
     slabs, offsets, dirty = slabmap.lookup(ids, positions)
     whole = np.logical_and.reduce([m.whole[idx[:, a]] for a, m in enumerate(mappers)])
@@ -205,7 +205,7 @@ class SetItemPlan(Plan):
                  orders: Sequence[str], value_order: str | None = None,
                  through: int | None = None) -> None:
         super().__init__(geometry, slabmap, orders)
-        self.value_shape, self.value_view = selection.result_shape, selection.view()
+        self.value_shape, self._selection = selection.result_shape, selection
         #: Chunks written through: (grid positions, start and count in the value), or None.
         self.through: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         t = touch(geometry, slabmap, selection)
@@ -242,6 +242,11 @@ class SetItemPlan(Plan):
                                                    np.ones_like(step), step, box))
         changed = read_only | ~t.dirty  # chunks staged and changed already stay as they are
         self.updates = (t.ids[changed], slabs[changed], offsets[changed], ~bulk[changed])
+
+    @property
+    def value_view(self) -> str:
+        """How the value maps onto the selection (printed; made only when asked)."""
+        return self._selection.view()
 
     def _summary(self) -> list[str]:
         parts = [f"value_shape={self.value_shape}", f"value_view={self.value_view}",

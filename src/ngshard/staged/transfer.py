@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .geometry import columns
 from .mapper import IndexChunkMapper
 
 VALUE = "value"  # the value of an assignment
@@ -89,13 +90,13 @@ def selection_rows(mappers: Sequence[IndexChunkMapper], idx: np.ndarray, offsets
     """
     k, ndim = idx.shape
     if all(len(m.local) == len(m.chunks) for m in mappers):  # one pair per chunk and axis
-        columns = [(m.local[idx[:, a]], m.step[idx[:, a]], m.start[idx[:, a]],
+        cols = [(m.local[idx[:, a]], m.step[idx[:, a]], m.start[idx[:, a]],
                     m.count[idx[:, a]]) for a, m in enumerate(mappers)]
-        slab_start, slab_step, sel_start, count = (np.stack(c, axis=1) for c in zip(*columns))
+        slab_start, slab_step, sel_start, count = map(columns, zip(*cols))
         slab_start[:, axis] += offsets
         return slab_start, slab_step, sel_start, count
-    first = np.stack([m.bounds[idx[:, a]] for a, m in enumerate(mappers)], axis=1)
-    pairs = np.stack([m.pairs_per_chunk[idx[:, a]] for a, m in enumerate(mappers)], axis=1)
+    first = columns([m.bounds[idx[:, a]] for a, m in enumerate(mappers)])
+    pairs = columns([m.pairs_per_chunk[idx[:, a]] for a, m in enumerate(mappers)])
     per_chunk = np.prod(pairs, axis=1)
     owner = np.repeat(np.arange(k), per_chunk)
     rank = np.arange(len(owner)) - np.repeat(np.cumsum(per_chunk) - per_chunk, per_chunk)
