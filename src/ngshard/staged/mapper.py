@@ -44,6 +44,11 @@ class IndexChunkMapper:
     local, step, start, count : (p,) int64
         Per pair: first point inside the chunk, step inside the chunk, first position in the
         selection (where the step is always 1), number of points.
+    pairs : (4, p) int64
+        ``local``, ``step``, ``start`` and ``count`` as the rows of one array: plans take a
+        chunk's pair with one index rather than four.
+    heads : (2, m) int64
+        ``chunks`` and ``whole`` as the rows of one array, likewise.
     """
 
     def __init__(self, selection: AxisSelection, size: int, chunk: int) -> None:
@@ -55,6 +60,8 @@ class IndexChunkMapper:
             self.whole = self.pairs_per_chunk == 1
             self.whole &= self.count[self.bounds[:-1]] == np.minimum(
                 chunk, size - self.chunks * chunk)
+        self.pairs = np.array([self.local, self.step, self.start, self.count], np.int64)
+        self.heads = np.array([self.chunks, self.whole], np.int64)
         for array in vars(self).values():  # shared by every plan of the same selection
             array.flags.writeable = False
 

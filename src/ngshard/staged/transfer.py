@@ -90,9 +90,9 @@ def selection_rows(mappers: Sequence[IndexChunkMapper], idx: np.ndarray, offsets
     """
     k, ndim = idx.shape
     if all(len(m.local) == len(m.chunks) for m in mappers):  # one pair per chunk and axis
-        cols = [(m.local[idx[:, a]], m.step[idx[:, a]], m.start[idx[:, a]],
-                    m.count[idx[:, a]]) for a, m in enumerate(mappers)]
-        slab_start, slab_step, sel_start, count = map(columns, zip(*cols))
+        # (ndim, 4, k) -> (4, k, ndim): the four results as C-ordered (k, ndim) arrays
+        rows = np.array([m.pairs[:, idx[:, a]] for a, m in enumerate(mappers)], np.int64)
+        slab_start, slab_step, sel_start, count = np.ascontiguousarray(rows.transpose(1, 2, 0))
         slab_start[:, axis] += offsets
         return slab_start, slab_step, sel_start, count
     first = columns([m.bounds[idx[:, a]] for a, m in enumerate(mappers)])
