@@ -133,9 +133,11 @@ FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--use-angle=swiftshader", "--enable-unsafe-swiftshader"]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
-    """Headless Chromium (Debian's, driven by playwright), or a skip saying why there is none."""
+    """Headless Chromium (Debian's, driven by playwright), or a skip saying why there is none.
+    Per module: playwright's sync API keeps an event loop running in the main thread while it
+    is open, which the async tests of other modules (zarr's StoreTests) cannot run beside."""
     try:
         from playwright.sync_api import Error, sync_playwright
     except ImportError:

@@ -1,14 +1,21 @@
-"""Zarr v3 on ngshard: ``PrecomputedStore`` (a zarr-python Store over a precomputed volume),
-imported lazily so that ``import ngshard`` does not import zarr-python."""
+"""Zarr arrays (v3, sharded with ``sharding_indexed`` or not, and v2): numpy reads, writes
+at once, staged changes, and their encoded chunks for conversion; ``PrecomputedStore``, a
+zarr-python Store over a precomputed volume.
+
+``import ngshard.zarr`` stays light: zarr-python is imported only by ``PrecomputedStore``.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["PrecomputedStore"]
+from .array import StagedZarrArray, ZarrArray, create_array, open_array
+
+__all__ = ["PrecomputedStore", "StagedZarrArray", "ZarrArray", "create_array", "open_array"]
 
 
 def __getattr__(name: str) -> Any:
+    # the zarr-python Store over a precomputed volume imports zarr-python: on first use only
     if name == "PrecomputedStore":
         from .store import PrecomputedStore
 
