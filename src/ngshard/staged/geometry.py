@@ -16,6 +16,7 @@ stored chunks) is virtual, and a stored chunk lies on it at offset ``id * chunk[
 from __future__ import annotations
 
 import math
+import mmap
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,6 +26,26 @@ from ..errors import SpecError
 FULL = 0  # the slab of the fill value: one read-only chunk, broadcast
 BASE = 1  # the stored chunks, read on demand through the chunk source
 FIRST_STAGED = 2  # staged slabs: writable numpy arrays of decoded chunks
+
+# Zeroed slabs of at least this many bytes are mapped fresh from the system, and from this
+# many on asked to be backed by huge pages (see :func:`zeroed`).
+MAPPED_BYTES = 128 << 10
+HUGE_BYTES = 2 << 20
+
+
+def zeroed(shape: tuple[int, ...], dtype: np.dtype, order: str) -> np.ndarray:
+    """An array of zeros. A large one is an anonymous private mapping of its own: its pages
+    come zeroed from the system as they are first written, and go back to it when the array
+    is dropped. (``np.zeros`` takes such memory from the C heap once the heap has grown, as
+    after the slabs of a commit were freed, and then zeroes every page up front: for a new
+    chunk that a small box is written into, about three times the cost of the whole write.)"""
+    nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+    if nbytes < MAPPED_BYTES or not hasattr(mmap, "MAP_ANONYMOUS"):
+        return np.zeros(shape, dtype, order=order)
+    memory = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if nbytes >= HUGE_BYTES and hasattr(mmap, "MADV_HUGEPAGE"):
+        memory.madvise(mmap.MADV_HUGEPAGE)
+    return np.ndarray(shape, dtype, buffer=memory, order=order)
 
 
 def columns(arrays) -> np.ndarray:
@@ -112,9 +133,11 @@ class Geometry:
     def new_slab(self, n: int, dtype: np.dtype, zeros: bool = False,
                  order: str | None = None) -> np.ndarray:
         """A slab of ``n`` chunks, uninitialised or all zeros (which costs nothing more for
-        large slabs: the pages come zeroed from the system)."""
+        large slabs: the pages come zeroed from the system, see :func:`zeroed`)."""
         order = order or self.order
-        return (np.zeros if zeros else np.empty)(self.slab_shape(n, order), dtype, order=order)
+        if zeros:
+            return zeroed(self.slab_shape(n, order), dtype, order)
+        return np.empty(self.slab_shape(n, order), dtype, order=order)
 
     def box_indices(self, sizes: tuple[int, ...]) -> np.ndarray:
         """(prod(sizes), ndim): every index into a box of ``sizes``, in C order."""

@@ -97,9 +97,12 @@ class SlabMap:
         if len(rows) > 1 and (rows[1:, 0] < rows[:-1, 0]).any():
             rows = rows[np.argsort(rows[:, 0])]
         self.version += 1
-        default_slabs, default_offsets = self._defaults(rows[:, 0])
-        default = (rows[:, 1] == default_slabs) & (rows[:, 2] == default_offsets) & \
-            (rows[:, 3] == 0)
+        if (rows[:, 1] >= FIRST_STAGED).all():  # staged chunks never lie where by default
+            default = np.zeros(len(rows), bool)
+        else:
+            default_slabs, default_offsets = self._defaults(rows[:, 0])
+            default = (rows[:, 1] == default_slabs) & (rows[:, 2] == default_offsets) & \
+                (rows[:, 3] == 0)
         table = self._table
         at = np.searchsorted(table[:, 0], rows[:, 0])
         hit = at < len(table)
