@@ -134,7 +134,7 @@ def _slices(start: np.ndarray, count: np.ndarray, step: np.ndarray) -> list[tupl
     may iterate such an axis innermost)."""
     if len(start) <= FEW_ROWS:
         starts, counts, steps = start.tolist(), count.tolist(), step.tolist()
-        single = [all(n == 1 for n in col) for col in zip(*counts)]
+        single = [max(col) == 1 for col in zip(*counts)]  # counts are >= 1
         return [tuple(a if one else slice(a, a + (n - 1) * s + 1, s)
                       for a, n, s, one in zip(a_row, n_row, s_row, single))
                 for a_row, n_row, s_row in zip(starts, counts, steps)]

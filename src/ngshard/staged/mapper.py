@@ -52,6 +52,8 @@ class IndexChunkMapper:
         chunk's pair with one index rather than four.
     heads : (2, m) int64
         ``chunks`` and ``whole`` as the rows of one array, likewise.
+    one_pair : bool
+        One pair per chunk (a slice or an integer; an array of points may have more).
     """
 
     def __init__(self, selection: AxisSelection, size: int, chunk: int) -> None:
@@ -68,6 +70,7 @@ class IndexChunkMapper:
             self.heads = np.array([self.chunks, self.whole], np.int64)
         for array in vars(self).values():  # shared by every plan of the same selection
             array.flags.writeable = False
+        self.one_pair = len(self.local) == len(self.chunks)
 
     def _progression(self, selection: AxisSelection, size: int, chunk: int) -> None:
         """Points ``first + step * k``: one pair per chunk, by arithmetic over the chunks."""

@@ -136,8 +136,10 @@ def touch(geometry: Geometry, slabmap: SlabMap, selection: Selection) -> Touched
     if 0 in sizes:
         return None
     idx = geometry.box_indices(tuple(sizes))
-    # (ndim, 2, k): each chunk's index along each axis and whether it is whole there
-    heads = np.array([m.heads[:, idx[:, a]] for a, m in enumerate(mappers)], np.int64)
+    # (ndim, 2, k): each chunk's index along each axis and whether it is whole there (one
+    # chunk: the mappers' own tables)
+    heads = np.array([m.heads for m in mappers] if len(idx) == 1 else
+                     [m.heads[:, idx[:, a]] for a, m in enumerate(mappers)], np.int64)
     positions = np.ascontiguousarray(heads[:, 0].T)
     ids = geometry.ids(positions)
     slabs, offsets, dirty = slabmap.lookup(ids, positions)
@@ -152,7 +154,7 @@ def _by_slab(plan: Plan, t: Touched, slabs: np.ndarray, offsets: np.ndarray):
         slab = int(slabs[0])
         box = tuple(len(m) for m in t.mappers)
         whole_box = len(t.idx) == math.prod(box)
-        single = all(len(m.local) == len(m) for m in t.mappers)
+        single = all(m.one_pair for m in t.mappers)
         box = box if single and whole_box else None
         yield (slab, *selection_rows(t.mappers, t.idx, offsets, plan.axis(slab)), box)
         return

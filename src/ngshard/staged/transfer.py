@@ -89,9 +89,12 @@ def selection_rows(mappers: Sequence[IndexChunkMapper], idx: np.ndarray, offsets
         (rows, ndim) each; rows of one chunk are adjacent, in chunk order.
     """
     k, ndim = idx.shape
-    if all(len(m.local) == len(m.chunks) for m in mappers):  # one pair per chunk and axis
-        # (ndim, 4, k) -> (4, k, ndim): the four results as C-ordered (k, ndim) arrays
-        rows = np.array([m.pairs[:, idx[:, a]] for a, m in enumerate(mappers)], np.int64)
+    if all(m.one_pair for m in mappers):  # one pair per chunk and axis
+        # (ndim, 4, k) -> (4, k, ndim): the four results as C-ordered (k, ndim) arrays (one
+        # chunk of one-chunk mappers: their own tables)
+        rows = np.array([m.pairs for m in mappers] if k == 1 and all(
+            len(m) == 1 for m in mappers) else
+            [m.pairs[:, idx[:, a]] for a, m in enumerate(mappers)], np.int64)
         slab_start, slab_step, sel_start, count = np.ascontiguousarray(rows.transpose(1, 2, 0))
         slab_start[:, axis] += offsets
         return slab_start, slab_step, sel_start, count
