@@ -16,7 +16,7 @@ import ngshard
 from ngshard.sharded.inputs import value_arrays
 from ngshard.sharded.staging import LARGE_VALUE, Staging
 from ngshard.staged import MemoryChunks, StagedChangesArray, normalize
-from ngshard.staged.geometry import Geometry, columns
+from ngshard.staged.geometry import Geometry, columns, zeroed
 from ngshard.staged.mapper import IndexChunkMapper
 from ngshard.staged.slabmap import SlabMap
 from ngshard.volume import create_volume, open_volume
@@ -174,3 +174,13 @@ def test_columns_and_box_indices_match_numpy():
     for sizes in [(1, 1, 1), (2, 1, 3), (0, 2, 2)]:
         np.testing.assert_array_equal(g.box_indices(sizes),
                                       np.indices(sizes).reshape(3, -1).T)
+
+
+@pytest.mark.parametrize("order", "CF")
+def test_zeroed_slabs_small_and_mapped_are_writable_zeros_in_their_order(order):
+    for shape in [(4, 5, 6), (64, 64, 64, 9)]:  # np.zeros; a fresh mapping (> 2 MiB)
+        a = zeroed(shape, np.dtype("uint16"), order)
+        assert a.shape == shape and a.dtype == np.uint16 and not a.any()
+        assert a.flags.c_contiguous if order == "C" else a.flags.f_contiguous
+        a[1, 2, 3] = 7
+        assert a.sum() == 7

@@ -27,23 +27,23 @@ FULL = 0  # the slab of the fill value: one read-only chunk, broadcast
 BASE = 1  # the stored chunks, read on demand through the chunk source
 FIRST_STAGED = 2  # staged slabs: writable numpy arrays of decoded chunks
 
-# Zeroed slabs of at least this many bytes are mapped fresh from the system, and from this
-# many on asked to be backed by huge pages (see :func:`zeroed`).
-MAPPED_BYTES = 128 << 10
-HUGE_BYTES = 2 << 20
+# Zeroed slabs of at least this many bytes (a huge page) are mapped fresh from the system,
+# backed by huge pages (see :func:`zeroed`).
+MAPPED_BYTES = 2 << 20
 
 
 def zeroed(shape: tuple[int, ...], dtype: np.dtype, order: str) -> np.ndarray:
-    """An array of zeros. A large one is an anonymous private mapping of its own: its pages
-    come zeroed from the system as they are first written, and go back to it when the array
-    is dropped. (``np.zeros`` takes such memory from the C heap once the heap has grown, as
-    after the slabs of a commit were freed, and then zeroes every page up front: for a new
-    chunk that a small box is written into, about three times the cost of the whole write.)"""
+    """An array of zeros. A large one is an anonymous private mapping of its own, asked to
+    be backed by huge pages: its pages come zeroed from the system as they are first written,
+    and go back to it when the array is dropped. (``np.zeros`` takes such memory from the C
+    heap once the heap has grown, as after the slabs of a commit were freed, and then zeroes
+    every page up front, in small pages: two to four times slower to fill.) Small ones come
+    from ``np.zeros``: a fresh mapping of its own costs more than it saves there."""
     nbytes = math.prod(shape) * np.dtype(dtype).itemsize
     if nbytes < MAPPED_BYTES or not hasattr(mmap, "MAP_ANONYMOUS"):
         return np.zeros(shape, dtype, order=order)
     memory = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    if nbytes >= HUGE_BYTES and hasattr(mmap, "MADV_HUGEPAGE"):
+    if hasattr(mmap, "MADV_HUGEPAGE"):
         memory.madvise(mmap.MADV_HUGEPAGE)
     return np.ndarray(shape, dtype, buffer=memory, order=order)
 
