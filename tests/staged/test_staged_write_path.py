@@ -182,5 +182,5 @@ def test_zeroed_slabs_small_and_mapped_are_writable_zeros_in_their_order(order):
         a = zeroed(shape, np.dtype("uint16"), order)
         assert a.shape == shape and a.dtype == np.uint16 and not a.any()
         assert a.flags.c_contiguous if order == "C" else a.flags.f_contiguous
-        a[1, 2, 3] = 7
+        a[(1,) * a.ndim] = 7
         assert a.sum() == 7
