@@ -108,9 +108,9 @@ class Case:
             "tensorstore misreads ngshard's volume"
 
 
-def row(label: str, ng_fn, ts_fn, repeat: int) -> None:
-    report(label, take_turns({"ngshard": ng_fn, "tensorstore, one transaction": ts_fn},
-                             repeat))
+def row(label: str, ng_fn, ts_fn, repeat: int, peer: str = "tensorstore, one transaction"
+        ) -> None:
+    report(label, take_turns({"ngshard": ng_fn, peer: ts_fn}, repeat))
 
 
 def bench_slices(work: str, dtype: str, encoding: str, repeat: int) -> None:
@@ -150,9 +150,9 @@ def bench_whole(work: str, dtype: str, encoding: str, repeat: int) -> None:
 
     case.ng_write(pieces), ts_whole(), case.check(data)
     row(f"{dtype} {encoding}: whole 512^3 write, commit", lambda: case.ng_write(pieces),
-        ts_whole, repeat)
+        ts_whole, repeat, "tensorstore")
     row(f"{dtype} {encoding}: whole 512^3 read", lambda: ngshard.open_volume(case.ours)[:],
-        lambda: case.ts_open().read().result(), repeat)
+        lambda: case.ts_open().read().result(), repeat, "tensorstore")
 
 
 BENCHES = {"slices": bench_slices, "boxes": bench_boxes, "whole": bench_whole}
