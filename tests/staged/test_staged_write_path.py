@@ -16,6 +16,7 @@ import ngshard
 from ngshard.sharded.inputs import value_arrays
 from ngshard.sharded.staging import LARGE_VALUE, Staging
 from ngshard.staged import MemoryChunks, StagedChangesArray, normalize
+from ngshard.staged.copy import _copy_runs
 from ngshard.staged.geometry import Geometry, columns, zeroed
 from ngshard.staged.mapper import IndexChunkMapper
 from ngshard.staged.slabmap import SlabMap
@@ -184,3 +185,31 @@ def test_zeroed_slabs_small_and_mapped_are_writable_zeros_in_their_order(order):
         assert a.flags.c_contiguous if order == "C" else a.flags.f_contiguous
         a[(1,) * a.ndim] = 7
         assert a.sum() == 7
+
+
+def tiling(slab: np.ndarray, z: int) -> np.ndarray:
+    """The z-plane of a Fortran slab of 16^3 chunks as a 4 x 8 tiling (x chunk, x, y chunk,
+    y): chunk (i, j) is chunk 8 * i + j of the slab."""
+    s = slab.strides
+    return np.lib.stride_tricks.as_strided(slab[:, :, z, 0], (4, 16, 8, 16),
+                                           (8 * s[3], s[0], s[3], s[1]))
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "uint32"])
+def test_strided_copies_of_many_short_runs_match_numpy(dtype):
+    """A z-slice, x fastest, onto Fortran slabs: every chunk's rows are short contiguous runs
+    on both sides, copied as wide items; the result is numpy's."""
+    image = np.random.default_rng(4).integers(0, 200, (128, 64), dtype=dtype)  # (y, x)
+    value = image.T  # (x, y), x fastest
+    it = value.itemsize
+    src = np.lib.stride_tricks.as_strided(value, (4, 16, 8, 16), (16 * it, it, 128 * it,
+                                                                   64 * it))
+    slab = np.zeros((16, 16, 16, 32), dtype, order="F")
+    expect = slab.copy(order="F")
+    tiling(expect, 5)[...] = src
+    _copy_runs(tiling(slab, 5), src)
+    np.testing.assert_array_equal(slab, expect)
+    assert slab.any()
+    dst = tiling(slab, 6)
+    _copy_runs(dst, np.broadcast_to(np.array(7, dtype), dst.shape))  # no runs: numpy's copy
+    assert (dst == 7).all() and (slab[:, :, 6] == 7).all()
