@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from functools import lru_cache
 
 import numpy as np
 
 from ..threads import pmap
+from .geometry import box_indices
 from .transfer import TransferPlan
 
 # Rows of up to SMALL_ROW points are copied together by fancy indexing when there are at least
@@ -79,7 +79,7 @@ def _copy_tiling(src: np.ndarray, dst: np.ndarray, plan: TransferPlan) -> bool:
     if (count != count[0]).any() or (plan.src_step != plan.src_step[0]).any() or \
             (plan.dst_step != plan.dst_step[0]).any():
         return False
-    index = _box_index(box)  # the rows' chunk index in the box
+    index = box_indices(box)  # the rows' chunk index in the box
     # row of the unit step along each box axis (the first row where a longer axis has none)
     unit_rows = [math.prod(box[a + 1:]) if n > 1 else 0 for a, n in enumerate(box)]
     views = []
@@ -91,15 +91,6 @@ def _copy_tiling(src: np.ndarray, dst: np.ndarray, plan: TransferPlan) -> bool:
         views.append(_tiling_view(arr, start[0], units, count[0], step, box))
     _copy_runs(views[1], views[0])
     return True
-
-
-@lru_cache(maxsize=64)
-def _box_index(box: tuple[int, ...]) -> np.ndarray:
-    """(prod(box), ndim): the index of every chunk of a box, in C order (read-only: shared
-    by the transfers of every assignment over a box of that shape)."""
-    index = np.indices(box).reshape(len(box), -1).T
-    index.flags.writeable = False
-    return index
 
 
 def _copy_runs(dst: np.ndarray, src: np.ndarray) -> None:

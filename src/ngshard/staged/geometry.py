@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import mmap
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -46,6 +47,15 @@ def zeroed(shape: tuple[int, ...], dtype: np.dtype, order: str) -> np.ndarray:
     if hasattr(mmap, "MADV_HUGEPAGE"):
         memory.madvise(mmap.MADV_HUGEPAGE)
     return np.ndarray(shape, dtype, buffer=memory, order=order)
+
+
+@lru_cache(maxsize=256)
+def box_indices(sizes: tuple[int, ...]) -> np.ndarray:
+    """(prod(sizes), ndim): every index into a box of ``sizes``, in C order; read-only,
+    shared by every plan over a box of that shape (a loop of assignments repeats them)."""
+    index = np.indices(sizes).reshape(len(sizes), -1).T
+    index.flags.writeable = False
+    return index
 
 
 def columns(arrays) -> np.ndarray:
@@ -138,12 +148,6 @@ class Geometry:
         if zeros:
             return zeroed(self.slab_shape(n, order), dtype, order)
         return np.empty(self.slab_shape(n, order), dtype, order=order)
-
-    def box_indices(self, sizes: tuple[int, ...]) -> np.ndarray:
-        """(prod(sizes), ndim): every index into a box of ``sizes``, in C order."""
-        if math.prod(sizes) == 1:  # one chunk: the common small assignment
-            return np.zeros((1, len(sizes)), np.int64)
-        return np.indices(sizes).reshape(len(sizes), -1).T
 
     def chunk_view(self, slab: np.ndarray, offset: int, extent, axis: int) -> np.ndarray:
         """The part inside the array (``extent``) of the chunk at ``offset`` of ``slab``,

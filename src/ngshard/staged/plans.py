@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .geometry import BASE, FIRST_STAGED, FULL, Geometry
+from .geometry import BASE, FIRST_STAGED, FULL, Geometry, box_indices
 from .indexing import Selection
 from .mapper import IndexChunkMapper, mapper
 from .slabmap import SlabMap
@@ -135,7 +135,7 @@ def touch(geometry: Geometry, slabmap: SlabMap, selection: Selection) -> Touched
     sizes = [len(m) for m in mappers]
     if 0 in sizes:
         return None
-    idx = geometry.box_indices(tuple(sizes))
+    idx = box_indices(tuple(sizes))
     # (ndim, 2, k): each chunk's index along each axis and whether it is whole there (one
     # chunk: the mappers' own tables)
     heads = np.array([m.heads for m in mappers] if len(idx) == 1 else
