@@ -1,7 +1,7 @@
 """Benchmark of staged writes into sharded precomputed volumes: ngshard beside tensorstore
 writing the same pieces inside one ``ts.Transaction()`` and committing it, one process.
 
-    python tools/bench_staged.py [--repeat 3] [--only slices,boxes,whole]
+    python tools/bench_staged.py [--repeat 3] [--only slices,boxes,whole] [--dtypes uint8,uint32]
 
 1. slices: 128 z-slices of 512x512 written one at a time into a 512x512x128 volume with 64^3
    chunks, then committed (the image-stack-to-volume job: each slice is an image of its own,
@@ -11,20 +11,22 @@ writing the same pieces inside one ``ts.Transaction()`` and committing it, one p
 
 Each for uint8 raw and uint32 compressed_segmentation, one shard, chunk data stored as it is
 (``data_encoding`` raw). Both libraries get the same memory: tensorstore a 1 GiB cache pool,
-ngshard its default 1 GiB of staged chunks. The libraries take turns; prints the median times
-and the median of the per-turn ratios (ngshard time over tensorstore time: below 1 is faster).
+ngshard its default 1 GiB of staged chunks; both fsync what they write (their defaults:
+tensorstore's ``file_io_sync``, ngshard's durable local storage), so BENCH_FSYNC does not
+apply here. The libraries take turns (``benchlib.take_turns``: the first of a turn rotates, and
+the page cache is synced before each timed call); prints the median times and the median of
+the per-turn ratios with their range (ngshard time over tensorstore time: below 1 is faster).
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
-import statistics
 import tempfile
-import time
 
 import numpy as np
 import tensorstore as ts
+from benchlib import header, report, summary, take_turns
 
 import ngshard
 from ngshard.volume import auto_sharding
@@ -32,20 +34,6 @@ from ngshard.volume import auto_sharding
 CACHE_BYTES = 1 << 30
 CASES = {"uint8 raw": ("uint8", "raw"),
          "uint32 compressed_segmentation": ("uint32", "compressed_segmentation")}
-
-
-def timed(fns: list, repeat: int) -> tuple[list[float], list[float]]:
-    """Each function ``repeat`` times, taking turns (a machine whose speed drifts slows both
-    alike). Returns the median time of each and the median over the turns of the first one's
-    time over each one's."""
-    times = [[] for _ in fns]
-    for _ in range(repeat):
-        for fn, mine in zip(fns, times):
-            t = time.perf_counter()
-            fn()
-            mine.append(time.perf_counter() - t)
-    ratios = [statistics.median(a / b for a, b in zip(times[0], other)) for other in times]
-    return [statistics.median(t) for t in times], ratios
 
 
 def sample(dtype: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
@@ -120,10 +108,9 @@ class Case:
             "tensorstore misreads ngshard's volume"
 
 
-def row(label: str, ng_fn, ts_fn, repeat: int) -> None:
-    (t_ng, t_ts), (_, ratio) = timed([ng_fn, ts_fn], repeat)
-    print(f"  {label:<34} ngshard {t_ng:8.3f} s   tensorstore {t_ts:8.3f} s   "
-          f"ratio {ratio:5.2f}", flush=True)
+def row(label: str, ng_fn, ts_fn, repeat: int, peer: str = "tensorstore, one transaction"
+        ) -> None:
+    report(label, take_turns({"ngshard": ng_fn, peer: ts_fn}, repeat))
 
 
 def bench_slices(work: str, dtype: str, encoding: str, repeat: int) -> None:
@@ -134,7 +121,7 @@ def bench_slices(work: str, dtype: str, encoding: str, repeat: int) -> None:
     pieces = [((slice(None), slice(None), z), image.T[:, :, None])
               for z, image in enumerate(images)]
     case.ng_write(pieces), case.ts_write(pieces), case.check(data)
-    row("128 z-slices of 512x512, commit", lambda: case.ng_write(pieces),
+    row(f"{dtype} {encoding}: 128 z-slices of 512x512, commit", lambda: case.ng_write(pieces),
         lambda: case.ts_write(pieces), repeat)
 
 
@@ -149,7 +136,7 @@ def bench_boxes(work: str, dtype: str, encoding: str, repeat: int) -> None:
     for index, value in pieces:
         expect[index] = value
     case.ng_write(pieces), case.ts_write(pieces), case.check(expect)
-    row("1,000 random 8^3 boxes, commit", lambda: case.ng_write(pieces),
+    row(f"{dtype} {encoding}: 1,000 random 8^3 boxes, commit", lambda: case.ng_write(pieces),
         lambda: case.ts_write(pieces), repeat)
 
 
@@ -162,9 +149,10 @@ def bench_whole(work: str, dtype: str, encoding: str, repeat: int) -> None:
         case.ts_open(create=True).write(data).result()
 
     case.ng_write(pieces), ts_whole(), case.check(data)
-    row("whole 512^3 write, commit", lambda: case.ng_write(pieces), ts_whole, repeat)
-    row("whole 512^3 read", lambda: ngshard.open_volume(case.ours)[:],
-        lambda: case.ts_open().read().result(), repeat)
+    row(f"{dtype} {encoding}: whole 512^3 write, commit", lambda: case.ng_write(pieces),
+        ts_whole, repeat, "tensorstore")
+    row(f"{dtype} {encoding}: whole 512^3 read", lambda: ngshard.open_volume(case.ours)[:],
+        lambda: case.ts_open().read().result(), repeat, "tensorstore")
 
 
 BENCHES = {"slices": bench_slices, "boxes": bench_boxes, "whole": bench_whole}
@@ -175,15 +163,21 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--only", default=",".join(BENCHES),
                     help="comma-separated subset of: " + ", ".join(BENCHES))
+    ap.add_argument("--dtypes", default="uint8,uint32",
+                    help="comma-separated subset of: uint8 (raw), uint32 (compressed_segmentation)")
     args = ap.parse_args()
+    header(__doc__.splitlines()[0])
     work = tempfile.mkdtemp(prefix="ngshard-stagedbench-")
     try:
         for name in args.only.split(","):
             for label, (dtype, encoding) in CASES.items():
+                if dtype not in args.dtypes.split(","):
+                    continue
                 print(f"{name}: {label}, 64^3 chunks, one shard", flush=True)
                 BENCHES[name](work, dtype, encoding, args.repeat)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    summary("tools/bench_staged.py")
 
 
 if __name__ == "__main__":

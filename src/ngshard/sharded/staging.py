@@ -1,7 +1,10 @@
 """Staged changes of a sharded store, bounded in memory by spilling to per-shard files.
 
 Changes (a value, or None for a deletion) arrive one at a time (a dict) or in batches: keys as
-a uint64 array, the values copied into one byte buffer, so no Python object per value is kept.
+a uint64 array, the values copied once into a numpy byte block per batch, so no Python object
+per value is kept. (Numpy blocks, not a growing bytearray or ``b"".join``: numpy backs large
+arrays with huge pages, and the page faults of a fresh 4 KiB-paged buffer cost several times
+the copy itself.)
 Past ``limit_bytes`` (the values plus 48 bytes per key, what a key costs while spilling)
 everything in memory is sorted by shard and key and appended to the spill files (``spill.py``)
 as one run per shard, and nothing per key stays in memory. Later changes win: spilled runs are
@@ -28,6 +31,9 @@ from .spill import SpillFiles
 # spilling does.
 KEY_BYTES = 48
 _HASH_BLOCK = 1 << 20
+# Values of at least this many bytes on average are worth a Python step each: a batch of them
+# is laid out in shard order, and they are copied one slice each between blocks.
+LARGE_VALUE = 4096
 
 
 def _starts(lengths: np.ndarray) -> np.ndarray:
@@ -52,7 +58,7 @@ class Staging:
         self._dict: dict[int, bytes | None] = {}
         self._keys: list[np.ndarray] = []
         self._lengths: list[np.ndarray] = []
-        self._data = bytearray()  # the values of the batches, back to back
+        self._blocks: list[np.ndarray] = []  # the values of the batches, back to back (uint8)
         self._mem_bytes = 0
         self.spilled_files = SpillFiles(spec, spill_dir)
         self.version = 0  # counts changes, so a plan can tell it still fits
@@ -79,7 +85,21 @@ class Staging:
             for key, value in zip(keys.tolist(), values):
                 self.set(key, value)
             return
-        self._add(keys, _lengths(values), b"".join(values))
+        lengths = _lengths(values)
+        total = int(lengths.sum())
+        if len(values) > 1 and total >= LARGE_VALUE * len(values):
+            # in the order a commit takes them (shard, minishard, key; repeated keys keep
+            # their order): a shard's values are then one run of the block, written as is
+            order = np.lexsort((keys, self._placement(keys)))
+            keys, lengths = keys[order], lengths[order]
+            values = [values[i] for i in order.tolist()]
+        block = np.empty(total, np.uint8)
+        view, end = memoryview(block), 0
+        for value in values:  # one copy of each value, straight into the block
+            n = len(value)
+            view[end:end + n] = value
+            end += n
+        self._add(keys, lengths, block, owned=True)
 
     def set_arrays(self, keys: np.ndarray, values: Values) -> None:
         """Stage ``len(keys)`` values given as :class:`~.inputs.Values`, a part at a time
@@ -97,12 +117,14 @@ class Staging:
             self._add(keys[first:last], lengths, values.data[a:a + int(lengths.sum())])
             first = last
 
-    def _add(self, keys: np.ndarray, lengths: np.ndarray, data) -> None:
+    def _add(self, keys: np.ndarray, lengths: np.ndarray, data, owned: bool = False) -> None:
+        """Stage a batch; ``owned``: ``data`` is a uint8 array nobody else holds (kept as it
+        is, else copied)."""
         self.version += 1
         self._fold_dict()
         self._keys.append(keys)
         self._lengths.append(lengths)
-        self._data += memoryview(data)  # (+= on an array would be numpy's addition)
+        self._blocks.append(data if owned else np.frombuffer(data, np.uint8).copy())
         self._mem_bytes += len(data) + KEY_BYTES * len(keys)
         if self._mem_bytes > self.limit_bytes:
             self.spill()
@@ -112,7 +134,8 @@ class Staging:
             values = list(self._dict.values())
             self._keys.append(np.fromiter(self._dict, np.uint64, count=len(self._dict)))
             self._lengths.append(_lengths(values))
-            self._data += b"".join(v for v in values if v is not None)
+            self._blocks.append(np.frombuffer(b"".join(v for v in values if v is not None),
+                                              np.uint8))
             self._dict = {}
 
     def _memory(self, fold: bool = True) -> tuple[np.ndarray, np.ndarray]:
@@ -126,6 +149,32 @@ class Staging:
         if not self._keys:
             return np.zeros(0, np.uint64), np.zeros(0, np.int64)
         return self._keys[0], self._lengths[0]
+
+    def _data(self) -> np.ndarray:
+        """The values in memory back to back, as one uint8 array (the blocks joined once)."""
+        if len(self._blocks) != 1:
+            self._blocks = [np.concatenate(self._blocks) if self._blocks
+                            else np.zeros(0, np.uint8)]
+        return self._blocks[0]
+
+    def _values(self, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+        """The values at ``starts`` (among all blocks) of ``sizes`` bytes, back to back as one
+        uint8 array: a view where they lie so in one block already (blocks never change),
+        large values copied one slice each from their blocks, small ones gathered."""
+        bounds = np.cumsum([0, *map(len, self._blocks)])
+        block = np.searchsorted(bounds, starts, side="right") - 1
+        if len(starts) and (block == block[0]).all() and \
+                (starts[1:] == starts[:-1] + sizes[:-1]).all():
+            first = int(starts[0] - bounds[block[0]])
+            return self._blocks[int(block[0])][first:first + int(sizes.sum())]
+        if len(self._blocks) == 1 or sizes.sum() < LARGE_VALUE * len(sizes):
+            return gather(self._data(), starts, sizes)
+        out = np.empty(int(sizes.sum()), np.uint8)
+        at = 0
+        for b, s, n in zip(block.tolist(), (starts - bounds[block]).tolist(), sizes.tolist()):
+            out[at:at + n] = self._blocks[b][s:s + n]
+            at += n
+        return out
 
     def __bool__(self) -> bool:
         return bool(self._dict) or bool(self._keys) or bool(self.spilled_files)
@@ -146,7 +195,7 @@ class Staging:
             i = int(hits[-1])
             n = int(mem_lengths[i])
             start = int(_starts(mem_lengths[:i + 1])[-1]) if n >= 0 else 0
-            return True, None if n < 0 else bytes(self._data[start:start + n])
+            return True, None if n < 0 else self._data()[start:start + n].tobytes()
         found = self.lookup_many(np.array([key], np.uint64)) if self.spilled_files else {}
         return (True, found[key]) if key in found else (False, None)
 
@@ -157,9 +206,9 @@ class Staging:
         pick = last_wins(mem_keys)
         in_memory = member(keys, mem_keys[pick])
         hits = pick[np.searchsorted(mem_keys[pick], keys[in_memory])]
-        data = self._data
+        data = self._data()
         found: dict[int, bytes | None] = {
-            k: None if n < 0 else bytes(data[s:s + n]) for k, n, s in
+            k: None if n < 0 else data[s:s + n].tobytes() for k, n, s in
             zip(keys[in_memory].tolist(), mem_lengths[hits].tolist(), starts[hits].tolist())}
         rest = keys[~in_memory]
         if self.spilled_files and len(rest):
@@ -211,18 +260,14 @@ class Staging:
         bits = self.spec.minishard_bits
         nums = place[pick] >> place.dtype.type(bits)
         cuts = (np.flatnonzero(np.diff(nums)) + 1).tolist()
-        src = np.frombuffer(self._data, np.uint8) if with_data else None
-        try:
-            for a, b in zip([0, *cuts], [*cuts, len(pick)]):
-                group = pick[a:b]
-                g_lengths = lengths[group]
-                values = None
-                if with_data:
-                    is_set = g_lengths != DELETED
-                    values = gather(src, starts[group][is_set], g_lengths[is_set])
-                yield ShardChanges(int(nums[a]), keys[group], g_lengths, data=values)
-        finally:
-            del src  # the buffer may grow again once no view of it is left
+        for a, b in zip([0, *cuts], [*cuts, len(pick)]):
+            group = pick[a:b]
+            g_lengths = lengths[group]
+            values = None
+            if with_data:
+                is_set = g_lengths != DELETED
+                values = self._values(starts[group][is_set], g_lengths[is_set])
+            yield ShardChanges(int(nums[a]), keys[group], g_lengths, data=values)
 
     def _placement(self, keys: np.ndarray) -> np.ndarray:
         """(shard << minishard_bits) | minishard of each key, in the narrowest dtype (hashed
@@ -239,7 +284,7 @@ class Staging:
         self.version += 1
         self._dict = {}
         self._keys, self._lengths = [], []
-        self._data = bytearray()
+        self._blocks = []
         self._mem_bytes = 0
         self.spilled_files.clear()
 
@@ -251,7 +296,7 @@ class Staging:
             self.spilled_files.append(changes.shard, changes.keys, changes.lengths,
                                       changes.data)
         self._keys, self._lengths = [], []
-        self._data = bytearray()
+        self._blocks = []
         self._mem_bytes = 0
 
     def __del__(self) -> None:

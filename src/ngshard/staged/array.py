@@ -15,6 +15,7 @@ dropped; an assignment that alone would take more than half of it runs in pieces
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -103,7 +104,7 @@ class StagedChangesArray:
 
     @property
     def chunk_nbytes(self) -> int:
-        return int(np.prod(self.geometry.chunks)) * self.dtype.itemsize
+        return math.prod(self.geometry.chunks) * self.dtype.itemsize
 
     @property
     def nbytes_staged(self) -> int:

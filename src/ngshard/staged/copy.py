@@ -18,6 +18,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..threads import pmap
+from .geometry import box_indices
 from .transfer import TransferPlan
 
 # Rows of up to SMALL_ROW points are copied together by fancy indexing when there are at least
@@ -30,6 +31,7 @@ TRANSPOSED = 1 << 14  # points: rows this large between different layouts go in 
 TILED = 1 << 14  # points: rows up to this large (on average) may go as one regular tiling
 BLOCK = 16
 FEW_ROWS = 8  # rows up to this many are turned into indices in plain Python
+MANY_RUNS = 256  # contiguous runs from which a strided copy moves each as one wide item
 
 
 def copy_slices(src: np.ndarray, dst: np.ndarray, plan: TransferPlan, *,
@@ -77,7 +79,7 @@ def _copy_tiling(src: np.ndarray, dst: np.ndarray, plan: TransferPlan) -> bool:
     if (count != count[0]).any() or (plan.src_step != plan.src_step[0]).any() or \
             (plan.dst_step != plan.dst_step[0]).any():
         return False
-    index = np.indices(box).reshape(len(box), -1).T  # the rows' chunk index in the box
+    index = box_indices(box)  # the rows' chunk index in the box
     # row of the unit step along each box axis (the first row where a longer axis has none)
     unit_rows = [math.prod(box[a + 1:]) if n > 1 else 0 for a, n in enumerate(box)]
     views = []
@@ -87,8 +89,21 @@ def _copy_tiling(src: np.ndarray, dst: np.ndarray, plan: TransferPlan) -> bool:
         if (start != start[0] + index @ units).any():
             return False
         views.append(_tiling_view(arr, start[0], units, count[0], step, box))
-    views[1][...] = views[0]
+    _copy_runs(views[1], views[0])
     return True
+
+
+def _copy_runs(dst: np.ndarray, src: np.ndarray) -> None:
+    """``dst[...] = src``; where both hold many short contiguous runs along one axis (a
+    tiling of chunks: rows of a chunk, 64 bytes say), each run copied as one item of a wider
+    dtype: numpy's cost per run of a strided copy is then a fraction of what it was."""
+    item = dst.itemsize
+    for a, (n, d, s) in enumerate(zip(dst.shape, dst.strides, src.strides)):
+        if d == s == item and n > 1 and dst.size >= MANY_RUNS * n:
+            width = f"V{n * item}"
+            np.moveaxis(dst, a, -1).view(width)[...] = np.moveaxis(src, a, -1).view(width)
+            return
+    dst[...] = src
 
 
 def _tiling_view(arr: np.ndarray, first: np.ndarray, units: np.ndarray, count: np.ndarray,
@@ -134,7 +149,7 @@ def _slices(start: np.ndarray, count: np.ndarray, step: np.ndarray) -> list[tupl
     may iterate such an axis innermost)."""
     if len(start) <= FEW_ROWS:
         starts, counts, steps = start.tolist(), count.tolist(), step.tolist()
-        single = [all(n == 1 for n in col) for col in zip(*counts)]
+        single = [max(col) == 1 for col in zip(*counts)]  # counts are >= 1
         return [tuple(a if one else slice(a, a + (n - 1) * s + 1, s)
                       for a, n, s, one in zip(a_row, n_row, s_row, single))
                 for a_row, n_row, s_row in zip(starts, counts, steps)]

@@ -16,7 +16,9 @@ stored chunks) is virtual, and a stored chunk lies on it at offset ``id * chunk[
 from __future__ import annotations
 
 import math
+import mmap
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -25,6 +27,42 @@ from ..errors import SpecError
 FULL = 0  # the slab of the fill value: one read-only chunk, broadcast
 BASE = 1  # the stored chunks, read on demand through the chunk source
 FIRST_STAGED = 2  # staged slabs: writable numpy arrays of decoded chunks
+
+# Zeroed slabs of at least this many bytes (a huge page) are mapped fresh from the system,
+# backed by huge pages (see :func:`zeroed`).
+MAPPED_BYTES = 2 << 20
+
+
+def zeroed(shape: tuple[int, ...], dtype: np.dtype, order: str) -> np.ndarray:
+    """An array of zeros. A large one is an anonymous private mapping of its own, asked to
+    be backed by huge pages: its pages come zeroed from the system as they are first written,
+    and go back to it when the array is dropped. (``np.zeros`` takes such memory from the C
+    heap once the heap has grown, as after the slabs of a commit were freed, and then zeroes
+    every page up front, in small pages: two to four times slower to fill.) Small ones come
+    from ``np.zeros``: a fresh mapping of its own costs more than it saves there."""
+    nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+    if nbytes < MAPPED_BYTES or not hasattr(mmap, "MAP_ANONYMOUS"):
+        return np.zeros(shape, dtype, order=order)
+    memory = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        memory.madvise(mmap.MADV_HUGEPAGE)
+    return np.ndarray(shape, dtype, buffer=memory, order=order)
+
+
+@lru_cache(maxsize=256)
+def box_indices(sizes: tuple[int, ...]) -> np.ndarray:
+    """(prod(sizes), ndim): every index into a box of ``sizes``, in C order; read-only,
+    shared by every plan over a box of that shape (a loop of assignments repeats them)."""
+    index = np.indices(sizes).reshape(len(sizes), -1).T
+    index.flags.writeable = False
+    return index
+
+
+def columns(arrays) -> np.ndarray:
+    """1-D arrays of equal length as the int64 columns of one (k, n) C-ordered array (what
+    ``np.stack(arrays, axis=1)`` gives, at a fraction of its cost per call on the few rows
+    of a small assignment)."""
+    return np.ascontiguousarray(np.array(arrays, np.int64).T)
 
 
 @dataclass(frozen=True)
@@ -79,8 +117,7 @@ class Geometry:
         """(k, ndim) grid positions of chunk ids."""
         if not len(ids):
             return np.zeros((0, self.ndim), np.int64)
-        return np.stack(np.unravel_index(np.asarray(ids, np.int64), self.grid), axis=1
-                        ).astype(np.int64)
+        return columns(np.unravel_index(np.asarray(ids, np.int64), self.grid))
 
     def extents(self, positions: np.ndarray) -> np.ndarray:
         """(k, ndim) sizes of the chunks at ``positions``, clipped at the array's edge."""
@@ -106,9 +143,11 @@ class Geometry:
     def new_slab(self, n: int, dtype: np.dtype, zeros: bool = False,
                  order: str | None = None) -> np.ndarray:
         """A slab of ``n`` chunks, uninitialised or all zeros (which costs nothing more for
-        large slabs: the pages come zeroed from the system)."""
+        large slabs: the pages come zeroed from the system, see :func:`zeroed`)."""
         order = order or self.order
-        return (np.zeros if zeros else np.empty)(self.slab_shape(n, order), dtype, order=order)
+        if zeros:
+            return zeroed(self.slab_shape(n, order), dtype, order)
+        return np.empty(self.slab_shape(n, order), dtype, order=order)
 
     def chunk_view(self, slab: np.ndarray, offset: int, extent, axis: int) -> np.ndarray:
         """The part inside the array (``extent``) of the chunk at ``offset`` of ``slab``,

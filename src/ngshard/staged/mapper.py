@@ -24,10 +24,13 @@ def mapper(selection: AxisSelection, size: int, chunk: int) -> IndexChunkMapper:
     return _progression_mapper(selection.start, selection.step, selection.count, size, chunk)
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=1024)
 def _progression_mapper(start: int, step: int, count: int, size: int, chunk: int
                         ) -> IndexChunkMapper:
     return IndexChunkMapper(AxisSelection(start, step, count), size, chunk)
+
+
+_ONE_CHUNK = np.array([0, 1], np.int64), np.ones(1, np.int64)  # bounds, pairs per chunk
 
 
 class IndexChunkMapper:
@@ -44,6 +47,13 @@ class IndexChunkMapper:
     local, step, start, count : (p,) int64
         Per pair: first point inside the chunk, step inside the chunk, first position in the
         selection (where the step is always 1), number of points.
+    pairs : (4, p) int64
+        ``local``, ``step``, ``start`` and ``count`` as the rows of one array: plans take a
+        chunk's pair with one index rather than four.
+    heads : (2, m) int64
+        ``chunks`` and ``whole`` as the rows of one array, likewise.
+    one_pair : bool
+        One pair per chunk (a slice or an integer; an array of points may have more).
     """
 
     def __init__(self, selection: AxisSelection, size: int, chunk: int) -> None:
@@ -55,8 +65,12 @@ class IndexChunkMapper:
             self.whole = self.pairs_per_chunk == 1
             self.whole &= self.count[self.bounds[:-1]] == np.minimum(
                 chunk, size - self.chunks * chunk)
+        if not hasattr(self, "pairs"):
+            self.pairs = np.array([self.local, self.step, self.start, self.count], np.int64)
+            self.heads = np.array([self.chunks, self.whole], np.int64)
         for array in vars(self).values():  # shared by every plan of the same selection
             array.flags.writeable = False
+        self.one_pair = len(self.local) == len(self.chunks)
 
     def _progression(self, selection: AxisSelection, size: int, chunk: int) -> None:
         """Points ``first + step * k``: one pair per chunk, by arithmetic over the chunks."""
@@ -65,11 +79,12 @@ class IndexChunkMapper:
         if first // chunk == last // chunk:  # one chunk (an integer, a short slice): one array
             j = first // chunk
             whole = n == min(chunk, size - j * chunk) and (step == 1 or n == 1)
-            (self.chunks, self.local, self.start, self.count, self.step, self.pairs_per_chunk,
-             self.whole) = np.array([[j], [first % chunk], [0], [n], [step], [1], [whole]],
-                                    np.int64)
-            self.whole = self.whole.astype(bool)
-            self.bounds = np.array([0, 1], np.int64)
+            # the tables first, the rest as views of their rows: fewer arrays to make
+            self.pairs = np.array([[first % chunk], [step], [0], [n]], np.int64)
+            self.heads = np.array([[j], [whole]], np.int64)
+            self.local, self.step, self.start, self.count = self.pairs
+            self.chunks, self.whole = self.heads[0], self.heads[1].astype(bool)
+            self.bounds, self.pairs_per_chunk = _ONE_CHUNK
             return
         chunks = np.arange(first // chunk, last // chunk + 1, dtype=np.int64)
         edges = chunks * chunk

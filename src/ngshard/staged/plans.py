@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .geometry import BASE, FIRST_STAGED, FULL, Geometry
+from .geometry import BASE, FIRST_STAGED, FULL, Geometry, box_indices
 from .indexing import Selection
 from .mapper import IndexChunkMapper, mapper
 from .slabmap import SlabMap
@@ -135,11 +135,15 @@ def touch(geometry: Geometry, slabmap: SlabMap, selection: Selection) -> Touched
     sizes = [len(m) for m in mappers]
     if 0 in sizes:
         return None
-    idx = np.indices(sizes).reshape(len(sizes), -1).T
-    positions = np.stack([m.chunks[idx[:, a]] for a, m in enumerate(mappers)], axis=1)
+    idx = box_indices(tuple(sizes))
+    # (ndim, 2, k): each chunk's index along each axis and whether it is whole there (one
+    # chunk: the mappers' own tables)
+    heads = np.array([m.heads for m in mappers] if len(idx) == 1 else
+                     [m.heads[:, idx[:, a]] for a, m in enumerate(mappers)], np.int64)
+    positions = np.ascontiguousarray(heads[:, 0].T)
     ids = geometry.ids(positions)
     slabs, offsets, dirty = slabmap.lookup(ids, positions)
-    whole = np.logical_and.reduce([m.whole[idx[:, a]] for a, m in enumerate(mappers)])
+    whole = heads[:, 1].all(axis=0)
     return Touched(mappers, idx, positions, ids, slabs, offsets, dirty, whole)
 
 
@@ -150,7 +154,7 @@ def _by_slab(plan: Plan, t: Touched, slabs: np.ndarray, offsets: np.ndarray):
         slab = int(slabs[0])
         box = tuple(len(m) for m in t.mappers)
         whole_box = len(t.idx) == math.prod(box)
-        single = all(len(m.local) == len(m) for m in t.mappers)
+        single = all(m.one_pair for m in t.mappers)
         box = box if single and whole_box else None
         yield (slab, *selection_rows(t.mappers, t.idx, offsets, plan.axis(slab)), box)
         return
@@ -205,43 +209,60 @@ class SetItemPlan(Plan):
                  orders: Sequence[str], value_order: str | None = None,
                  through: int | None = None) -> None:
         super().__init__(geometry, slabmap, orders)
-        self.value_shape, self.value_view = selection.result_shape, selection.view()
+        self.value_shape, self._selection = selection.result_shape, selection
         #: Chunks written through: (grid positions, start and count in the value), or None.
         self.through: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         t = touch(geometry, slabmap, selection)
         if t is None:
             return
-        slabs, offsets = t.slabs.copy(), t.offsets.copy()
+        slabs, offsets = t.slabs, t.offsets
         read_only = slabs < FIRST_STAGED
-        bulk = read_only & t.whole
-        if through is None or bulk.sum() < through:
-            bulk[:] = False
-        for partial in (True, False):
-            picked = np.flatnonzero(read_only & (t.whole != partial) & ~bulk)
-            if not len(picked):
-                continue
-            new, new_offsets = self._append(len(picked), None if partial else value_order)
-            if partial:  # the old chunk first
-                extents = geometry.extents(t.positions[picked])
-                for old in (FULL, BASE):
-                    mine = t.slabs[picked] == old
-                    if mine.any():
-                        self.transfers.append(chunk_rows(
-                            old, new, extents[mine], t.offsets[picked[mine]],
-                            new_offsets[mine], self.axis(old), self.axis(new)))
-            slabs[picked], offsets[picked] = new, new_offsets
-        if bulk.any():
+        any_read_only = bool(read_only.any())  # none: every chunk is staged already
+        bulk = read_only & t.whole if any_read_only and through is not None else None
+        if bulk is not None and bulk.sum() < through:
+            bulk = None
+        if any_read_only:
+            slabs, offsets = slabs.copy(), offsets.copy()
+            free = read_only if bulk is None else read_only & ~bulk
+            for partial in (True, False):
+                picked = np.flatnonzero(free & (t.whole != partial))
+                if not len(picked):
+                    continue
+                new, new_offsets = self._append(len(picked), None if partial else value_order)
+                if partial:  # the old chunk first
+                    extents = geometry.extents(t.positions[picked])
+                    for old in (FULL, BASE):
+                        mine = t.slabs[picked] == old
+                        if mine.any():
+                            self.transfers.append(chunk_rows(
+                                old, new, extents[mine], t.offsets[picked[mine]],
+                                new_offsets[mine], self.axis(old), self.axis(new)))
+                slabs[picked], offsets[picked] = new, new_offsets
+        staged_slabs, staged_offsets = slabs, offsets
+        if bulk is not None:
             _, _, sel, count = selection_rows(t.mappers, t.idx[bulk], offsets[bulk], 0)
             self.through = (t.positions[bulk], sel, count)
             slabs[bulk], offsets[bulk] = BASE, geometry.base_offsets(t.ids[bulk])
+            staged_slabs, staged_offsets = slabs[~bulk], offsets[~bulk]
             t = dataclasses.replace(t, idx=t.idx[~bulk])  # the staged ones, below
         if len(t.idx):
-            for slab, start, step, sel, count, box in _by_slab(self, t, slabs[~bulk],
-                                                               offsets[~bulk]):
+            for slab, start, step, sel, count, box in _by_slab(self, t, staged_slabs,
+                                                               staged_offsets):
                 self.transfers.append(TransferPlan(VALUE, slab, sel, start, count,
                                                    np.ones_like(step), step, box))
-        changed = read_only | ~t.dirty  # chunks staged and changed already stay as they are
-        self.updates = (t.ids[changed], slabs[changed], offsets[changed], ~bulk[changed])
+        # chunks staged and changed already stay as they are
+        changed = read_only | ~t.dirty
+        dirty = True if bulk is None else ~bulk
+        if changed.all():
+            self.updates = (t.ids, slabs, offsets, dirty)
+        else:
+            self.updates = (t.ids[changed], slabs[changed], offsets[changed],
+                            True if bulk is None else dirty[changed])
+
+    @property
+    def value_view(self) -> str:
+        """How the value maps onto the selection (printed; made only when asked)."""
+        return self._selection.view()
 
     def _summary(self) -> list[str]:
         parts = [f"value_shape={self.value_shape}", f"value_view={self.value_view}",

@@ -1,8 +1,9 @@
 """ResizePlan: a new shape (seed 003's resize), decided from shapes and the chunk map alone.
 
 - Chunks outside the new grid leave the map; staged slabs left holding nothing are dropped;
-  the stored ones are deleted (staged in the source, so a commit removes them, and a chunk
-  brought back by a later enlargement reads as the fill value, not as what storage held).
+  the stored ones, and staged ones the source may hold, are deleted (staged in the source,
+  so a commit removes them, and a chunk brought back by a later enlargement reads as the
+  fill value, not as what storage held).
 - Chunks new to the grid lie on the full slab: nothing is done for them.
 - Edge chunks, the last chunk along an axis in both shapes, change extent. Where stored edge
   chunks are clipped (precomputed) every changed one is rewritten; where they are whole (zarr)
@@ -54,9 +55,11 @@ class ResizePlan(Plan):
         self.new = new = geometry.resized(shape)
         old_grid, new_grid = np.array(geometry.grid), np.array(new.grid)
         common = np.minimum(old_grid, new_grid)
-        # stored chunks outside the new grid, and explicit entries of evicted ones there
+        # stored chunks outside the new grid, and every chunk with an entry there that the
+        # source may hold: evicted ones, and staged ones it held before (written through or
+        # back, then staged again); deleting a chunk the source lacks does nothing
         gone = box_difference(slabmap.base_box, new_grid)
-        entries = geometry.positions(slabmap.ids[slabmap.slabs == BASE])
+        entries = geometry.positions(slabmap.ids[slabmap.slabs != FULL])
         gone = np.concatenate([gone, entries[(entries >= new_grid).any(axis=1)]])
         edges = self._edges(geometry, new, common, clipped_edges)
         ids = geometry.ids(edges)

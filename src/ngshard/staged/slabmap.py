@@ -61,6 +61,8 @@ class SlabMap:
     def _defaults(self, ids: np.ndarray, positions: np.ndarray | None = None
                   ) -> tuple[np.ndarray, np.ndarray]:
         """(slab, offset) of chunks that hold no entry."""
+        if not self.base_box.all():  # nothing stored (a new array): all on the full slab
+            return np.full(len(ids), FULL, np.int32), np.zeros(len(ids), np.int64)
         if positions is None:
             positions = self.geometry.positions(ids)
         inside = (positions < self.base_box).all(axis=1) if len(ids) else np.zeros(0, bool)
@@ -70,14 +72,18 @@ class SlabMap:
     def lookup(self, ids: np.ndarray, positions: np.ndarray | None = None
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(slab index, offset, dirty) of each chunk id (``positions``: theirs, if known)."""
+        table = self._table
+        if not (len(table) and len(ids)):
+            slabs, offsets = self._defaults(ids, positions)
+            return slabs, offsets, np.zeros(len(ids), bool)
+        rows = table[np.minimum(np.searchsorted(table[:, 0], ids), len(table) - 1)]
+        hit = rows[:, 0] == ids
+        if hit.all():  # every chunk has an entry (staged ones, written again): no defaults
+            return rows[:, 1], rows[:, 2], rows[:, 3].astype(bool)
         slabs, offsets = self._defaults(ids, positions)
         dirty = np.zeros(len(ids), bool)
-        table = self._table
-        if len(table) and len(ids):
-            at = np.minimum(np.searchsorted(table[:, 0], ids), len(table) - 1)
-            hit = table[at, 0] == ids
-            rows = table[at[hit]]
-            slabs[hit], offsets[hit], dirty[hit] = rows[:, 1], rows[:, 2], rows[:, 3]
+        rows = rows[hit]
+        slabs[hit], offsets[hit], dirty[hit] = rows[:, 1], rows[:, 2], rows[:, 3]
         return slabs, offsets, dirty
 
     def assign(self, ids: np.ndarray, slabs: np.ndarray, offsets: np.ndarray,
@@ -91,9 +97,12 @@ class SlabMap:
         if len(rows) > 1 and (rows[1:, 0] < rows[:-1, 0]).any():
             rows = rows[np.argsort(rows[:, 0])]
         self.version += 1
-        default_slabs, default_offsets = self._defaults(rows[:, 0])
-        default = (rows[:, 1] == default_slabs) & (rows[:, 2] == default_offsets) & \
-            (rows[:, 3] == 0)
+        if (rows[:, 1] >= FIRST_STAGED).all():  # staged chunks never lie where by default
+            default = np.zeros(len(rows), bool)
+        else:
+            default_slabs, default_offsets = self._defaults(rows[:, 0])
+            default = (rows[:, 1] == default_slabs) & (rows[:, 2] == default_offsets) & \
+                (rows[:, 3] == 0)
         table = self._table
         at = np.searchsorted(table[:, 0], rows[:, 0])
         hit = at < len(table)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .geometry import columns
 from .mapper import IndexChunkMapper
 
 VALUE = "value"  # the value of an assignment
@@ -88,14 +89,17 @@ def selection_rows(mappers: Sequence[IndexChunkMapper], idx: np.ndarray, offsets
         (rows, ndim) each; rows of one chunk are adjacent, in chunk order.
     """
     k, ndim = idx.shape
-    if all(len(m.local) == len(m.chunks) for m in mappers):  # one pair per chunk and axis
-        columns = [(m.local[idx[:, a]], m.step[idx[:, a]], m.start[idx[:, a]],
-                    m.count[idx[:, a]]) for a, m in enumerate(mappers)]
-        slab_start, slab_step, sel_start, count = (np.stack(c, axis=1) for c in zip(*columns))
+    if all(m.one_pair for m in mappers):  # one pair per chunk and axis
+        # (ndim, 4, k) -> (4, k, ndim): the four results as C-ordered (k, ndim) arrays (one
+        # chunk of one-chunk mappers: their own tables)
+        rows = np.array([m.pairs for m in mappers] if k == 1 and all(
+            len(m) == 1 for m in mappers) else
+            [m.pairs[:, idx[:, a]] for a, m in enumerate(mappers)], np.int64)
+        slab_start, slab_step, sel_start, count = np.ascontiguousarray(rows.transpose(1, 2, 0))
         slab_start[:, axis] += offsets
         return slab_start, slab_step, sel_start, count
-    first = np.stack([m.bounds[idx[:, a]] for a, m in enumerate(mappers)], axis=1)
-    pairs = np.stack([m.pairs_per_chunk[idx[:, a]] for a, m in enumerate(mappers)], axis=1)
+    first = columns([m.bounds[idx[:, a]] for a, m in enumerate(mappers)])
+    pairs = columns([m.pairs_per_chunk[idx[:, a]] for a, m in enumerate(mappers)])
     per_chunk = np.prod(pairs, axis=1)
     owner = np.repeat(np.arange(k), per_chunk)
     rank = np.arange(len(owner)) - np.repeat(np.cumsum(per_chunk) - per_chunk, per_chunk)

@@ -90,9 +90,14 @@ class ScaleChunks(ChunkSource):
             # raw chunks of stable Fortran-ordered memory (slabs being dropped) go as views
             return encode_chunk(chunk, self.scale.encoding, block_size=block, copy=not stable)
 
+        done, blobs = 0, []
         for first in self._bar(len(positions), "writing chunks"):
-            blobs = pmap(one, chunks[first:first + BATCH], min_items=2)
-            self.store.put(positions[first:first + BATCH], blobs)
+            blobs += pmap(one, chunks[first:first + BATCH], min_items=2)
+            # stable raw chunks are views: staged all at once, the store lays them out in
+            # the order its commit writes them (one run per shard, written without a copy)
+            if not stable or first + BATCH >= len(positions):
+                self.store.put(positions[done:first + BATCH], blobs)
+                done, blobs = first + BATCH, []
 
     def delete(self, positions: np.ndarray) -> None:
         self.store.delete(positions[:, :3])
