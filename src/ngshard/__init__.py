@@ -44,10 +44,10 @@ def __getattr__(name: str):
         from . import volume
 
         return getattr(volume, name)
-    if name == "dask":
+    if name in ("dask", "convert"):  # convert: the package, callable as convert(src, dst)
         import importlib
 
-        return importlib.import_module(".dask", __name__)
+        return importlib.import_module(f".{name}", __name__)
     if name in _LAYER_NAMES:
         from . import layers
 
@@ -75,6 +75,7 @@ __all__ = [
     "StorageWriteError",
     "SegmentProperties",
     "Skeletons",
+    "convert",
     "create_volume",
     "open_annotations",
     "open_kv",
