@@ -1,0 +1,126 @@
+"""zarr -> precomputed: arrays written by zarr-python and tensorstore (v2 and v3, sharded or
+not, OME 0.4 and 0.5 groups of several levels, multichannel, uint8 images and uint64
+labels) converted by ngshard read back through tensorstore's neuroglancer_precomputed
+driver equal to the source, axes mapped."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+from convert_helpers import (
+    as_xyzc,
+    ome_group,
+    read_precomputed,
+    tensorstore_array,
+    volume_data,
+    zarr_python_array,
+)
+
+import ngshard
+import ngshard.zarr
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with ThreadPoolExecutor(2) as ex:
+        yield ex
+
+
+def info(path) -> dict:
+    return json.loads((path / "info").read_text())
+
+
+@pytest.mark.parametrize("kind", ["v2", "v3", "v3-sharded", "v3-sharded-gzip"])
+def test_zarr_python_arrays(tmp_path, pool, kind):
+    data = volume_data((40, 50, 70), "uint8")  # z, y, x
+    src = tmp_path / "src.zarr"
+    zarr_python_array(src, data, chunks=(16, 16, 16) if "sharded" in kind else (20, 25, 35),
+                      shards=(32, 32, 32) if "sharded" in kind else None,
+                      zarr_format=2 if kind == "v2" else 3,
+                      compressor="gzip" if "gzip" in kind else "zstd")
+    stats = ngshard.convert(src, tmp_path / "out", executor=pool, progress=False)
+    assert stats["skipped"] == 0 and stats["run"] == stats["tasks"] >= 1
+    got, domain = read_precomputed(tmp_path / "out")
+    np.testing.assert_array_equal(got, as_xyzc(data, "zyx"))
+    doc = info(tmp_path / "out")
+    assert doc["type"] == "image" and doc["scales"][0]["encoding"] == "raw"
+    assert "sharding" in doc["scales"][0]
+    assert not (tmp_path / "out" / ".ngshard-convert").exists()
+
+
+def test_tensorstore_sharded_labels_unsharded_output(tmp_path, pool):
+    data = volume_data((24, 40, 36), "uint64", seed=1)
+    src = tmp_path / "ts.zarr"
+    tensorstore_array(src, data, chunks=(8, 8, 8), shards=(16, 16, 16), index_location="start")
+    ngshard.convert(src, tmp_path / "out", executor=pool, progress=False, sharding="none",
+                    chunk_size=(16, 16, 8))
+    got, _ = read_precomputed(tmp_path / "out")
+    np.testing.assert_array_equal(got, as_xyzc(data, "zyx"))
+    doc = info(tmp_path / "out")
+    assert doc["type"] == "segmentation"
+    assert doc["scales"][0]["encoding"] == "compressed_segmentation"
+    assert "sharding" not in doc["scales"][0]
+
+
+@pytest.mark.parametrize("version", ["0.4", "0.5"])
+def test_ome_multiscale_multichannel(tmp_path, pool, version):
+    fine = volume_data((3, 20, 48, 40), "uint8", seed=2)  # c, z, y, x
+    coarse = np.ascontiguousarray(fine[:, ::2, ::2, ::2])
+    src = tmp_path / "ome.zarr"
+    ome_group(src, [fine, coarse], version=version, chunks=(3, 8, 16, 16),
+              shards=(3, 16, 32, 32),
+              scales=[[1, 0.04, 0.008, 0.008], [1, 0.08, 0.016, 0.016]])
+    ngshard.convert(src, tmp_path / "out", executor=pool, progress=False)
+    doc = info(tmp_path / "out")
+    assert doc["num_channels"] == 3 and len(doc["scales"]) == 2
+    assert doc["scales"][0]["resolution"] == pytest.approx([8, 8, 40])
+    assert doc["scales"][1]["resolution"] == pytest.approx([16, 16, 80])
+    for i, level in enumerate([fine, coarse]):
+        got, _ = read_precomputed(tmp_path / "out", i)
+        np.testing.assert_array_equal(got, as_xyzc(level, "czyx"))
+
+
+def test_axes_override_and_dimension_names(tmp_path, pool):
+    data = volume_data((30, 20, 10), "uint16", seed=3)  # x, y, z
+    named = tmp_path / "named.zarr"
+    zarr_python_array(named, data, chunks=(16, 16, 16), dimension_names=["x", "y", "z"])
+    ngshard.convert(named, tmp_path / "a", executor=pool, progress=False)
+    np.testing.assert_array_equal(read_precomputed(tmp_path / "a")[0], as_xyzc(data, "xyz"))
+    bare = tmp_path / "bare.zarr"
+    zarr_python_array(bare, data, chunks=(16, 16, 16))
+    ngshard.convert(bare, tmp_path / "b", executor=pool, progress=False, axes="xyz")
+    np.testing.assert_array_equal(read_precomputed(tmp_path / "b")[0], as_xyzc(data, "xyz"))
+
+
+def test_downsample_adds_scales(tmp_path, pool):
+    data = volume_data((32, 64, 64), "uint64", seed=4)
+    src = tmp_path / "labels.zarr"
+    zarr_python_array(src, data, chunks=(16, 32, 32), shards=(32, 64, 64))
+    ngshard.convert(src, tmp_path / "out", executor=pool, progress=False, downsample=True)
+    doc = info(tmp_path / "out")
+    sizes = [s["size"] for s in doc["scales"]]
+    assert sizes[:2] == [[64, 64, 32], [32, 32, 16]] and sizes[-1] == [32, 32, 16]
+    got, _ = read_precomputed(tmp_path / "out", 1)
+    # the most frequent label of each 2x2x2 block (the smallest on ties)
+    blocks = as_xyzc(data, "zyx").reshape(32, 2, 32, 2, 16, 2, 1).transpose(
+        0, 2, 4, 6, 1, 3, 5).reshape(32, 32, 16, 1, 8)
+    counts = (blocks[..., :, None] == blocks[..., None, :]).sum(-1)
+    best = np.where(counts == counts.max(-1, keepdims=True), blocks, np.uint64(2**64 - 1))
+    np.testing.assert_array_equal(got, best.min(-1))
+
+
+def test_fast_path_carries_gzip_streams(tmp_path, pool):
+    data = volume_data((48, 40, 72), "uint8", seed=5)  # edges in every axis
+    src = tmp_path / "gz.zarr"
+    zarr_python_array(src, data, chunks=(16, 16, 16), shards=(32, 32, 32), compressor="gzip")
+    ngshard.convert(src, tmp_path / "out", executor=pool, progress=False)
+    got, _ = read_precomputed(tmp_path / "out")
+    np.testing.assert_array_equal(got, as_xyzc(data, "zyx"))
+    assert info(tmp_path / "out")["scales"][0]["sharding"]["data_encoding"] == "gzip"
+    # an interior chunk's gzip stream is in the precomputed shard as zarr stored it
+    stream = bytes(ngshard.zarr.open_array(src).encoded().get(np.array([[1, 1, 1]]))[0])
+    shards = b"".join(p.read_bytes() for p in (tmp_path / "out").rglob("*.shard"))
+    assert stream[:2] == b"\x1f\x8b" and stream in shards
