@@ -39,12 +39,12 @@ _LAYER_NAMES = ("Annotation", "AnnotationSet", "Annotations", "LegacyMeshes", "M
 
 def __getattr__(name: str):
     # Volumes pull in image and segmentation codecs, layers their codecs (Draco), ngshard.dask
-    # pulls in Dask: load them on first use only.
+    # pulls in Dask, ngshard.zarr its codecs: load them on first use only.
     if name in _VOLUME_NAMES:
         from . import volume
 
         return getattr(volume, name)
-    if name in ("dask", "convert"):  # convert: the package, callable as convert(src, dst)
+    if name in ("dask", "zarr", "convert"):  # convert: the package, callable as convert(src, dst)
         import importlib
 
         return importlib.import_module(f".{name}", __name__)

@@ -7,6 +7,7 @@ import struct
 import zlib
 
 import deflate
+import zstandard
 
 from .errors import CorruptDataError
 
@@ -78,6 +79,46 @@ def _inflate(rest: memoryview, where: str, limit: int | None, members: bool) -> 
             return b"".join(out) if len(out) > 1 else out[0]
         if not members:
             raise CorruptDataError(f"{where}: {len(rest)} bytes after the end of the gzip data")
+
+
+def zstd_compress(data: bytes, level: int = 3, checksum: bool = False) -> bytes:
+    """One zstd frame holding ``data`` (its size recorded in the frame header; with
+    ``checksum``, a checksum of the content at its end)."""
+    return zstandard.ZstdCompressor(level=level, write_checksum=checksum).compress(data)
+
+
+def zstd_decompress(data: bytes, where: str = "", limit: int | None = None) -> bytes:
+    """Decode one or more concatenated zstd frames; CorruptDataError if it is not zstd, is
+    truncated, or inflates past ``limit`` bytes. A frame that declares its size is checked
+    against the limit before it is decoded (zstandard's one-shot call would trust it); one
+    that does not is fed in small pieces, so memory stays near the limit."""
+    out: list[bytes] = []
+    total = 0
+    rest = bytes(data)
+    try:
+        while True:
+            declared = zstandard.frame_content_size(rest)
+            if limit is not None and declared > limit - total:
+                raise CorruptDataError(f"{where}: a zstd frame of {declared} bytes, past the "
+                                       f"{limit} it may hold")
+            d = zstandard.ZstdDecompressor().decompressobj()
+            step = len(rest) if declared >= 0 or limit is None else 1024
+            for at in range(0, len(rest), step):
+                piece = d.decompress(rest[at:at + step])
+                out.append(piece)
+                total += len(piece)
+                if limit is not None and total > limit:
+                    raise CorruptDataError(f"{where}: zstd data inflates past the {limit} "
+                                           f"bytes it may hold")
+                if d.eof:
+                    rest = d.unused_data + rest[at + step:]
+                    break
+            if not d.eof:
+                raise CorruptDataError(f"{where}: truncated zstd data")
+            if not rest:
+                return b"".join(out) if len(out) != 1 else out[0]
+    except zstandard.ZstdError as e:
+        raise CorruptDataError(f"{where}: bad zstd data ({e})") from None
 
 
 def encode(data: bytes, encoding: str) -> bytes:

@@ -1,0 +1,272 @@
+"""ZarrArray: numpy indexing over a Zarr v3 (or v2) array, sharded or not; ``open_array`` and
+``create_array``.
+
+The voxels go through a staged-changes array (``ngshard.staged``, seed 003) over the array's
+granules (inner chunks when sharded). ``arr[...] = value`` writes at once, as zarr-python
+does: the assignment is staged, then committed, each shard written whole. To batch many
+assignments into one write of each shard, stage them::
+
+    with arr.staged() as s:      # commits on leaving the block, aborts on an exception
+        for z in range(n):
+            s[z] = slices[z]     # in memory until the commit
+        s.resize((n + 10, *arr.shape[1:]))
+        print(s.plan())          # what the commit will write
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import NotFoundError, ReadOnlyError, SpecError
+from ..staged import DEFAULT_STAGED_BYTES, ChangesPlan, StagedChangesArray
+from ..storage import Storage, open_storage
+from .codecs import Bytes
+from .dtypes import encode_fill, v3_name
+from .encoded import ZarrEncodedChunks
+from .metadata import V2_ATTRS, V2_NAME, V3_NAME, ArrayMetadata, parse_v2, parse_v3, v3_document
+from .source import ZarrChunks, write_metadata
+
+DEFAULT_CODECS = [Bytes().to_json(), {"name": "zstd", "configuration": {"level": 0,
+                                                                        "checksum": False}}]
+INDEX_CODECS = [Bytes().to_json(), {"name": "crc32c"}]
+
+
+def _json(storage: Storage, name: str) -> Any:
+    raw = storage.read(name)
+    if raw is None:
+        return None
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise SpecError(f"{storage.path(name)}: malformed JSON ({e})") from None
+
+
+def read_metadata(storage: Storage) -> ArrayMetadata:
+    """The metadata of the array at ``storage``: ``zarr.json``, else ``.zarray``."""
+    doc = _json(storage, V3_NAME)
+    if doc is not None:
+        return parse_v3(doc, storage.path(V3_NAME))
+    doc = _json(storage, V2_NAME)
+    if doc is not None:
+        return parse_v2(doc, _json(storage, V2_ATTRS), storage.path(V2_NAME))
+    raise NotFoundError(f"{storage.url}: no zarr.json or .zarray there: not a zarr array")
+
+
+def open_array(url: str | os.PathLike | Storage, *,
+               staged_bytes: int = DEFAULT_STAGED_BYTES) -> ZarrArray:
+    """Open the Zarr array (v3 ``zarr.json`` or v2 ``.zarray``) at ``url``.
+
+    Raises
+    ------
+    NotFoundError
+        Neither metadata file is there.
+    SpecError
+        Malformed metadata, or a data type, codec or key encoding ngshard does not read
+        (the message names the file and what).
+    MissingDependencyError
+        A blosc array without numcodecs.
+    """
+    storage = open_storage(url)
+    return ZarrArray(storage, read_metadata(storage), staged_bytes=staged_bytes)
+
+
+def create_array(url: str | os.PathLike | Storage, shape: Sequence[int], dtype: Any,
+                 chunks: Sequence[int], shards: Sequence[int] | None = None,
+                 codecs: list[dict] | None = None, index_location: str = "end",
+                 fill_value: Any = 0, dimension_names: Sequence[str | None] | None = None,
+                 attributes: dict | None = None, overwrite: bool = False) -> ZarrArray:
+    """Create a Zarr v3 array at ``url`` (writes its ``zarr.json``) and open it.
+
+    Parameters
+    ----------
+    chunks
+        The chunk shape; with ``shards``, the inner chunk shape (the read/write granule).
+    shards
+        The shard shape, a multiple of ``chunks``: the array is stored with the
+        ``sharding_indexed`` codec, ``codecs`` applied to each inner chunk, the index
+        encoded as bytes + crc32c at ``index_location`` ("end" or "start").
+    codecs
+        Codec JSON (``[{"name": "bytes", ...}, {"name": "gzip", ...}]``); default bytes
+        little endian + zstd.
+
+    Raises
+    ------
+    SpecError
+        Bad arguments, or an array (or group) there already and not ``overwrite``.
+    """
+    storage = open_storage(url)
+    if not storage.supports_writes:
+        raise ReadOnlyError(f"{storage.url}: cannot create an array on read-only storage")
+    shape, chunks = tuple(int(n) for n in shape), tuple(int(c) for c in chunks)
+    dtype = np.dtype(dtype)
+    codecs = list(DEFAULT_CODECS if codecs is None else codecs)
+    grid = chunks
+    if shards is not None:
+        grid = tuple(int(s) for s in shards)
+        codecs = [{"name": "sharding_indexed", "configuration": {
+            "chunk_shape": list(chunks), "codecs": codecs, "index_codecs": INDEX_CODECS,
+            "index_location": index_location}}]
+    doc = v3_document(shape, v3_name(dtype), grid, encode_fill(fill_value, dtype), codecs,
+                      dimension_names, attributes)
+    meta = parse_v3(doc, storage.path(V3_NAME))
+    existing = [n for n in (V3_NAME, V2_NAME) if storage.stat(n) is not None]
+    if existing and not overwrite:
+        raise SpecError(f"{storage.path(existing[0])} exists (overwrite=True replaces the "
+                        f"array)")
+    empty = True
+    if existing:
+        try:
+            ZarrArray(storage, read_metadata(storage)).delete_chunks()
+        except SpecError:  # not an array we read: its chunks may stay; ours overwrite them
+            empty = False
+        for name in (V2_NAME, V2_ATTRS):
+            storage.delete(name)
+    write_metadata(storage, meta)
+    return ZarrArray(storage, meta, empty=empty)
+
+
+class ZarrArray:
+    """A Zarr array: numpy basic and orthogonal indexing in its own axis order; assignment
+    writes at once. Open with :func:`open_array`, make one with :func:`create_array`."""
+
+    def __init__(self, storage: Storage, meta: ArrayMetadata, *, empty: bool = False,
+                 staged_bytes: int = DEFAULT_STAGED_BYTES) -> None:
+        self.storage = storage
+        self._source = ZarrChunks(storage, meta, empty=empty)
+        #: The staged-changes array holding the values (its ``_*_plan`` methods print plans).
+        self.array = StagedChangesArray(self._source, staged_bytes)
+
+    @property
+    def meta(self) -> ArrayMetadata:
+        return self._source.meta
+
+    url = property(lambda self: self.storage.url)
+    shape = property(lambda self: self.array.shape, doc="The shape (with a staged resize).")
+    dtype = property(lambda self: self.meta.dtype)
+    fill_value = property(lambda self: self.meta.fill_value)
+    ndim = property(lambda self: len(self.shape))
+    chunks = property(lambda self: self.meta.chunks, doc="The granule: inner chunk shape.")
+    shards = property(lambda self: self.meta.chunk_shape if self.meta.sharding else None)
+    attrs = property(lambda self: self.meta.attributes)
+    dimension_names = property(lambda self: self.meta.dimension_names)
+    zarr_format = property(lambda self: self.meta.zarr_format)
+    inner_codecs = property(lambda self: self.meta.chunk_codecs.to_json(),
+                            doc="The codec JSON applied to each granule.")
+
+    def __repr__(self) -> str:
+        shards = f", shards={self.shards}" if self.shards else ""
+        return (f"ZarrArray({self.url!r}, shape={self.shape}, dtype={self.dtype}, "
+                f"chunks={self.chunks}{shards}, zarr_format={self.zarr_format})")
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, index: Any) -> np.ndarray:
+        return self.array[index]
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        if copy is False:
+            raise ValueError("a ZarrArray's values are read from storage: always copied")
+        out = self[...]
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    def _writable(self) -> None:
+        if not self.storage.supports_writes:
+            raise ReadOnlyError(f"{self.url}: read-only storage")
+
+    def _commit_now(self) -> None:
+        try:
+            self.array.commit()
+        except BaseException:
+            self.array.abort()
+            raise
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        """Write at once (basic or orthogonal index): changed granules are encoded and
+        their shards written whole; anything staged (see :meth:`staged`) goes too."""
+        self._writable()
+        try:
+            self.array[index] = value
+        except BaseException:
+            self.array.abort()
+            raise
+        self._commit_now()
+
+    def resize(self, shape: Sequence[int]) -> None:
+        """Change the shape at once (``zarr.json`` rewritten; granules past the new edges
+        deleted; new regions read as the fill value)."""
+        self._writable()
+        self.array.resize(tuple(shape))
+        self._commit_now()
+
+    def staged(self) -> StagedZarrArray:
+        """Stage assignments and resizes in memory, written by one commit (see the module's
+        docstring)."""
+        self._writable()
+        return StagedZarrArray(self)
+
+    def encoded(self) -> ZarrEncodedChunks:
+        """The encoded granules, for moving them between formats (``ngshard.chunkgrid``)."""
+        return ZarrEncodedChunks(self._source.reader)
+
+    def chunk_positions(self) -> np.ndarray:
+        """(n, ndim) grid positions of the granules stored."""
+        return self._source.reader.list_positions()
+
+    def delete_chunks(self) -> None:
+        """Remove every stored chunk object (or shard) of the array."""
+        reader = self._source.reader
+        names = reader.meta.key_encoding.keys(np.array(reader.stored_keys(), np.int64
+                                                       ).reshape(-1, self.ndim))
+        for name in names:
+            self.storage.delete(name)
+
+
+class StagedZarrArray:
+    """Assignments and resizes of a ZarrArray held in memory until :meth:`commit` (reads see
+    them). As a context manager: committed on leaving, dropped on an exception."""
+
+    def __init__(self, owner: ZarrArray) -> None:
+        self.owner, self.array = owner, owner.array
+
+    shape = property(lambda self: self.array.shape)
+    dtype = property(lambda self: self.array.dtype)
+
+    def __getitem__(self, index: Any) -> np.ndarray:
+        return self.array[index]
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        self.array[index] = value
+
+    def resize(self, shape: Sequence[int]) -> None:
+        """Stage a new shape (edge chunks are whole: growing exposes the fill value, never
+        what a stored edge chunk held past the old edge)."""
+        self.array.resize(tuple(shape))
+
+    def load(self) -> None:
+        """Read every stored granule into memory."""
+        self.array.load()
+
+    def plan(self) -> ChangesPlan:
+        """What :meth:`commit` will do: granules to encode, then shards to write and how."""
+        return self.array.plan()
+
+    def commit(self) -> None:
+        self.array.commit()
+
+    def abort(self) -> None:
+        self.array.abort()
+
+    def __enter__(self) -> StagedZarrArray:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()

@@ -1,0 +1,218 @@
+"""Reading a zarr array's stored chunks: encoded granules (inner chunks of a sharded array, or
+chunk objects) by grid position, in batches, and the positions present.
+
+A batch reads each shard index it needs once, through a cache tied to the shard's generation
+(so a replaced shard is never read at stale offsets), then only the inner chunks' byte
+ranges, coalesced by the storage, every shard's requests issued together. A shard replaced
+between its index and its data is read again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Hashable
+
+import numpy as np
+
+from ..errors import CorruptDataError
+from ..storage import Storage
+from ..threads import pmap
+from .metadata import ArrayMetadata
+from .shard_index import ShardIndex
+
+DEFAULT_CACHE_BYTES = 64 << 20
+READ_RETRIES = 10
+# Objects changed less than this many seconds ago on filesystems with coarse timestamps may
+# keep their generation through a change: their index is read again rather than trusted.
+COARSE_TIMES = 2.0
+
+
+class StaleShard(Exception):
+    """A shard changed between reading its index and reading through it."""
+
+
+class ChunkReader:
+    """Encoded granules of one array at ``storage``, described by ``meta`` (which a resize
+    replaces). Not thread-safe."""
+
+    def __init__(self, storage: Storage, meta: ArrayMetadata,
+                 cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+        self.storage, self.meta, self.cache_bytes = storage, meta, cache_bytes
+        self._cache: OrderedDict[str, tuple[Hashable, ShardIndex]] = OrderedDict()
+        self._cached_bytes = 0
+
+    # --- names ------------------------------------------------------------------------------
+
+    def shard_of(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(shard positions, inner chunk ids in C order) of granule positions."""
+        cps = np.array(self.meta.sharding.chunks_per_shard, np.int64)
+        positions = np.asarray(positions, np.int64).reshape(-1, len(cps))
+        ids = np.ravel_multi_index(tuple((positions % cps).T), tuple(cps.tolist())) \
+            if len(positions) else np.zeros(0, np.int64)
+        return positions // cps, ids
+
+    def where(self, position: tuple[int, ...]) -> str:
+        """A granule's location, for messages."""
+        if self.meta.sharding is None:
+            return self.storage.path(self.meta.key_encoding.keys([position])[0])
+        shard, _ = self.shard_of(np.array([position]))
+        name = self.meta.key_encoding.keys(shard)[0]
+        return f"{self.storage.path(name)} inner chunk at {tuple(position)}"
+
+    # --- the index cache --------------------------------------------------------------------
+
+    def forget(self, name: str | None = None) -> None:
+        """Drop one shard's cached index (all, with no name)."""
+        if name is None:
+            self._cache.clear()
+            self._cached_bytes = 0
+        elif name in self._cache:
+            self._cached_bytes -= self._cache.pop(name)[1].nbytes
+
+    def _remember(self, name: str, generation: Hashable, index: ShardIndex) -> None:
+        self.forget(name)
+        self._cache[name] = (generation, index)
+        self._cached_bytes += index.nbytes
+        while self._cached_bytes > self.cache_bytes and len(self._cache) > 1:
+            self.forget(next(iter(self._cache)))
+
+    def indices(self, names: list[str]) -> list[tuple[Hashable, ShardIndex] | None]:
+        """(generation, index) of each named shard, None where there is no shard; every
+        index not cached for the shard's current generation read in one batch."""
+        sharding = self.meta.sharding
+        infos = self.storage.stat_many(names)
+        out: list = [None] * len(names)
+        todo = []
+        now = time.time()
+        for i, (name, info) in enumerate(zip(names, infos)):
+            if info is None:
+                self.forget(name)
+                continue
+            cached = self._cache.get(name)
+            recent = info.modified is not None and now - info.modified < COARSE_TIMES
+            if cached is not None and cached[0] == info.generation and not recent:
+                self._cache.move_to_end(name)
+                out[i] = cached
+                continue
+            if info.size < sharding.index_nbytes:
+                raise CorruptDataError(f"{self.storage.path(name)}: {info.size} bytes, "
+                                       f"shorter than its shard index of "
+                                       f"{sharding.index_nbytes}")
+            todo.append(i)
+        reads = self.storage.read_ranges(
+            [(names[i], np.array([sharding.index_range(infos[i].size)])) for i in todo])
+        for i, (generation, chunks) in zip(todo, reads):
+            info = infos[i]
+            if chunks is None or (generation is not None and generation != info.generation):
+                raise StaleShard(names[i])
+            index = sharding.decode_index(chunks[0], info.size, self.storage.path(names[i]))
+            self._remember(names[i], info.generation, index)
+            out[i] = (info.generation, index)
+        return out
+
+    # --- granules ---------------------------------------------------------------------------
+
+    def get(self, positions: np.ndarray) -> list[bytes | memoryview | None]:
+        """The encoded granule at each (k, ndim) grid position, None where absent."""
+        positions = np.asarray(positions, np.int64).reshape(-1, len(self.meta.shape))
+        if self.meta.sharding is None:
+            return self.storage.read_many(self.meta.key_encoding.keys(positions))
+        for attempt in range(READ_RETRIES):
+            try:
+                return self._get_sharded(positions)
+            except StaleShard as e:
+                self.forget(str(e))
+                if attempt == READ_RETRIES - 1:
+                    raise CorruptDataError(f"{self.storage.path(str(e))}: changed under "
+                                           f"every one of {READ_RETRIES} reads") from None
+                time.sleep(0.001 * 2 ** attempt)
+        raise AssertionError("unreachable")
+
+    def _get_sharded(self, positions: np.ndarray) -> list[bytes | memoryview | None]:
+        shard_pos, ids = self.shard_of(positions)
+        shards, inverse = np.unique(shard_pos, axis=0, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        names = self.meta.key_encoding.keys(shards)
+        order = np.argsort(inverse, kind="stable")
+        bounds = np.searchsorted(inverse[order], np.arange(len(shards) + 1)).tolist()
+        out: list = [None] * len(positions)
+        requests, plans = [], []
+        for s, found in enumerate(self.indices(names)):
+            if found is None:
+                continue
+            rows = order[bounds[s]:bounds[s + 1]]
+            present, ranges = found[1].ranges(ids[rows])
+            if len(ranges):
+                requests.append((names[s], ranges))
+                plans.append((rows[present].tolist(), found[0], ranges))
+        for (name, _), (rows, generation, ranges), (read_gen, chunks) in zip(
+                requests, plans, self.storage.read_ranges(requests)):
+            if chunks is None or (read_gen is not None and read_gen != generation):
+                raise StaleShard(name)
+            sizes = (ranges[:, 1] - ranges[:, 0]).tolist()
+            if any(len(c) != n for c, n in zip(chunks, sizes)):
+                raise StaleShard(name)  # shorter than its index said: the file changed
+            for row, chunk in zip(rows, chunks):
+                out[row] = chunk
+        return out
+
+    def read_shard(self, name: str) -> tuple[Hashable, bytes] | None:
+        """A whole shard (or chunk object) and its generation, None if absent."""
+        for _ in range(READ_RETRIES):
+            info = self.storage.stat(name)
+            if info is None:
+                return None
+            generation, data = self.storage.read_range(name, 0, info.size)
+            if data is not None and (generation is None or generation == info.generation) \
+                    and len(data) == info.size:
+                return info.generation, data
+        raise CorruptDataError(f"{self.storage.path(name)}: changed under every one of "
+                               f"{READ_RETRIES} reads")
+
+    # --- listing ----------------------------------------------------------------------------
+
+    def stored_keys(self) -> list[tuple[int, ...]]:
+        """Grid positions (of shards, or of chunks when unsharded) of the objects stored,
+        from a listing, level by level for "/"-separated keys."""
+        enc, ndim = self.meta.key_encoding, len(self.meta.shape)
+        if enc.separator == ".":
+            return [p for p in (enc.parse(n, ndim) for n in self.storage.list()) if p]
+        root = self.storage.child("c") if enc.kind == "default" else self.storage
+        levels: list[tuple[tuple[int, ...], Storage]] = [((), root)]
+        for depth in range(ndim):
+            last = depth == ndim - 1
+            listed = pmap(lambda item, last=last: item[1].list(dirs=not last), levels,
+                          min_items=4)
+            levels = [((*prefix, int(n)), store.child(n) if not last else store)
+                      for (prefix, store), names in zip(levels, listed)
+                      for n in names if n.isdigit()]
+        return [prefix for prefix, _ in levels]
+
+    def list_positions(self) -> np.ndarray:
+        """(n, ndim) grid positions of the granules stored, in C order."""
+        grid = np.array(self.meta.grid, np.int64)
+        ndim = len(grid)
+        keys = np.array(self.stored_keys(), np.int64).reshape(-1, ndim)
+        if self.meta.sharding is None:
+            found = keys
+        else:
+            cps = np.array(self.meta.sharding.chunks_per_shard, np.int64)
+            keys = keys[((keys * cps) < grid).all(axis=1)]
+            names = self.meta.key_encoding.keys(keys)
+            parts = [np.zeros((0, ndim), np.int64)]
+            for attempt in range(READ_RETRIES):
+                try:
+                    indices = self.indices(names)
+                    break
+                except StaleShard as e:
+                    self.forget(str(e))
+                    if attempt == READ_RETRIES - 1:
+                        raise
+            for shard, found in zip(keys, indices):
+                if found is not None:
+                    ids = np.flatnonzero(~found[1].empty)
+                    parts.append(shard * cps + np.stack(np.unravel_index(ids, tuple(cps)), 1))
+            found = np.concatenate(parts)
+        found = found[(found < grid).all(axis=1)]
+        return found[np.lexsort(found.T[::-1])] if len(found) else found
