@@ -93,12 +93,13 @@ def test_another_job_or_no_resume_starts_afresh(tmp_path, source):
     assert json.loads((dst / "info").read_text())["scales"][0]["chunk_sizes"] == [[8, 8, 8]]
 
 
-@pytest.mark.parametrize("gzip", [False, True], ids=["decoding", "fast-path"])
-def test_corrupt_source_shard_stops_then_resumes(tmp_path, gzip):
+@pytest.mark.parametrize("chunk", [32, 16], ids=["decoding", "fast-path"])
+def test_corrupt_source_shard_stops_then_resumes(tmp_path, chunk):
+    """(32^3 precomputed chunks from 16^3 zarr chunks are decoded and cut; 16^3 ones are
+    carried by the fast path.)"""
     data = volume_data((64, 64, 64), "uint8", seed=3)
     src = tmp_path / "src.zarr"
-    zarr_python_array(src, data, chunks=(16, 16, 16), shards=(32, 32, 32),
-                      compressor="gzip" if gzip else "zstd")
+    zarr_python_array(src, data, chunks=(16, 16, 16), shards=(32, 32, 32), compressor="gzip")
     bad = src / "c" / "1" / "0" / "1"
     good = bad.read_bytes()
     damaged = bytearray(good)
@@ -107,12 +108,12 @@ def test_corrupt_source_shard_stops_then_resumes(tmp_path, gzip):
     dst = tmp_path / "out"
     with ThreadPoolExecutor(1) as pool:
         with pytest.raises(ngshard.CorruptDataError, match="c/1/0/1"):
-            ngshard.convert(src, dst, executor=pool, progress=False, chunk_size=(16, 16, 16),
+            ngshard.convert(src, dst, executor=pool, progress=False, chunk_size=(chunk,) * 3,
                             task_bytes=32**3)
         no_stray_files(dst)
         done = len(list((dst / ".ngshard-convert").iterdir())) - 1
         bad.write_bytes(good)
         stats = ngshard.convert(src, dst, executor=pool, progress=False,
-                                chunk_size=(16, 16, 16), task_bytes=32**3)
+                                chunk_size=(chunk,) * 3, task_bytes=32**3)
     assert stats["skipped"] == done and stats["run"] == 8 - done >= 1
     np.testing.assert_array_equal(read_precomputed(dst)[0], as_xyzc(data, "zyx"))

@@ -33,15 +33,19 @@ def info(path) -> dict:
     return json.loads((path / "info").read_text())
 
 
+@pytest.mark.parametrize("chunk_size", [None, (32, 16, 8)], ids=["inner", "other"])
 @pytest.mark.parametrize("kind", ["v2", "v3", "v3-sharded", "v3-sharded-gzip"])
-def test_zarr_python_arrays(tmp_path, pool, kind):
+def test_zarr_python_arrays(tmp_path, pool, kind, chunk_size):
+    """Chunks of the zarr inner chunk's size are carried (fast path) where they can be;
+    others are decoded and cut."""
     data = volume_data((40, 50, 70), "uint8")  # z, y, x
     src = tmp_path / "src.zarr"
     zarr_python_array(src, data, chunks=(16, 16, 16) if "sharded" in kind else (20, 25, 35),
                       shards=(32, 32, 32) if "sharded" in kind else None,
                       zarr_format=2 if kind == "v2" else 3,
                       compressor="gzip" if "gzip" in kind else "zstd")
-    stats = ngshard.convert(src, tmp_path / "out", executor=pool, progress=False)
+    stats = ngshard.convert(src, tmp_path / "out", executor=pool, progress=False,
+                            chunk_size=chunk_size)
     assert stats["skipped"] == 0 and stats["run"] == stats["tasks"] >= 1
     got, domain = read_precomputed(tmp_path / "out")
     np.testing.assert_array_equal(got, as_xyzc(data, "zyx"))

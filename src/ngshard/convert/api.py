@@ -8,7 +8,7 @@ import json
 import os
 from collections import deque
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Executor, Future
+from concurrent.futures import Executor, Future, wait
 from typing import Any
 
 from ..errors import SpecError
@@ -134,7 +134,8 @@ def run_plan(plan: Plan, dst: str, *, executor: Executor | None = None,
 def _results(executor: Executor, stages: list[list[Task]], dst: str, job: str
              ) -> Iterator[tuple[str, dict]]:
     """Results of every task, stage after stage, with a bounded number submitted at once;
-    the first failure cancels what is not running yet and is raised."""
+    the first failure cancels what is not running yet, waits for what is (so nothing is
+    being written once the error is raised), and is raised."""
     window = in_flight(executor)
     for stage in stages:
         pending: deque[Future] = deque()
@@ -149,3 +150,4 @@ def _results(executor: Executor, stages: list[list[Task]], dst: str, job: str
         finally:
             for f in pending:
                 f.cancel()
+            wait(pending)

@@ -1,11 +1,11 @@
-"""Where tasks run: any ``concurrent.futures.Executor``. By default a local process pool (a
-forkserver, so workers never inherit a parent's thread state); on a cluster, a Dask
-``distributed.Client``'s executor."""
+"""Where tasks run: any ``concurrent.futures.Executor``. By default a local process pool;
+on a cluster, a Dask ``distributed.Client``'s executor."""
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
 from concurrent.futures import Executor, ProcessPoolExecutor
 
 from ..errors import MissingDependencyError
@@ -17,9 +17,14 @@ def default_workers() -> int:
 
 
 def local_pool(workers: int | None = None) -> ProcessPoolExecutor:
-    """A process pool of ``workers`` (default: one per core)."""
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["ngshard.convert.tasks"])
+    """A process pool of ``workers`` (default: one per core). Workers are forked while this
+    process has one thread (they start at once); otherwise they come from a forkserver, so
+    none inherits a lock another thread held (it costs a new interpreter, about 0.5 s)."""
+    if "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1:
+        context = multiprocessing.get_context("fork")
+    else:
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["ngshard.convert.tasks"])
     return ProcessPoolExecutor(max_workers=workers or default_workers(), mp_context=context)
 
 

@@ -1,11 +1,12 @@
 """The fast path of zarr -> precomputed: a zarr (c,) z, y, x array in C order holds each
 chunk's voxels x fastest, then y, z and the channels, which is exactly a precomputed raw
 chunk (Fortran order over x, y, z, channel). When the inner chunk is the precomputed chunk
-reversed and the chunk bytes are raw or gzip, an interior chunk's bytes go into the
+reversed and the chunk bytes are raw, gzip or zstd, an interior chunk's bytes go into the
 precomputed shard as they are: a gzip stream becomes a ``data_encoding: gzip`` value without
 being inflated. Only what must change is touched: edge chunks (zarr pads them, precomputed
 clips them) are decoded, cut and re-encoded, and a chunk whose compression differs from the
-shard's data encoding is inflated or deflated, never transposed.
+shard's data encoding (zstd always does) is inflated and deflated, never transposed or
+assembled into an array.
 
 Carried gzip streams are checked without inflating them (the magic bytes and the length in
 the gzip trailer), so a chunk of the wrong size still stops the conversion.
@@ -17,7 +18,7 @@ import math
 
 import numpy as np
 
-from ..compression import encode, gzip_decompress
+from ..compression import encode, gzip_decompress, zstd_decompress
 from ..errors import CorruptDataError
 from ..threads import pmap
 from .plan import Task
@@ -41,10 +42,14 @@ def eligible(array, roles: dict[str, int], scale, dtype: np.dtype) -> bool:
     if fill.size != 1 or fill.item() != 0:
         return False
     token = array.encoded().encoding.split()
-    if len(token) != 3 or token[0] not in ("raw", "gzip") or token[1] != "C":
+    if len(token) != 3 or token[0] not in _INFLATE or token[1] != "C":
         return False
     stored = np.dtype(token[2])
     return stored == dtype and stored.byteorder != ">"
+
+
+_INFLATE = {"raw": lambda blob, where, limit: blob, "gzip": gzip_decompress,
+            "zstd": zstd_decompress}
 
 
 def _gzip_ok(blob, expected: int) -> bool:
@@ -61,6 +66,7 @@ def fill_fast(task: Task) -> dict:
     array = open_zarr(source.url)
     chunks = array.encoded()
     compression = chunks.encoding.split()[0]
+    inflate = _INFLATE[compression]
     channels = vol.info.num_channels
     cs = np.array(grid.chunk_size)
     whole = (*grid.chunk_size, channels)
@@ -86,7 +92,7 @@ def fill_fast(task: Task) -> dict:
                 raise CorruptDataError(f"{where}: not a {compression} chunk of "
                                        f"{expected} bytes")
             return blob
-        raw = gzip_decompress(blob, where, expected) if compression == "gzip" else blob
+        raw = inflate(blob, where, expected)
         if len(raw) != expected:
             raise CorruptDataError(f"{where}: decodes to {len(raw)} bytes, not {expected}")
         if not interior[i]:
