@@ -33,15 +33,7 @@ class ZarrEncodedChunks(EncodedChunks):
         return positions
 
     def get(self, positions: np.ndarray) -> list[bytes | memoryview | None]:
-        positions = self._positions(positions)
-        staged = self.writer.staged
-        keys = list(map(tuple, positions.tolist()))
-        todo = [i for i, k in enumerate(keys) if k not in staged]
-        found = self.reader.get(positions[todo])
-        out = [staged.get(k) for k in keys]
-        for i, blob in zip(todo, found):
-            out[i] = blob
-        return out
+        return self.writer.get(self._positions(positions))
 
     def put(self, positions: np.ndarray, blobs: Sequence[bytes | memoryview]) -> None:
         positions = self._positions(positions)

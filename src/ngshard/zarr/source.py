@@ -7,6 +7,7 @@ Granules that hold only the fill value are not stored.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -32,8 +33,6 @@ def memory_order(meta: ArrayMetadata) -> str:
 
 
 def write_metadata(storage: Storage, meta: ArrayMetadata) -> None:
-    import json
-
     storage.write(meta.name, [json.dumps(meta.to_json(), indent=2).encode()])
 
 
@@ -64,7 +63,7 @@ class ZarrChunks(ChunkSource):
         meta, codecs = self.meta, self.meta.chunk_codecs
         for first in self._bar(len(positions), "reading chunks"):
             part = positions[first:first + BATCH]
-            blobs = self.reader.get(part)
+            blobs = self.writer.get(part)  # what was written back before the commit too
             present = [i for i, blob in enumerate(blobs) if blob is not None]
             for i in (i for i, blob in enumerate(blobs) if blob is None):
                 consume(first + i, None)

@@ -37,6 +37,19 @@ class ChunkWriter:
     def abort(self) -> None:
         self.staged = {}
 
+    def get(self, positions: np.ndarray) -> list[Any]:
+        """The encoded granule at each position: staged (None for a staged deletion), else
+        as stored."""
+        positions = np.asarray(positions, np.int64).reshape(-1, len(self.reader.meta.shape))
+        if not self.staged:
+            return self.reader.get(positions)
+        keys = list(map(tuple, positions.tolist()))
+        todo = [i for i, k in enumerate(keys) if k not in self.staged]
+        out = [self.staged.get(k) for k in keys]
+        for i, blob in zip(todo, self.reader.get(positions[todo])):
+            out[i] = blob
+        return out
+
     def _shards(self, staged: dict[tuple[int, ...], Any]
                 ) -> list[tuple[tuple[int, ...], dict[int, Any]]]:
         """Granules by shard: (shard position, {inner id: blob or None})."""

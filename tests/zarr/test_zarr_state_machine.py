@@ -1,0 +1,134 @@
+"""Random sequences of staged reads, writes (basic and orthogonal indices, whole and partial
+chunks), resizes, commits and aborts on zarr arrays, sharded or not, plus writes that commit
+at once, checked against a numpy model after every step and, after each commit, against
+tensorstore and zarr-python reading what was stored. Small memory budgets make staged slabs
+go back to the store before the commit."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+
+import numpy as np
+import tensorstore as ts
+import zarr
+from hypothesis import event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from staged_oracle import box_index, index, oget, oset
+from test_staged_state_machine import SETTINGS, note, random_value, resized
+
+from ngshard.zarr import create_array, open_array
+
+
+class ZarrMachine(RuleBasedStateMachine):
+    sharded = True
+
+    @initialize(data=st.data())
+    def setup(self, data):
+        self.path = tempfile.mkdtemp(prefix="ngshard-zarr-machine-")
+        ndim = data.draw(st.integers(1, 3))
+        shape = tuple(data.draw(st.integers(1, 11)) for _ in range(ndim))
+        chunks = tuple(data.draw(st.integers(1, 4)) for _ in range(ndim))
+        shards = tuple(c * data.draw(st.integers(1, 3)) for c in chunks) if self.sharded \
+            else None
+        self.fill = data.draw(st.sampled_from([0, 3]))
+        self.dtype = np.dtype(data.draw(st.sampled_from(["uint16", "int32"])))
+        compression = data.draw(st.sampled_from([[], [{"name": "gzip",
+                                                       "configuration": {"level": 1}}]]))
+        transpose = [{"name": "transpose", "configuration": {"order": list(range(ndim))[::-1]}}]
+        codecs = (transpose if data.draw(st.booleans()) else []) + [
+            {"name": "bytes", "configuration": {"endian": "little"}}] + compression
+        self.arr = create_array(self.path, shape, self.dtype, chunks, shards=shards,
+                                codecs=codecs, fill_value=self.fill,
+                                index_location=data.draw(st.sampled_from(["start", "end"])))
+        chunk_bytes = int(np.prod(chunks)) * self.dtype.itemsize
+        self.arr.array.staged_bytes = data.draw(st.sampled_from([2 * chunk_bytes, 1 << 30]))
+        self.arr.array.write_through_bytes = self.arr.array.staged_bytes // 8
+        self.staged = self.arr.staged()
+        self.model = np.full(shape, self.fill, self.dtype)
+        if data.draw(st.booleans()):
+            first = np.random.default_rng(1).integers(0, 9, shape).astype(self.dtype)
+            self.arr[...] = first
+            self.model = first
+        self.committed = self.model.copy()
+
+    def teardown(self):
+        if hasattr(self, "path"):
+            shutil.rmtree(self.path, ignore_errors=True)
+
+    @rule(data=st.data())
+    def read(self, data):
+        idx = data.draw(index(self.model.shape))
+        np.testing.assert_array_equal(self.staged[idx], oget(self.model, idx))
+
+    @rule(data=st.data())
+    def write(self, data):
+        idx = data.draw(index(self.model.shape))
+        note(idx)
+        value = random_value(data, oget(self.model, idx).shape, self.dtype, 9)
+        self.staged[idx] = value
+        oset(self.model, idx, value)
+
+    @rule(data=st.data())
+    def write_whole_chunks(self, data):
+        idx = box_index(data.draw, self.model.shape, self.arr.chunks)
+        value = random_value(data, oget(self.model, idx).shape, self.dtype, 2**15)
+        if data.draw(st.booleans()):
+            event("whole chunks of the fill value (left out of shards)")
+            value = self.dtype.type(self.fill)
+        self.staged[idx] = value
+        oset(self.model, idx, value)
+
+    @rule(data=st.data())
+    def write_at_once(self, data):
+        """``arr[...] = value``: stored at once, with whatever was staged."""
+        idx = data.draw(index(self.model.shape))
+        value = random_value(data, oget(self.model, idx).shape, self.dtype, 9)
+        self.arr[idx] = value
+        oset(self.model, idx, value)
+        self._committed()
+
+    @rule(data=st.data())
+    def resize(self, data):
+        shape = tuple(data.draw(st.integers(1, 13)) for _ in self.model.shape)
+        event("resize: " + ("grow" if all(a >= b for a, b in zip(shape, self.model.shape))
+                            else "shrink" if all(a <= b for a, b in zip(shape, self.model.shape))
+                            else "grow and shrink"))
+        self.staged.resize(shape)
+        self.model = resized(self.model, shape, self.fill)
+
+    @precondition(lambda self: hasattr(self, "arr"))
+    @rule()
+    def commit(self):
+        self.staged.commit()
+        self._committed()
+
+    def _committed(self):
+        self.committed = self.model.copy()
+        stored = ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": self.path}},
+                         open=True).result()
+        np.testing.assert_array_equal(stored.read().result(), self.model)
+        np.testing.assert_array_equal(zarr.open_array(self.path, mode="r")[...], self.model)
+        np.testing.assert_array_equal(open_array(self.path)[...], self.model)
+
+    @rule()
+    def abort(self):
+        self.staged.abort()
+        self.model = self.committed.copy()
+
+    @invariant()
+    def matches_the_model(self):
+        if hasattr(self, "arr"):
+            assert self.arr.shape == self.model.shape
+            np.testing.assert_array_equal(self.arr[...], self.model)
+
+
+class UnshardedZarrMachine(ZarrMachine):
+    sharded = False
+
+
+TestShardedZarr = ZarrMachine.TestCase
+TestShardedZarr.settings = settings(SETTINGS, max_examples=40, stateful_step_count=20)
+TestUnshardedZarr = UnshardedZarrMachine.TestCase
+TestUnshardedZarr.settings = settings(SETTINGS, max_examples=15, stateful_step_count=20)
