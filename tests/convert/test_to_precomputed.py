@@ -128,3 +128,18 @@ def test_fast_path_carries_gzip_streams(tmp_path, pool):
     stream = bytes(ngshard.zarr.open_array(src).encoded().get(np.array([[1, 1, 1]]))[0])
     shards = b"".join(p.read_bytes() for p in (tmp_path / "out").rglob("*.shard"))
     assert stream[:2] == b"\x1f\x8b" and stream in shards
+
+
+def test_chunks_of_zeros_are_not_stored(tmp_path, pool):
+    """Zero is precomputed's fill value: all-zero chunks are left out (they read as 0)."""
+    data = volume_data((16, 16, 64), "uint8", seed=6)
+    data[:, :, :32] = 0  # the first two of four 16^3 chunks along x
+    src = tmp_path / "src.zarr"
+    zarr_python_array(src, data, chunks=(16, 16, 16))
+    stats = ngshard.convert(src, tmp_path / "out", executor=pool, progress=False,
+                            sharding="none")
+    key = info(tmp_path / "out")["scales"][0]["key"]
+    assert sorted(p.name for p in (tmp_path / "out" / key).iterdir()) == [
+        "32-48_0-16_0-16", "48-64_0-16_0-16"]
+    assert stats["chunks"] == 2
+    np.testing.assert_array_equal(read_precomputed(tmp_path / "out")[0], as_xyzc(data, "zyx"))

@@ -40,6 +40,7 @@ class ZarrSource:
     url: str
     roles: tuple[tuple[str, int], ...]
     time: int = 0
+    magnification = 1  # source voxels read per voxel returned
 
     @property
     def role(self) -> dict[str, int]:
@@ -65,6 +66,7 @@ class PrecomputedSource:
 
     url: str
     scale: str
+    magnification = 1
 
     def read(self, lo, hi) -> np.ndarray:
         return open_scale(self.url, self.scale).read_box(lo, hi)
@@ -78,6 +80,11 @@ class DownsampledSource:
     fine: PrecomputedSource
     factor: tuple[int, int, int]
     segmentation: bool
+
+    @property
+    def magnification(self) -> int:
+        """Source voxels read per voxel returned."""
+        return self.factor[0] * self.factor[1] * self.factor[2]
 
     def read(self, lo, hi) -> np.ndarray:
         from ..volume.downsample import downsample_mean, downsample_mode

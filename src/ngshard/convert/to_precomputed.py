@@ -16,7 +16,8 @@ from ..volume.encodings import encode_chunk
 from .plan import Task
 from .sources import as_dtype, open_scale
 
-#: Voxel bytes read from the source at a time within a task (at least one layer of chunks).
+#: Voxel bytes read from the source at a time within a task (at least one layer of chunks;
+#: a downsampled source reads its magnification times more).
 SLAB_BYTES = 64 << 20
 
 
@@ -78,7 +79,7 @@ def fill(task: Task) -> dict:
         lo, hi = np.array(task.lo), np.array(task.hi)
         cs = np.array(grid.chunk_size)
         layer = int(np.prod((hi - lo)[:2] * cs[:2])) * int(cs[2]) * vol.info.num_channels * \
-            vol.dtype.itemsize
+            vol.dtype.itemsize * task.source.magnification
         step = max(1, SLAB_BYTES // max(1, layer))
         for z in range(lo[2], hi[2], step):
             a, b = np.array([lo[0], lo[1], z]), np.array([hi[0], hi[1], min(z + step, hi[2])])
