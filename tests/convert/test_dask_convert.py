@@ -36,3 +36,18 @@ def test_dask_equals_local_pool(tmp_path, compressor):
         cluster.close()
     assert local == remote and local["tasks"] > 2
     assert files(tmp_path / "local") == files(tmp_path / "dask")
+
+
+def test_command_line_dask(tmp_path, capsys):
+    from ngshard.cli import main
+
+    src = tmp_path / "src.zarr"
+    data = volume_data((16, 32, 32), "uint8", seed=2)
+    zarr_python_array(src, data, chunks=(16, 16, 16))
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster:
+        assert main(["convert", str(src), str(tmp_path / "out"), "--dask",
+                     cluster.scheduler_address]) == 0
+    assert "converted" in capsys.readouterr().out
+    vol = ngshard.open_volume(tmp_path / "out")
+    assert (vol[..., 0] == data.T).all()

@@ -211,8 +211,7 @@ def precomputed_to_zarr(src: str, dst: str, *, scales=None, encoding=None,
         s = info.scales[i]
         grid = ChunkGrid(s.size, s.chunk_size)
         chunk_bytes = chunk_nbytes(s.chunk_size, channels, info.data_type)
-        box = (grid.shard_shape(s.sharding) if s.sharding is not None else None) or \
-            task_box(grid, chunk_bytes, task_bytes)
+        box = task_box(grid, chunk_bytes, task_bytes)  # a task holds one zarr shard
         path = f"s{i}"
         url = f"{dst.rstrip('/')}/{path}"
         shape = lead + tuple(s.size[::-1])
