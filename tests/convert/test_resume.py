@@ -117,3 +117,28 @@ def test_corrupt_source_shard_stops_then_resumes(tmp_path, chunk):
                                 chunk_size=(chunk,) * 3, task_bytes=32**3)
     assert stats["skipped"] == done and stats["run"] == 8 - done >= 1
     np.testing.assert_array_equal(read_precomputed(dst)[0], as_xyzc(data, "zyx"))
+
+
+@pytest.mark.parametrize("chunk", [32, 16], ids=["decoding", "fast-path"])
+def test_chunk_of_the_wrong_size_stops_then_resumes(tmp_path, chunk):
+    """A chunk file (unsharded zarr) holding a valid gzip stream of the wrong size."""
+    import gzip
+
+    data = volume_data((32, 32, 64), "uint8", seed=4)
+    src = tmp_path / "src.zarr"
+    zarr_python_array(src, data, chunks=(16, 16, 16), compressor="gzip")
+    bad = src / "c" / "1" / "1" / "2"
+    good = bad.read_bytes()
+    bad.write_bytes(gzip.compress(bytes(16**3 - 1)))
+    dst = tmp_path / "out"
+    with ThreadPoolExecutor(1) as pool:
+        with pytest.raises(ngshard.CorruptDataError) as error:
+            ngshard.convert(src, dst, executor=pool, progress=False,
+                            chunk_size=(chunk,) * 3, task_bytes=32**3)
+        assert "src.zarr" in str(error.value)
+        no_stray_files(dst)
+        bad.write_bytes(good)
+        stats = ngshard.convert(src, dst, executor=pool, progress=False,
+                                chunk_size=(chunk,) * 3, task_bytes=32**3)
+    assert stats["skipped"] >= 1 and stats["run"] >= 1
+    np.testing.assert_array_equal(read_precomputed(dst)[0], as_xyzc(data, "zyx"))

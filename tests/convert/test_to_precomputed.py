@@ -143,3 +143,17 @@ def test_chunks_of_zeros_are_not_stored(tmp_path, pool):
         "32-48_0-16_0-16", "48-64_0-16_0-16"]
     assert stats["chunks"] == 2
     np.testing.assert_array_equal(read_precomputed(tmp_path / "out")[0], as_xyzc(data, "zyx"))
+
+
+def test_time_axis(tmp_path, pool):
+    """One time point converts (the axis dropped); several are refused, naming the axis."""
+    data = volume_data((1, 2, 8, 16, 24), "uint8", seed=8)  # t, c, z, y, x
+    src = tmp_path / "t1.zarr"
+    zarr_python_array(src, data, chunks=(1, 2, 8, 8, 8))
+    ngshard.convert(src, tmp_path / "out", executor=pool, progress=False, axes="tczyx")
+    np.testing.assert_array_equal(read_precomputed(tmp_path / "out")[0],
+                                  as_xyzc(data[0], "czyx"))
+    src = tmp_path / "t2.zarr"
+    zarr_python_array(src, np.concatenate([data, data]), chunks=(1, 2, 8, 8, 8))
+    with pytest.raises(ngshard.SpecError, match="time axis of 2"):
+        ngshard.convert(src, tmp_path / "out2", executor=pool, progress=False, axes="tczyx")

@@ -139,9 +139,8 @@ def _results(executor: Executor, stages: list[list[Task]], dst: str, job: str
     window = in_flight(executor)
     for stage in stages:
         pending: deque[Future] = deque()
-        tasks = iter(stage)
         try:
-            for task in tasks:
+            for task in stage:
                 pending.append(executor.submit(run_task, task, dst, job))
                 while len(pending) >= window:
                     yield pending.popleft().result()

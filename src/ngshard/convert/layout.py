@@ -125,6 +125,9 @@ def zarr_to_precomputed(src: str, dst: str, *, scales=None, chunk_size=None, enc
     dtype = np.dtype(dtype_name)
     roles = levels[0].roles
     channels = first.shape[roles["c"]] if "c" in roles else 1
+    if "t" in roles and first.shape[roles["t"]] != 1:
+        raise SpecError(f"{src}: a time axis of {first.shape[roles['t']]} points: precomputed "
+                        f"holds one (convert a single time point)")
     encoding = encoding or ("compressed_segmentation" if dtype_name in _LABELS else "raw")
     layer_type = "segmentation" if dtype_name in _LABELS or \
         encoding == "compressed_segmentation" else "image"

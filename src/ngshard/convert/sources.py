@@ -35,11 +35,10 @@ def open_scale(url: str, scale: str, mode: str = "r"):
 @dataclass(frozen=True)
 class ZarrSource:
     """A zarr array; ``roles`` says which of its axes is x, y, z, c (channels) and t (time,
-    read at ``time``)."""
+    of one point)."""
 
     url: str
     roles: tuple[tuple[str, int], ...]
-    time: int = 0
     magnification = 1  # source voxels read per voxel returned
 
     @property
@@ -53,7 +52,7 @@ class ZarrSource:
         for d, axis in enumerate("xyz"):
             index[role[axis]] = slice(int(lo[d]), int(hi[d]))
         if "t" in role:
-            index[role["t"]] = self.time
+            index[role["t"]] = 0
         data = array[tuple(index)]
         kept = [r for r, _ in sorted(role.items(), key=lambda item: item[1]) if r != "t"]
         data = data.transpose([kept.index(r) for r in "xyzc" if r in kept])

@@ -70,7 +70,7 @@ def to_nm(value: float, unit: str | None, where: str = "") -> float:
     if factor is None:
         raise SpecError(f"{where}: unknown length unit {unit!r} (known: "
                         f"{', '.join(sorted(_NM_PER_UNIT))})")
-    return float(value) * factor
+    return float(f"{float(value) * factor:.12g}")  # 0.008 um is 8 nm, not 8.000000000000002
 
 
 def _transforms(items: Any, ndim: int, where: str) -> tuple[list[float], list[float]]:
