@@ -3,8 +3,6 @@ local process pool writes."""
 
 from __future__ import annotations
 
-from concurrent.futures import ProcessPoolExecutor
-
 import pytest
 from convert_helpers import volume_data, zarr_python_array
 
@@ -23,9 +21,8 @@ def test_dask_equals_local_pool(tmp_path, compressor):
     src = tmp_path / "src.zarr"
     zarr_python_array(src, volume_data((48, 64, 80), "uint8"), chunks=(16, 16, 16),
                       shards=(32, 32, 32), compressor=compressor)
-    with ProcessPoolExecutor(2) as pool:
-        local = ngshard.convert(src, tmp_path / "local", executor=pool, progress=False,
-                                task_bytes=32**3 * 4)
+    local = ngshard.convert(src, tmp_path / "local", workers=2, progress=False,
+                            task_bytes=32**3 * 4)
     cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                        dashboard_address=None)
     try:
