@@ -6,14 +6,14 @@ in one transaction, a cache pool of the same budget, its default concurrency: ev
     python tools/bench_convert.py [--repeat 2] [--shape 512,1024,1024] [--dir /tmp]
 
 Source: a uint8 (z, y, x) array, 64^3 inner chunks in 256^3 shards, written by tensorstore;
-smooth EM-like data with noise (it compresses about 2:1). Rows: zstd inner chunks to
-precomputed raw with the shard data gzip-encoded (what ``sharding="auto"`` picks) and with
-raw shard data, then gzip inner chunks to gzip shard data. All three take ngshard's fast path
-(the inner chunk is the precomputed chunk: zstd chunks are only inflated, gzip streams are
-carried as they are); "ngshard without fast path" is the same conversion with every chunk
-decoded into an array, cut and encoded, to show what the fast path buys. Destination: 64^3
-chunks, identity-hash box shards of 128 MiB (ngshard's auto sharding), the same spec for
-both libraries.
+smooth EM-like data with noise (zstd and gzip store it in about 80% of its size). Rows: zstd
+inner chunks to precomputed raw with the shard data gzip-encoded (what ``sharding="auto"``
+picks) and with raw shard data, then gzip inner chunks to gzip shard data. All three take
+ngshard's fast path (the inner chunk is the precomputed chunk: zstd chunks are only
+inflated, gzip streams are carried as they are); "ngshard without fast path" is the same
+conversion with every chunk decoded into an array, cut and encoded, to show what the fast
+path buys. Destination: 64^3 chunks, identity-hash box shards of 128 MiB (ngshard's auto
+sharding), the same spec for both libraries.
 
 Every run is a child process (timed inside it, from the call to the end); peak memory is the
 largest VmHWM of the process and its worker processes (ngshard: per worker; tensorstore: its
