@@ -157,3 +157,17 @@ def test_time_axis(tmp_path, pool):
     zarr_python_array(src, np.concatenate([data, data]), chunks=(1, 2, 8, 8, 8))
     with pytest.raises(ngshard.SpecError, match="time axis of 2"):
         ngshard.convert(src, tmp_path / "out2", executor=pool, progress=False, axes="tczyx")
+
+
+def test_chosen_levels(tmp_path, pool):
+    fine = volume_data((16, 32, 32), "uint8", seed=9)
+    coarse = np.ascontiguousarray(fine[::2, ::2, ::2])
+    ome_group(tmp_path / "g.zarr", [fine, coarse], axes="zyx", chunks=(8, 16, 16))
+    ngshard.convert(tmp_path / "g.zarr", tmp_path / "out", executor=pool, progress=False,
+                    scales=[1])
+    doc = info(tmp_path / "out")
+    assert [s["size"] for s in doc["scales"]] == [[16, 16, 8]]
+    np.testing.assert_array_equal(read_precomputed(tmp_path / "out")[0], as_xyzc(coarse, "zyx"))
+    with pytest.raises(ngshard.SpecError, match="scales"):
+        ngshard.convert(tmp_path / "g.zarr", tmp_path / "o2", executor=pool, progress=False,
+                        scales=[2])
