@@ -108,3 +108,11 @@ def test_read_group(tmp_path):
         read_group(tmp_path / "bad")
     with pytest.raises(NotFoundError, match="not a zarr"):
         read_group(tmp_path / "missing")
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "zarr.json").write_text('{"zarr_format": 3, "node_type": "group"}')
+    with pytest.raises(SpecError, match="without OME multiscales"):
+        read_group(tmp_path / "plain")
+    (tmp_path / "arr").mkdir()
+    (tmp_path / "arr" / ".zarray").write_text("{}")
+    (tmp_path / "arr" / ".zattrs").write_text("{}")
+    assert read_group(tmp_path / "arr") is None

@@ -186,34 +186,47 @@ def _role(axis: Axis) -> str | None:
 
 def read_group(url: str | os.PathLike | Storage) -> Multiscales | None:
     """The multiscales metadata of the zarr group at ``url`` (v3 ``zarr.json`` or v2
-    ``.zattrs``), None if it is not a multiscale group (an array, or a plain group).
+    ``.zattrs``), None if ``url`` is an array.
 
     Raises
     ------
     NotFoundError
         Neither a zarr group nor a zarr array there.
     SpecError
-        Metadata that is not valid JSON or not valid multiscales.
+        Metadata that is not valid JSON or not valid multiscales, or a group without
+        multiscales (name one of its arrays instead).
     """
     storage = open_storage(url)
-    for name in ("zarr.json", ".zattrs"):
-        raw = storage.read(name)
-        if raw is None:
-            continue
-        try:
-            doc = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise SpecError(f"{storage.path(name)}: not valid JSON ({e})") from None
-        if not isinstance(doc, dict):
-            raise SpecError(f"{storage.path(name)}: not a JSON object")
-        attrs = doc.get("attributes", {}) if name == "zarr.json" else doc
-        if name == "zarr.json" and doc.get("node_type") == "array":
+    raw = storage.read("zarr.json")
+    if raw is not None:
+        doc = _json(raw, storage.path("zarr.json"))
+        if doc.get("node_type") == "array":
             return None
-        return parse_multiscales(attrs, storage.path(name))
-    if storage.read(".zarray") is not None:
+        attrs, where = doc.get("attributes", {}), storage.path("zarr.json")
+    elif storage.read(".zarray") is not None:
         return None
-    raise NotFoundError(f"{storage.url}: no zarr.json, .zarray or .zattrs: not a zarr array "
-                        f"or group")
+    else:
+        raw = storage.read(".zattrs")
+        if raw is None and storage.read(".zgroup") is None:
+            raise NotFoundError(f"{storage.url}: no zarr.json, .zarray or .zgroup: not a zarr "
+                                f"array or group")
+        attrs, where = (_json(raw, storage.path(".zattrs")) if raw else {}), \
+            storage.path(".zattrs")
+    found = parse_multiscales(attrs, where)
+    if found is None:
+        raise SpecError(f"{storage.url}: a zarr group without OME multiscales metadata: "
+                        f"give one of its arrays")
+    return found
+
+
+def _json(raw: bytes, where: str) -> dict:
+    try:
+        doc = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise SpecError(f"{where}: not valid JSON ({e})") from None
+    if not isinstance(doc, dict):
+        raise SpecError(f"{where}: not a JSON object")
+    return doc
 
 
 def multiscales_05(levels: list[tuple[str, tuple[float, ...], tuple[float, ...]]],
