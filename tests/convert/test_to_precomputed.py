@@ -171,3 +171,13 @@ def test_chosen_levels(tmp_path, pool):
     with pytest.raises(ngshard.SpecError, match="scales"):
         ngshard.convert(tmp_path / "g.zarr", tmp_path / "o2", executor=pool, progress=False,
                         scales=[2])
+
+
+def test_source_over_http(http_server, tmp_path, pool):
+    """An OME-Zarr group served over HTTP (a public bucket's case), read with byte ranges."""
+    data = volume_data((3, 16, 32, 48), "uint8", seed=10)
+    ome_group(http_server.root / "em.zarr", [data], chunks=(3, 8, 16, 16), shards=(3, 16, 32, 32))
+    ngshard.convert(f"{http_server.base}/em.zarr", tmp_path / "out", executor=pool,
+                    progress=False)
+    np.testing.assert_array_equal(read_precomputed(tmp_path / "out")[0], as_xyzc(data, "czyx"))
+    assert any(rng for _, _, rng in http_server.requests)  # inner chunks read by range
