@@ -44,7 +44,7 @@ def __getattr__(name: str):
         from . import volume
 
         return getattr(volume, name)
-    if name in ("dask", "zarr"):
+    if name in ("dask", "zarr", "convert"):  # convert: the package, callable as convert(src, dst)
         import importlib
 
         return importlib.import_module(f".{name}", __name__)
@@ -75,6 +75,7 @@ __all__ = [
     "StorageWriteError",
     "SegmentProperties",
     "Skeletons",
+    "convert",
     "create_volume",
     "open_annotations",
     "open_kv",

@@ -14,8 +14,18 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 WORKERS = max(2, os.cpu_count() or 1)
-_leaves = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="ngshard")
-_jobs = ThreadPoolExecutor(max_workers=2 * WORKERS, thread_name_prefix="ngshard-job")
+
+
+def _new_pools() -> None:
+    global _leaves, _jobs
+    _leaves = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="ngshard")
+    _jobs = ThreadPoolExecutor(max_workers=2 * WORKERS, thread_name_prefix="ngshard-job")
+
+
+_new_pools()
+# A forked child (a process pool's worker) inherits the pools without their threads: work
+# given to them would never run. It gets pools of its own.
+os.register_at_fork(after_in_child=_new_pools)
 
 
 def pool() -> ThreadPoolExecutor:

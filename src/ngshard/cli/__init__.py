@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from .. import __version__
 from ..errors import NgShardError
+from .convert import add_command as add_convert_command
 from .demo import cmd_demo
 from .serve import add_commands as add_serve_commands
 from .store import (
@@ -118,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "folders (a previous demo is replaced without --force)")
     p.add_argument("--no-view", action="store_true", help="only write the data")
     p.add_argument("--no-browser", action="store_true", help="only print the viewer's URL")
+    add_convert_command(command)
     add_serve_commands(command)
     return parser
 

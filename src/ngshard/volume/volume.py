@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..chunkgrid import EncodedChunks
 from ..errors import ReadOnlyError
 from ..sharded import ShardedKV
 from ..staged import DEFAULT_STAGED_BYTES, ChangesPlan, StagedChangesArray, normalize
@@ -131,6 +132,15 @@ class Volume:
         staged = self.array.changed_positions()[:, :3]
         both = np.concatenate([self.chunks.list_positions(), staged])
         return np.unique(both, axis=0) if len(both) else both.reshape(0, 3)
+
+    def encoded(self) -> EncodedChunks:
+        """This scale's encoded chunks by (x, y, z) grid position, as
+        :class:`ngshard.chunkgrid.EncodedChunks` (``volume/encoded.py``): for moving chunks
+        between formats without decoding them. Chunks put there bypass this volume's staged
+        voxels: do not mix the two before a commit."""
+        from .encoded import ScaleEncodedChunks
+
+        return ScaleEncodedChunks(self)
 
     # --- writing -------------------------------------------------------------------------
 

@@ -1,0 +1,77 @@
+"""``ngshard convert SRC DST``: zarr (an array or an OME-Zarr group) -> precomputed, or a
+precomputed layer -> an OME-Zarr 0.5 group of sharded Zarr v3 arrays, on a local process pool
+or a Dask cluster."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import SpecError
+
+
+def add_command(command) -> None:
+    """The ``convert`` subcommand (``command(name, fn, help)`` makes one)."""
+    p = command("convert", cmd_convert, "convert a zarr array or OME-Zarr group to a "
+                "precomputed layer, or a precomputed layer to an OME-Zarr 0.5 group of "
+                "sharded Zarr v3 arrays (by what SRC holds); an interrupted conversion "
+                "resumes where it stopped")
+    p.add_argument("src", metavar="SRC", help="zarr array or group, or precomputed layer")
+    p.add_argument("url", metavar="DST", help="where the result goes")
+    p.add_argument("--axes", metavar="LETTERS",
+                   help="the source's axes in order, from x y z c t (e.g. czyx); default: "
+                        "OME metadata or dimension names, else the last three are z y x and "
+                        "a fourth from the end is channels")
+    p.add_argument("--chunk-size", metavar="X,Y,Z", help="precomputed chunk size (default: "
+                   "the zarr inner chunk when it is between 8 and 512, else 64,64,64)")
+    p.add_argument("--encoding", help="precomputed: raw, compressed_segmentation, jpeg, png "
+                   "(default compressed_segmentation for labels, raw otherwise); zarr: "
+                   "zstd, gzip, raw")
+    p.add_argument("--sharding", default="auto", metavar="auto|none|JSON",
+                   help="precomputed sharding: auto (box shards), none (a file per chunk), or "
+                        "a spec (JSON text or file)")
+    p.add_argument("--scales", metavar="I,J,...", help="only these source levels")
+    p.add_argument("--downsample", nargs="?", const=True, default=False, type=int,
+                   metavar="N", help="add coarser scales (at most N) to a single-level source")
+    p.add_argument("--workers", type=int, metavar="N", help="local worker processes "
+                   "(default: one per core)")
+    p.add_argument("--dask", metavar="ADDRESS", help="run the tasks on the Dask scheduler "
+                   "at ADDRESS (needs ngshard[dask]; DST must be reachable from the workers)")
+    p.add_argument("--no-resume", action="store_true", help="start afresh even if an "
+                   "interrupted run of the same conversion is recorded in DST")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+
+
+def _ints(text: str | None, what: str, n: int | None = None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        values = ()
+    if not values or (n is not None and len(values) != n) or min(values) < 0:
+        raise SpecError(f"{what} must be {n or 'some'} comma-separated integers >= 0, "
+                        f"not {text!r}")
+    return values
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    from ..convert import convert
+    from ..convert.executors import dask_client
+
+    client = dask_client(args.dask) if args.dask else None
+    try:
+        stats = convert(args.src, args.url, axes=args.axes, encoding=args.encoding,
+                        chunk_size=_ints(args.chunk_size, "--chunk-size", 3),
+                        scales=_ints(args.scales, "--scales"), sharding=args.sharding,
+                        downsample=args.downsample, workers=args.workers,
+                        executor=client.get_executor() if client else None,
+                        progress=not args.quiet and sys.stderr.isatty(),
+                        resume=not args.no_resume)
+    finally:
+        if client is not None:
+            client.close()
+    done = f", {stats['skipped']} done before" if stats["skipped"] else ""
+    print(f"converted {args.src} -> {args.url}: {stats['run']} tasks{done}, "
+          f"{stats['chunks']} chunks, {stats['bytes']} bytes")
+    return 0

@@ -1,0 +1,152 @@
+"""``ngshard.convert``: zarr -> precomputed or the reverse, chosen by the source, as
+independent tasks on any executor, resumable."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections import deque
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Executor, Future, wait
+from typing import Any
+
+from ..errors import SpecError
+from ..progress import progress_bar
+from ..storage import remove_stale
+from . import resume as records
+from .executors import in_flight, local_pool
+from .layout import (
+    DEFAULT_TASK_BYTES,
+    Plan,
+    is_precomputed,
+    precomputed_to_zarr,
+    zarr_to_precomputed,
+)
+from .plan import Task
+from .tasks import run_task
+
+
+def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
+            scales: Sequence[int] | None = None, chunk_size: Sequence[int] | None = None,
+            encoding: str | None = None, sharding: Any = "auto",
+            executor: Executor | None = None, workers: int | None = None,
+            progress: bool = True, resume: bool = True, axes: str | None = None,
+            downsample: bool | int = False, task_bytes: int = DEFAULT_TASK_BYTES
+            ) -> dict[str, int]:
+    """Convert a zarr array or OME-Zarr group to a precomputed layer, or a precomputed layer
+    to an OME-Zarr 0.5 group of Zarr v3 sharded arrays (which, by ``src``: a precomputed
+    layer has an ``info``).
+
+    Parameters
+    ----------
+    src, dst
+        Local paths or fsspec URLs every worker can reach.
+    scales
+        Indices of the source levels to convert (default all).
+    chunk_size
+        zarr -> precomputed: the (x, y, z) chunk size (default the zarr inner chunk, reversed,
+        when between 8 and 512 per axis, else 64^3).
+    encoding
+        zarr -> precomputed: raw, compressed_segmentation, jpeg or png (default
+        compressed_segmentation for uint32/uint64/int64 labels, raw otherwise);
+        precomputed -> zarr: zstd (default), gzip or raw inner chunks.
+    sharding
+        zarr -> precomputed: "auto" (box shards of about ``task_bytes``), "none" (a file per
+        chunk) or a spec (JSON text, dict or file).
+    executor
+        Where tasks run (any ``concurrent.futures.Executor``, e.g. a Dask
+        ``Client(...).get_executor()``); default a local process pool of ``workers``.
+    progress
+        A progress bar over tasks.
+    resume
+        Skip the tasks an interrupted run of the same job finished (recorded under
+        ``dst/.ngshard-convert/``); False starts afresh.
+    axes
+        The source's axes as letters (x, y, z, c, t), overriding its metadata: "czyx".
+    downsample
+        zarr -> precomputed from a single level: add coarser scales (2x per axis, until the
+        scale fits a chunk; an integer caps their number).
+    task_bytes
+        Uncompressed bytes per task (auto shard size): a worker's memory is about this.
+
+    Returns
+    -------
+    dict
+        ``tasks`` (of the job), ``run`` (this call), ``skipped`` (done before), ``chunks``
+        and ``bytes`` written by this call.
+
+    Raises
+    ------
+    NotFoundError, SpecError, CorruptDataError
+        A missing or invalid source (naming the file); a task's error stops the job (tasks
+        finished stay recorded; shards are never left half-written).
+    """
+    src, dst = os.fspath(src), os.fspath(dst)
+    if is_precomputed(src):
+        given = {"chunk_size": chunk_size, "axes": axes, "downsample": downsample or None}
+        wrong = [k for k, v in given.items() if v is not None]
+        if wrong or sharding not in ("auto", None):
+            raise SpecError(f"{src} is precomputed: {', '.join(wrong or ['sharding'])} only "
+                            f"apply to zarr -> precomputed")
+        plan = precomputed_to_zarr(src, dst, scales=scales, encoding=encoding,
+                                   task_bytes=task_bytes)
+    else:
+        plan = zarr_to_precomputed(src, dst, scales=scales, chunk_size=chunk_size,
+                                   encoding=encoding, sharding=sharding, axes=axes,
+                                   downsample=downsample, task_bytes=task_bytes)
+    return run_plan(plan, dst, executor=executor, workers=workers, progress=progress,
+                    resume=resume)
+
+
+def run_plan(plan: Plan, dst: str, *, executor: Executor | None = None,
+             workers: int | None = None, progress: bool = True, resume: bool = True
+             ) -> dict[str, int]:
+    """Run a plan's stages in order, skipping tasks done before (see :func:`convert`)."""
+    done = records.start(dst, plan.job, resume)
+    if not done:
+        plan.prepare()
+    job = hashlib.sha256(json.dumps(plan.job, sort_keys=True).encode()).hexdigest()[:16]
+    total = sum(map(len, plan.stages))
+    todo = [[t for t in stage if t.name not in done] for stage in plan.stages]
+    stats = {"tasks": total, "run": 0, "skipped": total - sum(map(len, todo)), "chunks": 0,
+             "bytes": 0}
+    own = executor is None
+    executor = local_pool(workers) if own else executor
+    try:
+        bar = progress_bar(_results(executor, todo, dst, job), enabled=progress,
+                           total=total, initial=stats["skipped"], desc="converting",
+                           unit="task")
+        for _, result in bar:
+            stats["run"] += 1
+            stats["chunks"] += result["chunks"]
+            stats["bytes"] += result["bytes"]
+    finally:
+        if own:
+            executor.shutdown(cancel_futures=True)
+    records.clear(dst)
+    for d in plan.dirs:
+        if d.local_root is not None:
+            remove_stale(d.local_root)  # temporary files of workers that died
+    return stats
+
+
+def _results(executor: Executor, stages: list[list[Task]], dst: str, job: str
+             ) -> Iterator[tuple[str, dict]]:
+    """Results of every task, stage after stage, with a bounded number submitted at once;
+    the first failure cancels what is not running yet, waits for what is (so nothing is
+    being written once the error is raised), and is raised."""
+    window = in_flight(executor)
+    for stage in stages:
+        pending: deque[Future] = deque()
+        try:
+            for task in stage:
+                pending.append(executor.submit(run_task, task, dst, job))
+                while len(pending) >= window:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for f in pending:
+                f.cancel()
+            wait(pending)

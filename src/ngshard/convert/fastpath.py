@@ -1,0 +1,112 @@
+"""The fast path of zarr -> precomputed: a zarr (c,) z, y, x array in C order holds each
+chunk's voxels x fastest, then y, z and the channels, which is exactly a precomputed raw
+chunk (Fortran order over x, y, z, channel). When the inner chunk is the precomputed chunk
+reversed and the chunk bytes are raw, gzip or zstd, an interior chunk's bytes go into the
+precomputed shard as they are: a gzip stream becomes a ``data_encoding: gzip`` value without
+being inflated. Only what must change is touched: edge chunks (zarr pads them, precomputed
+clips them) are decoded, cut and re-encoded, and a chunk whose compression differs from the
+shard's data encoding (zstd always does) is inflated and deflated, never transposed or
+assembled into an array.
+
+Carried gzip streams are checked without inflating them (the magic bytes and the length in
+the gzip trailer), so a chunk of the wrong size still stops the conversion.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..compression import encode, gzip_decompress, zstd_decompress
+from ..errors import CorruptDataError
+from ..threads import pmap
+from .plan import Task
+from .sources import ZarrSource, open_scale, open_zarr
+from .to_precomputed import write_shard
+
+
+def eligible(array, roles: dict[str, int], scale, dtype: np.dtype) -> bool:
+    """Whether the chunks of ``array`` (axes per ``roles``) can be carried into ``scale``
+    (a sharded raw scale of ``dtype``) as bytes."""
+    if scale.sharding is None or scale.encoding != "raw" or "t" in roles:
+        return False
+    order = [roles[a] for a in ("c", "z", "y", "x") if a in roles]
+    if order != list(range(array.ndim)):  # (c,) z, y, x
+        return False
+    if "c" in roles and array.chunks[0] != array.shape[0]:
+        return False
+    if tuple(array.chunks[-3:][::-1]) != tuple(scale.chunk_size):
+        return False
+    fill = np.asarray(array.fill_value if array.fill_value is not None else 0)
+    if fill.size != 1 or fill.item() != 0:
+        return False
+    token = array.encoded().encoding.split()
+    if len(token) != 3 or token[0] not in _INFLATE or token[1] != "C":
+        return False
+    stored = np.dtype(token[2])
+    return stored == dtype and stored.byteorder != ">"
+
+
+_INFLATE = {"raw": lambda blob, where, limit: blob, "gzip": gzip_decompress,
+            "zstd": zstd_decompress}
+
+
+def _gzip_ok(blob, expected: int) -> bool:
+    return len(blob) >= 18 and bytes(blob[:2]) == b"\x1f\x8b" and \
+        int.from_bytes(bytes(blob[-4:]), "little") == expected % (1 << 32)
+
+
+def fill_fast(task: Task) -> dict:
+    """Run a fast-path task: the chunks of the box [lo, hi) of a sharded raw scale carried
+    from the zarr array of ``task.source``."""
+    source: ZarrSource = task.source
+    vol = open_scale(task.url, task.scale)
+    grid, spec = vol.grid, vol.scale.sharding
+    array = open_zarr(source.url)
+    chunks = array.encoded()
+    compression = chunks.encoding.split()[0]
+    inflate = _INFLATE[compression]
+    channels = vol.info.num_channels
+    cs = np.array(grid.chunk_size)
+    whole = (*grid.chunk_size, channels)
+    expected = math.prod(whole) * vol.dtype.itemsize
+    positions = np.stack(np.meshgrid(*[np.arange(a, b) for a, b in zip(task.lo, task.hi)],
+                                     indexing="ij"), axis=-1).reshape(-1, 3)
+    zpos = positions[:, ::-1]
+    if "c" in source.role:
+        zpos = np.pad(zpos, ((0, 0), (1, 0)))
+    blobs = chunks.get(zpos)
+    starts, stops = grid.bounds(positions)
+    extents = (stops - starts).tolist()
+    interior = (stops - starts == cs).all(axis=1).tolist()
+
+    def carry(i: int):
+        blob = blobs[i]
+        if blob is None:
+            return None
+        where = f"{array.url}: chunk {tuple(zpos[i].tolist())}"
+        if interior[i] and compression == spec.data_encoding:
+            ok = _gzip_ok(blob, expected) if compression == "gzip" else len(blob) == expected
+            if not ok:
+                raise CorruptDataError(f"{where}: not a {compression} chunk of "
+                                       f"{expected} bytes")
+            return blob
+        raw = inflate(blob, where, expected)
+        if len(raw) != expected:
+            raise CorruptDataError(f"{where}: decodes to {len(raw)} bytes, not {expected}")
+        if not interior[i]:
+            ex, ey, ez = extents[i]
+            cut = np.frombuffer(raw, vol.dtype).reshape(whole, order="F")[:ex, :ey, :ez]
+            if not cut.any():
+                return None
+            raw = cut.tobytes(order="F")
+        return encode(raw, spec.data_encoding)
+
+    stored = pmap(carry, range(len(blobs)), min_items=2)
+    keep = [i for i, b in enumerate(stored) if b is not None]
+    keys = grid.morton(positions[keep]) if keep else np.zeros(0, np.uint64)
+    written = write_shard(vol.storage.child(vol.scale.key), spec, task.shard, keys,
+                          [stored[i] for i in keep])
+    return {"chunks": len(keep), "bytes": written}
+

@@ -1,0 +1,246 @@
+"""Deciding a conversion's destination from its source, and the tasks that fill it.
+
+zarr -> precomputed: every level of an OME-Zarr multiscale group (or the one array) becomes
+a scale, with its voxel size in nm and its offset from the OME transforms; integer labels
+(uint32, uint64, int64) become a segmentation layer with compressed_segmentation, the rest an
+image of raw chunks; ``downsample`` adds coarser scales made from the scale above.
+precomputed -> zarr: an OME-Zarr 0.5 group with one Zarr v3 sharded array per scale, axes
+(c,) z, y, x.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import SpecError
+from ..sharded.infofile import as_spec
+from ..storage import Storage, open_storage
+from ..volume.grid import ChunkGrid
+from ..volume.info import DATA_TYPES, Scale, VolumeInfo, chunk_nbytes
+from ..volume.layers import read_volume_info, scale_key, write_volume_info
+from ..volume.sharding import auto_sharding
+from ..zarr.ome import axis_roles, multiscales_05, read_group, to_nm
+from . import fastpath
+from .plan import Task, precomputed_tasks, task_box, zarr_tasks
+from .sources import DownsampledSource, PrecomputedSource, ZarrSource
+
+#: Uncompressed bytes of one task's output (a shard, a box of chunk files, a zarr shard).
+DEFAULT_TASK_BYTES = 128 << 20
+_DTYPES = {"bool": "uint8", "int64": "uint64"}  # what precomputed stores them as
+_LABELS = ("uint32", "uint64")
+
+
+@dataclass
+class Plan:
+    """A conversion: what identifies it (for resuming), how to lay out a fresh destination,
+    and its tasks in stages (a stage needs the ones before it done)."""
+
+    job: dict
+    prepare: Callable[[], None]
+    stages: list[list[Task]]
+    dirs: list[Storage] = field(default_factory=list)  # where workers write objects
+
+
+@dataclass(frozen=True)
+class _Level:
+    url: str
+    roles: dict
+    resolution: tuple[float, float, float]
+    offset: tuple[int, int, int]
+
+
+def _zarr_levels(src: str, axes: str | None) -> list[_Level]:
+    """The arrays of a zarr source, finest first, with their axis roles and placement."""
+    from ..zarr import open_array
+
+    ms = read_group(src)
+    if ms is None:
+        array = open_array(src)
+        names = array.dimension_names if array.dimension_names and \
+            None not in array.dimension_names else None
+        return [_Level(src, axis_roles(array.ndim, names, axes, src), (1.0, 1.0, 1.0),
+                       (0, 0, 0))]
+    roles = axis_roles(len(ms.axes), ms.axes, axes, src)
+    levels = []
+    for level in ms.levels:
+        res, off = [], []
+        for a in "xyz":
+            i = roles[a]
+            res.append(to_nm(level.scale[i], ms.axes[i].unit, src))
+            off.append(int(np.floor(level.translation[i] / level.scale[i] + 0.5))
+                       if level.scale[i] else 0)
+        levels.append(_Level(f"{src.rstrip('/')}/{level.path}", roles, tuple(res),
+                             tuple(off)))
+    return levels
+
+
+def _pick(items: Sequence, scales: Sequence[int] | None, what: str) -> list[int]:
+    if scales is None:
+        return list(range(len(items)))
+    bad = [s for s in scales if not 0 <= int(s) < len(items)]
+    if bad:
+        raise SpecError(f"scales {bad} do not exist: {what} has {len(items)}")
+    return [int(s) for s in scales]
+
+
+def _sharding(sharding: Any, size, chunk, chunk_bytes: int, encoding: str, task_bytes: int):
+    if sharding is None or sharding == "none":
+        return None
+    if sharding == "auto":
+        return auto_sharding(size, chunk, chunk_bytes, task_bytes, encoding)
+    return as_spec(sharding)
+
+
+def _downsample_factors(size, chunk, steps: int) -> list[tuple[int, int, int]]:
+    """(2, 2, 2) per step, 1 along axes that already fit in one chunk; at most ``steps``."""
+    out = []
+    size = list(size)
+    while len(out) < steps:
+        f = tuple(2 if s > c else 1 for s, c in zip(size, chunk))
+        if f == (1, 1, 1):
+            break
+        out.append(f)
+        size = [-(-s // k) for s, k in zip(size, f)]
+    return out
+
+
+def zarr_to_precomputed(src: str, dst: str, *, scales=None, chunk_size=None, encoding=None,
+                        sharding: Any = "auto", axes: str | None = None,
+                        downsample: bool | int = False, task_bytes: int = DEFAULT_TASK_BYTES
+                        ) -> Plan:
+    from ..zarr import open_array
+
+    levels = _zarr_levels(src, axes)
+    chosen = _pick(levels, scales, src)
+    first = open_array(levels[chosen[0]].url)
+    dtype_name = _DTYPES.get(first.dtype.name, first.dtype.name)
+    if dtype_name not in DATA_TYPES:
+        raise SpecError(f"{src}: data type {first.dtype} has no precomputed equivalent "
+                        f"({', '.join(DATA_TYPES)})")
+    dtype = np.dtype(dtype_name)
+    roles = levels[0].roles
+    channels = first.shape[roles["c"]] if "c" in roles else 1
+    if "t" in roles and first.shape[roles["t"]] != 1:
+        raise SpecError(f"{src}: a time axis of {first.shape[roles['t']]} points: precomputed "
+                        f"holds one (convert a single time point)")
+    encoding = encoding or ("compressed_segmentation" if dtype_name in _LABELS else "raw")
+    layer_type = "segmentation" if dtype_name in _LABELS or \
+        encoding == "compressed_segmentation" else "image"
+    if chunk_size is None:
+        inner = tuple(first.chunks[roles[a]] for a in "xyz")
+        chunk_size = inner if all(8 <= c <= 512 for c in inner) else (64, 64, 64)
+    chunk_size = tuple(int(c) for c in chunk_size)
+    chunk_bytes = chunk_nbytes(chunk_size, channels, dtype)
+    scale_list, sources, used = [], [], set()
+    for i in chosen:
+        level = levels[i]
+        array = first if i == chosen[0] else open_array(level.url)
+        size = tuple(int(array.shape[level.roles[a]]) for a in "xyz")
+        key = scale_key(level.resolution)
+        key = key if key not in used else f"s{i}"
+        used.add(key)
+        scale_list.append(Scale(
+            key=key, size=size, chunk_size=chunk_size, resolution=level.resolution,
+            voxel_offset=level.offset, encoding=encoding,
+            sharding=_sharding(sharding, size, chunk_size, chunk_bytes, encoding, task_bytes),
+            compressed_segmentation_block_size=(8, 8, 8)
+            if encoding == "compressed_segmentation" else None))
+        sources.append((array, ZarrSource(level.url, tuple(sorted(level.roles.items())))))
+    steps = 0 if len(levels) > 1 or not downsample else 16 if downsample is True \
+        else int(downsample)
+    coarse = []
+    for f in _downsample_factors(scale_list[-1].size, chunk_size, steps):
+        s = scale_list[-1] if not coarse else coarse[-1][0]
+        size = tuple(-(-n // k) for n, k in zip(s.size, f))
+        res = tuple(r * k for r, k in zip(s.resolution, f))
+        scale = Scale(key=scale_key(res), size=size, chunk_size=chunk_size, resolution=res,
+                      voxel_offset=tuple(o // k for o, k in zip(s.voxel_offset, f)),
+                      encoding=encoding, sharding=_sharding(sharding, size, chunk_size,
+                                                            chunk_bytes, encoding, task_bytes),
+                      compressed_segmentation_block_size=s.compressed_segmentation_block_size)
+        coarse.append((scale, DownsampledSource(PrecomputedSource(dst, s.key), f,
+                                                layer_type == "segmentation")))
+    info = VolumeInfo.from_json({"type": layer_type, "data_type": dtype_name,
+                                 "num_channels": channels, "scales": [
+                                     s.to_json() for s in scale_list + [c[0] for c in coarse]]})
+    first_stage, fast = [], []
+    for scale, (array, source) in zip(scale_list, sources):
+        grid = ChunkGrid(scale.size, scale.chunk_size, scale.voxel_offset)
+        quick = array.dtype == dtype and fastpath.eligible(array, dict(source.roles), scale,
+                                                           dtype)
+        fast.append(quick)
+        first_stage += precomputed_tasks(dst, scale.key, grid, scale.sharding, source,
+                                         chunk_bytes, task_bytes, quick)
+    stages = [first_stage] + [
+        precomputed_tasks(dst, s.key, ChunkGrid(s.size, s.chunk_size, s.voxel_offset),
+                          s.sharding, source, chunk_bytes, task_bytes)
+        for s, source in coarse]
+    storage = open_storage(dst)
+    dirs = [storage.child(s.key) for s in info.scales]
+
+    def prepare() -> None:
+        for d in dirs:  # a fresh job replaces what an earlier one left there
+            for name in d.list():
+                d.delete(name)
+        write_volume_info(storage, info)
+
+    job = {"from": src, "to": dst, "info": info.to_json(), "fast": fast,
+           "sources": [s.roles for _, s in sources]}
+    return Plan(json.loads(json.dumps(job)), prepare, stages, dirs)
+
+
+_CODECS = {"zstd": None, "gzip": [{"name": "bytes", "configuration": {"endian": "little"}},
+                                  {"name": "gzip", "configuration": {"level": 5}}],
+           "raw": [{"name": "bytes", "configuration": {"endian": "little"}}]}
+
+
+def precomputed_to_zarr(src: str, dst: str, *, scales=None, encoding=None,
+                        task_bytes: int = DEFAULT_TASK_BYTES) -> Plan:
+    from ..zarr import create_array
+
+    info = read_volume_info(open_storage(src))
+    encoding = encoding or "zstd"
+    if encoding not in _CODECS:
+        raise SpecError(f"zarr chunks can be encoded {', '.join(_CODECS)}, not {encoding!r}")
+    channels = info.num_channels
+    lead = (channels,) if channels > 1 else ()
+    arrays, stages, levels = [], [], []
+    for i in _pick(info.scales, scales, src):
+        s = info.scales[i]
+        grid = ChunkGrid(s.size, s.chunk_size)
+        chunk_bytes = chunk_nbytes(s.chunk_size, channels, info.data_type)
+        box = task_box(grid, chunk_bytes, task_bytes)  # a task holds one zarr shard
+        path = f"s{i}"
+        url = f"{dst.rstrip('/')}/{path}"
+        shape = lead + tuple(s.size[::-1])
+        chunks = lead + tuple(s.chunk_size[::-1])
+        shards = lead + tuple(b * c for b, c in zip(box[::-1], s.chunk_size[::-1]))
+        arrays.append((url, shape, chunks, shards))
+        levels.append((path, s.resolution, tuple(o * r for o, r in zip(s.voxel_offset,
+                                                                       s.resolution))))
+        stages += zarr_tasks(url, shape, shards, PrecomputedSource(src, s.key))
+    attributes = multiscales_05(levels, channels > 1)
+    names = (("c",) if channels > 1 else ()) + ("z", "y", "x")
+    storage = open_storage(dst)
+
+    def prepare() -> None:
+        group = {"zarr_format": 3, "node_type": "group", "attributes": attributes}
+        storage.write("zarr.json", [json.dumps(group, indent=2).encode()])
+        for url, shape, chunks, shards in arrays:
+            create_array(url, shape, info.data_type, chunks, shards=shards,
+                         codecs=_CODECS[encoding], dimension_names=names, overwrite=True)
+
+    job = {"from": src, "to": dst, "info": info.to_json(), "encoding": encoding,
+           "arrays": arrays}
+    return Plan(json.loads(json.dumps(job)), prepare, [stages],
+                [open_storage(a[0]) for a in arrays])
+
+
+def is_precomputed(url: str) -> bool:
+    """Whether ``url`` holds a precomputed layer (an ``info`` file) rather than zarr."""
+    return open_storage(url).read("info") is not None

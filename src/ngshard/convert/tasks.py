@@ -1,0 +1,30 @@
+"""The one function a worker runs: do a task, then record it as done. Tasks are idempotent
+(a task run twice writes the same bytes, each object atomically), so a task retried after
+its worker died, or redone after an interruption, leaves nothing half-written."""
+
+from __future__ import annotations
+
+from . import resume
+from .plan import Task
+from .sources import open_scale, open_zarr
+
+_job: str | None = None  # the job whose arrays this process holds open
+
+
+def run_task(task: Task, root: str, job: str) -> tuple[str, dict]:
+    """Run ``task`` of the job ``job`` (a digest) writing under ``root``; returns its name and
+    what it wrote (``chunks``, ``bytes``)."""
+    global _job
+    if job != _job:  # arrays opened for another job may have changed since
+        open_zarr.cache_clear()
+        open_scale.cache_clear()
+        _job = job
+    if task.kind == "zarr":
+        from .to_zarr import fill_zarr as fill
+    elif task.fast:
+        from .fastpath import fill_fast as fill
+    else:
+        from .to_precomputed import fill
+    stats = fill(task)
+    resume.mark_done(root, task.name)
+    return task.name, stats

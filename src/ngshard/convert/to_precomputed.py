@@ -1,0 +1,96 @@
+"""Filling one box of a precomputed scale's chunk grid from a source: read the voxels a slab
+at a time, encode each chunk (chunks all zero, the format's fill value, are left out), and
+write the box's shard whole and atomically (never reading it back), or its chunk files.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..compression import encode
+from ..sharded.spec import ShardingSpec
+from ..sharded.update import new_shard, newest_in_index_order
+from ..storage import Storage
+from ..threads import pmap
+from ..volume.encodings import encode_chunk
+from .plan import Task
+from .sources import as_dtype, open_scale
+
+#: Voxel bytes read from the source at a time within a task (at least one layer of chunks;
+#: a downsampled source reads its magnification times more).
+SLAB_BYTES = 64 << 20
+
+
+def write_shard(storage: Storage, spec: ShardingSpec, shard: int, keys: np.ndarray,
+                blobs: list) -> int:
+    """Write shard number ``shard`` whole from chunk IDs and their stored (data-encoded)
+    bytes; an empty shard removes the file. Returns the bytes written."""
+    name = spec.shard_filename(shard)
+    if not len(keys):
+        storage.delete(name)
+        return 0
+    order = newest_in_index_order(spec, keys)
+    chosen = [blobs[i] for i in order.tolist()]
+    sizes = np.fromiter(map(len, chosen), np.int64, len(chosen))
+    storage.write(name, new_shard(spec, keys[order], sizes, chosen))
+    return int(sizes.sum())
+
+
+def store_chunks(task: Task, positions: np.ndarray, blobs: list) -> dict:
+    """Store a task's encoded chunks (scale-encoded, not data-encoded yet)."""
+    vol = open_scale(task.url, task.scale)
+    spec = vol.scale.sharding
+    storage = vol.storage.child(vol.scale.key)
+    if spec is None:
+        storage.write_many(list(zip(vol.grid.chunk_names(positions), blobs)))
+        return {"chunks": len(blobs), "bytes": sum(map(len, blobs))}
+    if spec.data_encoding != "raw":
+        blobs = pmap(lambda b: encode(b, spec.data_encoding), blobs, min_items=2)
+    keys = vol.grid.morton(positions) if len(positions) else np.zeros(0, np.uint64)
+    return {"chunks": len(blobs), "bytes": write_shard(storage, spec, task.shard, keys, blobs)}
+
+
+def fill(task: Task) -> dict:
+    """Run a (decoding) precomputed task: the chunks of its box from its source."""
+    vol = open_scale(task.url, task.scale)
+    grid, scale = vol.grid, vol.scale
+    where = f"{vol.storage.path(scale.key)} ({task.name})"
+
+    def encoded(data: np.ndarray, lo: np.ndarray, positions: np.ndarray):
+        starts, stops = grid.bounds(positions)
+        views = [data[a[0]:b[0], a[1]:b[1], a[2]:b[2]] for a, b in
+                 zip((starts - lo).tolist(), (stops - lo).tolist())]
+        keep = np.array([v.any() for v in views], bool)
+        views = [v for v, k in zip(views, keep) if k]
+        blobs = pmap(lambda v: encode_chunk(v, scale.encoding,
+                                            block_size=scale.compressed_segmentation_block_size),
+                     views, min_items=2)
+        return positions[keep], blobs
+
+    found_pos, found = [], []
+    if task.positions is not None:  # chunks scattered over the grid: one at a time
+        for pos in task.positions:
+            lo, hi = grid.bounds(pos[None])
+            data = as_dtype(task.source.read(lo[0], hi[0]), vol.dtype, where)
+            p, b = encoded(data, lo[0], pos[None])
+            found_pos.append(p)
+            found += b
+    else:
+        lo, hi = np.array(task.lo), np.array(task.hi)
+        cs = np.array(grid.chunk_size)
+        layer = int(np.prod((hi - lo)[:2] * cs[:2])) * int(cs[2]) * vol.info.num_channels * \
+            vol.dtype.itemsize * task.source.magnification
+        step = max(1, SLAB_BYTES // max(1, layer))
+        for z in range(lo[2], hi[2], step):
+            a, b = np.array([lo[0], lo[1], z]), np.array([hi[0], hi[1], min(z + step, hi[2])])
+            positions = np.stack(np.meshgrid(*[np.arange(i, j) for i, j in zip(a, b)],
+                                             indexing="ij"), axis=-1).reshape(-1, 3)
+            v_lo = a * cs
+            v_hi = np.minimum(b * cs, scale.size)
+            data = as_dtype(task.source.read(v_lo, v_hi), vol.dtype, where)
+            p, blobs = encoded(data, v_lo, positions)
+            found_pos.append(p)
+            found += blobs
+            del data
+    positions = np.concatenate(found_pos) if found_pos else np.zeros((0, 3), np.int64)
+    return store_chunks(task, positions, found)

@@ -1,0 +1,144 @@
+"""Interrupted conversions: the shards finished before the interruption are whole and are not
+rewritten on resume (same inode and mtime), the rest are done then, and the records go away
+when the job is done. A corrupt source shard stops the conversion with a CorruptDataError
+naming the file, leaves no half-written shard, and the conversion resumes after the fix."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+
+import numpy as np
+import pytest
+from convert_helpers import as_xyzc, read_precomputed, volume_data, zarr_python_array
+
+import ngshard
+
+
+class Interrupting(Executor):
+    """Runs the first ``after`` tasks on ``inner``; every later one fails at once."""
+
+    def __init__(self, inner: Executor, after: int) -> None:
+        self.inner, self.after, self.submitted = inner, after, 0
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        self.submitted += 1
+        if self.submitted <= self.after:
+            return self.inner.submit(fn, *args, **kwargs)
+        failed: Future = Future()
+        failed.set_exception(RuntimeError("interrupted"))
+        return failed
+
+
+def outputs(root) -> dict[str, tuple[int, int]]:
+    """Every file a conversion left (but its records), by path: (inode, mtime_ns)."""
+    return {str(p.relative_to(root)): (p.stat().st_ino, p.stat().st_mtime_ns)
+            for p in root.rglob("*") if p.is_file() and ".ngshard-convert" not in p.parts}
+
+
+def no_stray_files(root) -> None:
+    """Only info and shard files: no temporary (half-written) file is visible."""
+    for name in outputs(root):
+        assert name == "info" or name.endswith(".shard"), name
+
+
+@pytest.fixture
+def source(tmp_path):
+    data = volume_data((64, 64, 64), "uint8")
+    src = tmp_path / "src.zarr"
+    zarr_python_array(src, data, chunks=(16, 16, 16), shards=(32, 32, 32))
+    return src, data
+
+
+def test_interrupt_and_resume(tmp_path, source):
+    src, data = source
+    dst = tmp_path / "out"
+    # small shards: 8 tasks (2x2x2 boxes of 16^3 chunks)
+    with ThreadPoolExecutor(2) as pool:
+        with pytest.raises(RuntimeError, match="interrupted"):
+            ngshard.convert(src, dst, executor=Interrupting(pool, 3), progress=False,
+                            chunk_size=(16, 16, 16), task_bytes=32**3)
+        no_stray_files(dst)
+        records = [p.name for p in (dst / ".ngshard-convert").iterdir()]
+        assert len(records) == 3 + 1  # three tasks and the job
+        before = outputs(dst)
+        shards = [n for n in before if n.endswith(".shard")]
+        assert len(shards) == 3
+        stats = ngshard.convert(src, dst, executor=pool, progress=False,
+                                chunk_size=(16, 16, 16), task_bytes=32**3)
+    assert stats == {**stats, "tasks": 8, "skipped": 3, "run": 5}
+    after = outputs(dst)
+    assert all(after[n] == before[n] for n in shards)  # not rewritten
+    assert len([n for n in after if n.endswith(".shard")]) == 8
+    assert not (dst / ".ngshard-convert").exists()
+    np.testing.assert_array_equal(read_precomputed(dst)[0], as_xyzc(data, "zyx"))
+
+
+def test_another_job_or_no_resume_starts_afresh(tmp_path, source):
+    src, _ = source
+    dst = tmp_path / "out"
+    with ThreadPoolExecutor(2) as pool:
+        with pytest.raises(RuntimeError):
+            ngshard.convert(src, dst, executor=Interrupting(pool, 2), progress=False,
+                            task_bytes=32**3, chunk_size=(16, 16, 16))
+        stats = ngshard.convert(src, dst, executor=pool, progress=False, task_bytes=32**3,
+                                chunk_size=(16, 16, 16), resume=False)
+        assert stats["skipped"] == 0 and stats["run"] == 8
+        with pytest.raises(RuntimeError):
+            ngshard.convert(src, dst, executor=Interrupting(pool, 2), progress=False,
+                            task_bytes=32**3, chunk_size=(16, 16, 16))
+        stats = ngshard.convert(src, dst, executor=pool, progress=False, task_bytes=32**3,
+                                chunk_size=(8, 8, 8))  # another job: nothing is skipped
+        assert stats["skipped"] == 0
+    assert json.loads((dst / "info").read_text())["scales"][0]["chunk_sizes"] == [[8, 8, 8]]
+
+
+@pytest.mark.parametrize("chunk", [32, 16], ids=["decoding", "fast-path"])
+def test_corrupt_source_shard_stops_then_resumes(tmp_path, chunk):
+    """(32^3 precomputed chunks from 16^3 zarr chunks are decoded and cut; 16^3 ones are
+    carried by the fast path.)"""
+    data = volume_data((64, 64, 64), "uint8", seed=3)
+    src = tmp_path / "src.zarr"
+    zarr_python_array(src, data, chunks=(16, 16, 16), shards=(32, 32, 32), compressor="gzip")
+    bad = src / "c" / "1" / "0" / "1"
+    good = bad.read_bytes()
+    damaged = bytearray(good)
+    damaged[-10] ^= 0xFF  # the shard index (at the end): its crc32c no longer matches
+    bad.write_bytes(bytes(damaged))
+    dst = tmp_path / "out"
+    with ThreadPoolExecutor(1) as pool:
+        with pytest.raises(ngshard.CorruptDataError, match="c/1/0/1"):
+            ngshard.convert(src, dst, executor=pool, progress=False, chunk_size=(chunk,) * 3,
+                            task_bytes=32**3)
+        no_stray_files(dst)
+        done = len(list((dst / ".ngshard-convert").iterdir())) - 1
+        bad.write_bytes(good)
+        stats = ngshard.convert(src, dst, executor=pool, progress=False,
+                                chunk_size=(chunk,) * 3, task_bytes=32**3)
+    assert stats["skipped"] == done and stats["run"] == 8 - done >= 1
+    np.testing.assert_array_equal(read_precomputed(dst)[0], as_xyzc(data, "zyx"))
+
+
+@pytest.mark.parametrize("chunk", [32, 16], ids=["decoding", "fast-path"])
+def test_chunk_of_the_wrong_size_stops_then_resumes(tmp_path, chunk):
+    """A chunk file (unsharded zarr) holding a valid gzip stream of the wrong size."""
+    import gzip
+
+    data = volume_data((32, 32, 64), "uint8", seed=4)
+    src = tmp_path / "src.zarr"
+    zarr_python_array(src, data, chunks=(16, 16, 16), compressor="gzip")
+    bad = src / "c" / "1" / "1" / "2"
+    good = bad.read_bytes()
+    bad.write_bytes(gzip.compress(bytes(16**3 - 1)))
+    dst = tmp_path / "out"
+    with ThreadPoolExecutor(1) as pool:
+        with pytest.raises(ngshard.CorruptDataError) as error:
+            ngshard.convert(src, dst, executor=pool, progress=False,
+                            chunk_size=(chunk,) * 3, task_bytes=32**3)
+        assert "src.zarr" in str(error.value)
+        no_stray_files(dst)
+        bad.write_bytes(good)
+        stats = ngshard.convert(src, dst, executor=pool, progress=False,
+                                chunk_size=(chunk,) * 3, task_bytes=32**3)
+    assert stats["skipped"] >= 1 and stats["run"] >= 1
+    np.testing.assert_array_equal(read_precomputed(dst)[0], as_xyzc(data, "zyx"))
