@@ -81,6 +81,21 @@ def test_values_across_blocks_small_and_large_repeats_and_lookups():
     assert values_of(staging) == expect
 
 
+@pytest.mark.parametrize("batches", [
+    [[b""]],  # nothing but an empty value: no block at all
+    [[b"abc"], [b""]],  # an empty value staged last: it starts where no block does
+    [[b"x" * LARGE_VALUE], [b"", b"y" * LARGE_VALUE, b""]],  # empty ones between blocks
+])
+def test_empty_values_anywhere_among_the_blocks(batches):
+    staging = Staging(SPEC, 1 << 30)
+    expect: dict[int, bytes] = {}
+    for values in batches:
+        keys = np.arange(len(expect), len(expect) + len(values), dtype=np.uint64)
+        staging.set_many(keys, values)
+        expect.update(zip(keys.tolist(), values))
+    assert values_of(staging) == expect
+
+
 @pytest.mark.parametrize("scale_shards", [0, 2])
 def test_volume_slices_committed_through_stable_views_read_back_exactly(tmp_path,
                                                                         scale_shards):

@@ -161,8 +161,12 @@ class Staging:
         """The values at ``starts`` (among all blocks) of ``sizes`` bytes, back to back as one
         uint8 array: a view where they lie so in one block already (blocks never change),
         large values copied one slice each from their blocks, small ones gathered."""
+        if not sizes.sum():  # empty values only (perhaps no block at all)
+            return np.zeros(0, np.uint8)
         bounds = np.cumsum([0, *map(len, self._blocks)])
-        block = np.searchsorted(bounds, starts, side="right") - 1
+        # an empty value at the very end starts where no block does: say the last one
+        block = np.minimum(np.searchsorted(bounds, starts, side="right") - 1,
+                           len(self._blocks) - 1)
         if len(starts) and (block == block[0]).all() and \
                 (starts[1:] == starts[:-1] + sizes[:-1]).all():
             first = int(starts[0] - bounds[block[0]])
