@@ -142,3 +142,15 @@ def test_chunk_of_the_wrong_size_stops_then_resumes(tmp_path, chunk):
                                 chunk_size=(chunk,) * 3, task_bytes=32**3)
     assert stats["skipped"] >= 1 and stats["run"] >= 1
     np.testing.assert_array_equal(read_precomputed(dst)[0], as_xyzc(data, "zyx"))
+
+
+def test_a_worker_that_dies_is_named_with_what_to_do(tmp_path, source):
+    """A dead worker process (killed for memory, or a script that is not guarded by
+    ``if __name__ == "__main__":`` and cannot be imported again) is one clear error."""
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+
+    src, _ = source
+    with ProcessPoolExecutor(1, initializer=os._exit, initargs=(3,)) as pool:
+        with pytest.raises(ngshard.NgShardError, match="worker process died.*__main__"):
+            ngshard.convert(src, tmp_path / "out", executor=pool, progress=False)

@@ -9,9 +9,10 @@ import os
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Executor, Future, wait
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-from ..errors import SpecError
+from ..errors import NgShardError, SpecError
 from ..progress import progress_bar
 from ..storage import remove_stale
 from . import resume as records
@@ -121,6 +122,13 @@ def run_plan(plan: Plan, dst: str, *, executor: Executor | None = None,
             stats["run"] += 1
             stats["chunks"] += result["chunks"]
             stats["bytes"] += result["bytes"]
+    except BrokenProcessPool as e:
+        raise NgShardError(
+            f"converting to {dst}: a worker process died ({e}). Killed for memory? Try fewer "
+            f"workers. From a script, the pool's workers import it again: call "
+            f"ngshard.convert under 'if __name__ == \"__main__\":' (or pass "
+            f"executor=concurrent.futures.ThreadPoolExecutor()). Run again to resume."
+        ) from None
     finally:
         if own:
             executor.shutdown(cancel_futures=True)
