@@ -151,6 +151,6 @@ def test_a_worker_that_dies_is_named_with_what_to_do(tmp_path, source):
     from concurrent.futures import ProcessPoolExecutor
 
     src, _ = source
-    with ProcessPoolExecutor(1, initializer=os._exit, initargs=(3,)) as pool:
-        with pytest.raises(ngshard.NgShardError, match="worker process died.*__main__"):
-            ngshard.convert(src, tmp_path / "out", executor=pool, progress=False)
+    with ProcessPoolExecutor(1, initializer=os._exit, initargs=(3,)) as pool, \
+            pytest.raises(ngshard.NgShardError, match="worker process died.*__main__"):
+        ngshard.convert(src, tmp_path / "out", executor=pool, progress=False)
