@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from ngshard.volume import create_volume, open_volume
-from ngshard.volume.chunks import FileChunks, ShardedChunks
 
 SHAPE = (2048, 2048, 512)  # 32 x 32 x 8 chunks of 64^3: 8,192 fine, 1,024 coarse at 2x2x2
 CHUNK = 64
@@ -16,20 +15,15 @@ WRITTEN = (5, 9, 3)  # the one fine chunk present (grid position)
 
 
 @pytest.fixture
-def traffic(monkeypatch):
+def traffic(spy_chunk_stores):
     """Chunk positions asked for (get) and staged (put), by the grid shape of the scale, on
     both kinds of chunk store."""
     seen = {"get": collections.Counter(), "put": collections.Counter()}
 
-    def spy(op, original):
-        def counted(self, positions, *rest):
-            seen[op][self.grid.shape] += len(positions)
-            return original(self, positions, *rest)
-        return counted
+    def count(op, store, positions):
+        seen[op][store.grid.shape] += len(positions)
 
-    for cls in (ShardedChunks, FileChunks):
-        for op in ("get", "put"):
-            monkeypatch.setattr(cls, op, spy(op, getattr(cls, op)))
+    spy_chunk_stores(count)
     return seen
 
 

@@ -13,7 +13,6 @@ import tensorstore as ts
 
 import ngshard
 from ngshard.volume import create_volume, open_volume
-from ngshard.volume.chunks import FileChunks, ShardedChunks
 
 IDENTITY = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "identity", "preshift_bits": 2,
             "minishard_bits": 2, "shard_bits": 3, "minishard_index_encoding": "gzip",
@@ -21,19 +20,14 @@ IDENTITY = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "identity", "pres
 
 
 @pytest.fixture
-def traffic(monkeypatch):
+def traffic(spy_chunk_stores):
     """Chunk positions fetched (get) and staged encoded (put), on both kinds of chunk store."""
     seen = {"get": collections.Counter(), "put": collections.Counter()}
 
-    def spy(op, original):
-        def counted(self, positions, *rest):
-            seen[op].update(map(tuple, np.asarray(positions).tolist()))
-            return original(self, positions, *rest)
-        return counted
+    def count(op, store, positions):
+        seen[op].update(map(tuple, np.asarray(positions).tolist()))
 
-    for cls in (ShardedChunks, FileChunks):
-        for op in ("get", "put"):
-            monkeypatch.setattr(cls, op, spy(op, getattr(cls, op)))
+    spy_chunk_stores(count)
     return seen
 
 

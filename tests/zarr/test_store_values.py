@@ -14,6 +14,7 @@ import pytest
 import tensorstore as ts
 import xarray as xr
 import zarr
+from test_volume import CHUNK, OFFSET, SIZE, ts_spec  # edge chunks on every axis
 from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import _collect_aiterator, sync
@@ -22,7 +23,6 @@ from ngshard import create_volume, open_volume
 from ngshard.errors import CorruptDataError, NotFoundError, SpecError
 from ngshard.zarr import PrecomputedStore
 
-SIZE, CHUNK, OFFSET = (37, 21, 11), (8, 8, 4), (5, -3, 100)  # edge chunks on every axis
 CASES = [  # id, dtype, channels, encoding, sharding
     ("uint8-raw-unsharded", "uint8", 1, "raw", None),
     ("uint8-raw-sharded", "uint8", 1, "raw", "auto"),
@@ -118,16 +118,7 @@ def test_absent_chunks_are_absent_keys(tmp_path):
 @pytest.mark.parametrize("dtype, encoding", [("uint64", "compressed_segmentation"),
                                              ("uint16", "raw")])
 def test_tensorstore_volume_reads_through_zarr(tmp_path, dtype, encoding, sharding):
-    scale = {"size": list(SIZE), "chunk_size": list(CHUNK), "voxel_offset": list(OFFSET),
-             "resolution": [4, 4, 40], "encoding": encoding}
-    if sharding:
-        scale["sharding"] = sharding
-    if encoding == "compressed_segmentation":
-        scale["compressed_segmentation_block_size"] = [4, 4, 2]
-    tstore = ts.open({"driver": "neuroglancer_precomputed", "create": True,
-                      "kvstore": {"driver": "file", "path": str(tmp_path)},
-                      "scale_metadata": scale, "multiscale_metadata": {
-                          "data_type": dtype, "num_channels": 1, "type": "segmentation"}}
+    tstore = ts.open(ts_spec(tmp_path, dtype, 1, encoding, sharding, create=True)
                      ).result()[ts.d[:].translate_to[0]]
     data = sample(dtype, 1, seed=3)
     data[:8, :8] = 0  # absent chunks, as tensorstore leaves them
