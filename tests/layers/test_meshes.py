@@ -5,7 +5,6 @@ before each manifest kept through updates and compaction."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from ngshard.layers.mesh_octree import zorder
 from ngshard.storage import open_storage
 
 pytest.importorskip("DracoPy")
+from cloudvolume_root import cloudvolume_root  # noqa: E402
 from meshdata import area, lods  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "layers"
@@ -219,14 +219,7 @@ def test_manifest_round_trip():
 def test_cloud_volume_reads_ngshard_meshes(tmp_path):
     """Where cloud-volume is installed (run with its venv): its sharded multi-level reader
     returns, LOD by LOD, the vertices and faces ngshard reads."""
-    cloudvolume = pytest.importorskip("cloudvolume")
-    root = tmp_path / "vol"
-    root.mkdir()
-    info = cloudvolume.CloudVolume.create_new_info(
-        num_channels=1, layer_type="segmentation", data_type="uint64", encoding="raw",
-        resolution=[8, 8, 40], voxel_offset=[0, 0, 0], chunk_size=[64, 64, 64],
-        volume_size=[64, 64, 64], mesh="mesh")
-    (root / "info").write_text(json.dumps(info))
+    cloudvolume, root = cloudvolume_root(tmp_path, mesh="mesh")
     for sharding in ("auto", None):
         shutil.rmtree(root / "mesh", ignore_errors=True)
         ours = ngshard.write_meshes(root / "mesh", ITEMS, sharding=sharding,

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cloudvolume_root import cloudvolume_root
 
 import ngshard
 from ngshard.layers.sharding import segment_sharding
@@ -146,14 +147,7 @@ def test_tensorstore_reads_the_keys(tmp_path):
 
 def test_cloud_volume_reads_ngshard_skeletons(tmp_path):
     """Where cloud-volume is installed (not in the test extra: run with its venv)."""
-    cloudvolume = pytest.importorskip("cloudvolume")
-    root = tmp_path / "vol"
-    root.mkdir()
-    info = cloudvolume.CloudVolume.create_new_info(
-        num_channels=1, layer_type="segmentation", data_type="uint64", encoding="raw",
-        resolution=[8, 8, 40], voxel_offset=[0, 0, 0], chunk_size=[64, 64, 64],
-        volume_size=[64, 64, 64], skeletons="skel")
-    (root / "info").write_text(json.dumps(info))
+    cloudvolume, root = cloudvolume_root(tmp_path, skeletons="skel")
     items = {k: (v, e, {"radius": a["radius"],
                         "vertex_types": np.arange(len(v), dtype=np.uint8)})
              for k, (v, e, a) in sample(30, seed=3).items()}
