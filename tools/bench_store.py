@@ -12,7 +12,6 @@ The libraries take turns (tools/benchlib.py); ratios are zarr-through-the-store 
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import tempfile
 
@@ -20,7 +19,7 @@ import dask.array as da
 import numpy as np
 import tensorstore as ts
 import zarr
-from benchlib import TS_CONTEXT, header, report, summary, take_turns
+from benchlib import TS_CONTEXT, report, sample_volumes, summary, take_turns, volume_args
 
 import ngshard
 from ngshard.zarr import PrecomputedStore
@@ -60,19 +59,9 @@ def bench_case(path: str, name: str, data: np.ndarray, encoding: str, c: int,
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--size", type=int, default=256)
-    ap.add_argument("--chunk", type=int, default=64)
-    ap.add_argument("--repeat", type=int, default=3)
-    args = ap.parse_args()
-    header(f"bench_store: {args}")
+    args = volume_args("bench_store", __doc__, size=256)
     n, c = args.size, args.chunk
-    rng = np.random.default_rng(0)
-    cases = {
-        "uint8 raw": ("raw", rng.integers(0, 256, (n, n, n, 1), dtype=np.uint8)),
-        "uint64 compressed_segmentation": ("compressed_segmentation", np.repeat(
-            rng.integers(0, 2**40, (n // 16, n, n, 1), dtype=np.uint64), 16, axis=0)),
-    }
+    cases = sample_volumes(n, np.random.default_rng(0))
     work = tempfile.mkdtemp(prefix="ngshard-storebench-")
     try:
         for i, (name, (encoding, data)) in enumerate(cases.items()):

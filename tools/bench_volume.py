@@ -13,13 +13,12 @@ per-turn ratios, and a Markdown summary.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import tempfile
 
 import numpy as np
 import tensorstore as ts
-from benchlib import FSYNC, TS_CONTEXT, header, report, summary, take_turns
+from benchlib import FSYNC, TS_CONTEXT, report, sample_volumes, summary, take_turns, volume_args
 
 import ngshard
 from ngshard.storage import open_storage
@@ -121,28 +120,18 @@ def bench_case(work: str, name: str, dtype: str, encoding: str, data: np.ndarray
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--size", type=int, default=512)
-    ap.add_argument("--chunk", type=int, default=64)
-    ap.add_argument("--repeat", type=int, default=3)
-    args = ap.parse_args()
-    header(f"bench_volume: {args}")
+    args = volume_args("bench_volume", __doc__, size=512)
     if cloudvolume is None:
         print("cloud-volume columns skipped: not importable")
     n, c = args.size, args.chunk
     rng = np.random.default_rng(0)
-    cases = {
-        "uint8 raw": ("uint8", "raw", rng.integers(0, 256, (n, n, n, 1), dtype=np.uint8)),
-        "uint64 compressed_segmentation": (
-            "uint64", "compressed_segmentation",
-            np.repeat(rng.integers(0, 2**40, (n // 16, n, n, 1), dtype=np.uint64), 16, axis=0)),
-    }
+    cases = sample_volumes(n, rng)
     picks = rng.integers(0, n // c, (100, 3)) * c
     work = tempfile.mkdtemp(prefix="ngshard-volbench-")
     try:
-        for name, (dtype, encoding, data) in cases.items():
+        for name, (encoding, data) in cases.items():
             print(f"{name}: {n}^3 voxels, {c}^3 chunks, one shard")
-            bench_case(work, name, dtype, encoding, data, n, c, picks, args.repeat)
+            bench_case(work, name, data.dtype.name, encoding, data, n, c, picks, args.repeat)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     summary("tools/bench_volume.py")

@@ -7,11 +7,13 @@ turn the libraries run back to back, so the per-turn ratio compares like with li
 library of a turn rotates, so none is always first (or always right after another's garbage).
 
 Also here: the one spec of the key-value benchmarks, the cache budget every library gets, and
-the machine line every script prints.
+the machine line every script prints, and the options and sample data of the volume
+benchmarks.
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import importlib.metadata
 import os
@@ -21,6 +23,8 @@ import subprocess
 import time
 from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 SPEC = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "murmurhash3_x86_128",
         "preshift_bits": 0, "minishard_bits": 6, "shard_bits": 4,
@@ -167,3 +171,26 @@ def summary(script: str) -> None:
     print("|---|---|---|---|---|")
     for label, ours, ratio, peer, theirs, _ in ROWS:
         print(f"| {label} | {ours} | {peer} | {theirs} | {ratio} |")
+
+
+def volume_args(script: str, doc: str, size: int) -> argparse.Namespace:
+    """The options of a volume benchmark (``--size``: voxels a side, ``--chunk``: chunk edge,
+    ``--repeat``: turns), parsed, and the header printed."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--size", type=int, default=size)
+    ap.add_argument("--chunk", type=int, default=64)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    header(f"{script}: {args}")
+    return args
+
+
+def sample_volumes(n: int, rng: np.random.Generator) -> dict[str, tuple[str, np.ndarray]]:
+    """name: (encoding, data) of the two n^3 one-channel volumes the volume benchmarks time:
+    uint8 noise, stored raw, and uint64 labels repeated in slabs of 16 along x, stored as
+    compressed_segmentation."""
+    return {
+        "uint8 raw": ("raw", rng.integers(0, 256, (n, n, n, 1), dtype=np.uint8)),
+        "uint64 compressed_segmentation": ("compressed_segmentation", np.repeat(
+            rng.integers(0, 2**40, (n // 16, n, n, 1), dtype=np.uint64), 16, axis=0)),
+    }
