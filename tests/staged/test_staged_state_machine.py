@@ -58,6 +58,12 @@ def note_staging(written_back: bool, budget: int) -> None:
         event("small budget")
 
 
+def note_resize(old: tuple[int, ...], new: tuple[int, ...]) -> None:
+    event("resize: " + ("grow" if all(a >= b for a, b in zip(new, old))
+                        else "shrink" if all(a <= b for a, b in zip(new, old))
+                        else "grow and shrink"))
+
+
 def resized(model: np.ndarray, shape: tuple[int, ...], fill) -> np.ndarray:
     out = np.full(shape, fill, model.dtype)
     common = tuple(slice(0, min(a, b)) for a, b in zip(model.shape, shape))
@@ -65,8 +71,56 @@ def resized(model: np.ndarray, shape: tuple[int, ...], fill) -> np.ndarray:
     return out
 
 
-class ArrayMachine(RuleBasedStateMachine):
+class ModelMachine(RuleBasedStateMachine):
+    """What the machines here and the zarr ones do alike: ``self.staged`` is read, written and
+    aborted, and checked against ``self.model``, a numpy array of ``self.dtype``;
+    ``self.committed`` is the model at the last commit, ``self.budget`` the staging budget."""
+
+    write_max = 9  # ``write`` stores values below this
+
+    def teardown(self):
+        if hasattr(self, "path"):  # the machines that store files
+            shutil.rmtree(self.path, ignore_errors=True)
+
+    def spilled(self) -> int:
+        """How many times staged slabs went back to the store (0 where not counted)."""
+        return 0
+
+    def stage(self, idx, value) -> None:
+        """``self.staged[idx] = value``, and the same to the model."""
+        before = self.spilled()
+        self.staged[idx] = value
+        note_staging(self.spilled() > before, self.budget)
+        oset(self.model, idx, value)
+
+    @rule(data=st.data())
+    def read(self, data):
+        idx = data.draw(index(self.model.shape))
+        np.testing.assert_array_equal(self.staged[idx], oget(self.model, idx))
+
+    @rule(data=st.data())
+    def write(self, data):
+        idx = data.draw(index(self.model.shape))
+        note(idx)
+        self.stage(idx, random_value(data, oget(self.model, idx).shape, self.dtype,
+                                     self.write_max))
+
+    @rule()
+    def abort(self):
+        self.staged.abort()
+        self.model = self.committed.copy()
+
+    @invariant()
+    def matches_the_model(self):
+        if hasattr(self, "staged"):
+            assert self.staged.shape == self.model.shape
+            np.testing.assert_array_equal(self.staged[...], self.model)
+
+
+class ArrayMachine(ModelMachine):
     """StagedChangesArray over MemoryChunks (whole chunks at the edge, as zarr stores them)."""
+
+    write_max = 1000
 
     @initialize(data=st.data())
     def setup(self, data):
@@ -74,47 +128,36 @@ class ArrayMachine(RuleBasedStateMachine):
         shape = tuple(data.draw(st.integers(0, 11)) for _ in range(ndim))
         chunks = tuple(data.draw(st.integers(1, 5)) for _ in range(ndim))
         self.fill = data.draw(st.integers(-2, 2))
+        self.dtype = np.dtype(np.int32)
         self.source = MemoryChunks(shape, chunks, "int32", self.fill,
                                    data.draw(st.sampled_from("CF")))
         chunk_bytes = int(np.prod(chunks)) * 4
         self.budget = data.draw(st.sampled_from([1, 2 * chunk_bytes, 5 * chunk_bytes, 1 << 30]))
-        self.array = StagedChangesArray(self.source, self.budget)
+        self.staged = StagedChangesArray(self.source, self.budget)
         self.model = np.full(shape, self.fill, np.int32)
         if data.draw(st.booleans()) and all(shape):  # something stored to begin with
             first = np.random.default_rng(0).integers(0, 50, shape).astype(np.int32)
-            self.array[...] = first
-            self.array.commit()
+            self.staged[...] = first
+            self.staged.commit()
             self.model = first
         self.committed = self.model.copy()
 
-    @rule(data=st.data())
-    def read(self, data):
-        idx = data.draw(index(self.model.shape))
-        np.testing.assert_array_equal(self.array[idx], oget(self.model, idx))
+    def spilled(self) -> int:
+        return self.source.writes
 
-    @rule(data=st.data())
-    def write(self, data):
-        idx = data.draw(index(self.model.shape))
-        note(idx)
-        shape = oget(self.model, idx).shape
-        value = random_value(data, shape, np.dtype(np.int32), 1000)
-        before = self.source.writes
-        if self.array._setitem_plan(idx).through is not None:
+    def stage(self, idx, value) -> None:
+        if self.staged._setitem_plan(idx).through is not None:
             event("whole chunks written through")
-        self.array[idx] = value
-        note_staging(self.source.writes > before, self.budget)
-        oset(self.model, idx, value)
+        super().stage(idx, value)
 
     @rule(data=st.data())
     def write_whole_chunks(self, data):
         if not all(self.model.shape):
             return
         idx = box_index(data.draw, self.model.shape, self.source.geometry.chunks)
-        value = random_value(data, oget(self.model, idx).shape, np.dtype(np.int32), 1000)
-        reads, before = self.source.reads, self.source.writes
-        self.array[idx] = value
-        note_staging(self.source.writes > before, self.budget)
-        oset(self.model, idx, value)
+        value = random_value(data, oget(self.model, idx).shape, self.dtype, self.write_max)
+        reads = self.source.reads
+        self.stage(idx, value)
         assert self.source.reads == reads or not self._aligned(idx)
 
     def _aligned(self, idx) -> bool:
@@ -125,38 +168,29 @@ class ArrayMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def resize(self, data):
         shape = tuple(data.draw(st.integers(0, 13)) for _ in self.model.shape)
-        event("resize: " + ("grow" if all(a >= b for a, b in zip(shape, self.model.shape))
-                            else "shrink" if all(a <= b for a, b in zip(shape, self.model.shape))
-                            else "grow and shrink"))
-        self.array.resize(shape)
+        note_resize(self.model.shape, shape)
+        self.staged.resize(shape)
         self.model = resized(self.model, shape, self.fill)
 
     @rule()
     def load(self):
-        self.array.load()
+        self.staged.load()
 
     @rule()
     def commit(self):
-        self.array.commit()
+        self.staged.commit()
         self.committed = self.model.copy()
         np.testing.assert_array_equal(self.source.array(), self.model)
-        assert self.array.nbytes_staged == 0
-
-    @rule()
-    def abort(self):
-        self.array.abort()
-        self.model = self.committed.copy()
+        assert self.staged.nbytes_staged == 0
 
     @invariant()
-    def matches_the_model(self):
-        if hasattr(self, "array"):
-            assert self.array.shape == self.model.shape
-            np.testing.assert_array_equal(self.array[...], self.model)
-            assert self.array.nbytes_staged <= self.budget or \
-                len(self.array.map.live_slabs()) <= 1
+    def stays_within_the_budget(self):
+        if hasattr(self, "staged"):
+            assert self.staged.nbytes_staged <= self.budget or \
+                len(self.staged.map.live_slabs()) <= 1
 
 
-class VolumeMachine(RuleBasedStateMachine):
+class VolumeMachine(ModelMachine):
     """Precomputed volumes, sharded or not, raw or compressed_segmentation (each pair a test
     of its own below), checked against tensorstore reading what each commit stored."""
 
@@ -170,18 +204,19 @@ class VolumeMachine(RuleBasedStateMachine):
         chunk = tuple(data.draw(st.integers(1, 4)) for _ in range(3))
         channels = data.draw(st.integers(1, 2))
         encoding, sharding = self.encoding, self.sharding
-        self.dtype = "uint16" if encoding == "raw" else "uint32"
+        self.dtype = np.dtype("uint16" if encoding == "raw" else "uint32")
         spec = None if sharding is None else {
             "@type": "neuroglancer_uint64_sharded_v1", "preshift_bits": 1,
             "hash": "identity" if sharding == "identity" else "murmurhash3_x86_128",
             "minishard_bits": 1, "shard_bits": 2, "minishard_index_encoding": "gzip",
             "data_encoding": "gzip"}
         chunk_bytes = int(np.prod(chunk)) * channels * np.dtype(self.dtype).itemsize
-        self.vol = ngshard.create_volume(
+        self.vol = self.staged = ngshard.create_volume(
             self.path, dtype=self.dtype, shape=(*size, channels), chunk_size=chunk,
             encoding=encoding, sharding=spec, voxel_offset=(3, -2, 0),
             compressed_segmentation_block_size=(2, 3, 2),
             staged_bytes=data.draw(st.sampled_from([2 * chunk_bytes, 1 << 30, 2 * chunk_bytes])))
+        self.budget = self.vol.array.staged_bytes
         self.model = np.zeros((*size, channels), self.dtype)
         self.spills, spill = 0, self.vol.chunks.spill
 
@@ -197,33 +232,13 @@ class VolumeMachine(RuleBasedStateMachine):
             self.model = first
         self.committed = self.model.copy()
 
-    def teardown(self):
-        if hasattr(self, "path"):
-            shutil.rmtree(self.path, ignore_errors=True)
-
-    @rule(data=st.data())
-    def read(self, data):
-        idx = data.draw(index(self.model.shape))
-        np.testing.assert_array_equal(self.vol[idx], oget(self.model, idx))
-
-    @rule(data=st.data())
-    def write(self, data):
-        idx = data.draw(index(self.model.shape))
-        note(idx)
-        value = random_value(data, oget(self.model, idx).shape, np.dtype(self.dtype), 9)
-        before = self.spills
-        self.vol[idx] = value
-        note_staging(self.spills > before, self.vol.array.staged_bytes)
-        oset(self.model, idx, value)
+    def spilled(self) -> int:
+        return self.spills
 
     @rule(data=st.data())
     def write_whole_chunks(self, data):
         idx = box_index(data.draw, self.model.shape[:3], self.vol.chunk_size)
-        value = random_value(data, oget(self.model, idx).shape, np.dtype(self.dtype), 2**16)
-        before = self.spills
-        self.vol[idx] = value
-        note_staging(self.spills > before, self.vol.array.staged_bytes)
-        oset(self.model, idx, value)
+        self.stage(idx, random_value(data, oget(self.model, idx).shape, self.dtype, 2**16))
 
     @rule(data=st.data())
     def resize(self, data):
@@ -263,17 +278,6 @@ class VolumeMachine(RuleBasedStateMachine):
         np.testing.assert_array_equal(store[ts.d[:].translate_to[0]].read().result(),
                                       self.model)
         np.testing.assert_array_equal(ngshard.open_volume(self.path)[...], self.model)
-
-    @rule()
-    def abort(self):
-        self.vol.abort()
-        self.model = self.committed.copy()
-
-    @invariant()
-    def matches_the_model(self):
-        if hasattr(self, "vol"):
-            assert self.vol.shape == self.model.shape
-            np.testing.assert_array_equal(self.vol[...], self.model)
 
 
 TestArrayMachine = ArrayMachine.TestCase
