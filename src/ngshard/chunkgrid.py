@@ -72,3 +72,7 @@ class EncodedChunks:
     def list_positions(self) -> np.ndarray:
         """(n, ndim) positions of the chunks present, from shard indices or a listing."""
         raise NotImplementedError
+
+    def where(self, position: Sequence[int]) -> str:
+        """The chunk's location (its file, and its place in a shard), for error messages."""
+        raise NotImplementedError

@@ -19,6 +19,8 @@ def test_raw_scale(tmp_path, sharding):
     assert chunks.shape == (20, 12, 8) and chunks.chunks == (8, 8, 8)
     assert chunks.encoding == "raw F <u2" and chunks.clipped_edges
     assert chunks.grid_shape == (3, 2, 1)
+    assert "v/1_1_1" in chunks.where((2, 1, 0)) and "(2, 1, 0)" in chunks.where((2, 1, 0)) or \
+        chunks.where((2, 1, 0)).endswith("v/1_1_1/16-20_8-12_0-8")  # the chunk or its file
     assert sorted(map(tuple, chunks.list_positions().tolist())) == [
         (x, y, 0) for x in range(3) for y in range(2)]
     edge = chunks.get(np.array([[2, 1, 0]]))[0]  # clipped: 4 x 4 x 8 voxels, 2 channels

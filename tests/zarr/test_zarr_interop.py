@@ -300,6 +300,7 @@ def test_encoded_chunks(tmp_path):
     enc = src.encoded()
     assert enc.encoding == "gzip C <u2" and enc.chunks == (4, 4) and enc.grid_shape == (3, 3)
     assert not enc.clipped_edges
+    assert enc.where((2, 1)).endswith("src/c/1/0 inner chunk at (2, 1)")  # shard (1, 0)
     positions = enc.list_positions()
     assert len(positions) == 8 and (0, 0) not in set(map(tuple, positions.tolist()))
     dst = create_array(tmp_path / "dst", (10, 12), "uint16", (4, 4), shards=(4, 12),

@@ -85,7 +85,7 @@ def fill_fast(task: Task) -> dict:
         blob = blobs[i]
         if blob is None:
             return None
-        where = f"{array.url}: chunk {tuple(zpos[i].tolist())}"
+        where = chunks.where(zpos[i].tolist())
         if interior[i] and compression == spec.data_encoding:
             ok = _gzip_ok(blob, expected) if compression == "gzip" else len(blob) == expected
             if not ok:

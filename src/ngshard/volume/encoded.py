@@ -44,3 +44,6 @@ class ScaleEncodedChunks(EncodedChunks):
 
     def list_positions(self) -> np.ndarray:
         return self.store.list_positions()
+
+    def where(self, position: Sequence[int]) -> str:
+        return self.store.where(position)

@@ -48,6 +48,9 @@ class ZarrEncodedChunks(EncodedChunks):
         """Drop what is staged."""
         self.writer.abort()
 
+    def where(self, position: Sequence[int]) -> str:
+        return self.reader.where(tuple(position))
+
     def list_positions(self) -> np.ndarray:
         stored = self.reader.list_positions()
         if not self.writer.staged:
