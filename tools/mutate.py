@@ -113,6 +113,27 @@ MUTATIONS = [
         (("shifted = keys >> np.uint64(self.preshift_bits)", "shifted = keys"),),
         ("tests/sharded/test_hashing.py",),
         "preshift_bits is ignored when hashing arrays of keys"),
+    Mutation(
+        "zarr-index-at-the-other-end", "zarr/shard_index.py",
+        (('return (0, nbytes) if location == "start" else',
+          'return (0, nbytes) if location == "end" else'),),
+        ("tests/zarr/test_zarr_interop.py",),
+        "a zarr shard's index is looked for at the wrong end"),
+    Mutation(
+        "zarr-crc32c-unchecked", "zarr/codecs.py",
+        (("        if stored != actual:\n", "        if False:\n"),),
+        ("tests/zarr/test_zarr_codecs.py",),
+        "a crc32c checksum that does not match is accepted"),
+    Mutation(
+        "zarr-index-outside-accepted", "zarr/shard_index.py",
+        (("    if len(outside):\n", "    if False:\n"),),
+        ("tests/zarr/test_zarr_codecs.py",),
+        "a shard index entry pointing outside its shard is accepted"),
+    Mutation(
+        "fastpath-edges-uncut", "convert/fastpath.py",
+        (("        if not interior[i]:\n", "        if False:\n"),),
+        ("tests/convert/test_to_precomputed.py",),
+        "the fast path stores zarr's padded edge chunks whole in precomputed"),
 ]
 
 
