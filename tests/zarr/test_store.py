@@ -177,3 +177,15 @@ def test_import_ngshard_does_not_import_zarr_python():
     code = ("import sys, ngshard, ngshard.zarr; assert 'zarr' not in sys.modules; "
             "ngshard.zarr.PrecomputedStore; assert 'zarr' in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_without_zarr_python_one_line_says_what_to_install():
+    code = ("import sys; sys.modules['zarr'] = None  # as if not installed\n"
+            "import ngshard.zarr\n"
+            "try:\n"
+            "    ngshard.zarr.PrecomputedStore\n"
+            "except ngshard.MissingDependencyError as e:\n"
+            "    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                         text=True).stdout
+    assert "pip install 'ngshard[zarr]'" in out, out

@@ -21,22 +21,33 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
 import numpy as np
-from zarr.abc.store import (
-    ByteRequest,
-    OffsetByteRequest,
-    RangeByteRequest,
-    Store,
-    SuffixByteRequest,
-)
-from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 
-from ..errors import CorruptDataError, NotFoundError, ReadOnlyError, SpecError
+from ..errors import (
+    CorruptDataError,
+    MissingDependencyError,
+    NotFoundError,
+    ReadOnlyError,
+    SpecError,
+)
 from ..sharded.infofile import INFO, read_info
 from ..storage import Storage, open_storage
 from ..volume import Volume, VolumeInfo
 from ..volume.encodings import check_encoding, require_codec
 from .store_levels import Level, hidden_names, safe_key
 from .store_metadata import array_metadata, group_metadata, level_name, to_bytes
+
+try:
+    from zarr.abc.store import (
+        ByteRequest,
+        OffsetByteRequest,
+        RangeByteRequest,
+        Store,
+        SuffixByteRequest,
+    )
+    from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
+except ImportError as e:
+    raise MissingDependencyError(f"PrecomputedStore is a zarr-python Store: pip install "
+                                 f"'ngshard[zarr]' ({e})") from None
 
 Blob = bytes | memoryview
 
