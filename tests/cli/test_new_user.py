@@ -190,3 +190,28 @@ def test_writing_commands_on_a_volume_root_need_a_scale(volume, tmp_path, capsys
     assert "give --scale" in one_error_line(capsys)
     assert main(["rm", url, "0", "--scale", "0", "-q"]) == 0
     assert 0 not in ngshard.open_kv(os.path.join(url, vol.scale.key))
+
+
+def test_info_of_a_zarr_array_and_an_ome_group(tmp_path, capsys):
+    """Pointed at zarr (what one would convert or serve), info describes it rather than
+    asking for a sharding spec; damaged metadata is one line naming the file."""
+    import ngshard.zarr
+
+    arr = ngshard.zarr.create_array(tmp_path / "a.zarr", (10, 20, 30), "uint16", (5, 10, 10),
+                                    shards=(10, 20, 30), dimension_names=("z", "y", "x"))
+    arr[...] = 3
+    assert main(["info", str(tmp_path / "a.zarr")]) == 0
+    out = capsys.readouterr().out
+    assert "zarr v3, uint16, shape (10, 20, 30)" in out and "dimensions   z, y, x" in out
+    assert "(5, 10, 10) in shards of (10, 20, 30)" in out and "bytes -> zstd" in out
+    with ngshard.create_volume(tmp_path / "pc", dtype="uint8", shape=(40, 30, 20),
+                               resolution=(4, 4, 40)) as vol:
+        vol[:] = 1
+    ngshard.convert(tmp_path / "pc", tmp_path / "pc.zarr", progress=False, workers=1)
+    assert main(["info", str(tmp_path / "pc.zarr"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["ome"] == "0.5" and doc["levels"][0]["shape"] == [20, 30, 40]
+    assert doc["levels"][0]["scale"] == [40.0, 4.0, 4.0]
+    (tmp_path / "a.zarr" / "zarr.json").write_text("{")
+    assert main(["info", str(tmp_path / "a.zarr")]) == 1
+    assert "a.zarr/zarr.json: not valid JSON" in one_error_line(capsys)

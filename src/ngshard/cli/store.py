@@ -19,6 +19,7 @@ from ..verify import verify_kv, verify_volume
 from ..volume import Volume
 from .layers import cmd_get_layer, cmd_info_layer, typed_layer
 from .targets import emit, progress_wanted, require_present, scale_indices, targets, volume_at
+from .zarr_info import cmd_info_zarr, is_zarr
 
 
 class KeyNotFound(NgShardError):
@@ -91,6 +92,9 @@ def cmd_info(args: argparse.Namespace) -> None:
         cmd_info_layer(args, layer[0], layer[2])
         return
     storage, info = volume_at(args)
+    if info is None and args.spec is None and is_zarr(storage):
+        cmd_info_zarr(args, storage)
+        return
     progress = progress_wanted(args)
     if info is not None:
         found = {t.kv.storage.url: t for t in targets(args)} if any(
