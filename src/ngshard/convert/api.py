@@ -82,6 +82,8 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
     NotFoundError, SpecError, CorruptDataError
         A missing or invalid source (naming the file); a task's error stops the job (tasks
         finished stay recorded; shards are never left half-written).
+    NgShardError
+        A worker process died (the message says what to do).
     """
     src, dst = os.fspath(src), os.fspath(dst)
     if is_precomputed(src):
