@@ -71,8 +71,7 @@ def fill_fast(task: Task) -> dict:
     cs = np.array(grid.chunk_size)
     whole = (*grid.chunk_size, channels)
     expected = math.prod(whole) * vol.dtype.itemsize
-    positions = np.stack(np.meshgrid(*[np.arange(a, b) for a, b in zip(task.lo, task.hi)],
-                                     indexing="ij"), axis=-1).reshape(-1, 3)
+    positions = grid.positions_in(np.multiply(task.lo, cs), np.multiply(task.hi, cs))
     zpos = positions[:, ::-1]
     if "c" in source.role:
         zpos = np.pad(zpos, ((0, 0), (1, 0)))

@@ -83,10 +83,9 @@ def fill(task: Task) -> dict:
         step = max(1, SLAB_BYTES // max(1, layer))
         for z in range(lo[2], hi[2], step):
             a, b = np.array([lo[0], lo[1], z]), np.array([hi[0], hi[1], min(z + step, hi[2])])
-            positions = np.stack(np.meshgrid(*[np.arange(i, j) for i, j in zip(a, b)],
-                                             indexing="ij"), axis=-1).reshape(-1, 3)
             v_lo = a * cs
             v_hi = np.minimum(b * cs, scale.size)
+            positions = grid.positions_in(v_lo, v_hi)
             data = as_dtype(task.source.read(v_lo, v_hi), vol.dtype, where)
             p, blobs = encoded(data, v_lo, positions)
             found_pos.append(p)
