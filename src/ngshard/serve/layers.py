@@ -76,16 +76,21 @@ def classify(info: dict) -> str | None:
 _LABEL_DTYPES = {"uint32", "uint64", "int64", "<u4", "<u8", "<i8", "|u4", "|u8"}
 
 
+def _json_object(files: LocalFiles | RemoteFiles, name: str) -> dict | None:
+    """The JSON object in the small file ``name``, None if absent or not one."""
+    raw = read_small(files, name)
+    try:
+        found = json.loads(raw) if raw is not None else None
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None
+
+
 def _zarr_layer(files: LocalFiles | RemoteFiles, path: str) -> Layer | None:
     """The zarr array or OME-Zarr multiscale group at ``path``, None if there is none (a
     plain group is searched further, like a folder)."""
     def meta(name: str) -> dict | None:
-        raw = read_small(files, f"{path}/{name}" if path else name)
-        try:
-            found = json.loads(raw) if raw is not None else None
-        except ValueError:
-            return None
-        return found if isinstance(found, dict) else None
+        return _json_object(files, f"{path}/{name}" if path else name)
 
     v3 = meta("zarr.json")
     if v3 is not None:
@@ -112,14 +117,9 @@ def _zarr_kind(files: LocalFiles | RemoteFiles, path: str, metadata: dict, ome: 
     if multiscales and isinstance(multiscales, list) and isinstance(multiscales[0], dict):
         first = (multiscales[0].get("datasets") or [{}])[0].get("path")
         if isinstance(first, str):
-            raw = read_small(files, f"{path}/{first}/{array_file}" if path else
-                             f"{first}/{array_file}")
-            try:
-                level = json.loads(raw) if raw is not None else {}
-                dtype = level.get("data_type", level.get("dtype")) if isinstance(
-                    level, dict) else None
-            except ValueError:
-                dtype = None
+            level = _json_object(files, f"{path}/{first}/{array_file}" if path else
+                                 f"{first}/{array_file}") or {}
+            dtype = level.get("data_type", level.get("dtype"))
     kind = "segmentation" if "image-label" in ome or dtype in _LABEL_DTYPES else "image"
     return Layer(path, kind, metadata, {}, "zarr")
 
