@@ -93,10 +93,10 @@ def test_without_neuroglancer_one_line_says_what_to_install(demo_dir, monkeypatc
 
 
 def test_zarr_arrays_and_groups_are_layers(tmp_path):
-    """A zarr v3 array, a v2 array, an OME-Zarr group (its levels not listed on their own)
-    and an OME label image become zarr sources, label-like integers and label images
-    segmentation; a plain
-    group is searched further; the viewer frames none of them itself (Neuroglancer does)."""
+    """A zarr v3 array, a v2 array, OME-Zarr groups (their levels not listed on their own)
+    and an OME label image become zarr sources, label-like integers (of a group: its first
+    level's) and label images segmentation; a plain group is searched further; the viewer
+    frames none of them itself (Neuroglancer does)."""
     zarr = pytest.importorskip("zarr")
     import ngshard.zarr
 
@@ -113,6 +113,10 @@ def test_zarr_arrays_and_groups_are_layers(tmp_path):
     labels.attrs["ome"] = {"version": "0.5", "image-label": {}, "multiscales": [
         {"axes": [{"name": a, "type": "space"} for a in "zyx"], "datasets": [{"path": "0"}]}]}
     labels.create_array("0", shape=(8, 8, 8), chunks=(4, 4, 4), dtype="uint16")
+    ids = zarr.open_group(tmp_path / "ids.zarr", mode="w", zarr_format=2)  # OME 0.4
+    ids.attrs["multiscales"] = [{"version": "0.4", "datasets": [{"path": "0"}],
+                                 "axes": [{"name": a, "type": "space"} for a in "zyx"]}]
+    ids.create_array("0", shape=(4, 4, 4), chunks=(4, 4, 4), dtype="uint64")
     plain = zarr.open_group(tmp_path / "plain", mode="w")
     plain.create_array("inner", shape=(2,), chunks=(2,), dtype="float32")
     found = {layer.path: (layer.kind, layer.source("http://h:1"))
@@ -121,6 +125,7 @@ def test_zarr_arrays_and_groups_are_layers(tmp_path):
         "em.zarr": ("image", "zarr://http://h:1/em.zarr"),
         "v2.zarr": ("segmentation", "zarr://http://h:1/v2.zarr"),
         "ome.zarr": ("image", "zarr://http://h:1/ome.zarr"),
+        "ids.zarr": ("segmentation", "zarr://http://h:1/ids.zarr"),
         "plain/inner": ("image", "zarr://http://h:1/plain/inner")}
     # the labels group lies inside a layer, which the search does not enter; on its own:
     assert [(x.path, x.kind) for x in find_layers(LocalFiles(str(tmp_path / "ome.zarr")))] \
@@ -130,5 +135,6 @@ def test_zarr_arrays_and_groups_are_layers(tmp_path):
     state = viewer_state(find_layers(LocalFiles(str(tmp_path))), "http://h:1",
                          open_storage(tmp_path))
     assert {e["name"]: e["type"] for e in state["layers"]} == {
-        "em.zarr": "image", "v2.zarr": "segmentation", "ome.zarr": "image", "inner": "image"}
+        "em.zarr": "image", "v2.zarr": "segmentation", "ome.zarr": "image",
+        "ids.zarr": "segmentation", "inner": "image"}
     assert "dimensions" not in state and "segments" not in state["layers"][1]
