@@ -266,3 +266,20 @@ def test_blosc_without_numcodecs(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "numcodecs", None)
     with pytest.raises(MissingDependencyError, match="a/zarr.json: codec blosc.*numcodecs"):
         open_array(tmp_path / "a")
+
+
+def test_v2_zlib_rejects_damage_and_bombs():
+    import zlib
+
+    from ngshard.zarr.codecs import Zlib
+
+    codec = Zlib()
+    good = codec.encode(bytes(range(256)) * 4)
+    assert codec.decode(good, "c.0", 1024) == bytes(range(256)) * 4
+    for bad, message in ((good[: len(good) // 2], "c.0: truncated zlib data"),
+                         (b"\x78\x9c" + bytes(x ^ 0x55 for x in good[2:]), "c.0: bad zlib"),
+                         (b"", "c.0: truncated zlib data"),
+                         (zlib.compress(b"\0" * (1 << 20)), "c.0: zlib data inflates past "
+                                                            "the 1024")):
+        with pytest.raises(CorruptDataError, match=message):
+            codec.decode(bad, "c.0", 1024)

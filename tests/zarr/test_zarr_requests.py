@@ -5,7 +5,9 @@ chunks it needs in coalesced ranges, never a whole shard."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+from ngshard.errors import CorruptDataError
 from ngshard.zarr import create_array, open_array
 
 
@@ -53,3 +55,63 @@ def test_replaced_shard_index_read_again(http_server):
     expected = np.ones((8, 8), np.uint8)
     expected[:4, :4] = 2
     np.testing.assert_array_equal(remote[...], expected)
+
+
+
+class Replaced:
+    """The array's real storage, but another writer replaces the shard just before every
+    ``every``-th read of byte ranges (2: each data read, after its index was read), ``times``
+    times."""
+
+    def __init__(self, storage, replace, times, every):
+        self.storage, self.replace, self.times, self.every = storage, replace, times, every
+        self.calls = 0
+
+    def __getattr__(self, name):
+        return getattr(self.storage, name)
+
+    def read_ranges(self, requests):
+        self.calls += 1
+        if self.calls % self.every == 0 and self.times:
+            self.times -= 1
+            self.replace(self.times)
+        return self.storage.read_ranges(requests)
+
+
+def replaced_reader(path, times, every):
+    arr = create_array(path, (8, 8), "uint8", (4, 4), shards=(8, 8))
+    arr[...] = 1
+
+    def replace(n):
+        arr[:4, :4 + n % 4] = 2 + n  # a new shard, of another size
+
+    reader = open_array(path).encoded().reader
+    reader.storage = Replaced(reader.storage, replace, times, every)
+    return reader
+
+
+def test_a_shard_replaced_between_index_and_data_is_read_again(tmp_path):
+    reader = replaced_reader(tmp_path / "a", 3, 2)
+    positions = np.array([[0, 0], [1, 1]])
+    got = reader.get(positions)
+    fresh = open_array(tmp_path / "a").encoded().reader.get(positions)
+    assert [bytes(g) for g in got] == [bytes(f) for f in fresh]
+    assert reader.storage.times == 0 and reader.storage.calls == 2 * (3 + 1)
+
+
+def test_a_shard_replaced_while_its_index_is_read_is_listed_afresh(tmp_path):
+    reader = replaced_reader(tmp_path / "a", 3, 1)
+    listed = reader.list_positions()
+    assert reader.storage.times == 0 and reader.storage.calls == 3 + 1
+    fresh = open_array(tmp_path / "a").encoded().reader.list_positions()
+    np.testing.assert_array_equal(listed, fresh)
+
+
+@pytest.mark.parametrize("every", [1, 2])
+def test_a_shard_that_never_stops_changing_is_refused(tmp_path, every):
+    reader = replaced_reader(tmp_path / "a", 100, every)
+    with pytest.raises(CorruptDataError, match="c/0/0: changed under every one of 10 reads"):
+        reader.get(np.array([[0, 0]]))
+    if every == 1:
+        with pytest.raises(CorruptDataError, match="c/0/0: changed under every one of 10"):
+            reader.list_positions()

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -26,6 +27,7 @@ READ_RETRIES = 10
 # Objects changed less than this many seconds ago on filesystems with coarse timestamps may
 # keep their generation through a change: their index is read again rather than trusted.
 COARSE_TIMES = 2.0
+R = TypeVar("R")
 
 
 class StaleShard(Exception):
@@ -118,16 +120,21 @@ class ChunkReader:
         positions = np.asarray(positions, np.int64).reshape(-1, len(self.meta.shape))
         if self.meta.sharding is None:
             return self.storage.read_many(self.meta.key_encoding.keys(positions))
+        return self._retrying(self._get_sharded, positions)
+
+    def _retrying(self, read: Callable[..., R], *args: Any) -> R:
+        """``read(*args)``, again (backing off) after each shard found changed under it;
+        CorruptDataError if it is still changing after READ_RETRIES reads."""
         for attempt in range(READ_RETRIES):
+            if attempt:
+                time.sleep(0.001 * 2 ** (attempt - 1))
             try:
-                return self._get_sharded(positions)
+                return read(*args)
             except StaleShard as e:
-                self.forget(str(e))
-                if attempt == READ_RETRIES - 1:
-                    raise CorruptDataError(f"{self.storage.path(str(e))}: changed under "
-                                           f"every one of {READ_RETRIES} reads") from None
-                time.sleep(0.001 * 2 ** attempt)
-        raise AssertionError("unreachable")
+                stale = str(e)
+                self.forget(stale)
+        raise CorruptDataError(f"{self.storage.path(stale)}: changed under every one of "
+                               f"{READ_RETRIES} reads")
 
     def _get_sharded(self, positions: np.ndarray) -> list[bytes | memoryview | None]:
         shard_pos, ids = self.shard_of(positions)
@@ -159,16 +166,17 @@ class ChunkReader:
 
     def read_shard(self, name: str) -> tuple[Hashable, bytes] | None:
         """A whole shard (or chunk object) and its generation, None if absent."""
-        for _ in range(READ_RETRIES):
-            info = self.storage.stat(name)
-            if info is None:
-                return None
-            generation, data = self.storage.read_range(name, 0, info.size)
-            if data is not None and (generation is None or generation == info.generation) \
-                    and len(data) == info.size:
-                return info.generation, data
-        raise CorruptDataError(f"{self.storage.path(name)}: changed under every one of "
-                               f"{READ_RETRIES} reads")
+        return self._retrying(self._read_whole, name)
+
+    def _read_whole(self, name: str) -> tuple[Hashable, bytes] | None:
+        info = self.storage.stat(name)
+        if info is None:
+            return None
+        generation, data = self.storage.read_range(name, 0, info.size)
+        if data is None or (generation is not None and generation != info.generation) \
+                or len(data) != info.size:
+            raise StaleShard(name)
+        return info.generation, data
 
     # --- listing ----------------------------------------------------------------------------
 
@@ -201,15 +209,7 @@ class ChunkReader:
             keys = keys[((keys * cps) < grid).all(axis=1)]
             names = self.meta.key_encoding.keys(keys)
             parts = [np.zeros((0, ndim), np.int64)]
-            for attempt in range(READ_RETRIES):
-                try:
-                    indices = self.indices(names)
-                    break
-                except StaleShard as e:
-                    self.forget(str(e))
-                    if attempt == READ_RETRIES - 1:
-                        raise
-            for shard, found in zip(keys, indices):
+            for shard, found in zip(keys, self._retrying(self.indices, names)):
                 if found is not None:
                     ids = np.flatnonzero(~found[1].empty)
                     parts.append(shard * cps + np.stack(np.unravel_index(ids, tuple(cps)), 1))
