@@ -93,6 +93,12 @@ class ModelMachine(RuleBasedStateMachine):
         note_staging(self.spilled() > before, self.budget)
         oset(self.model, idx, value)
 
+    def resize_staged(self, shape: tuple[int, ...]) -> None:
+        """``self.staged.resize(shape)``, and the same to the model."""
+        note_resize(self.model.shape, shape)
+        self.staged.resize(shape)
+        self.model = resized(self.model, shape, self.fill)
+
     @rule(data=st.data())
     def read(self, data):
         idx = data.draw(index(self.model.shape))
@@ -167,10 +173,7 @@ class ArrayMachine(ModelMachine):
 
     @rule(data=st.data())
     def resize(self, data):
-        shape = tuple(data.draw(st.integers(0, 13)) for _ in self.model.shape)
-        note_resize(self.model.shape, shape)
-        self.staged.resize(shape)
-        self.model = resized(self.model, shape, self.fill)
+        self.resize_staged(tuple(data.draw(st.integers(0, 13)) for _ in self.model.shape))
 
     @rule()
     def load(self):

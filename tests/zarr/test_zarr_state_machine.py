@@ -15,7 +15,7 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule
 from staged_oracle import box_index, index, oget, oset
-from test_staged_state_machine import SETTINGS, ModelMachine, note_resize, random_value, resized
+from test_staged_state_machine import SETTINGS, ModelMachine, random_value
 
 from ngshard.zarr import create_array, open_array
 
@@ -73,10 +73,7 @@ class ZarrMachine(ModelMachine):
 
     @rule(data=st.data())
     def resize(self, data):
-        shape = tuple(data.draw(st.integers(1, 13)) for _ in self.model.shape)
-        note_resize(self.model.shape, shape)
-        self.staged.resize(shape)
-        self.model = resized(self.model, shape, self.fill)
+        self.resize_staged(tuple(data.draw(st.integers(1, 13)) for _ in self.model.shape))
 
     @precondition(lambda self: hasattr(self, "arr"))
     @rule()
