@@ -25,6 +25,7 @@ import os
 import struct
 import subprocess
 import sys
+from collections.abc import Callable
 
 import numpy as np
 
@@ -85,6 +86,26 @@ def in_bounds(h: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     second, _, ok2 = _varint(h, after)
     limit = RATIO * sizes + SLACK
     return ok & ok1 & ok2 & (first <= limit) & (second <= limit)
+
+
+EMPTY = (np.zeros((0, 3), np.float32), np.zeros((0, 3), np.uint32))
+
+
+def decoder(bufs: list[bytes | memoryview], vetted: np.ndarray
+            ) -> Callable[[int], tuple[np.ndarray, np.ndarray] | str]:
+    """``decode(i)``: fragment ``i``'s (points, faces), or what went wrong. Those
+    :func:`in_bounds` did not pass (``vetted`` False) are decoded up front, together, in the
+    capped child; the rest in this process when asked (on any thread). An empty fragment (a
+    node without triangles of its own) is an empty mesh."""
+    away = [i for i in np.flatnonzero(~np.asarray(vetted, bool)).tolist() if len(bufs[i])]
+    isolated = dict(zip(away, decode_isolated([bufs[i] for i in away])))
+
+    def decode(i: int) -> tuple[np.ndarray, np.ndarray] | str:
+        if i in isolated:
+            return isolated[i]
+        return decode_in_process(bufs[i]) if len(bufs[i]) else EMPTY
+
+    return decode
 
 
 def decode_in_process(buf: bytes | memoryview) -> tuple[np.ndarray, np.ndarray] | str:

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..errors import CorruptDataError
 from ..threads import WORKERS, pmap
-from .draco_guard import decode_in_process, decode_isolated, heads, in_bounds
+from .draco_guard import decoder, heads, in_bounds
 from .mesh_codec import Manifest
 
 
@@ -56,16 +56,13 @@ def decode_pieces(pieces: list[Piece], bits: int, transform: np.ndarray,
         size_rows.append(sizes)
     sizes = np.concatenate(size_rows) if pieces else np.zeros(0, np.int64)
     vetted = in_bounds(np.concatenate(head_rows), sizes) if pieces else sizes.astype(bool)
-    away = np.flatnonzero(~vetted & (sizes > 0)).tolist()
-    isolated = dict(zip(away, decode_isolated([bufs[i] for i in away])))
-    empty = (np.zeros((0, 3), np.float32), np.zeros((0, 3), np.uint32))
+    decode = decoder(bufs, vetted)
 
     def group(span: tuple[int, int]) -> list[tuple[np.ndarray, np.ndarray]]:
         a, b = span
         results = []
         for i in range(firsts[a], firsts[b]):
-            r = isolated[i] if i in isolated else decode_in_process(bufs[i]) if sizes[i] \
-                else empty  # a node without triangles of its own
+            r = decode(i)
             if isinstance(r, str):
                 raise CorruptDataError(f"{label(i)}: Draco fragment does not decode ({r})")
             results.append(r)

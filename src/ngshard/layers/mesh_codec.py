@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import CorruptDataError
-from .draco_guard import decode_in_process, decode_isolated, draco, heads, in_bounds
+from .draco_guard import decoder, draco, heads, in_bounds
 
 _HEAD = 28  # chunk_shape, grid_origin, num_lods
 
@@ -111,11 +111,8 @@ def decode_fragment(buf: bytes | memoryview, where: str) -> tuple[np.ndarray, np
     """(positions ``(n, 3)`` float32, faces ``(m, 3)`` uint32) of a Draco fragment, its
     declared counts vetted against its size first (:mod:`.draco_guard`); an empty fragment (a
     node without triangles of its own) is an empty mesh."""
-    if not len(buf):
-        return np.zeros((0, 3), np.float32), np.zeros((0, 3), np.uint32)
     size = np.array([len(buf)])
-    inside = in_bounds(heads(buf, [0], size), size)[0]
-    out = decode_in_process(buf) if inside else decode_isolated([buf])[0]
+    out = decoder([buf], in_bounds(heads(buf, [0], size), size))(0)
     if isinstance(out, str):
         raise CorruptDataError(f"{where}: Draco fragment does not decode ({out})")
     points, faces = out
