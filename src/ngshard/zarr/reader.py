@@ -17,21 +17,17 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..errors import CorruptDataError
+from ..sharded.reader import COARSE_TIMES, DEFAULT_READ_RETRIES, StaleShard
 from ..storage import Storage
 from ..threads import pmap
 from .metadata import ArrayMetadata
 from .shard_index import ShardIndex
 
 DEFAULT_CACHE_BYTES = 64 << 20
-READ_RETRIES = 10
-# Objects changed less than this many seconds ago on filesystems with coarse timestamps may
-# keep their generation through a change: their index is read again rather than trusted.
-COARSE_TIMES = 2.0
+# the precomputed reader's rules: as many tries, the same coarse-timestamp window (an index
+# of a shard changed within it is read again rather than trusted), the same signal
+READ_RETRIES = DEFAULT_READ_RETRIES
 R = TypeVar("R")
-
-
-class StaleShard(Exception):
-    """A shard changed between reading its index and reading through it."""
 
 
 class ChunkReader:
