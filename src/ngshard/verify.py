@@ -122,7 +122,8 @@ def _verify_shards(kv: ShardedKV, progress: bool, keep_keys: bool = True
         report.problems += part.problems
         if keep_keys and found is not None:
             keys.append(found)
-    for n in kv.storage.list():
+    stray = kv.storage.list() if kv.storage.supports_listing else []  # probed: none stray
+    for n in stray:
         if n.endswith(".shard") and kv.spec.parse_shard_filename(n) is None:
             report.problems.append(f"{kv.storage.path(n)}: not a shard name of this spec "
                                    f"(shard_bits {kv.spec.shard_bits})")
