@@ -261,6 +261,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
             _verify_report(info.scales[i].key, report)
             ok &= report.ok
         return 0 if ok else 1
+    from ..convert.resume import unfinished
+
+    left = unfinished(storage)
+    if left is not None:  # a conversion's destination, not a volume (yet): nothing is OK
+        print(left)
+        return 1
     (target,) = targets(args)
     require_present(target)
     report = verify_kv(target.kv, progress=progress)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Executor, Future, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -129,11 +129,14 @@ def run_plan(plan: Plan, dst: str, *, executor: Executor | None = None,
              workers: int | None = None, progress: bool = True, resume: bool = True
              ) -> dict[str, int]:
     """Run a plan's stages in order, skipping tasks done before (see :func:`convert`)."""
-    done = records.start(dst, plan.job, resume)
+    total = sum(map(len, plan.stages))
+    # the tasks of each output (a scale's key or an array's name), for `verify` of a job
+    # that does not finish
+    parts = Counter(t.name.split("/", 1)[0] for stage in plan.stages for t in stage)
+    done = records.start(dst, {**plan.job, "tasks": dict(sorted(parts.items()))}, resume)
     if not done:
         plan.prepare()
     job = hashlib.sha256(json.dumps(plan.job, sort_keys=True).encode()).hexdigest()[:16]
-    total = sum(map(len, plan.stages))
     todo = [[t for t in stage if t.name not in done] for stage in plan.stages]
     stats = {"tasks": total, "run": 0, "skipped": total - sum(map(len, todo)), "chunks": 0,
              "bytes": 0}

@@ -210,5 +210,8 @@ def check_format(source: Source, found: set[str], url: object, where: str) -> No
             "zarr3": {"zarr3"}}[named]
     if not fits & found:
         holds = " and ".join(_HOLDS[f] for f in sorted(found))
-        shown = os.fspath(url) if isinstance(url, (str, os.PathLike)) else repr(url)
-        raise SpecError(f"{shown}: the URL says {named}, but {where} holds {holds}")
+        if isinstance(url, (str, os.PathLike)):
+            raise SpecError(f"{os.fspath(url)}: the URL says {named}, but {where} holds "
+                            f"{holds}")
+        raise SpecError(f"tensorstore spec {url!r}: its driver says {named}, but {where} "
+                        f"holds {holds}")

@@ -49,10 +49,18 @@ def select_scale(info: VolumeInfo, source: Source, scale: int | str, where: str
         chosen = found[0]
     if chosen is None:
         chosen = scale
-    elif scale not in (0, chosen) and info.scale(scale) is not info.scale(chosen):
+    elif scale not in (0, chosen) and _scale(info, scale, where) is not \
+            _scale(info, chosen, where):
         raise SpecError(f"{where}: the spec selects scale {chosen!r}, scale= says {scale!r}")
-    _check(info, info.scales.index(info.scale(chosen)), source.checks or {}, where)
+    _check(info, info.scales.index(_scale(info, chosen, where)), source.checks or {}, where)
     return chosen
+
+
+def _scale(info: VolumeInfo, which: int | str, where: str):
+    try:
+        return info.scale(which)
+    except SpecError as e:
+        raise SpecError(f"{where}: {e}") from None
 
 
 def _same(a: Any, b: Any) -> bool:
