@@ -66,8 +66,13 @@ def spec_source(spec: dict) -> Source:
         raise SpecError(f"{where}: \"open\" must be true (ngshard opens what is there)")
     if "kvstore" not in spec:
         raise SpecError(f"{where}: no \"kvstore\" (where the data is)")
-    url = _join(_kvstore_url(spec["kvstore"], where), _text(spec.get("path", ""), "path",
-                                                                where))
+    try:
+        url = _join(_kvstore_url(spec["kvstore"], where), _text(spec.get("path", ""), "path",
+                                                                    where))
+    except SpecError as e:
+        message = str(e)
+        raise SpecError(message if message.startswith(where) else f"{where}: {message}"
+                        ) from None
     scale, checks = _scale(spec, where) if fmt == "precomputed" else (None, {})
     if "dtype" in spec:
         checks["dtype"] = _text(spec["dtype"], "dtype", where)
@@ -112,7 +117,7 @@ def _kvstore_url(kvstore: Any, where: str) -> str:
     if driver == "file":
         if not path:
             raise SpecError(f"{where}: the file kvstore has no path")
-        return parse_url(path).url
+        return parse_url(f"file://{path}" if path.startswith("/") else path).url
     if driver == "memory":
         return f"memory://{path.strip('/')}"
     if driver == "http":
