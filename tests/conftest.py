@@ -23,12 +23,12 @@ settings.load_profile("ngshard")
 
 class ListingSwitch(SimpleHTTPRequestHandler):
     """Directory pages as the standard library makes them, or 404 when ``server.listing``
-    is False."""
+    is False (or that status, when it is one: 403 as nginx answers without autoindex)."""
 
     def list_directory(self, path):
-        if self.server.listing:
+        if self.server.listing is True:
             return super().list_directory(path)
-        self.send_error(404, "directory listing is off")
+        self.send_error(self.server.listing or 404, "directory listing is off")
         return None
 
 

@@ -76,12 +76,14 @@ def test_without_listings_the_shards_are_found_by_head_requests(server, kv_url):
                                    for i in range(SPEC.num_shards))
 
 
-def test_an_unlistable_folder_is_not_an_empty_one(server, kv_url):
-    server.listing = False
+@pytest.mark.parametrize("refusal", [False, 403])
+def test_an_unlistable_folder_is_not_an_empty_one(server, kv_url, refusal):
+    server.listing = refusal
     storage = open_storage(kv_url)
     with pytest.raises(ngshard.UnlistableError, match=f"{kv_url}: the server gives no "
                                                       f"directory listings"):
         storage.list()
+    assert len(ngshard.open_kv(kv_url)) == len(ITEMS)
     server.listing = True  # a folder that is not there, on a server that lists: empty
     assert open_storage(f"{kv_url}/absent").list() == []
 
@@ -145,3 +147,21 @@ def test_cli_with_and_without_listings(server, kv_url, volumes, capsys):
     server.listing = True
     assert main(["verify", f"{base}/unsharded"]) == 0
     assert "18 chunks decoded" in capsys.readouterr().out
+
+
+def test_unsharded_skeletons_without_listings(server, capsys):
+    vertices = np.array([[0, 0, 0], [1, 1, 1]], np.float32)
+    ngshard.write_skeletons(server.root / "sk", {3: (vertices, np.array([[0, 1]])),
+                                                 9: (vertices * 2, np.array([[1, 0]]))},
+                            sharding=None)
+    server.listing = False
+    url = f"precomputed://{server.base}/sk"
+    layer = ngshard.open(url)
+    np.testing.assert_array_equal(layer.get(9).vertices, vertices * 2)
+    with pytest.raises(ngshard.UnlistableError, match="no directory listings"):
+        layer.keys_array()
+    assert main(["info", url]) == 0
+    assert "segments     not counted: the server gives no directory listings" in \
+        capsys.readouterr().out
+    server.listing = True
+    assert sorted(ngshard.open(url).keys_array().tolist()) == [3, 9]

@@ -92,6 +92,12 @@ def test_bad_urls_are_one_spec_error_naming_the_url(url, message):
     assert url in str(e.value) or repr(url) in str(e.value)
 
 
+@pytest.mark.parametrize("url", [5, None, b"/data/em", ["gs://bucket/em"]])
+def test_a_url_that_is_not_text(url):
+    with pytest.raises(ngshard.SpecError, match="a URL or path must be text"):
+        open_storage(url)
+
+
 @pytest.mark.parametrize("url", ["precomputed://htp://host/em", "zarr://bogus://x/y",
                                  "bogus://x/y|neuroglancer-precomputed:"])
 def test_unknown_scheme_inside_a_source(url):

@@ -69,7 +69,9 @@ def _rows(layer: Any, kind: str) -> list[tuple[str, str]]:
     if "segment_properties" in info:
         rows.append(("properties", str(info["segment_properties"])))
     if hasattr(layer, "keys_array") and _store_of(layer) is None:
-        rows.append(("segments", f"{len(layer.keys_array())} (a file per segment)"))
+        rows.append(("segments", f"{len(layer.keys_array())} (a file per segment)"
+                     if layer.storage.supports_listing else "not counted: the server gives "
+                     "no directory listings (every segment still reads)"))
     return rows
 
 

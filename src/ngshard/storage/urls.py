@@ -25,10 +25,9 @@ from typing import NamedTuple
 
 from ..errors import SpecError
 
+#: The formats a URL can name; also the legacy ``NAME://`` prefixes that name them.
 FORMATS = ("precomputed", "zarr", "zarr2", "zarr3")
-# Format names as Neuroglancer spells them: the legacy ``NAME://`` prefixes and the ``|NAME:``
-# pipeline components.
-_PREFIXES = {"precomputed": "precomputed", "zarr": "zarr", "zarr2": "zarr2", "zarr3": "zarr3"}
+# The formats as Neuroglancer's ``|NAME:`` pipeline components name them.
 _PIPELINE = {"neuroglancer-precomputed": "precomputed", "zarr": "zarr", "zarr2": "zarr2",
              "zarr3": "zarr3"}
 # Neuroglancer data sources and kvstore adapters ngshard does not read: named in the error.
@@ -80,14 +79,17 @@ def parse_url(url: str | os.PathLike) -> Source:
         format prefix around another one, or Neuroglancer options it cannot honour; the
         message names the URL.
     """
-    text = os.fspath(url)
+    try:
+        text = os.fspath(url)
+    except TypeError:
+        text = None
     if not isinstance(text, str):
-        raise SpecError(f"{text!r}: a URL or path must be text")
+        raise SpecError(f"{url!r}: a URL or path must be text")
     if "|" in text:
         return _pipeline(text)
     m = _SCHEME.fullmatch(text)
-    if m is not None and m.group(1).lower() in _PREFIXES:
-        fmt = _PREFIXES[m.group(1).lower()]
+    if m is not None and m.group(1).lower() in FORMATS:
+        fmt = m.group(1).lower()
         inner, fragment = _split_fragment(m.group(2))
         _fragment(fmt, fragment, text)
         return Source(_kvstore(inner, text), fmt)
@@ -100,7 +102,8 @@ def _pipeline(text: str) -> Source:
     root, rest = parts[0], parts[1:]
     if not rest:
         return Source(_kvstore(root, text))
-    if _SCHEME.fullmatch(root) and _SCHEME.fullmatch(root).group(1).lower() in _PREFIXES:
+    m = _SCHEME.fullmatch(root)
+    if m is not None and m.group(1).lower() in FORMATS:
         raise SpecError(f"{text}: a {root.split(':', 1)[0]}:// prefix cannot start a "
                         f"|-pipeline (give KVSTORE|format: or format://KVSTORE)")
     comps = []
@@ -158,7 +161,7 @@ def _kvstore(text: str, whole: str) -> str:
     if m is None:
         return _strip_slash(text)
     scheme, rest = m.group(1).lower(), m.group(2)
-    if scheme in _PREFIXES:
+    if scheme in FORMATS:
         raise SpecError(f"{whole}: a {scheme}:// prefix inside another URL (give one format "
                         f"around a storage URL, e.g. precomputed://gs://bucket/path)")
     if scheme in _OTHER_SOURCES:
