@@ -6,6 +6,7 @@ naming the file, leaves no half-written shard, and the conversion resumes after 
 from __future__ import annotations
 
 import json
+import shutil
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 
 import numpy as np
@@ -156,7 +157,8 @@ def test_a_worker_that_dies_is_named_with_what_to_do(tmp_path, source):
         ngshard.convert(src, tmp_path / "out", executor=pool, progress=False)
 
 
-def test_verify_says_an_interrupted_conversion_has_not_finished(tmp_path, source, capsys):
+def test_verify_says_an_interrupted_conversion_has_not_finished(tmp_path, source, capsys,
+                                                                http_server):
     from ngshard.cli import main
     from ngshard.verify import verify_volume
 
@@ -180,6 +182,12 @@ def test_verify_says_an_interrupted_conversion_has_not_finished(tmp_path, source
         from ngshard.convert.resume import unfinished
 
         assert left in unfinished(str(dst))
+        # served without directory listings: the records cannot be counted, but are there
+        shutil.copytree(dst, http_server.root / "out")
+        http_server.listing = False
+        assert main(["verify", f"precomputed://{http_server.base}/out"]) == 1
+        out = capsys.readouterr().out
+        assert out.count("a conversion into it has not finished; to finish it") == 2
         ngshard.convert(src, dst, executor=pool, progress=False, chunk_size=(16, 16, 16),
                         task_bytes=32**3, downsample=1)
     assert main(["verify", str(dst)]) == 0

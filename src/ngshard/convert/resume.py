@@ -77,7 +77,9 @@ def unfinished(root: str | Storage, part: str | None = None) -> str | None:
         counts = {str(k): int(v) for k, v in job.get("tasks", {}).items()}
         how = f"run `ngshard convert {job['from']} {job['to']}` again with the same options"
     except (ValueError, TypeError, KeyError, AttributeError):
-        job, counts, how = {}, {}, "run the same conversion again"
+        counts, how = {}, "run the same conversion again"
+    if part is not None and counts and part not in counts:
+        return None  # not an output of the recorded job
     try:
         done = [unquote(n) for n in records.list() if n != _JOB]
     except UnlistableError:
