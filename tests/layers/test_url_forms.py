@@ -175,6 +175,8 @@ def test_openers_refuse_the_other_format(local):
     for opener, url, message in cases:
         with pytest.raises(ngshard.SpecError, match=message):
             opener(url)
+    with pytest.raises(ngshard.SpecError, match="a zarr array takes no mode="):
+        ngshard.open(f"zarr://{local}/z3", mode="r+")
     with pytest.raises(ngshard.SpecError, match="writes Zarr v3, the URL says zarr2"):
         ngshard.zarr.create_array(f"zarr2://{local}/new", (4, 4), "uint8", (2, 2))
     with pytest.raises(ngshard.SpecError, match="names zarr"):

@@ -126,6 +126,10 @@ def _open_zarr(storage: Storage, scale: int = 0, **kwargs: Any) -> Any:
     from ..zarr import open_array
     from ..zarr.ome import read_group
 
+    unknown = sorted(set(kwargs) - {"staged_bytes"})
+    if unknown:
+        raise SpecError(f"{storage.url}: a zarr array takes no {unknown[0]}= (only scale= "
+                        f"for an OME-Zarr group's level, and staged_bytes=)")
     group = read_group(storage)
     if group is None:
         return open_array(storage, **kwargs)
