@@ -1,6 +1,7 @@
 """Shared fixtures: real HTTP servers on 127.0.0.1 serving a directory, with byte ranges and
 ETags (``http_server``) or as ``python3 -m http.server`` does, without them
-(``plain_http_server``)."""
+(``plain_http_server``). Both list directories unless ``server.listing`` is set False (then a
+folder answers 404, as a web server without listings or ``ngshard serve`` does)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,18 @@ settings.register_profile("ngshard", deadline=None)
 settings.load_profile("ngshard")
 
 
-class RangeHandler(SimpleHTTPRequestHandler):
+class ListingSwitch(SimpleHTTPRequestHandler):
+    """Directory pages as the standard library makes them, or 404 when ``server.listing``
+    is False (or that status, when it is one: 403 as nginx answers without autoindex)."""
+
+    def list_directory(self, path):
+        if self.server.listing is True:
+            return super().list_directory(path)
+        self.send_error(self.server.listing or 404, "directory listing is off")
+        return None
+
+
+class RangeHandler(ListingSwitch):
     """Static files with single byte-range GETs, Content-Length on HEAD and an ETag."""
 
     def log_message(self, *args) -> None:
@@ -82,7 +94,7 @@ def _serve(root, handler):
     """Serve ``root`` with ``handler`` on 127.0.0.1 from a thread; yields the server."""
     server = Server(("127.0.0.1", 0), partial(handler, directory=str(root)))
     server.root, server.base = root, f"http://127.0.0.1:{server.server_address[1]}"
-    server.requests = []
+    server.requests, server.listing = [], True
     server.lock, server.in_flight, server.at_once, server.delay = threading.Lock(), 0, 0, 0.0
     # shutdown() waits for the loop's next poll: a short interval keeps teardown quick
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02},
@@ -104,7 +116,7 @@ def http_server(tmp_path):
     yield from _serve(root, RangeHandler)
 
 
-class PlainHandler(SimpleHTTPRequestHandler):
+class PlainHandler(ListingSwitch):
     """``python3 -m http.server`` as it is: Range headers ignored (200 and the whole file), no
     ETag, Content-Length and Last-Modified on HEAD. Logs (method, path, Range) quietly."""
 

@@ -21,6 +21,7 @@ from .errors import (
     ReadOnlyError,
     SpecError,
     StorageWriteError,
+    UnlistableError,
 )
 from .sharded import ShardedKV, ShardingSpec, open_kv, write_kv
 
@@ -73,6 +74,7 @@ __all__ = [
     "Volume",
     "SpecError",
     "StorageWriteError",
+    "UnlistableError",
     "SegmentProperties",
     "Skeletons",
     "convert",

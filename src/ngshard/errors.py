@@ -32,6 +32,12 @@ class NotFoundError(NgShardError, FileNotFoundError):
     """No store, layer or file where one was expected; the message names the place."""
 
 
+class UnlistableError(NgShardError):
+    """The storage cannot list what it holds (a web server without directory listings), so
+    a listing, a count or a check of everything cannot be given; the message names the URL
+    and says what can be done instead."""
+
+
 class StorageWriteError(NgShardError, OSError):
     """Storage refused a write (disk full, file too large, quota); the message names the
     object, and nothing of it was committed."""

@@ -122,7 +122,8 @@ def _verify_shards(kv: ShardedKV, progress: bool, keep_keys: bool = True
         report.problems += part.problems
         if keep_keys and found is not None:
             keys.append(found)
-    for n in kv.storage.list():
+    stray = kv.storage.list() if kv.storage.supports_listing else []  # probed: none stray
+    for n in stray:
         if n.endswith(".shard") and kv.spec.parse_shard_filename(n) is None:
             report.problems.append(f"{kv.storage.path(n)}: not a shard name of this spec "
                                    f"(shard_bits {kv.spec.shard_bits})")
@@ -140,12 +141,17 @@ def _read_shard(kv: ShardedKV, name: str) -> bytes | None:
 
 def verify_volume(vol: Volume, *, progress: bool = False) -> VerifyReport:
     """Check one scale of a volume: its shards as :func:`verify_kv` does, that every stored
-    chunk belongs to the grid, and that every chunk decodes to its clipped shape. ``keys``
-    counts the chunks.
+    chunk belongs to the grid, and that every chunk decodes to its clipped shape, and that
+    no conversion into the layer left tasks of this scale undone (its resume records say
+    so). ``keys`` counts the chunks.
 
     Raises MissingDependencyError (rather than reporting every chunk as a problem) where the
-    scale's encoding needs a package that is not installed."""
+    scale's encoding needs a package that is not installed; UnlistableError where the
+    scale's chunk files cannot be listed (an unsharded scale over HTTP without listings)."""
+    from .convert.resume import unfinished
+
     require_codec(vol.scale.encoding, writing=False)
+    left = unfinished(vol.storage, vol.scale.key)
     chunks = vol.chunks
     if chunks.kv is not None:
         report, codes = _verify_shards(chunks.kv, progress)
@@ -184,4 +190,6 @@ def verify_volume(vol: Volume, *, progress: bool = False) -> VerifyReport:
                 report.keys += 1
             except NgShardError as e:
                 report.problems.append(str(e))
+    if left is not None:
+        report.problems.append(left)
     return report

@@ -6,6 +6,7 @@ naming the file, leaves no half-written shard, and the conversion resumes after 
 from __future__ import annotations
 
 import json
+import shutil
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 
 import numpy as np
@@ -154,3 +155,57 @@ def test_a_worker_that_dies_is_named_with_what_to_do(tmp_path, source):
     with ProcessPoolExecutor(1, initializer=os._exit, initargs=(3,)) as pool, \
             pytest.raises(ngshard.NgShardError, match="worker process died.*__main__"):
         ngshard.convert(src, tmp_path / "out", executor=pool, progress=False)
+
+
+def test_verify_says_an_interrupted_conversion_has_not_finished(tmp_path, source, capsys,
+                                                                http_server):
+    from ngshard.cli import main
+    from ngshard.verify import verify_volume
+
+    src, _ = source
+    dst = tmp_path / "out"
+    with ThreadPoolExecutor(2) as pool:
+        with pytest.raises(RuntimeError, match="interrupted"):
+            ngshard.convert(src, dst, executor=Interrupting(pool, 3), progress=False,
+                            chunk_size=(16, 16, 16), task_bytes=32**3, downsample=1)
+        # the three shards written are whole: only the records tell the job is unfinished
+        left = "a conversion into it has not finished: 6 of 9 task(s) remain (1_1_1: 5 of 8"
+        assert main(["verify", str(dst)]) == 1
+        out = capsys.readouterr().out
+        assert "scale 1_1_1: 3 shard(s), " in out
+        assert "of 1_1_1 remain; to finish it, run `ngshard convert" in out
+        assert f"`ngshard convert {src} {dst}` again with the same options" in out
+        assert "scale 2_2_2:" in out and "1 of 1 task(s) of 2_2_2 remain" in out
+        assert "OK" not in out
+        report = verify_volume(ngshard.open_volume(dst))
+        assert not report.ok and "5 of 8 task(s) of 1_1_1 remain" in report.problems[-1]
+        from ngshard.convert.resume import unfinished
+
+        assert left in unfinished(str(dst))
+        # served without directory listings: the records cannot be counted, but are there
+        shutil.copytree(dst, http_server.root / "out")
+        http_server.listing = False
+        assert main(["verify", f"precomputed://{http_server.base}/out"]) == 1
+        out = capsys.readouterr().out
+        assert out.count("a conversion into it has not finished; to finish it") == 2
+        ngshard.convert(src, dst, executor=pool, progress=False, chunk_size=(16, 16, 16),
+                        task_bytes=32**3, downsample=1)
+    assert main(["verify", str(dst)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("OK") == 2 and "not finished" not in out
+
+
+def test_verify_of_an_unfinished_zarr_destination(tmp_path, capsys):
+    from ngshard.cli import main
+
+    src = tmp_path / "layer"
+    with ngshard.create_volume(src, dtype="uint8", shape=(64, 64, 64), chunk_size=(16,) * 3,
+                               sharding="auto") as vol:
+        vol[...] = volume_data((64, 64, 64), "uint8")[..., None]
+    dst = tmp_path / "out.zarr"
+    with ThreadPoolExecutor(2) as pool, pytest.raises(RuntimeError, match="interrupted"):
+        ngshard.convert(src, dst, executor=Interrupting(pool, 1), progress=False,
+                        task_bytes=32**3)
+    assert main(["verify", str(dst)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith(f"{dst}: a conversion into it has not finished: 7 of 8 task(s)")

@@ -32,9 +32,10 @@ EXIT_ERROR, EXIT_USAGE, EXIT_MISSING_KEY = 1, 2, 3
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ngshard", description=(
-        "Neuroglancer precomputed sharded stores and volumes. URL is a local path or any "
-        "fsspec URL (file://, memory://, http(s)://, s3://, gs://). Exit status: 0 success, "
-        "1 error, 2 usage error, 3 key not found."))
+        "Neuroglancer precomputed sharded stores and volumes. URL is a local path, any "
+        "fsspec URL (file://, memory://, http(s)://, s3://, gs://), or a Neuroglancer source "
+        "around one (precomputed://gs://..., zarr://..., gs://...|zarr3:). Exit status: 0 "
+        "success, 1 error, 2 usage error, 3 key not found."))
     parser.add_argument("--version", action="version", version=f"ngshard {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

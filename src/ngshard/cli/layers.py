@@ -11,8 +11,8 @@ from typing import Any
 from ..errors import NgShardError
 from ..layers.dispatch import LAYER_TYPES, MESHES, PROPERTIES, SKELETONS, layer_kind
 from ..sharded.infofile import read_info
-from ..storage import Storage, open_storage
-from .targets import emit
+from ..storage import Storage
+from .targets import emit, url_storage
 
 FORMATS = {"json": ("skeleton", "mesh", "annotation", "properties"), "swc": ("skeleton",),
            "obj": ("mesh",), "ply": ("mesh",)}
@@ -23,7 +23,7 @@ def typed_layer(args: argparse.Namespace) -> tuple[Storage, dict | None, str] | 
     no --spec overrides its info; None otherwise."""
     if getattr(args, "spec", None) is not None:
         return None
-    storage = open_storage(args.url)
+    storage = url_storage(args)
     doc = read_info(storage)
     if doc is not None and doc.get("@type") not in LAYER_TYPES:
         return None
@@ -69,7 +69,9 @@ def _rows(layer: Any, kind: str) -> list[tuple[str, str]]:
     if "segment_properties" in info:
         rows.append(("properties", str(info["segment_properties"])))
     if hasattr(layer, "keys_array") and _store_of(layer) is None:
-        rows.append(("segments", f"{len(layer.keys_array())} (a file per segment)"))
+        rows.append(("segments", f"{len(layer.keys_array())} (a file per segment)"
+                     if layer.storage.supports_listing else "not counted: the server gives "
+                     "no directory listings (every segment still reads)"))
     return rows
 
 

@@ -111,7 +111,8 @@ def add_commands(command) -> None:
 
 
 def where(p: argparse.ArgumentParser) -> None:
-    p.add_argument("url", metavar="PATH|URL", help="a local folder or any fsspec URL")
+    p.add_argument("url", metavar="PATH|URL", help="a local folder or any fsspec URL (also "
+                   "inside precomputed:// or zarr://)")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=0, help="port for the data (default: a free one)")

@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Iterator
 
-from ..errors import NgShardError
+from ..errors import NgShardError, UnlistableError
 from ..progress import progress_bar
 from ..sharded import ShardedKV
 from ..sharded.spec import check_key
@@ -118,7 +118,11 @@ def cmd_info(args: argparse.Namespace) -> None:
                 print(f"  {'shard box':<13}"
                       f"{'not a box (hashed)' if shard is None else f'{shard} chunks'}")
             else:
-                print(f"  {'files':<13}{len(storage.child(s.key).list())} chunk file(s)")
+                files = storage.child(s.key)
+                print(f"  {'files':<13}" + (f"{len(files.list())} chunk file(s)"
+                                            if files.supports_listing else
+                                            "not counted: the server gives no directory "
+                                            "listings (every chunk still reads)"))
         return
     (target,) = targets(args)
     require_present(target)
@@ -248,10 +252,21 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if info is not None:
         ok = True
         for i in scale_indices(args, info, writing=False):
-            report = verify_volume(Volume(storage, info, i), progress=progress)
+            try:
+                report = verify_volume(Volume(storage, info, i), progress=progress)
+            except UnlistableError as e:  # never OK about what could not be seen
+                print(f"scale {info.scales[i].key}: not verified: {e}")
+                ok = False
+                continue
             _verify_report(info.scales[i].key, report)
             ok &= report.ok
         return 0 if ok else 1
+    from ..convert.resume import unfinished
+
+    left = unfinished(storage)
+    if left is not None:  # a conversion's destination, not a volume (yet): nothing is OK
+        print(left)
+        return 1
     (target,) = targets(args)
     require_present(target)
     report = verify_kv(target.kv, progress=progress)

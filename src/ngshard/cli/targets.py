@@ -10,9 +10,10 @@ import sys
 from dataclasses import dataclass
 
 from ..errors import NotFoundError, SpecError
+from ..layers.dispatch import checked_source
 from ..sharded import ShardedKV, open_kv
 from ..sharded.infofile import read_info
-from ..storage import Storage, open_storage
+from ..storage import Storage
 from ..volume import Volume, VolumeInfo
 
 
@@ -36,11 +37,19 @@ def _volume(storage: Storage, doc: dict | None) -> VolumeInfo | None:
     return VolumeInfo.from_json(doc, storage.path("info"))
 
 
+def url_storage(args: argparse.Namespace) -> Storage:
+    """The storage of the command's URL (any form, see ngshard.storage.urls), opened once
+    per command; a format the URL names must be the one stored there."""
+    if getattr(args, "opened", None) is None:
+        args.opened = checked_source(args.url)[0]
+    return args.opened
+
+
 def volume_at(args: argparse.Namespace) -> tuple[Storage, VolumeInfo | None]:
     """The storage of the URL and its volume info if it is a volume root (unless --spec);
     resolved once per command."""
     if getattr(args, "resolved", None) is None:
-        storage = open_storage(args.url)
+        storage = url_storage(args)
         root = storage.local_root
         if root is not None and os.path.isfile(root):
             raise NotFoundError(f"{root}: a file, not a store's or layer's directory")

@@ -6,15 +6,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Executor, Future, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from ..errors import NgShardError, SpecError
+from ..layers.dispatch import checked_source
 from ..progress import progress_bar
-from ..storage import remove_stale
+from ..storage import remove_stale, source_of
 from . import resume as records
 from .executors import in_flight, local_pool
 from .layout import (
@@ -42,7 +43,9 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
     Parameters
     ----------
     src, dst
-        Local paths or fsspec URLs every worker can reach.
+        Local paths or fsspec URLs every worker can reach, or Neuroglancer sources
+        (``zarr://...``, ``precomputed://...``, ``gs://b/p/|zarr3:``): a format named on
+        ``src`` says which way to convert, one named on ``dst`` must be the one made.
     scales
         Indices of the source levels to convert (default all).
     chunk_size
@@ -80,13 +83,15 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
     Raises
     ------
     NotFoundError, SpecError, CorruptDataError
-        A missing or invalid source (naming the file); a task's error stops the job (tasks
-        finished stay recorded; shards are never left half-written).
+        A missing or invalid source (naming the file), a format named on ``src`` or ``dst``
+        that contradicts it; a task's error stops the job (tasks finished stay recorded;
+        shards are never left half-written).
     NgShardError
         A worker process died (the message says what to do).
     """
-    src, dst = os.fspath(src), os.fspath(dst)
-    if is_precomputed(src):
+    src, to_zarr = _source(src)
+    dst = _destination(dst, "zarr" if to_zarr else "precomputed", src)
+    if to_zarr:
         given = {"chunk_size": chunk_size, "axes": axes, "downsample": downsample or None}
         wrong = [k for k, v in given.items() if v is not None]
         if wrong or sharding not in ("auto", None):
@@ -102,15 +107,36 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
                     resume=resume)
 
 
+def _source(src: str | os.PathLike) -> tuple[str, bool]:
+    """The plain URL of a conversion's source, and whether it is precomputed (to zarr)."""
+    storage, source = checked_source(src)
+    if source.format is not None:
+        return source.url, source.family == "precomputed"
+    return source.url, is_precomputed(storage)
+
+
+def _destination(dst: str | os.PathLike, makes: str, src: str) -> str:
+    """The plain URL of a conversion's destination, refusing a format it will not hold."""
+    source = source_of(dst)
+    if source.family not in (None, makes) or source.format == "zarr2":
+        made = "Zarr v3" if makes == "zarr" else "a precomputed layer"
+        raise SpecError(f"{os.fspath(dst)}: the destination says {source.format}, but "
+                        f"converting {src} makes {made}")
+    return source.url
+
+
 def run_plan(plan: Plan, dst: str, *, executor: Executor | None = None,
              workers: int | None = None, progress: bool = True, resume: bool = True
              ) -> dict[str, int]:
     """Run a plan's stages in order, skipping tasks done before (see :func:`convert`)."""
-    done = records.start(dst, plan.job, resume)
+    total = sum(map(len, plan.stages))
+    # the tasks of each output (a scale's key or an array's name), for `verify` of a job
+    # that does not finish
+    parts = Counter(t.name.split("/", 1)[0] for stage in plan.stages for t in stage)
+    done = records.start(dst, {**plan.job, "tasks": dict(sorted(parts.items()))}, resume)
     if not done:
         plan.prepare()
     job = hashlib.sha256(json.dumps(plan.job, sort_keys=True).encode()).hexdigest()[:16]
-    total = sum(map(len, plan.stages))
     todo = [[t for t in stage if t.name not in done] for stage in plan.stages]
     stats = {"tasks": total, "run": 0, "skipped": total - sum(map(len, todo)), "chunks": 0,
              "bytes": 0}

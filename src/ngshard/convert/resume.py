@@ -1,7 +1,9 @@
 """Records of finished tasks, kept in the destination so an interrupted conversion resumes
 where it stopped: ``.ngshard-convert/job.json`` describes the job (a resumed job must be the
-same job), and an empty object per finished task is written, atomically, after the task's
-shard. Everything is removed once the whole job is done.
+same job; its ``tasks`` member counts the tasks of each output, a scale's key or an array's
+name), and an empty object per finished task is written, atomically, after the task's shard.
+Everything is removed once the whole job is done, so records there mean an unfinished job
+(:func:`unfinished` says what is left, for ``verify``).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import json
 import os
 from urllib.parse import quote, unquote
 
+from ..errors import UnlistableError
 from ..storage import Storage, open_storage
 
 PREFIX = ".ngshard-convert"
@@ -46,3 +49,53 @@ def clear(root: str | Storage) -> None:
     if records.local_root is not None:
         with contextlib.suppress(OSError):
             os.rmdir(records.local_root)
+
+
+def unfinished(root: str | Storage, part: str | None = None) -> str | None:
+    """One line saying that the conversion into ``root`` has not finished: how many of its
+    tasks (of output ``part`` only, a scale's key, when given) remain, and how to resume.
+    None when no conversion is recorded there, or when every task of ``part`` is done.
+
+    Parameters
+    ----------
+    root
+        The conversion's destination.
+    part
+        A scale key (or zarr array name): only its tasks count.
+
+    Returns
+    -------
+    str or None
+    """
+    layer = open_storage(root)
+    records = layer.child(PREFIX)
+    raw = records.read(_JOB)
+    if raw is None:
+        return None
+    try:
+        job = json.loads(raw)
+        counts = {str(k): int(v) for k, v in job.get("tasks", {}).items()}
+        how = f"run `ngshard convert {job['from']} {job['to']}` again with the same options"
+    except (ValueError, TypeError, KeyError, AttributeError):
+        counts, how = {}, "run the same conversion again"
+    if part is not None and counts and part not in counts:
+        return None  # not an output of the recorded job
+    try:
+        done = [unquote(n) for n in records.list() if n != _JOB]
+    except UnlistableError:
+        done = None
+    if part is not None:
+        counts = {k: v for k, v in counts.items() if k == part}
+        done = None if done is None else [n for n in done if n.split("/", 1)[0] == part]
+    what = f" of {part}" if part is not None else ""
+    head = f"{layer.url}: a conversion into it has not finished"
+    if done is None or not counts:
+        left = "" if done is None else f" ({len(done)} task(s){what} done)"
+        return f"{head}{left}; to finish it, {how}"
+    total = sum(counts.values())
+    if len(done) >= total:
+        return None
+    by_part = ", ".join(f"{k}: {v - sum(n.split('/', 1)[0] == k for n in done)} of {v}"
+                        for k, v in counts.items() if len(counts) > 1)
+    return (f"{head}: {total - len(done)} of {total} task(s){what} remain"
+            f"{f' ({by_part})' if by_part else ''}; to finish it, {how}")

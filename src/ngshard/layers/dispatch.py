@@ -1,4 +1,5 @@
-"""One entry point for every precomputed layer: the kind is read from the ``info``."""
+"""One entry point for every layer: the format from the URL or what is stored (an ``info``,
+or zarr metadata), a precomputed layer's kind from its ``info``."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from typing import Any
 
 from ..errors import NotFoundError, SpecError
 from ..sharded.infofile import INFO, read_info
-from ..storage import Storage, open_storage
+from ..storage import Source, Storage, open_source
+from ..storage.urls import check_format
 
 SKELETONS = "neuroglancer_skeletons"
 MESHES = "neuroglancer_multilod_draco"
@@ -15,13 +17,34 @@ LEGACY_MESHES = "neuroglancer_legacy_mesh"
 ANNOTATIONS = "neuroglancer_annotations_v1"
 PROPERTIES = "neuroglancer_segment_properties"
 LAYER_TYPES = (SKELETONS, MESHES, LEGACY_MESHES, ANNOTATIONS, PROPERTIES)
+# The metadata files that say which format a folder holds.
+_MARKERS = {INFO: "precomputed", "zarr.json": "zarr3", ".zarray": "zarr2", ".zattrs": "zarr2",
+            ".zgroup": "zarr2"}
+
+
+def stored_formats(storage: Storage) -> set[str]:
+    """The formats whose metadata lies at the root of ``storage``: "precomputed" (an
+    ``info``), "zarr3" (``zarr.json``), "zarr2" (``.zarray``, ``.zattrs``, ``.zgroup``);
+    one batch of size queries."""
+    names = list(_MARKERS)
+    return {_MARKERS[n] for n, found in zip(names, storage.stat_many(names))
+            if found is not None}
+
+
+def checked_source(url: str | os.PathLike | dict | Storage) -> tuple[Storage, Source]:
+    """The storage of ``url`` and what it names; a URL that names a format other than the
+    one stored there is a SpecError naming both (checked only when it names one)."""
+    storage, source = open_source(url)
+    if source.format is not None:
+        check_format(source, stored_formats(storage), url, storage.url)
+    return storage, source
 
 
 def layer_kind(doc: dict | None, storage: Storage) -> str:
     """What an info describes: one of LAYER_TYPES, "volume", "store" (a bare sharded store)
     or, with no info, "legacy_mesh" for a directory of ``<id>:0`` manifests."""
     if doc is None:
-        if any(name.endswith(":0") for name in storage.list()):
+        if storage.supports_listing and any(name.endswith(":0") for name in storage.list()):
             return LEGACY_MESHES
         raise NotFoundError(f"{storage.path(INFO)}: no info file: not a precomputed layer")
     kind = doc.get("@type")
@@ -35,37 +58,48 @@ def layer_kind(doc: dict | None, storage: Storage) -> str:
                     f"scales, no sharding)")
 
 
-def open_layer(url: str | os.PathLike | Storage, **kwargs: Any) -> Any:
-    """Open whatever precomputed layer ``url`` holds, by its info.
+def open_layer(url: str | os.PathLike | dict | Storage, **kwargs: Any) -> Any:
+    """Open whatever layer ``url`` holds: a precomputed layer by its info, or a zarr array
+    (or an OME-Zarr group's level).
 
     Parameters
     ----------
     url
-        A local path, any fsspec URL, or an open Storage.
+        A local path, any fsspec URL, a Neuroglancer source (``precomputed://...``,
+        ``zarr://...``, ``gs://b/p/|zarr3:``, ...), a tensorstore spec dict of the
+        neuroglancer_precomputed or a zarr driver, or an open Storage.
     **kwargs
         Passed to the opener (e.g. ``scale=`` and ``mode=`` for a volume, ``mode=`` for a
-        bare store).
+        bare store; ``scale=`` picks an OME-Zarr group's level).
 
     Returns
     -------
-    Volume, Skeletons, Meshes, Annotations, SegmentProperties or ShardedKV
+    Volume, Skeletons, Meshes, Annotations, SegmentProperties, ShardedKV or ZarrArray
 
     Raises
     ------
     NotFoundError
-        No info at ``url`` (and no legacy mesh manifests).
+        Neither an info nor zarr metadata at ``url`` (and no legacy mesh manifests).
     SpecError
-        An info of no known kind, or an invalid one.
+        An info of no known kind, or an invalid one; a URL or spec that names a format other
+        than the one stored there.
     """
-    storage = open_storage(url)
+    storage, source = checked_source(url)
+    if source.family == "zarr":
+        return _open_zarr(storage, **kwargs)
     doc = read_info(storage)
+    if doc is None and source.format is None and stored_formats(storage) & {"zarr2", "zarr3"}:
+        return _open_zarr(storage, **kwargs)
     kind = layer_kind(doc, storage)
     if kind == "volume":
         from ..volume import Volume
         from ..volume.layers import read_volume_info
+        from ..volume.spec_scale import select_scale
 
+        info = read_volume_info(storage)
         scale, mode = kwargs.pop("scale", 0), kwargs.pop("mode", "r")
-        return Volume(storage, read_volume_info(storage), scale, mode, **kwargs)
+        return Volume(storage, info, select_scale(info, source, scale, storage.url), mode,
+                      **kwargs)
     if kind == "store":
         from ..sharded import open_kv
 
@@ -85,3 +119,21 @@ def open_layer(url: str | os.PathLike | Storage, **kwargs: Any) -> Any:
     from .annotations import Annotations
 
     return Annotations(storage, doc)
+
+
+def _open_zarr(storage: Storage, scale: int = 0, **kwargs: Any) -> Any:
+    """The zarr array at ``storage``, or level ``scale`` of the OME-Zarr group there."""
+    from ..zarr import open_array
+    from ..zarr.ome import read_group
+
+    unknown = sorted(set(kwargs) - {"staged_bytes"})
+    if unknown:
+        raise SpecError(f"{storage.url}: a zarr array takes no {unknown[0]}= (only scale= "
+                        f"for an OME-Zarr group's level, and staged_bytes=)")
+    group = read_group(storage)
+    if group is None:
+        return open_array(storage, **kwargs)
+    if not isinstance(scale, int) or not 0 <= scale < len(group.levels):
+        raise SpecError(f"{storage.url}: scale must be a level index below "
+                        f"{len(group.levels)} of this OME-Zarr group, got {scale!r}")
+    return open_array(storage.child(group.levels[scale].path), **kwargs)

@@ -70,7 +70,8 @@ def serve(path_or_url: str | os.PathLike | Storage, host: str = "127.0.0.1", por
     Parameters
     ----------
     path_or_url
-        A local folder or any fsspec URL (a bucket is served through this server).
+        A local folder or any fsspec URL (a bucket is served through this server), also
+        inside a Neuroglancer source (``precomputed://gs://...``).
     host
         The address to bind: 127.0.0.1 (this machine only) unless told otherwise.
     port

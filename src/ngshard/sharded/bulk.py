@@ -118,7 +118,7 @@ def write_arrays(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | s
                  info: bool = True, durable: bool = True) -> None:
     """:func:`write_kv` from arrays in the form :func:`value_arrays` gives."""
     spec = as_spec(spec)
-    storage = open_storage(url, durable=durable)
+    storage = open_storage(url, durable=durable, expect="precomputed")
     prefixed.refuse_blind_writes(storage)
     if storage.local_root is not None:
         os.makedirs(storage.local_root, exist_ok=True)

@@ -355,7 +355,8 @@ def open_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str | 
     ----------
     url
         A local path, any fsspec URL (``file://``, ``memory://``, ``http(s)://``, ``s3://``,
-        ``gs://``) or an open :class:`~ngshard.storage.Storage`.
+        ``gs://``), a Neuroglancer source (``precomputed://...``) or an open
+        :class:`~ngshard.storage.Storage`.
     spec
         A :class:`ShardingSpec`, its JSON (object, text or file name), or None to read the
         ``sharding`` member of ``<url>/info`` (or of the volume scale ``url`` names).
@@ -410,7 +411,7 @@ def open_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str | 
     >>> open_kv("memory://doc-kv")[7]
     b'seven'
     """
-    storage = open_storage(url, durable=durable)
+    storage = open_storage(url, durable=durable, expect="precomputed")
     if spec is None:
         if mode == "w":
             raise SpecError("mode 'w' needs a sharding spec")

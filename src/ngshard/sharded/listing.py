@@ -1,6 +1,11 @@
 """Listing a store from its indices alone: shard names, keys, per-shard statistics. Every
 minishard index of the listed shards is read; no chunk data is.
 
+Where the storage cannot list (a web server without directory listings), the shards present
+are found by asking for the size of every shard name the spec allows, in one batch, up to
+:data:`MAX_PROBED_SHARDS`; beyond that the listing is refused (UnlistableError), never
+reported empty.
+
 Shards are read a few at a time on threads, each by a reader of its own (the store's index
 cache is neither used nor filled), and handed on in order one at a time: memory is a few
 shards' indices however large the store, and remote latency is overlapped.
@@ -12,20 +17,50 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from ..errors import UnlistableError
 from ..progress import progress_bar
+from ..storage import Storage
 from ..threads import WORKERS, bounded_map
 from . import legacy
 from .reader import ShardReader, ShardState
+from .spec import ShardingSpec
 from .update import live_bytes
+
+#: The most shard names probed (one size query each, all in one batch) to find the shards of
+#: a store on storage that cannot list: 2**12, i.e. shard_bits up to 12.
+MAX_PROBED_SHARDS = 4096
 
 
 def shard_names(reader: ShardReader) -> list[str]:
     """Names of the shards present, in shard order (an obsolete two-file shard is listed under
     the name of the single file it stands for; a directory bearing a shard's name is listed,
-    and reading it raises CorruptDataError)."""
+    and reading it raises CorruptDataError). Storage that cannot list is probed (see the
+    module docstring)."""
+    if not reader.storage.supports_listing:
+        return probe_shard_names(reader.storage, reader.spec)
     names = set(reader.storage.list(dirs=True))
     return sorted(n for n in names | legacy.shards_of_pairs(names)
                   if reader.spec.parse_shard_filename(n) is not None)
+
+
+def probe_shard_names(storage: Storage, spec: ShardingSpec) -> list[str]:
+    """The shards present among every name ``spec`` allows, found by one batch of size
+    queries (HEAD requests over HTTP), in shard order. Obsolete two-file shards are not
+    looked for.
+
+    Raises
+    ------
+    UnlistableError
+        More than :data:`MAX_PROBED_SHARDS` shard names to probe.
+    """
+    if spec.num_shards > MAX_PROBED_SHARDS:
+        raise UnlistableError(
+            f"{storage.url}: the server gives no directory listings, and the "
+            f"{spec.num_shards} shard names shard_bits {spec.shard_bits} allows are more than "
+            f"the {MAX_PROBED_SHARDS} ngshard probes: which shards are present cannot be found "
+            f"(every key still reads)")
+    names = [spec.shard_filename(i) for i in range(spec.num_shards)]
+    return [n for n, found in zip(names, storage.stat_many(names)) if found is not None]
 
 
 def full_shards(reader: ShardReader, names: list[str]) -> list[ShardState]:

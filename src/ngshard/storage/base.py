@@ -105,6 +105,10 @@ class Storage:
     #: The directory of a store on a local filesystem (temporary files can be renamed into
     #: place there), None elsewhere.
     local_root: str | None = None
+    #: False where the objects under a folder cannot be listed (a web server without
+    #: directory listings): :meth:`list` raises UnlistableError there, and callers that can
+    #: find objects another way (probing known names with :meth:`stat_many`) ask this first.
+    supports_listing = True
 
     def path(self, name: str) -> str:
         """The full location of ``name``, for messages."""
@@ -175,7 +179,8 @@ class Storage:
 
     def list(self, *, dirs: bool = False) -> list[str]:
         """Names of the objects directly under the root (empty if the root does not exist);
-        with ``dirs``, the names of sub-directories too."""
+        with ``dirs``, the names of sub-directories too. UnlistableError where
+        :attr:`supports_listing` is False: an empty list would claim there is nothing."""
         raise NotImplementedError
 
     def child(self, name: str) -> Storage:

@@ -12,6 +12,13 @@ then on asks for each object once per batch instead of once per group of nearby 
 error instead would leave no way to read such a server at all, and for small stores served
 from a laptop the whole-file reads cost little.)
 
+Listing over HTTP rests on the server's directory pages (``python3 -m http.server``, nginx
+with autoindex, ``ngshard serve --listing``); a server without them answers a folder with 404
+(or 403). A folder that cannot be fetched is then either absent or unlistable: the store
+asks the folders above it, and if none of them lists either, the server gives no listings
+(:attr:`supports_listing` False, found once per store and the stores derived from it) and
+:meth:`FsspecStorage.list` raises UnlistableError instead of claiming the folder is empty.
+
 Generations over HTTP rest on the size and the ETag, or where the server sends none (plain
 ``http.server``), the size and Last-Modified: there a replacement of the same size within the
 same second goes unseen.
@@ -21,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import warnings
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -29,7 +37,7 @@ import fsspec
 import fsspec.asyn
 import numpy as np
 
-from ..errors import ReadOnlyError
+from ..errors import ReadOnlyError, UnlistableError
 from ..threads import pmap
 from .base import ANY, MAX_GAP, FileSlice, ObjectInfo, Storage, coalesce, split_merged
 
@@ -44,6 +52,14 @@ class RangesIgnoredWarning(UserWarning):
     """The server answers range requests with whole files: reads are right but slow."""
 
 
+class _Listing:
+    """Whether a server gives directory listings: None until found out; shared by a store
+    and the stores derived from it (``child``, ``parent``)."""
+
+    def __init__(self, known: bool | None) -> None:
+        self.known = known
+
+
 class FsspecStorage(Storage):
     """Objects behind any fsspec filesystem (memory, http, s3, gcs, ...)."""
 
@@ -55,6 +71,34 @@ class FsspecStorage(Storage):
         protocols = {fs.protocol} if isinstance(fs.protocol, str) else set(fs.protocol)
         self.supports_writes = not protocols & _READ_ONLY_PROTOCOLS
         self._max_gap = MAX_GAP  # _WHOLE once the server is seen to ignore Range requests
+        # object stores and memory always list; a web server may not
+        self._listing = _Listing(None if protocols & _READ_ONLY_PROTOCOLS else True)
+
+    @property
+    def supports_listing(self) -> bool:  # type: ignore[override]
+        if self._listing.known is None:
+            self._listing.known = any(self._ls(s) is not None for s in self._and_above())
+        return self._listing.known
+
+    def _and_above(self):
+        """This store, then the folders above it up to the server's root."""
+        node: FsspecStorage | None = self
+        while node is not None:
+            yield node
+            node = node.parent()
+
+    def _ls(self, store: FsspecStorage) -> list[dict] | None:
+        """The entries of ``store``'s folder, None where the server would not list it."""
+        try:
+            entries = self.fs.ls(store.root, detail=True)
+        except FileNotFoundError:
+            return None
+        except Exception as e:  # 403 and the like from a web server: no listing either
+            if self._listing.known is True or not 400 <= getattr(e, "status", 0) < 500:
+                raise
+            return None
+        self._listing.known = True
+        return entries
 
     def _writable(self) -> None:
         if not self.supports_writes:
@@ -192,9 +236,16 @@ class FsspecStorage(Storage):
             self.fs.rm_file(self._full(name))
 
     def list(self, *, dirs: bool = False) -> list[str]:
-        try:
-            entries = self.fs.ls(self.root, detail=True)
-        except FileNotFoundError:
+        entries = self._ls(self)
+        if entries is None:
+            if self._listing.known is None:  # absent here, or no listings anywhere?
+                self._listing.known = any(self._ls(s) is not None
+                                          for s in itertools.islice(self._and_above(), 1, None))
+            if not self._listing.known:
+                raise UnlistableError(
+                    f"{self.url}: the server gives no directory listings, so what this "
+                    f"folder holds cannot be listed (every object of a known name still "
+                    f"reads)")
             return []
         names = (e["name"].rstrip("/").rsplit("/", 1)[-1] for e in entries
                  if dirs or e.get("type") != "directory")
@@ -206,7 +257,7 @@ class FsspecStorage(Storage):
     def _like(self, url: str, root: str) -> FsspecStorage:
         """A store on the same filesystem (and server, as far as Range goes) at ``root``."""
         other = FsspecStorage(url, self.fs, root)
-        other._max_gap = self._max_gap
+        other._max_gap, other._listing = self._max_gap, self._listing
         return other
 
     def parent(self) -> FsspecStorage | None:

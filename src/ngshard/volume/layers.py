@@ -13,10 +13,11 @@ from ..errors import NotFoundError, SpecError
 from ..sharded.infofile import INFO, read_info, write_info
 from ..sharded.spec import ShardingSpec
 from ..staged import DEFAULT_STAGED_BYTES
-from ..storage import Storage, open_storage
+from ..storage import Storage, open_source, open_storage, require_family
 from .encodings import require_codec
 from .info import VolumeInfo, chunk_nbytes
 from .sharding import DEFAULT_SHARD_BYTES, auto_sharding
+from .spec_scale import select_scale
 from .volume import Volume
 
 
@@ -56,14 +57,17 @@ def write_volume_info(storage: Storage, info: VolumeInfo) -> None:
     write_info(storage, info.to_json())
 
 
-def open_volume(url: str | os.PathLike | Storage, scale: int | str = 0, mode: str = "r", *,
+def open_volume(url: str | os.PathLike | dict | Storage, scale: int | str = 0, mode: str = "r", *,
                 progress: bool = False, staged_bytes: int = DEFAULT_STAGED_BYTES) -> Volume:
     """Open one scale of the precomputed volume at ``url``.
 
     Parameters
     ----------
     url
-        A local path, any fsspec URL, or an open Storage: the layer's directory (with ``info``).
+        The layer's directory (with ``info``): a local path, any fsspec URL, a Neuroglancer
+        source (``precomputed://gs://...``, ``gs://b/p/|neuroglancer-precomputed:``), a
+        tensorstore spec dict of the neuroglancer_precomputed driver (its ``scale_index``
+        or ``scale_metadata`` choose the scale), or an open Storage.
     scale
         The scale's index (0 is the finest) or key.
     mode
@@ -84,7 +88,8 @@ def open_volume(url: str | os.PathLike | Storage, scale: int | str = 0, mode: st
     NotFoundError
         No info at ``url``.
     SpecError
-        An invalid info, scale or mode.
+        An invalid info, scale or mode; a URL that names zarr; a spec the layer disagrees
+        with.
 
     Examples
     --------
@@ -94,9 +99,11 @@ def open_volume(url: str | os.PathLike | Storage, scale: int | str = 0, mode: st
     """
     if mode not in ("r", "r+"):
         raise SpecError(f"mode must be 'r' or 'r+', got {mode!r}")
-    storage = open_storage(url)
-    return Volume(storage, read_volume_info(storage), scale, mode, progress=progress,
-                  staged_bytes=staged_bytes)
+    storage, source = open_source(url)
+    require_family(source, url, "precomputed")
+    info = read_volume_info(storage)
+    scale = select_scale(info, source, scale, storage.url)
+    return Volume(storage, info, scale, mode, progress=progress, staged_bytes=staged_bytes)
 
 
 def create_volume(url: str | os.PathLike | Storage, *, dtype: Any, shape: Sequence[int],
@@ -167,7 +174,7 @@ def create_volume(url: str | os.PathLike | Storage, *, dtype: Any, shape: Sequen
     info = VolumeInfo.from_json({"type": layer_type, "data_type": dtype.name,
                                  "num_channels": channels, "scales": [scale]})
     require_codec(encoding)  # before the info is written: no orphan layer
-    storage = open_storage(url)
+    storage = open_storage(url, expect="precomputed")
     write_volume_info(storage, info)
     return Volume(storage, info, 0, "r+", progress=progress, staged_bytes=staged_bytes,
                   new=True)

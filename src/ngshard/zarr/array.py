@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import NotFoundError, ReadOnlyError, SpecError
 from ..staged import DEFAULT_STAGED_BYTES, ChangesPlan, StagedChangesArray
-from ..storage import Storage, open_storage
+from ..storage import Storage, open_source, require_family
 from .codecs import Bytes
 from .dtypes import encode_fill, v3_name
 from .encoded import ZarrEncodedChunks
@@ -46,20 +46,32 @@ def _json(storage: Storage, name: str) -> Any:
         raise SpecError(f"{storage.path(name)}: malformed JSON ({e})") from None
 
 
-def read_metadata(storage: Storage) -> ArrayMetadata:
-    """The metadata of the array at ``storage``: ``zarr.json``, else ``.zarray``."""
-    doc = _json(storage, V3_NAME)
+def read_metadata(storage: Storage, version: int | None = None) -> ArrayMetadata:
+    """The metadata of the array at ``storage``: ``zarr.json``, else ``.zarray`` (only the
+    one of ``version`` 2 or 3 when given)."""
+    doc = _json(storage, V3_NAME) if version != 2 else None
     if doc is not None:
         return parse_v3(doc, storage.path(V3_NAME))
-    doc = _json(storage, V2_NAME)
+    doc = _json(storage, V2_NAME) if version != 3 else None
     if doc is not None:
         return parse_v2(doc, _json(storage, V2_ATTRS), storage.path(V2_NAME))
+    other = {2: V3_NAME, 3: V2_NAME}.get(version)
+    if other is not None and storage.stat(other) is not None:
+        raise SpecError(f"{storage.url}: Zarr v{version} was asked for, but only "
+                        f"{storage.path(other)} (Zarr v{5 - version}) is there")
     raise NotFoundError(f"{storage.url}: no zarr.json or .zarray there: not a zarr array")
 
 
-def open_array(url: str | os.PathLike | Storage, *,
+def open_array(url: str | os.PathLike | dict | Storage, *,
                staged_bytes: int = DEFAULT_STAGED_BYTES) -> ZarrArray:
     """Open the Zarr array (v3 ``zarr.json`` or v2 ``.zarray``) at ``url``.
+
+    Parameters
+    ----------
+    url
+        A path, any fsspec URL, a Neuroglancer source (``zarr://...``, ``zarr2://``,
+        ``zarr3://``, ``gs://b/p/|zarr3:``), a tensorstore spec dict of the zarr3, zarr or
+        zarr2 driver, or an open Storage.
 
     Raises
     ------
@@ -67,12 +79,15 @@ def open_array(url: str | os.PathLike | Storage, *,
         Neither metadata file is there.
     SpecError
         Malformed metadata, or a data type, codec or key encoding ngshard does not read
-        (the message names the file and what).
+        (the message names the file and what); a URL that names precomputed, or the other
+        zarr version than the one stored.
     MissingDependencyError
         A blosc array without numcodecs.
     """
-    storage = open_storage(url)
-    return ZarrArray(storage, read_metadata(storage), staged_bytes=staged_bytes)
+    storage, source = open_source(url)
+    require_family(source, url, "zarr")
+    version = {"zarr2": 2, "zarr3": 3}.get(source.format)
+    return ZarrArray(storage, read_metadata(storage, version), staged_bytes=staged_bytes)
 
 
 def create_array(url: str | os.PathLike | Storage, shape: Sequence[int], dtype: Any,
@@ -97,9 +112,13 @@ def create_array(url: str | os.PathLike | Storage, shape: Sequence[int], dtype: 
     Raises
     ------
     SpecError
-        Bad arguments, or an array (or group) there already and not ``overwrite``.
+        Bad arguments, or an array (or group) there already and not ``overwrite``; a URL
+        that names precomputed or Zarr v2 (this writes Zarr v3).
     """
-    storage = open_storage(url)
+    storage, source = open_source(url)
+    require_family(source, url, "zarr")
+    if source.format == "zarr2":
+        raise SpecError(f"{url}: create_array writes Zarr v3, the URL says zarr2")
     if not storage.supports_writes:
         raise ReadOnlyError(f"{storage.url}: cannot create an array on read-only storage")
     shape, chunks = tuple(int(n) for n in shape), tuple(int(c) for c in chunks)

@@ -94,7 +94,7 @@ class PrecomputedStore(Store):
                                 f"was asked for)")
         super().__init__(read_only=True)
         self._url, self._scale = url, scale
-        self.storage = open_storage(url)
+        self.storage = open_storage(url, expect="precomputed")
         self._docs: dict[str, bytes] = {}
         self._levels: list[Level] = []
         self._hidden: tuple[frozenset[str], tuple[str, ...]] = (frozenset(), ())
