@@ -84,11 +84,17 @@ def test_another_job_or_no_resume_starts_afresh(tmp_path, source):
         stats = ngshard.convert(src, dst, executor=pool, progress=False, task_bytes=32**3,
                                 chunk_size=(16, 16, 16), resume=False)
         assert stats["skipped"] == 0 and stats["run"] == 8
+        with pytest.raises(ngshard.ExistsError, match="holds a precomputed image"):
+            ngshard.convert(src, dst, executor=pool, progress=False, task_bytes=32**3,
+                            chunk_size=(16, 16, 16))  # finished: nothing to resume
         with pytest.raises(RuntimeError):
             ngshard.convert(src, dst, executor=Interrupting(pool, 2), progress=False,
-                            task_bytes=32**3, chunk_size=(16, 16, 16))
+                            task_bytes=32**3, chunk_size=(16, 16, 16), overwrite=True)
+        with pytest.raises(ngshard.ExistsError, match="holds a precomputed image"):
+            ngshard.convert(src, dst, executor=pool, progress=False, task_bytes=32**3,
+                            chunk_size=(8, 8, 8))  # another job onto an unfinished one
         stats = ngshard.convert(src, dst, executor=pool, progress=False, task_bytes=32**3,
-                                chunk_size=(8, 8, 8))  # another job: nothing is skipped
+                                chunk_size=(8, 8, 8), overwrite=True)
         assert stats["skipped"] == 0
     assert json.loads((dst / "info").read_text())["scales"][0]["chunk_sizes"] == [[8, 8, 8]]
 

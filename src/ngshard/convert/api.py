@@ -12,9 +12,10 @@ from concurrent.futures import Executor, Future, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
+from ..destination import claim
 from ..errors import NgShardError, SpecError
 from ..progress import progress_bar
-from ..storage import remove_stale
+from ..storage import open_storage, remove_stale
 from . import resume as records
 from .executors import in_flight, local_pool
 from .layout import (
@@ -33,8 +34,8 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
             encoding: str | None = None, sharding: Any = "auto",
             executor: Executor | None = None, workers: int | None = None,
             progress: bool = True, resume: bool = True, axes: str | None = None,
-            downsample: bool | int = False, task_bytes: int = DEFAULT_TASK_BYTES
-            ) -> dict[str, int]:
+            downsample: bool | int = False, task_bytes: int = DEFAULT_TASK_BYTES,
+            overwrite: bool = False) -> dict[str, int]:
     """Convert a zarr array or OME-Zarr group to a precomputed layer, or a precomputed layer
     to an OME-Zarr 0.5 group of Zarr v3 sharded arrays (which, by ``src``: a precomputed
     layer has an ``info``).
@@ -63,6 +64,10 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
     resume
         Skip the tasks an interrupted run of the same job finished (recorded under
         ``dst/.ngshard-convert/``); False starts afresh.
+    overwrite
+        Replace what ``dst`` holds (a layer, a zarr array or group, an unfinished conversion
+        of another job): all of it is removed first. By default that is refused; an
+        unfinished run of this same job is resumed (or restarted) either way.
     axes
         The source's axes as letters (x, y, z, c, t), overriding its metadata: "czyx".
     downsample
@@ -82,10 +87,14 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
     NotFoundError, SpecError, CorruptDataError
         A missing or invalid source (naming the file); a task's error stops the job (tasks
         finished stay recorded; shards are never left half-written).
+    ExistsError
+        ``dst`` holds something other than this job's unfinished run, and not
+        ``overwrite``.
     NgShardError
         A worker process died (the message says what to do).
     """
     src, dst = os.fspath(src), os.fspath(dst)
+    _apart(src, dst)
     if is_precomputed(src):
         given = {"chunk_size": chunk_size, "axes": axes, "downsample": downsample or None}
         wrong = [k for k, v in given.items() if v is not None]
@@ -99,13 +108,24 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
                                    encoding=encoding, sharding=sharding, axes=axes,
                                    downsample=downsample, task_bytes=task_bytes)
     return run_plan(plan, dst, executor=executor, workers=workers, progress=progress,
-                    resume=resume)
+                    resume=resume, overwrite=overwrite)
+
+
+def _apart(src: str, dst: str) -> None:
+    """Refuse a destination that is the source, or holds it, or lies inside it: replacing
+    it would remove the source."""
+    a, b = (open_storage(u).url.rstrip("/") for u in (src, dst))
+    if a == b or a.startswith(b + "/") or b.startswith(a + "/"):
+        raise SpecError(f"the destination {dst} and the source {src} overlap: convert into "
+                        f"another folder")
 
 
 def run_plan(plan: Plan, dst: str, *, executor: Executor | None = None,
-             workers: int | None = None, progress: bool = True, resume: bool = True
-             ) -> dict[str, int]:
+             workers: int | None = None, progress: bool = True, resume: bool = True,
+             overwrite: bool = False) -> dict[str, int]:
     """Run a plan's stages in order, skipping tasks done before (see :func:`convert`)."""
+    if not records.recorded(dst, plan.job):  # not an unfinished run of this job
+        claim(open_storage(dst), overwrite=overwrite, into=plan.dirs)
     done = records.start(dst, plan.job, resume)
     if not done:
         plan.prepare()

@@ -5,34 +5,18 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..errors import NotFoundError, SpecError
-from ..sharded.infofile import INFO, read_info
+from ..kinds import (
+    INFO,
+    LEGACY_MESHES,
+    MESHES,
+    PROPERTIES,
+    SKELETONS,
+    STORE,
+    VOLUME,
+    layer_kind,
+)
+from ..sharded.infofile import read_info
 from ..storage import Storage, open_storage
-
-SKELETONS = "neuroglancer_skeletons"
-MESHES = "neuroglancer_multilod_draco"
-LEGACY_MESHES = "neuroglancer_legacy_mesh"
-ANNOTATIONS = "neuroglancer_annotations_v1"
-PROPERTIES = "neuroglancer_segment_properties"
-LAYER_TYPES = (SKELETONS, MESHES, LEGACY_MESHES, ANNOTATIONS, PROPERTIES)
-
-
-def layer_kind(doc: dict | None, storage: Storage) -> str:
-    """What an info describes: one of LAYER_TYPES, "volume", "store" (a bare sharded store)
-    or, with no info, "legacy_mesh" for a directory of ``<id>:0`` manifests."""
-    if doc is None:
-        if any(name.endswith(":0") for name in storage.list()):
-            return LEGACY_MESHES
-        raise NotFoundError(f"{storage.path(INFO)}: no info file: not a precomputed layer")
-    kind = doc.get("@type")
-    if kind in LAYER_TYPES:
-        return kind
-    if "scales" in doc:
-        return "volume"
-    if "sharding" in doc:
-        return "store"
-    raise SpecError(f"{storage.path(INFO)}: not a layer ngshard knows (@type {kind!r}, no "
-                    f"scales, no sharding)")
 
 
 def open_layer(url: str | os.PathLike | Storage, **kwargs: Any) -> Any:
@@ -60,13 +44,13 @@ def open_layer(url: str | os.PathLike | Storage, **kwargs: Any) -> Any:
     storage = open_storage(url)
     doc = read_info(storage)
     kind = layer_kind(doc, storage)
-    if kind == "volume":
+    if kind == VOLUME:
         from ..volume import Volume
         from ..volume.layers import read_volume_info
 
         scale, mode = kwargs.pop("scale", 0), kwargs.pop("mode", "r")
         return Volume(storage, read_volume_info(storage), scale, mode, **kwargs)
-    if kind == "store":
+    if kind == STORE:
         from ..sharded import open_kv
 
         return open_kv(storage, **kwargs)
