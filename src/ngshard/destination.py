@@ -151,6 +151,7 @@ def clear(storage: Storage) -> None:
             _remove(storage.child(part.folder) if part.folder else storage, part.names)
         for folder in links(doc):
             clear(storage.child(folder))
+            _prune(storage.child(folder))
     elif _zarr_node(storage) is not None:
         _clear_zarr(storage)
     else:

@@ -6,28 +6,19 @@ naming the file, leaves no half-written shard, and the conversion resumes after 
 from __future__ import annotations
 
 import json
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from convert_helpers import as_xyzc, read_precomputed, volume_data, zarr_python_array
+from convert_helpers import (
+    Interrupting,
+    as_xyzc,
+    read_precomputed,
+    volume_data,
+    zarr_python_array,
+)
 
 import ngshard
-
-
-class Interrupting(Executor):
-    """Runs the first ``after`` tasks on ``inner``; every later one fails at once."""
-
-    def __init__(self, inner: Executor, after: int) -> None:
-        self.inner, self.after, self.submitted = inner, after, 0
-
-    def submit(self, fn, /, *args, **kwargs) -> Future:
-        self.submitted += 1
-        if self.submitted <= self.after:
-            return self.inner.submit(fn, *args, **kwargs)
-        failed: Future = Future()
-        failed.set_exception(RuntimeError("interrupted"))
-        return failed
 
 
 def outputs(root) -> dict[str, tuple[int, int]]:

@@ -4,6 +4,7 @@ the cost follows the data, not the volume's bounds."""
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
@@ -108,7 +109,7 @@ def _differences(stored: Scale, new: Scale) -> str:
     """How a stored scale differs from the one add_scale would write, member by member."""
     def show(scale: Scale, name: str) -> object:
         value = getattr(scale, name)
-        return value.to_json() if isinstance(value, ShardingSpec) else value
+        return json.dumps(value.to_json()) if isinstance(value, ShardingSpec) else value
 
     names = ("size", "voxel_offset", "resolution", "chunk_size", "encoding", "sharding",
              "compressed_segmentation_block_size")
