@@ -10,48 +10,17 @@ import shutil
 
 import numpy as np
 import pytest
-import tensorstore as ts
+from scale_helpers import OTHER, add_other_scale, fine_layer, labels, tree, ts_read
 
 import ngshard
 from ngshard.volume.downsample import downsample_mode
-
-#: The coarse scale's shards as convert --downsample made them: not what add_scale picks.
-OTHER = {"@type": "neuroglancer_uint64_sharded_v1", "preshift_bits": 3, "hash": "identity",
-         "minishard_bits": 0, "shard_bits": 3, "minishard_index_encoding": "gzip",
-         "data_encoding": "raw"}
-
-
-def tree(root) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
-
-
-def ts_read(path, scale: int) -> np.ndarray:
-    return ts.open({"driver": "neuroglancer_precomputed", "kvstore": f"file://{path}/",
-                    "scale_index": scale}).result().read().result()[..., 0]
-
-
-def labels(shape=(64, 64, 64), seed=0) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    blocks = rng.integers(1, 6, tuple(n // 4 for n in shape)).astype(np.uint64) * (2**33 + 7)
-    return blocks.repeat(4, 0).repeat(4, 1).repeat(4, 2)
-
-
-def fine_layer(path, data) -> None:
-    with ngshard.create_volume(path, dtype="uint64", shape=data.shape, chunk_size=(8, 8, 8),
-                               encoding="compressed_segmentation", sharding="auto") as vol:
-        vol[...] = data
 
 
 def with_other_coarse_scale(path, data) -> np.ndarray:
     """``path`` a segmentation whose 2_2_2 scale has the OTHER shards; returns its voxels."""
     fine_layer(path, data)
-    info = json.loads((path / "info").read_text())
-    info["scales"].append({**info["scales"][0], "key": "2_2_2", "size": [32, 32, 32],
-                           "resolution": [2, 2, 2], "sharding": OTHER})
-    (path / "info").write_text(json.dumps(info))
     coarse = downsample_mode(data[..., None], (2, 2, 2))[..., 0]
-    with ngshard.open_volume(path, 1, mode="r+") as vol:
-        vol[...] = coarse
+    add_other_scale(path, coarse)
     return coarse
 
 
