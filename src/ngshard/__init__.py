@@ -14,6 +14,7 @@ from . import serve  # the package, callable: serve(path_or_url, host="127.0.0.1
 from .errors import (
     ConflictError,
     CorruptDataError,
+    ExistsError,
     InvalidKeyError,
     MissingDependencyError,
     NgShardError,
@@ -63,6 +64,7 @@ __all__ = [
     "Annotations",
     "ConflictError",
     "CorruptDataError",
+    "ExistsError",
     "InvalidKeyError",
     "Meshes",
     "MissingDependencyError",

@@ -7,8 +7,8 @@ every shard's rows into one partition, and one task per partition writes each of
 whole, so no two workers touch a shard and no shard is read back. A task's shards come out
 exactly as the local writer makes them (``update.new_shard``), each
 written atomically, so a task that is retried (a worker died) rewrites the same bytes and a
-reader never sees half a shard. When the tasks are done, shards of an earlier store at ``url``
-that this one does not hold are removed, and the spec is recorded in ``url/info``.
+reader never sees half a shard. A store or layer already at ``url`` is refused, or with
+``overwrite=True`` removed first; the spec is recorded in ``url/info`` last.
 
 ``write_chunks`` does the same for a sharded scale of a precomputed volume: a bag of (grid
 position, chunk array) is encoded on the workers and written by the same path.
@@ -21,8 +21,9 @@ from typing import Any
 
 import numpy as np
 
+from .destination import claim
 from .errors import MissingDependencyError, SpecError
-from .sharded.bulk import remove_obsolete, shard_parts
+from .sharded.bulk import shard_parts
 from .sharded.infofile import as_spec, record_spec
 from .sharded.inputs import as_bytes
 from .sharded.prefixed import refuse_blind_writes
@@ -46,8 +47,8 @@ _WRITTEN = {"shard": object, "keys": "i8", "bytes": "i8"}
 
 def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
              collection: Any, *, key: str = "key", value: str = "value",
-             npartitions: int | None = None, info: bool = True, durable: bool = True
-             ) -> dict[str, int]:
+             npartitions: int | None = None, info: bool = True, durable: bool = True,
+             overwrite: bool = False) -> dict[str, int]:
     """Write a whole store at ``url`` from a Dask collection, one task per group of shards.
 
     Parameters
@@ -64,7 +65,7 @@ def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
     npartitions
         How many partitions (tasks) the shuffle makes; each writes whole shards. By default
         the collection's number of partitions, at most one per shard.
-    info, durable
+    info, durable, overwrite
         As for :func:`ngshard.write_kv`.
 
     Returns
@@ -78,6 +79,8 @@ def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
 
     Raises
     ------
+    ExistsError
+        ``url`` holds a store or layer, and not ``overwrite``.
     InvalidKeyError
         A key outside [0, 2**64).
     TypeError
@@ -87,6 +90,7 @@ def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
     """
     spec = as_spec(spec)
     storage = open_storage(url, durable=durable)
+    claim(storage, overwrite=overwrite)
     refuse_blind_writes(storage)  # a mesh layer's fragments would be lost
     if storage.local_root is not None:
         os.makedirs(storage.local_root, exist_ok=True)
@@ -101,7 +105,6 @@ def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
                                           meta=_WRITTEN).compute()
     if storage.local_root is not None:
         remove_stale(storage.local_root)  # temporary files of workers that died here
-    remove_obsolete(storage, spec, set(written["shard"]))
     if info:
         record_spec(storage, spec)
     return {"shards": len(written), "keys": int(written["keys"].sum()),
@@ -192,7 +195,7 @@ def write_chunks(url: str | os.PathLike | Storage, collection: Any, *, scale: in
         ``shards``, ``keys`` (chunks) and ``bytes`` written.
 
     The scale's shard files are byte for byte those a local write of the same chunks makes;
-    shards of an earlier write there that these chunks do not fill are removed.
+    the scale's earlier shards are removed first (these chunks replace them all).
 
     Raises
     ------
@@ -211,7 +214,7 @@ def write_chunks(url: str | os.PathLike | Storage, collection: Any, *, scale: in
               vol.info.num_channels, vol.scale.compressed_segmentation_block_size)
     pairs = collection.map_partitions(_encode_chunks, layout)
     return write_kv(vol.storage.child(vol.scale.key), vol.scale.sharding, pairs,
-                    npartitions=npartitions, info=False, durable=durable)
+                    npartitions=npartitions, info=False, durable=durable, overwrite=True)
 
 
 def _encode_chunks(items: list, layout: tuple) -> list[tuple[int, bytes]]:

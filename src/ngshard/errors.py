@@ -25,7 +25,14 @@ class ReadOnlyError(NgShardError, PermissionError):
 
 class ConflictError(NgShardError):
     """A shard changed on storage between reading it for a commit and writing it back:
-    another writer was at work (the rule is one writer per shard at a time)."""
+    another writer was at work (the rule is one writer per shard at a time); or, as
+    :class:`ExistsError`, a destination already holds data."""
+
+
+class ExistsError(ConflictError, FileExistsError):
+    """A writer would replace a layer, store, zarr node or scale that is already there; the
+    message names the place, what it holds, and how to replace it (``overwrite=True``,
+    ``--force``)."""
 
 
 class NotFoundError(NgShardError, FileNotFoundError):

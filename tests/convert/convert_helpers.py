@@ -1,6 +1,9 @@
-"""Sources written by the peers (zarr-python, tensorstore) and readers of the results."""
+"""Sources written by the peers (zarr-python, tensorstore), readers of the results, and an
+executor that interrupts a job."""
 
 from __future__ import annotations
+
+from concurrent.futures import Executor, Future
 
 import numpy as np
 import tensorstore as ts
@@ -92,3 +95,18 @@ def as_xyzc(data: np.ndarray, axes: str) -> np.ndarray:
     if "c" not in axes:
         data, axes = data[..., None], axes + "c"
     return data.transpose([axes.index(a) for a in "xyzc"])
+
+
+class Interrupting(Executor):
+    """Runs the first ``after`` tasks on ``inner``; every later one fails at once."""
+
+    def __init__(self, inner: Executor, after: int) -> None:
+        self.inner, self.after, self.submitted = inner, after, 0
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        self.submitted += 1
+        if self.submitted <= self.after:
+            return self.inner.submit(fn, *args, **kwargs)
+        failed: Future = Future()
+        failed.set_exception(RuntimeError("interrupted"))
+        return failed

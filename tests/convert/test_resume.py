@@ -7,28 +7,19 @@ from __future__ import annotations
 
 import json
 import shutil
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from convert_helpers import as_xyzc, read_precomputed, volume_data, zarr_python_array
+from convert_helpers import (
+    Interrupting,
+    as_xyzc,
+    read_precomputed,
+    volume_data,
+    zarr_python_array,
+)
 
 import ngshard
-
-
-class Interrupting(Executor):
-    """Runs the first ``after`` tasks on ``inner``; every later one fails at once."""
-
-    def __init__(self, inner: Executor, after: int) -> None:
-        self.inner, self.after, self.submitted = inner, after, 0
-
-    def submit(self, fn, /, *args, **kwargs) -> Future:
-        self.submitted += 1
-        if self.submitted <= self.after:
-            return self.inner.submit(fn, *args, **kwargs)
-        failed: Future = Future()
-        failed.set_exception(RuntimeError("interrupted"))
-        return failed
 
 
 def outputs(root) -> dict[str, tuple[int, int]]:
@@ -85,11 +76,17 @@ def test_another_job_or_no_resume_starts_afresh(tmp_path, source):
         stats = ngshard.convert(src, dst, executor=pool, progress=False, task_bytes=32**3,
                                 chunk_size=(16, 16, 16), resume=False)
         assert stats["skipped"] == 0 and stats["run"] == 8
+        with pytest.raises(ngshard.ExistsError, match="holds a precomputed image"):
+            ngshard.convert(src, dst, executor=pool, progress=False, task_bytes=32**3,
+                            chunk_size=(16, 16, 16))  # finished: nothing to resume
         with pytest.raises(RuntimeError):
             ngshard.convert(src, dst, executor=Interrupting(pool, 2), progress=False,
-                            task_bytes=32**3, chunk_size=(16, 16, 16))
+                            task_bytes=32**3, chunk_size=(16, 16, 16), overwrite=True)
+        with pytest.raises(ngshard.ExistsError, match="holds a precomputed image"):
+            ngshard.convert(src, dst, executor=pool, progress=False, task_bytes=32**3,
+                            chunk_size=(8, 8, 8))  # another job onto an unfinished one
         stats = ngshard.convert(src, dst, executor=pool, progress=False, task_bytes=32**3,
-                                chunk_size=(8, 8, 8))  # another job: nothing is skipped
+                                chunk_size=(8, 8, 8), overwrite=True)
         assert stats["skipped"] == 0
     assert json.loads((dst / "info").read_text())["scales"][0]["chunk_sizes"] == [[8, 8, 8]]
 

@@ -63,7 +63,8 @@ def test_bag_gives_the_local_writers_bytes(client, tmp_path):
     ngshard.write_kv(tmp_path / "local", RAW, expected)
     (tmp_path / "dask").mkdir()
     (tmp_path / "dask" / RAW.shard_filename(0)).write_bytes(b"an earlier store's shard")
-    done = ngshard.dask.write_kv(tmp_path / "dask", RAW, db.from_sequence(items, npartitions=5))
+    done = ngshard.dask.write_kv(tmp_path / "dask", RAW, db.from_sequence(items, npartitions=5),
+                                 overwrite=True)
     assert done == {"shards": RAW.num_shards, "keys": len(expected),
                     "bytes": sum(map(len, expected.values()))}
     assert shard_files(tmp_path / "dask") == shard_files(tmp_path / "local")

@@ -72,7 +72,7 @@ def test_a_shard_replaced_by_one_of_the_same_size_is_read_afresh(place):
     reader = ngshard.open_kv(url, spec)
     assert reader[1] == b"a" * 10 and reader.get_many([1, 2]) == {1: b"a" * 10, 2: b"b" * 30}
     before, stat = shard_of(path), os.stat(path / "0.shard")
-    ngshard.write_kv(path, spec, {1: b"c" * 30, 2: b"d" * 10})
+    ngshard.write_kv(path, spec, {1: b"c" * 30, 2: b"d" * 10}, overwrite=True)
     after, restat = shard_of(path), os.stat(path / "0.shard")
     # Same size, other offsets; a new file (what an ETag or a local generation tells apart).
     assert len(after) == len(before) and after != before

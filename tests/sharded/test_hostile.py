@@ -111,7 +111,7 @@ def test_a_volume_chunk_inflates_at_most_to_its_size(tmp_path, sharding):
         spec = vol.scale.sharding
         assert spec.data_encoding == "gzip"
         ngshard.write_kv(tmp_path / vol.scale.key, spec.to_json() | {"data_encoding": "raw"},
-                         {0: bomb}, info=False)
+                         {0: bomb}, info=False, overwrite=True)
         raw = ngshard.ShardingSpec.from_json(spec.to_json() | {"data_encoding": "raw"})
         info = json.loads((tmp_path / "info").read_text())
         info["scales"][0]["sharding"] = raw.to_json()

@@ -178,15 +178,19 @@ def test_overwrite_removes_obsolete_shards(tmp_path):
     spec = TYPICAL
     parsed = ngshard.ShardingSpec.from_json(spec)
     ngshard.write_kv(tmp_path, spec, ITEMS)
-    (tmp_path / "info").write_text('{"note": "kept"}')
+    (tmp_path / "info").write_text(json.dumps({"note": "replaced", "sharding": spec}))
+    (tmp_path / "README").write_text("not the store's")
     assert len(shard_files(tmp_path)) == 16
     shards, _ = parsed.locate(np.array(list(ITEMS), np.uint64))
     new = {k: v[::-1] + b"!" for (k, v), s in zip(ITEMS.items(), shards.tolist()) if s in (2, 7)}
-    ngshard.write_kv(tmp_path, spec, new)
+    with pytest.raises(ngshard.ExistsError, match=f"{tmp_path} holds a sharded store"):
+        ngshard.write_kv(tmp_path, spec, new)
+    assert len(shard_files(tmp_path)) == 16
+    ngshard.write_kv(tmp_path, spec, new, overwrite=True)
     assert sorted(shard_files(tmp_path)) == [parsed.shard_filename(s) for s in (2, 7)]
-    # the info keeps what others put there and records the spec
-    assert json.loads((tmp_path / "info").read_text()) == {"note": "kept",
-                                                          "sharding": parsed.to_json()}
+    # the old store's info is replaced whole; files that are not the store's stay
+    assert json.loads((tmp_path / "info").read_text()) == {"sharding": parsed.to_json()}
+    assert (tmp_path / "README").read_text() == "not the store's"
     gone = [k for k in ITEMS if k not in new][:50]
     assert_ngshard_holds(ngshard.open_kv(tmp_path, spec), new, gone)
     assert ts_read(tmp_path, spec, list(new) + gone) == new

@@ -96,7 +96,7 @@ def test_empty_store_and_missing_shards(tmp_path):
     kv = ngshard.open_kv(tmp_path, SPEC)
     assert len(kv) == 0 and list(kv) == [] and kv.get_many([1, 2]) == {}
     # one key: every other shard file is missing and reads as absent
-    ngshard.write_kv(tmp_path, SPEC, {7: b"seven"})
+    ngshard.write_kv(tmp_path, SPEC, {7: b"seven"}, overwrite=True)
     assert sorted(os.listdir(tmp_path)) == [SPEC.shard_filename(SPEC.locate([7])[0][0]), "info"]
     kv = ngshard.open_kv(tmp_path, SPEC)
     assert kv.get_many(range(100)) == {7: b"seven"}
@@ -156,7 +156,8 @@ def test_replaced_shard_is_reread_not_read_at_stale_offsets(tmp_path):
     ngshard.write_kv(tmp_path, spec, {k: b"old-%d" % k for k in range(100)})
     kv = ngshard.open_kv(tmp_path, spec)
     assert kv[50] == b"old-50" and len(kv) == 100
-    ngshard.write_kv(tmp_path, spec, {k: b"brand-new-value-%d" % k for k in range(0, 100, 2)})
+    ngshard.write_kv(tmp_path, spec, {k: b"brand-new-value-%d" % k for k in range(0, 100, 2)},
+                     overwrite=True)
     assert kv[50] == b"brand-new-value-50"
     assert 51 not in kv
     assert kv.get_many(range(100)) == {k: b"brand-new-value-%d" % k for k in range(0, 100, 2)}
@@ -282,7 +283,8 @@ def test_http_reader_sees_a_replaced_shard(http_dir):
     ngshard.write_kv(root / "kv", spec, {k: b"old-%d" % k for k in range(50)})
     kv = ngshard.open_kv(f"{base}/kv", spec)
     assert kv[7] == b"old-7" and kv.get_many([8]) == {8: b"old-8"}
-    ngshard.write_kv(root / "kv", spec, {k: b"a longer new value %d" % k for k in range(50)})
+    ngshard.write_kv(root / "kv", spec, {k: b"a longer new value %d" % k for k in range(50)},
+                     overwrite=True)
     assert kv[7] == b"a longer new value 7"
     assert kv.get_many([8, 9]) == {8: b"a longer new value 8", 9: b"a longer new value 9"}
 

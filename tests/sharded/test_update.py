@@ -272,7 +272,7 @@ def test_spilled_shards_are_laid_out_as_in_memory_ones(tmp_path, spill_dir):
         for k in keys[::5]:
             del kv[k]
     expected = {k: v for k, v in items.items() if k not in keys[::5]}
-    ngshard.write_kv(reference, RAW, expected)
+    ngshard.write_kv(reference, RAW, expected, overwrite=True)
     assert shard_bytes(path) == shard_bytes(reference)
     assert ts_contents(path, RAW) == expected
 

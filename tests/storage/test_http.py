@@ -128,7 +128,8 @@ def test_reader_sees_a_replaced_shard_without_etags(plain_http_server):
         warnings.simplefilter("ignore", RangesIgnoredWarning)
         kv = ngshard.open_kv(f"{plain_http_server.base}/kv", spec)
         assert kv[7] == b"old-7" and kv.get_many([8]) == {8: b"old-8"}
-        ngshard.write_kv(root / "kv", spec, {k: b"new-%d" % k for k in range(50)})  # same size
+        ngshard.write_kv(root / "kv", spec, {k: b"new-%d" % k for k in range(50)},
+                         overwrite=True)  # same size
         os.utime(root / "kv" / "0.shard", (1_700_000_001, 1_700_000_001))
         assert kv[7] == b"new-7"
         assert kv.get_many([8, 9]) == {8: b"new-8", 9: b"new-9"}

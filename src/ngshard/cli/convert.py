@@ -39,6 +39,9 @@ def add_command(command) -> None:
                    "at ADDRESS (needs ngshard[dask]; DST must be reachable from the workers)")
     p.add_argument("--no-resume", action="store_true", help="start afresh even if an "
                    "interrupted run of the same conversion is recorded in DST")
+    p.add_argument("--force", action="store_true", help="replace what DST holds (a layer, "
+                   "a zarr array or group, another conversion's unfinished run): all of it "
+                   "is removed first; without --force that is refused")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
 
@@ -67,7 +70,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
                         downsample=args.downsample, workers=args.workers,
                         executor=client.get_executor() if client else None,
                         progress=not args.quiet and sys.stderr.isatty(),
-                        resume=not args.no_resume)
+                        resume=not args.no_resume, overwrite=args.force)
     finally:
         if client is not None:
             client.close()

@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from ..errors import NgShardError
-from ..layers.dispatch import LAYER_TYPES, MESHES, PROPERTIES, SKELETONS, layer_kind
+from ..kinds import LAYER_TYPES, MESHES, PROPERTIES, SKELETONS, layer_kind
 from ..sharded.infofile import read_info
 from ..storage import Storage
 from .targets import emit, url_storage

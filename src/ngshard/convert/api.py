@@ -12,10 +12,11 @@ from concurrent.futures import Executor, Future, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
+from ..destination import claim
 from ..errors import NgShardError, SpecError
 from ..layers.dispatch import checked_source
 from ..progress import progress_bar
-from ..storage import remove_stale, source_of
+from ..storage import open_storage, remove_stale, source_of
 from . import resume as records
 from .executors import in_flight, local_pool
 from .layout import (
@@ -34,8 +35,8 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
             encoding: str | None = None, sharding: Any = "auto",
             executor: Executor | None = None, workers: int | None = None,
             progress: bool = True, resume: bool = True, axes: str | None = None,
-            downsample: bool | int = False, task_bytes: int = DEFAULT_TASK_BYTES
-            ) -> dict[str, int]:
+            downsample: bool | int = False, task_bytes: int = DEFAULT_TASK_BYTES,
+            overwrite: bool = False) -> dict[str, int]:
     """Convert a zarr array or OME-Zarr group to a precomputed layer, or a precomputed layer
     to an OME-Zarr 0.5 group of Zarr v3 sharded arrays (which, by ``src``: a precomputed
     layer has an ``info``).
@@ -66,6 +67,10 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
     resume
         Skip the tasks an interrupted run of the same job finished (recorded under
         ``dst/.ngshard-convert/``); False starts afresh.
+    overwrite
+        Replace what ``dst`` holds (a layer, a zarr array or group, an unfinished conversion
+        of another job): all of it is removed first. By default that is refused; an
+        unfinished run of this same job is resumed (or restarted) either way.
     axes
         The source's axes as letters (x, y, z, c, t), overriding its metadata: "czyx".
     downsample
@@ -86,11 +91,15 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
         A missing or invalid source (naming the file), a format named on ``src`` or ``dst``
         that contradicts it; a task's error stops the job (tasks finished stay recorded;
         shards are never left half-written).
+    ExistsError
+        ``dst`` holds something other than this job's unfinished run, and not
+        ``overwrite``.
     NgShardError
         A worker process died (the message says what to do).
     """
     src, to_zarr = _source(src)
     dst = _destination(dst, "zarr" if to_zarr else "precomputed", src)
+    _apart(src, dst)
     if to_zarr:
         given = {"chunk_size": chunk_size, "axes": axes, "downsample": downsample or None}
         wrong = [k for k, v in given.items() if v is not None]
@@ -104,7 +113,16 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
                                    encoding=encoding, sharding=sharding, axes=axes,
                                    downsample=downsample, task_bytes=task_bytes)
     return run_plan(plan, dst, executor=executor, workers=workers, progress=progress,
-                    resume=resume)
+                    resume=resume, overwrite=overwrite)
+
+
+def _apart(src: str, dst: str) -> None:
+    """Refuse a destination that is the source, or holds it, or lies inside it: replacing
+    it would remove the source."""
+    a, b = (open_storage(u).url.rstrip("/") for u in (src, dst))
+    if a == b or a.startswith(b + "/") or b.startswith(a + "/"):
+        raise SpecError(f"the destination {dst} and the source {src} overlap: convert into "
+                        f"another folder")
 
 
 def _source(src: str | os.PathLike) -> tuple[str, bool]:
@@ -126,14 +144,17 @@ def _destination(dst: str | os.PathLike, makes: str, src: str) -> str:
 
 
 def run_plan(plan: Plan, dst: str, *, executor: Executor | None = None,
-             workers: int | None = None, progress: bool = True, resume: bool = True
-             ) -> dict[str, int]:
+             workers: int | None = None, progress: bool = True, resume: bool = True,
+             overwrite: bool = False) -> dict[str, int]:
     """Run a plan's stages in order, skipping tasks done before (see :func:`convert`)."""
     total = sum(map(len, plan.stages))
     # the tasks of each output (a scale's key or an array's name), for `verify` of a job
     # that does not finish
     parts = Counter(t.name.split("/", 1)[0] for stage in plan.stages for t in stage)
-    done = records.start(dst, {**plan.job, "tasks": dict(sorted(parts.items()))}, resume)
+    record = {**plan.job, "tasks": dict(sorted(parts.items()))}
+    if not records.recorded(dst, record):  # not an unfinished run of this job
+        claim(open_storage(dst), overwrite=overwrite, into=plan.dirs)
+    done = records.start(dst, record, resume)
     if not done:
         plan.prepare()
     job = hashlib.sha256(json.dumps(plan.job, sort_keys=True).encode()).hexdigest()[:16]

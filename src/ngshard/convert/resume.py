@@ -14,21 +14,29 @@ import os
 from urllib.parse import quote, unquote
 
 from ..errors import UnlistableError
+from ..kinds import CONVERT_JOB as _JOB
+from ..kinds import CONVERT_RECORDS as PREFIX
 from ..storage import Storage, open_storage
-
-PREFIX = ".ngshard-convert"
-_JOB = "job.json"
 
 
 def _records(root: str | Storage) -> Storage:
     return open_storage(root).child(PREFIX)
 
 
+def recorded(root: str | Storage, job: dict) -> bool:
+    """Whether ``job`` is the one recorded at ``root`` (begun there, not finished)."""
+    return _records(root).read(_JOB) == _doc(job)
+
+
+def _doc(job: dict) -> bytes:
+    return json.dumps(job, sort_keys=True).encode()
+
+
 def start(root: str | Storage, job: dict, resume: bool) -> set[str]:
     """Begin (or resume) ``job`` at ``root``: the names of the tasks already done. A job that
     differs from the one recorded there (or ``resume=False``) starts afresh."""
     records = _records(root)
-    doc = json.dumps(job, sort_keys=True).encode()
+    doc = _doc(job)
     if resume and records.read(_JOB) == doc:
         return {unquote(n) for n in records.list() if n != _JOB}
     clear(root)

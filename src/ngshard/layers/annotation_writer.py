@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ..destination import claim
 from ..errors import SpecError
 from ..sharded import ShardingSpec
 from ..sharded.infofile import write_info
@@ -176,7 +177,7 @@ def write_annotations(url: str | os.PathLike | Storage, kind: str, geometry: Any
                       lower_bound: Any = None, upper_bound: Any = None,
                       limit: int | None = None, seed: int = 0,
                       progress: bool = False,
-                      durable: bool = True) -> Annotations:
+                      durable: bool = True, overwrite: bool = False) -> Annotations:
     """Write an annotation collection: by_id, relationship and spatial indices and the info.
 
     Parameters
@@ -212,11 +213,19 @@ def write_annotations(url: str | os.PathLike | Storage, kind: str, geometry: Any
         The spatial index's sampling is pseudo-random: the same seed writes the same bytes.
     progress, durable
         As for :func:`ngshard.write_kv` (``durable=False`` skips the fsyncs: scratch work).
+    overwrite
+        Replace a layer or store already at ``url`` (all it owns is removed first); by
+        default such a destination is refused.
 
     Returns
     -------
     Annotations
         The collection, open for reading.
+
+    Raises
+    ------
+    ExistsError
+        ``url`` holds a layer or store, and not ``overwrite``.
     """
     kind = kind.lower()
     if kind not in TYPES:
@@ -251,6 +260,8 @@ def write_annotations(url: str | os.PathLike | Storage, kind: str, geometry: Any
     upper = np.where(upper > lower, upper, lower + 1)
     limit = max(1, int(limit if limit is not None else min(max(n, 1), DEFAULT_LIMIT)))
     storage = open_storage(url, durable=durable)
+    claim(storage, overwrite=overwrite, into=[storage.child(name) for name in (
+        "by_id", "spatial0", *(f"rel_{r}" for r in relations))])
     mean = 4 * float(records.sizes.mean()) if n else None
 
     def spec_for(count: int, value_bytes: float | None) -> ShardingSpec | None:

@@ -6,17 +6,21 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..errors import NotFoundError, SpecError
-from ..sharded.infofile import INFO, read_info
+from ..errors import SpecError
+from ..kinds import (
+    INFO,
+    LEGACY_MESHES,
+    MESHES,
+    PROPERTIES,
+    SKELETONS,
+    STORE,
+    VOLUME,
+    layer_kind,
+)
+from ..sharded.infofile import read_info
 from ..storage import Source, Storage, open_source
 from ..storage.urls import check_format
 
-SKELETONS = "neuroglancer_skeletons"
-MESHES = "neuroglancer_multilod_draco"
-LEGACY_MESHES = "neuroglancer_legacy_mesh"
-ANNOTATIONS = "neuroglancer_annotations_v1"
-PROPERTIES = "neuroglancer_segment_properties"
-LAYER_TYPES = (SKELETONS, MESHES, LEGACY_MESHES, ANNOTATIONS, PROPERTIES)
 # The metadata files that say which format a folder holds.
 _MARKERS = {INFO: "precomputed", "zarr.json": "zarr3", ".zarray": "zarr2", ".zattrs": "zarr2",
             ".zgroup": "zarr2"}
@@ -39,23 +43,6 @@ def checked_source(url: str | os.PathLike | dict | Storage) -> tuple[Storage, So
         check_format(source, stored_formats(storage), url, storage.url)
     return storage, source
 
-
-def layer_kind(doc: dict | None, storage: Storage) -> str:
-    """What an info describes: one of LAYER_TYPES, "volume", "store" (a bare sharded store)
-    or, with no info, "legacy_mesh" for a directory of ``<id>:0`` manifests."""
-    if doc is None:
-        if storage.supports_listing and any(name.endswith(":0") for name in storage.list()):
-            return LEGACY_MESHES
-        raise NotFoundError(f"{storage.path(INFO)}: no info file: not a precomputed layer")
-    kind = doc.get("@type")
-    if kind in LAYER_TYPES:
-        return kind
-    if "scales" in doc:
-        return "volume"
-    if "sharding" in doc:
-        return "store"
-    raise SpecError(f"{storage.path(INFO)}: not a layer ngshard knows (@type {kind!r}, no "
-                    f"scales, no sharding)")
 
 
 def open_layer(url: str | os.PathLike | dict | Storage, **kwargs: Any) -> Any:
@@ -91,7 +78,7 @@ def open_layer(url: str | os.PathLike | dict | Storage, **kwargs: Any) -> Any:
     if doc is None and source.format is None and stored_formats(storage) & {"zarr2", "zarr3"}:
         return _open_zarr(storage, **kwargs)
     kind = layer_kind(doc, storage)
-    if kind == "volume":
+    if kind == VOLUME:
         from ..volume import Volume
         from ..volume.layers import read_volume_info
         from ..volume.spec_scale import select_scale
@@ -100,7 +87,7 @@ def open_layer(url: str | os.PathLike | dict | Storage, **kwargs: Any) -> Any:
         scale, mode = kwargs.pop("scale", 0), kwargs.pop("mode", "r")
         return Volume(storage, info, select_scale(info, source, scale, storage.url), mode,
                       **kwargs)
-    if kind == "store":
+    if kind == STORE:
         from ..sharded import open_kv
 
         return open_kv(storage, **kwargs)

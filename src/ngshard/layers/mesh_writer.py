@@ -18,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from ..destination import claim
 from ..errors import SpecError
-from ..sharded.infofile import read_info, write_info
+from ..sharded.infofile import write_info
 from ..sharded.spec import check_key
 from ..storage import Storage, open_storage
 from ..threads import pmap
@@ -101,7 +102,8 @@ def write_meshes(url: str | os.PathLike | Storage,
                  sharding: None | str | dict = "auto", vertex_quantization_bits: int = 16,
                  transform: Any = None, chunk_shape: Any = None,
                  lod_scale_multiplier: float = 1.0, compression_level: int = 7,
-                 buffer_bytes: int = DEFAULT_BUFFER_BYTES, durable: bool = True) -> Meshes:
+                 buffer_bytes: int = DEFAULT_BUFFER_BYTES, durable: bool = True,
+                 overwrite: bool = False) -> Meshes:
     """Write a multi-resolution (``neuroglancer_multilod_draco``) mesh layer at ``url``.
 
     Parameters
@@ -128,11 +130,19 @@ def write_meshes(url: str | os.PathLike | Storage,
     buffer_bytes, durable
         Encoded segments held before they are spilled by shard; ``durable=False`` skips
         fsyncs.
+    overwrite
+        Replace a layer or store already at ``url`` (all it owns is removed first); by
+        default such a destination is refused.
 
     Returns
     -------
     Meshes
         The layer, open for reading.
+
+    Raises
+    ------
+    ExistsError
+        ``url`` holds a layer or store, and not ``overwrite``.
     """
     if vertex_quantization_bits not in (10, 16):
         raise SpecError(f"vertex_quantization_bits must be 10 or 16, got "
@@ -141,6 +151,7 @@ def write_meshes(url: str | os.PathLike | Storage,
     spec = resolve_sharding(sharding, count_of(items), None, data_encoding="raw")
     if spec is not None and spec.data_encoding != "raw":
         raise SpecError("mesh shards need data_encoding raw (fragments are read by range)")
+    claim(storage, overwrite=overwrite)
     writer = PrefixedShardWriter(storage, spec, buffer_bytes) if spec is not None else None
     for batch in batched(pairs(items), _BATCH):
         encoded = []
@@ -162,26 +173,19 @@ def write_meshes(url: str | os.PathLike | Storage,
             "lod_scale_multiplier": float(lod_scale_multiplier)}
     if spec is not None:
         info["sharding"] = spec.to_json()
-    _keep_properties(storage, info, KIND)
     write_info(storage, info)
     return Meshes(storage, info)
 
 
-def _keep_properties(storage: Storage, info: dict, kind: str) -> None:
-    old = read_info(storage)
-    if old and old.get("@type") == kind and "segment_properties" in old:
-        info["segment_properties"] = old["segment_properties"]
-
-
 def write_legacy_meshes(url: str | os.PathLike | Storage,
                         items: Mapping[int, Any] | Iterable[tuple[int, Any]], *,
-                        sharding: None | str | dict = None, durable: bool = True
-                        ) -> LegacyMeshes:
+                        sharding: None | str | dict = None, durable: bool = True,
+                        overwrite: bool = False) -> LegacyMeshes:
     """Write a legacy single-resolution (``neuroglancer_legacy_mesh``) layer: per segment a
     ``<id>:0`` manifest naming one fragment file ``<id>:0:0`` (unsharded, the default), or
     the fragment itself as the value (sharded, as cloud-volume writes them).
 
-    ``items`` as for :func:`write_meshes`, one LOD each (vertices in nm)."""
+    ``items``, ``overwrite`` as for :func:`write_meshes`, one LOD each (vertices in nm)."""
     storage = open_storage(url, durable=durable)
 
     def encoded() -> Iterable[tuple[int, bytes]]:
@@ -191,6 +195,7 @@ def write_legacy_meshes(url: str | os.PathLike | Storage,
             yield k, encode_legacy(v, f)
 
     spec = resolve_sharding(sharding, count_of(items), None)
+    claim(storage, overwrite=overwrite)
     if spec is not None:
         write_segments(storage, spec, encoded())
     else:
@@ -201,6 +206,5 @@ def write_legacy_meshes(url: str | os.PathLike | Storage,
     info = {"@type": LEGACY}
     if spec is not None:
         info["sharding"] = spec.to_json()
-    _keep_properties(storage, info, LEGACY)
     write_info(storage, info)
     return LegacyMeshes(storage, info)

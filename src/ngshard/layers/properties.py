@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ..destination import claim
 from ..errors import SpecError
 from ..sharded.infofile import INFO, read_info, write_info
 from ..sharded.spec import as_key_array, check_key
@@ -223,7 +224,8 @@ def write_segment_properties(url: str | os.PathLike | Storage, ids: Any, *,
                              numbers: Mapping[str, Any] | None = None,
                              tags: Sequence[Sequence[str]] | None = None,
                              tag_descriptions: Mapping[str, str] | None = None,
-                             key: str = "segment_properties") -> SegmentProperties:
+                             key: str = "segment_properties", overwrite: bool = False
+                             ) -> SegmentProperties:
     """Write inline segment properties.
 
     Parameters
@@ -244,10 +246,19 @@ def write_segment_properties(url: str | os.PathLike | Storage, ids: Any, *,
         Per id, a list of tag names (no spaces, no leading ``#``).
     tag_descriptions
         ``{tag: description}``.
+    overwrite
+        Replace what is where the properties go (a layer, or properties attached before);
+        by default that is refused.
 
     Returns
     -------
     SegmentProperties
+
+    Raises
+    ------
+    ExistsError
+        Where they go holds a layer or store (properties attached before, say), and not
+        ``overwrite``.
     """
     doc = segment_properties_json(ids, labels=labels, descriptions=descriptions,
                                   strings=strings, numbers=numbers, tags=tags,
@@ -258,6 +269,7 @@ def write_segment_properties(url: str | os.PathLike | Storage, ids: Any, *,
         "neuroglancer_skeletons", "neuroglancer_multilod_draco", "neuroglancer_legacy_mesh"))
     target = storage.child(key) if attach else storage
     parsed = SegmentProperties(target, doc)  # the checks a reader makes, before writing
+    claim(target, overwrite=overwrite)
     write_info(target, doc)
     if attach:  # the link last: a layer never points at properties not yet there
         write_info(storage, {**parent, "segment_properties": key})

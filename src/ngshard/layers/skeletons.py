@@ -14,8 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from ..destination import claim
 from ..errors import SpecError
-from ..sharded.infofile import INFO, read_info, write_info
+from ..sharded.infofile import INFO, write_info
 from ..sharded.spec import as_key_array, check_key
 from ..storage import Storage, open_storage
 from .info import apply_transform, layer_info, parse_sharding, parse_transform, transform_json
@@ -180,7 +181,7 @@ def write_skeletons(url: str | os.PathLike | Storage,
                     vertex_attributes: Any = None,
                     sharding: None | str | dict = "auto", transform: Any = None,
                     buffer_bytes: int | None = None, progress: bool = False,
-                    durable: bool = True) -> Skeletons:
+                    durable: bool = True, overwrite: bool = False) -> Skeletons:
     """Write a skeleton layer at ``url``: its shards (or a file per segment) and its info.
 
     Parameters
@@ -205,6 +206,9 @@ def write_skeletons(url: str | os.PathLike | Storage,
         local shard's spill file becomes the shard, so spilling costs little).
     progress, durable
         As for :func:`ngshard.write_kv` (``durable=False`` skips the fsyncs: scratch work).
+    overwrite
+        Replace a layer or store already at ``url`` (all it owns is removed first); by
+        default such a destination is refused.
 
     Returns
     -------
@@ -215,6 +219,8 @@ def write_skeletons(url: str | os.PathLike | Storage,
     ------
     ValueError
         A skeleton whose arrays do not fit (the message names the segment).
+    ExistsError
+        ``url`` holds a layer or store, and not ``overwrite``.
     """
     storage = open_storage(url, durable=durable)
     it = iter(pairs(items))
@@ -231,15 +237,13 @@ def write_skeletons(url: str | os.PathLike | Storage,
     count = count_of(items) if len(head) == _PEEK else len(head)
     mean = sum(len(b) for _, b in first) / len(first) if first else None
     shards = resolve_sharding(sharding, count, mean)
+    claim(storage, overwrite=overwrite)  # after the first items are known to encode
     write_segments(storage, shards, itertools.chain(first, encoded(it)),
                    buffer_bytes=buffer_bytes, progress=progress)
     info = {"@type": KIND, "transform": transform_json(transform),
             "vertex_attributes": [a.to_json() for a in spec]}
     if shards is not None:
         info["sharding"] = shards.to_json()
-    old = read_info(storage)
-    if old and old.get("@type") == KIND and "segment_properties" in old:
-        info["segment_properties"] = old["segment_properties"]
     write_info(storage, info)
     return Skeletons(storage, info)
 

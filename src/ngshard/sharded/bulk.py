@@ -22,10 +22,11 @@ import numpy as np
 
 from .._arrays import uint_dtype
 from ..compression import encode
+from ..destination import claim
 from ..progress import progress_bar
 from ..storage import Storage, open_storage, remove_stale
 from ..threads import WORKERS, bounded_map, pmap
-from . import legacy, prefixed
+from . import prefixed
 from .changes import views
 from .infofile import as_spec, record_spec
 from .inputs import Values, value_arrays
@@ -47,7 +48,8 @@ def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
              items: Mapping[int, bytes] | Iterable[tuple[int, bytes]] | None = None, *,
              keys: Any = None, values: Any = None, offsets: Any = None,
              progress: bool = False, buffer_bytes: int = DEFAULT_BUFFER_BYTES,
-             spill_dir: str | None = None, info: bool = True, durable: bool = True) -> None:
+             spill_dir: str | None = None, info: bool = True, durable: bool = True,
+             overwrite: bool = False) -> None:
     """Write a whole store at ``url``: from a mapping or an iterable of (key, bytes), or from
     arrays (``keys=``, ``values=``, ``offsets=``).
 
@@ -74,15 +76,19 @@ def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
         Record the spec in ``<url>/info`` (``{"sharding": ...}``, other members kept).
     durable
         Fsync local writes (see :func:`open_kv`); False for scratch work.
+    overwrite
+        Replace a store or layer already at ``url`` (its shards, or whatever the layer owns,
+        are removed first, its info last); by default such a destination is refused.
 
-    The last value of a repeated key wins. Shard files of an earlier store there are replaced
-    or removed, each atomically. Each shard holds its values in key order, so the shard files
-    depend on the contents only.
+    The last value of a repeated key wins. Each shard holds its values in key order, so the
+    shard files depend on the contents only.
 
     Raises
     ------
     SpecError
         A bad spec.
+    ExistsError
+        ``url`` holds a store or layer (the message says which), and not ``overwrite``.
     InvalidKeyError
         A key outside [0, 2**64) (or not an integer).
     TypeError
@@ -90,21 +96,24 @@ def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
     ValueError
         ``offsets`` that do not fit ``keys`` and ``values``.
     """
+    spec = as_spec(spec)
+    arrays = None
     if keys is not None or values is not None:
         if items is not None:
             raise TypeError("write_kv takes items or keys= and values=, not both")
-        write_arrays(url, spec, *value_arrays(keys, values, offsets), progress=progress,
-                     info=info, durable=durable)
-        return
-    if items is None:
+        arrays = value_arrays(keys, values, offsets)
+    elif items is None:
         raise TypeError("write_kv needs items, or keys= and values=")
-    if isinstance(items, Mapping) and len(items) * _MAPPING_KEY_BYTES <= buffer_bytes:
+    elif isinstance(items, Mapping) and len(items) * _MAPPING_KEY_BYTES <= buffer_bytes:
         # in memory already: written shard by shard straight from it, no staging or spilling
         # (what that costs per key stays within the buffer)
-        write_arrays(url, spec, *value_arrays(list(items.keys()), list(items.values())),
-                     progress=progress, info=info, durable=durable)
+        arrays = value_arrays(list(items.keys()), list(items.values()))
+    storage = open_storage(url, durable=durable)
+    claim(storage, overwrite=overwrite)
+    if arrays is not None:
+        write_arrays(storage, spec, *arrays, progress=progress, info=info, durable=durable)
         return
-    kv = open_kv(url, spec, "w", staged_bytes=buffer_bytes, spill_dir=spill_dir, info=info,
+    kv = open_kv(storage, spec, "w", staged_bytes=buffer_bytes, spill_dir=spill_dir, info=info,
                  durable=durable)
     try:
         kv.update(items)
@@ -116,7 +125,8 @@ def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
 def write_arrays(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
                  keys: np.ndarray, values: Values, *, progress: bool = False,
                  info: bool = True, durable: bool = True) -> None:
-    """:func:`write_kv` from arrays in the form :func:`value_arrays` gives."""
+    """:func:`write_kv` from arrays in the form :func:`value_arrays` gives, into a
+    destination that holds no store (see :func:`ngshard.destination.claim`)."""
     spec = as_spec(spec)
     storage = open_storage(url, durable=durable, expect="precomputed")
     prefixed.refuse_blind_writes(storage)
@@ -125,7 +135,7 @@ def write_arrays(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | s
         remove_stale(storage.local_root)
     order, shards, runs, minishards = _by_shard(spec, keys)
 
-    def write_one(job: tuple[int, int, int]) -> str:
+    def write_one(job: tuple[int, int, int]) -> None:
         shard, a, b = job
         pos = order[a:b]
         # the shard's keys gathered once from the big arrays; sorted here, where they are
@@ -136,12 +146,11 @@ def write_arrays(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | s
         name = spec.shard_filename(shard)
         storage.write(name, shard_parts(spec, shard_keys[local], data, lengths,
                                         shard_minishards[local]))
-        return name
 
     present = [(s, a, b) for s, (a, b) in zip(shards.tolist(), runs.tolist())]
-    written = set(progress_bar(bounded_map(write_one, present, _IN_FLIGHT), total=len(present),
-                               desc="writing shards", unit="shard", enabled=progress))
-    remove_obsolete(storage, spec, written)
+    for _ in progress_bar(bounded_map(write_one, present, _IN_FLIGHT), total=len(present),
+                          desc="writing shards", unit="shard", enabled=progress):
+        pass
     if info:
         record_spec(storage, spec)
 
@@ -191,16 +200,3 @@ def shard_parts(spec: ShardingSpec, keys: np.ndarray, data: np.ndarray, lengths:
     encoded = pmap(lambda v: encode(v, spec.data_encoding), views(data, lengths))
     return new_shard(spec, keys, np.fromiter(map(len, encoded), np.int64, len(encoded)),
                      encoded, minishards)
-
-
-def remove_obsolete(storage: Storage, spec: ShardingSpec, written: set[str]) -> None:
-    """After a whole store was written: remove the shard files (and obsolete two-file shards)
-    of an earlier store that it does not hold."""
-    names = storage.list()
-    pairs = legacy.shards_of_pairs(names)
-    for name in names:
-        if spec.parse_shard_filename(name) is not None and name not in written:
-            storage.delete(name)
-    for shard in pairs:
-        for part in legacy.pair_names(shard):
-            storage.delete(part)

@@ -8,45 +8,11 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
 
 from ..errors import NotFoundError, SpecError
+from ..kinds import INFO, parse_info
 from ..storage import Storage
 from .spec import ShardingSpec
-
-INFO = "info"
-# Far more than any real info holds; deeper nesting is hostile and would exhaust the stack.
-_MAX_DEPTH = 100
-
-
-def _depth(doc: Any) -> int:
-    """Nesting depth of parsed JSON, without recursion."""
-    deepest, todo = 0, [(doc, 1)]
-    while todo:
-        value, depth = todo.pop()
-        deepest = max(deepest, depth)
-        if depth > _MAX_DEPTH:
-            break
-        children = value.values() if isinstance(value, dict) else \
-            value if isinstance(value, list) else ()
-        todo += [(c, depth + 1) for c in children if isinstance(c, (dict, list))]
-    return deepest
-
-
-def parse_info(raw: bytes | str, where: str) -> dict:
-    """An info document as a dict; SpecError naming ``where`` for anything else (bad JSON,
-    not an object, nesting past 100 levels, numbers too long to convert)."""
-    try:
-        doc = json.loads(raw)
-    except RecursionError:
-        raise SpecError(f"{where}: JSON nested too deeply") from None
-    except (ValueError, UnicodeDecodeError) as e:  # ValueError: also integers of 4300+ digits
-        raise SpecError(f"{where}: not valid JSON ({e})") from None
-    if not isinstance(doc, dict):
-        raise SpecError(f"{where}: expected a JSON object, got {type(doc).__name__}")
-    if _depth(doc) > _MAX_DEPTH:
-        raise SpecError(f"{where}: JSON nested more than {_MAX_DEPTH} levels deep")
-    return doc
 
 
 def read_info(storage: Storage) -> dict | None:

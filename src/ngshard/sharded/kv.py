@@ -362,7 +362,9 @@ def open_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str | 
         ``sharding`` member of ``<url>/info`` (or of the volume scale ``url`` names).
     mode
         "r" read only; "r+" update an existing store; "a" update, creating the store if
-        needed; "w" create a new store (the shard files already there are removed on commit).
+        needed; "w" create a new store, replacing any there (zarr's "w": the shard files
+        already there are removed on commit; :func:`write_kv` refuses one instead unless
+        told ``overwrite=True``).
         Changes are staged (spilling past ``staged_bytes`` to ``spill_dir``) and written by
         ``commit()`` or on clean exit of a ``with`` block.
     strategy

@@ -28,6 +28,12 @@ def temp_name(path: str) -> str:
     folder, base = os.path.split(path)
     return os.path.join(folder, f".{base}~{owner_tag()}{uuid.uuid4().hex}.tmp")
 
+
+def is_temp_file(name: str) -> bool:
+    """Whether ``name`` is a temporary file a writer makes beside the file it will replace."""
+    return _TEMP_FILE.match(name) is not None
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from ..destination import claim
 from ..errors import NotFoundError, SpecError
 from ..sharded.infofile import INFO, read_info, write_info
 from ..sharded.spec import ShardingSpec
@@ -113,7 +114,8 @@ def create_volume(url: str | os.PathLike | Storage, *, dtype: Any, shape: Sequen
                   sharding: None | str | ShardingSpec | dict = None,
                   shard_bytes: int = DEFAULT_SHARD_BYTES,
                   compressed_segmentation_block_size: Sequence[int] = (8, 8, 8),
-                  progress: bool = False, staged_bytes: int = DEFAULT_STAGED_BYTES) -> Volume:
+                  progress: bool = False, staged_bytes: int = DEFAULT_STAGED_BYTES,
+                  overwrite: bool = False) -> Volume:
     """Write the ``info`` of a new single-scale precomputed layer and open it for writing.
 
     Parameters
@@ -135,6 +137,10 @@ def create_volume(url: str | os.PathLike | Storage, *, dtype: Any, shape: Sequen
         Progress bars on writes, reads and commits of many chunks.
     staged_bytes
         As for :func:`open_volume`.
+    overwrite
+        Replace a layer, store or zarr array already at ``url``: everything it owns (its
+        scales' chunks and shards, its linked meshes and skeletons) is removed first. By
+        default such a destination is refused.
 
     Returns
     -------
@@ -147,6 +153,8 @@ def create_volume(url: str | os.PathLike | Storage, *, dtype: Any, shape: Sequen
         An invalid combination (checked before anything is written).
     MissingDependencyError
         The encoding needs a package that is not installed (nothing is written).
+    ExistsError
+        ``url`` holds a layer or store (the message says which), and not ``overwrite``.
 
     Examples
     --------
@@ -175,6 +183,7 @@ def create_volume(url: str | os.PathLike | Storage, *, dtype: Any, shape: Sequen
                                  "num_channels": channels, "scales": [scale]})
     require_codec(encoding)  # before the info is written: no orphan layer
     storage = open_storage(url, expect="precomputed")
+    claim(storage, overwrite=overwrite, into=[storage.child(scale["key"])])
     write_volume_info(storage, info)
     return Volume(storage, info, 0, "r+", progress=progress, staged_bytes=staged_bytes,
                   new=True)

@@ -202,14 +202,22 @@ class Volume:
         """Read every stored chunk into memory (they are not written back unless changed)."""
         self.array.load()
 
-    def add_scale(self, factor: Sequence[int] = (2, 2, 2), *, progress: bool = False
-                  ) -> Volume:
+    def add_scale(self, factor: Sequence[int] = (2, 2, 2), *, overwrite: bool = False,
+                  progress: bool = False) -> Volume:
         """Make (or remake) the scale ``factor`` times coarser than this one and fill it from
         this one's present chunks: the mean for images, the most frequent label for
-        segmentations. Returns the new scale, committed (see :func:`scales.add_scale`)."""
+        segmentations. The chunks are written before the info. Returns the new scale,
+        committed (see :func:`scales.add_scale`).
+
+        Raises
+        ------
+        ExistsError
+            That scale is there with another size, chunk size, encoding or sharding, and not
+            ``overwrite`` (which removes it first).
+        """
         from .scales import add_scale
 
-        return add_scale(self, factor, progress=progress)
+        return add_scale(self, factor, overwrite=overwrite, progress=progress)
 
     def plan(self) -> ChangesPlan:
         """What :meth:`commit` would do: the chunks it encodes, then what the chunk store

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ..destination import claim
 from ..errors import NotFoundError, ReadOnlyError, SpecError
 from ..staged import DEFAULT_STAGED_BYTES, ChangesPlan, StagedChangesArray
 from ..storage import Storage, open_source, require_family
@@ -108,12 +109,16 @@ def create_array(url: str | os.PathLike | Storage, shape: Sequence[int], dtype: 
     codecs
         Codec JSON (``[{"name": "bytes", ...}, {"name": "gzip", ...}]``); default bytes
         little endian + zstd.
+    overwrite
+        Replace an array, group or precomputed layer already at ``url`` (its chunks and
+        members are removed first); by default it is refused.
 
     Raises
     ------
     SpecError
-        Bad arguments, or an array (or group) there already and not ``overwrite``; a URL
-        that names precomputed or Zarr v2 (this writes Zarr v3).
+        Bad arguments; a URL that names precomputed or Zarr v2 (this writes Zarr v3).
+    ExistsError
+        An array, group or layer there already, and not ``overwrite``.
     """
     storage, source = open_source(url)
     require_family(source, url, "zarr")
@@ -133,20 +138,9 @@ def create_array(url: str | os.PathLike | Storage, shape: Sequence[int], dtype: 
     doc = v3_document(shape, v3_name(dtype), grid, encode_fill(fill_value, dtype), codecs,
                       dimension_names, attributes)
     meta = parse_v3(doc, storage.path(V3_NAME))
-    existing = [n for n in (V3_NAME, V2_NAME) if storage.stat(n) is not None]
-    if existing and not overwrite:
-        raise SpecError(f"{storage.path(existing[0])} exists (overwrite=True replaces the "
-                        f"array)")
-    empty = True
-    if existing:
-        try:
-            ZarrArray(storage, read_metadata(storage)).delete_chunks()
-        except SpecError:  # not an array we read: its chunks may stay; ours overwrite them
-            empty = False
-        for name in (V2_NAME, V2_ATTRS):
-            storage.delete(name)
+    claim(storage, overwrite=overwrite)
     write_metadata(storage, meta)
-    return ZarrArray(storage, meta, empty=empty)
+    return ZarrArray(storage, meta, empty=True)
 
 
 class ZarrArray:

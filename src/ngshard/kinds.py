@@ -1,0 +1,174 @@
+"""Layer kinds: the ``info`` document (parsed defensively), the kind of layer it describes, and
+the files such a layer owns, so that replacing a layer can remove all of it and nothing else.
+
+Pure knowledge, no I/O: the functions that look at a listing are given the names, or a store
+whose ``list()`` they call. ``ngshard.destination`` acts on it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, NamedTuple
+
+from .errors import NotFoundError, SpecError
+
+INFO = "info"
+#: Where ``ngshard.convert`` records the job and the tasks of it that are done, until it is.
+CONVERT_RECORDS, CONVERT_JOB = ".ngshard-convert", "job.json"
+
+VOLUME = "volume"
+STORE = "store"
+SKELETONS = "neuroglancer_skeletons"
+MESHES = "neuroglancer_multilod_draco"
+LEGACY_MESHES = "neuroglancer_legacy_mesh"
+ANNOTATIONS = "neuroglancer_annotations_v1"
+PROPERTIES = "neuroglancer_segment_properties"
+LAYER_TYPES = (SKELETONS, MESHES, LEGACY_MESHES, ANNOTATIONS, PROPERTIES)
+#: Info members of a segmentation (or a skeleton or mesh layer) naming layers that go with it.
+LINKS = ("mesh", "skeletons", "segment_properties")
+
+# The names of the files each kind writes. Unsharded files may have compression twins.
+_TWIN = r"(?:\.(?:gz|br|zstd|xz|bz2))?"
+#: Shard files, and the two files of the obsolete split form.
+SHARD_FILES = re.compile(r"[0-9a-f]+\.(?:shard|index|data)")
+#: Unsharded volume chunks ``x0-x1_y0-y1_z0-z1`` (the offset may make them negative).
+CHUNK_FILES = re.compile(rf"(?:-?[0-9]+--?[0-9]+_){{2}}-?[0-9]+--?[0-9]+{_TWIN}")
+#: Unsharded skeletons and multi-resolution meshes: ``<id>``, ``<id>.index``.
+SEGMENT_FILES = re.compile(rf"[0-9]{{1,20}}(?:\.index)?{_TWIN}")
+#: Legacy mesh manifests ``<id>:<lod>`` and their fragments ``<id>:<lod>:<anything>``.
+LEGACY_MESH_FILES = re.compile(r"[0-9]{1,20}:[0-9]+(?::[^/]*)?")
+#: Unsharded annotation indices: ids, and spatial cells ``x_y_z`` (any rank).
+ANNOTATION_FILES = re.compile(rf"[0-9]+(?:_[0-9]+)*{_TWIN}")
+#: What a scale directory of a volume holds: shards or chunk files.
+SCALE_FILES = re.compile(f"{SHARD_FILES.pattern}|{CHUNK_FILES.pattern}")
+EVERYTHING = re.compile(r".*", re.DOTALL)
+
+#: Zarr metadata: v3 (array or group), v2 array, group, attributes, consolidated.
+ZARR_V3, ZARR_ARRAY, ZARR_GROUP = "zarr.json", ".zarray", ".zgroup"
+ZARR_METADATA = (ZARR_V3, ZARR_ARRAY, ZARR_GROUP, ".zattrs", ".zmetadata")
+#: Chunk keys at the top of a zarr array (v3 ``c``, ``c.0.0``; v2 ``0.0``), and the
+#: directories that hold nothing but its chunks (v3 ``c/``; v2 with "/" separators).
+ZARR_CHUNK_FILES = re.compile(r"c(?:\.[0-9]+)*|[0-9]+(?:\.[0-9]+)*")
+ZARR_CHUNK_DIRS = re.compile(r"c|[0-9]+")
+
+# Far more than any real info holds; deeper nesting is hostile and would exhaust the stack.
+_MAX_DEPTH = 100
+
+
+def _depth(doc: Any) -> int:
+    """Nesting depth of parsed JSON, without recursion."""
+    deepest, todo = 0, [(doc, 1)]
+    while todo:
+        value, depth = todo.pop()
+        deepest = max(deepest, depth)
+        if depth > _MAX_DEPTH:
+            break
+        children = value.values() if isinstance(value, dict) else \
+            value if isinstance(value, list) else ()
+        todo += [(c, depth + 1) for c in children if isinstance(c, (dict, list))]
+    return deepest
+
+
+def parse_info(raw: bytes | str, where: str) -> dict:
+    """An info document as a dict; SpecError naming ``where`` for anything else (bad JSON,
+    not an object, nesting past 100 levels, numbers too long to convert)."""
+    try:
+        doc = json.loads(raw)
+    except RecursionError:
+        raise SpecError(f"{where}: JSON nested too deeply") from None
+    except (ValueError, UnicodeDecodeError) as e:  # ValueError: also integers of 4300+ digits
+        raise SpecError(f"{where}: not valid JSON ({e})") from None
+    if not isinstance(doc, dict):
+        raise SpecError(f"{where}: expected a JSON object, got {type(doc).__name__}")
+    if _depth(doc) > _MAX_DEPTH:
+        raise SpecError(f"{where}: JSON nested more than {_MAX_DEPTH} levels deep")
+    return doc
+
+
+def layer_kind(doc: dict | None, storage: Any) -> str:
+    """What an info describes: one of LAYER_TYPES, "volume", "store" (a bare sharded store)
+    or, with no info, "legacy_mesh" for a directory of ``<id>:0`` manifests (``storage``:
+    the layer's store, listed only then)."""
+    if doc is None:
+        if storage.supports_listing and any(name.endswith(":0") for name in storage.list()):
+            return LEGACY_MESHES
+        raise NotFoundError(f"{storage.path(INFO)}: no info file: not a precomputed layer")
+    kind = doc.get("@type")
+    if kind in LAYER_TYPES:
+        return kind
+    if "scales" in doc:
+        return VOLUME
+    if "sharding" in doc:
+        return STORE
+    raise SpecError(f"{storage.path(INFO)}: not a layer ngshard knows (@type {kind!r}, no "
+                    f"scales, no sharding)")
+
+
+def describe(kind: str, doc: dict | None) -> str:
+    """A layer for messages: "a precomputed segmentation with scales 8_8_8, 16_16_16"."""
+    doc = doc or {}
+    if kind == VOLUME:
+        keys = [s.get("key") for s in doc.get("scales", []) if isinstance(s, dict)]
+        return (f"a precomputed {doc.get('type', 'volume')} with scale"
+                f"{'s' if len(keys) != 1 else ''} {', '.join(map(str, keys))}")
+    return {STORE: "a sharded store", SKELETONS: "a skeleton layer",
+            MESHES: "a multi-resolution mesh layer", LEGACY_MESHES: "a legacy mesh layer",
+            ANNOTATIONS: f"an annotation layer ({doc.get('annotation_type', '?')})",
+            PROPERTIES: "a segment properties layer"}[kind]
+
+
+class Part(NamedTuple):
+    """Files a layer owns: those in ``folder`` (relative to the layer, "" itself) whose names
+    ``names`` matches in full."""
+
+    folder: str
+    names: re.Pattern
+
+
+def relative_folder(value: Any) -> str | None:
+    """``value`` if it names a folder inside the layer (no scheme, no '..', not absolute),
+    else None: only such folders are the layer's to remove."""
+    if not isinstance(value, str) or not value or value.startswith(("/", "\\")):
+        return None
+    parts = value.replace("\\", "/").split("/")
+    if ":" in parts[0] or any(p in ("", ".", "..") for p in parts):
+        return None
+    return value
+
+
+def parts(kind: str, doc: dict | None) -> list[Part]:
+    """The files a layer of ``kind`` described by ``doc`` owns besides its info (and the
+    layers it links to, see :func:`links`): what replacing it removes."""
+    doc = doc or {}
+
+    def segments(names: re.Pattern) -> re.Pattern:
+        return SHARD_FILES if doc.get("sharding") is not None else names
+
+    if kind == VOLUME:
+        scales = [relative_folder(s.get("key")) for s in doc.get("scales", [])
+                  if isinstance(s, dict)]
+        return [Part(k, SCALE_FILES) for k in scales if k]
+    if kind == STORE:
+        return [Part("", SHARD_FILES)]
+    if kind in (SKELETONS, MESHES):
+        return [Part("", segments(SEGMENT_FILES))]
+    if kind == LEGACY_MESHES:
+        return [Part("", segments(LEGACY_MESH_FILES))]
+    if kind == ANNOTATIONS:
+        indices = [doc.get("by_id")] + list(doc.get("relationships") or []) + \
+            list(doc.get("spatial") or [])
+        out = []
+        for index in indices:
+            if isinstance(index, dict) and relative_folder(index.get("key")):
+                names = SHARD_FILES if index.get("sharding") is not None else ANNOTATION_FILES
+                out.append(Part(index["key"], names))
+        return out
+    return []
+
+
+def links(doc: dict | None) -> list[str]:
+    """The folders inside the layer holding layers that go with it (its meshes, skeletons,
+    segment properties): replaced with it."""
+    doc = doc or {}
+    return [f for f in (relative_folder(doc.get(name)) for name in LINKS) if f]
