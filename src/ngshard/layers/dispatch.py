@@ -43,8 +43,8 @@ def open_layer(url: str | os.PathLike | Storage, **kwargs: Any) -> Any:
     url
         A local path, any fsspec URL, or an open Storage.
     **kwargs
-        Passed to the opener (e.g. ``scale=`` and ``mode=`` for a volume, ``mode=`` for a
-        bare store).
+        Passed to the opener (e.g. ``scale=``, ``mode=`` and ``fill_missing=`` for a volume,
+        as :func:`ngshard.open_volume` takes them; ``mode=`` for a bare store).
 
     Returns
     -------

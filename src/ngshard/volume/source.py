@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ..errors import SpecError
+from ..errors import NotFoundError, SpecError
 from ..progress import progress_bar
 from ..sharded.infofile import read_info, write_info
 from ..staged import ChunkSource, Geometry
@@ -38,6 +38,7 @@ class ScaleChunks(ChunkSource):
         self.dtype = np.dtype(info.data_type)
         self.channels = info.num_channels
         self.fill_value = 0
+        self.strict = False  # absent chunks raise NotFoundError (Volume's fill_missing=False)
         self._adopt(scale)
         self.committed = scale
 
@@ -63,6 +64,8 @@ class ScaleChunks(ChunkSource):
             part = positions[first:first + BATCH]
             blobs = self.store.get(part)
             present = [i for i, blob in enumerate(blobs) if blob is not None]
+            if self.strict and len(present) < len(blobs):
+                self._missing(part, [i for i, blob in enumerate(blobs) if blob is None])
             for i in (i for i, blob in enumerate(blobs) if blob is None):
                 consume(first + i, None)  # absent: nothing to decode, no thread needed
             if not present:
@@ -78,6 +81,11 @@ class ScaleChunks(ChunkSource):
                     block_size=block, where=self.store.where(part[i].tolist()), reuse=True))
 
             pmap(one, present, min_items=4)
+
+    def _missing(self, part: np.ndarray, absent: list[int]) -> None:
+        more = f" (and {len(absent) - 1} more chunks of this read)" if len(absent) > 1 else ""
+        raise NotFoundError(f"{self.store.where(part[absent[0]].tolist())}: the chunk is "
+                            f"absent{more}, and the volume was opened with fill_missing=False")
 
     def write(self, positions: np.ndarray, chunks: Sequence[np.ndarray], *,
               stable: bool = False) -> None:
