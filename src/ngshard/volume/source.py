@@ -8,7 +8,9 @@ The array's chunk grid has a fourth axis of one chunk (the channels); positions 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -38,7 +40,7 @@ class ScaleChunks(ChunkSource):
         self.dtype = np.dtype(info.data_type)
         self.channels = info.num_channels
         self.fill_value = 0
-        self.strict = False  # absent chunks raise NotFoundError (Volume's fill_missing=False)
+        self._reads = threading.local()  # .strict: see strict_reads
         self._adopt(scale)
         self.committed = scale
 
@@ -64,7 +66,7 @@ class ScaleChunks(ChunkSource):
             part = positions[first:first + BATCH]
             blobs = self.store.get(part)
             present = [i for i, blob in enumerate(blobs) if blob is not None]
-            if self.strict and len(present) < len(blobs):
+            if len(present) < len(blobs) and getattr(self._reads, "strict", False):
                 self._missing(part, [i for i, blob in enumerate(blobs) if blob is None])
             for i in (i for i, blob in enumerate(blobs) if blob is None):
                 consume(first + i, None)  # absent: nothing to decode, no thread needed
@@ -81,6 +83,18 @@ class ScaleChunks(ChunkSource):
                     block_size=block, where=self.store.where(part[i].tolist()), reuse=True))
 
             pmap(one, present, min_items=4)
+
+    @contextmanager
+    def strict_reads(self, strict: bool = True) -> Iterator[None]:
+        """Within it, absent chunks that this thread reads raise NotFoundError rather than
+        read as the fill value (a Volume's ``fill_missing=False``, for its reads but not for
+        the reads an assignment makes); per thread, as one volume may be read on many."""
+        before = getattr(self._reads, "strict", False)
+        self._reads.strict = strict
+        try:
+            yield
+        finally:
+            self._reads.strict = before
 
     def _missing(self, part: np.ndarray, absent: list[int]) -> None:
         more = f" (and {len(absent) - 1} more chunks of this read)" if len(absent) > 1 else ""

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -149,16 +148,6 @@ class Volume:
 
     # --- reading -------------------------------------------------------------------------
 
-    @contextmanager
-    def _reading(self):
-        """Reads (not the reads an assignment makes) raise for absent chunks unless
-        ``fill_missing``."""
-        self._source.strict = not self.fill_missing
-        try:
-            yield
-        finally:
-            self._source.strict = False
-
     def read_chunks(self, positions: Any) -> list[np.ndarray]:
         """Whole chunks at (n, 3) chunk-grid positions (staged ones from memory, the rest
         fetched in one batch and decoded on threads); absent chunks as 0, or NotFoundError
@@ -169,7 +158,7 @@ class Volume:
         :meth:`chunk_bounds` gives each chunk's box in coordinates, :meth:`chunk_positions`
         the chunks present."""
         positions = np.asarray(positions, np.int64).reshape(-1, 3)
-        with self._reading():
+        with self._source.strict_reads(not self.fill_missing):
             return self.array.read_chunks(np.pad(positions, ((0, 0), (0, 1))))
 
     def chunk_bounds(self, positions: Any) -> list[Bounds]:
@@ -207,7 +196,7 @@ class Volume:
             A chunk that does not decode.
         """
         index = self._index(index)
-        with self._reading():
+        with self._source.strict_reads(not self.fill_missing):
             return self.array[index]
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
