@@ -115,7 +115,8 @@ class Volume:
 
         >>> vol.bounds                                     # doctest: +SKIP
         Bounds(start=(1000, 2000, 30), stop=(1512, 2512, 94))
-        >>> vol.translate_to[0][0:10, 0:10, 0]             # doctest: +SKIP
+        >>> vol.translate_to[0].bounds                     # doctest: +SKIP
+        Bounds(start=(0, 0, 0), stop=(512, 512, 64))
         """
         return TranslateTo(self._translated)
 
