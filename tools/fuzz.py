@@ -588,7 +588,8 @@ def make_volume(rng, root: Path, encodings: tuple[str, ...] = ()) -> Store:
     keys = [morton((x, y, z), grid) for x in range(grid[0]) for y in range(grid[1])
             for z in range(grid[2])]
     store = Store("volume", root, spec, keys=keys, volume={
-        "encoding": encoding, "dtype": dtype, "channels": c, "shape": shape, "key": key})
+        "encoding": encoding, "dtype": dtype, "channels": c, "shape": shape, "key": key,
+        "offset": offset})
     store.originals = {p.name: p.read_bytes() for p in (root / key).iterdir()}
     return store
 
@@ -754,9 +755,11 @@ def ng_per_key(kv, keys: list[int], spec: dict) -> tuple[Outcome, list[Outcome]]
 
 
 def check_volume(store: Store, case: Case, rng, mem: Memory) -> list[Read]:
-    shape = store.volume["shape"]
+    shape, offset = store.volume["shape"], store.volume["offset"]
     lo = [int(rng.integers(n)) for n in shape]
-    box = tuple(slice(a, int(rng.integers(a + 1, n + 1))) for a, n in zip(lo, shape))
+    # voxel coordinates (from voxel_offset), as both libraries index
+    box = tuple(slice(o + a, o + int(rng.integers(a + 1, n + 1)))
+                for a, n, o in zip(lo, shape, offset))
     if store.volume["encoding"] == "png":
         case.hazard = png_hazard(case.chunk, store.volume["dtype"])
     reads = []
@@ -789,7 +792,7 @@ def ts_volume(store: Store, index: tuple) -> Outcome:
     def read():
         vol = ts.open({"driver": "neuroglancer_precomputed", "kvstore": f"file://{store.root}/"},
                       context=ts.Context(), read=True).result()
-        return vol.translate_to[0][index].read().result()
+        return vol[index].read().result()
 
     return ts_call(read)
 

@@ -31,7 +31,7 @@ try:
 except PackageNotFoundError:  # running from a source tree
     __version__ = "0.1.0"
 
-_VOLUME_NAMES = ("Volume", "create_volume", "open_volume")
+_VOLUME_NAMES = ("Bounds", "Volume", "create_volume", "open_volume")
 _LAYER_NAMES = ("Annotation", "AnnotationSet", "Annotations", "LegacyMeshes", "Mesh", "Meshes",
                 "SegmentProperties", "Skeleton", "Skeletons", "open_annotations", "open_meshes",
                 "open_segment_properties", "open_skeletons", "write_annotations",
@@ -62,6 +62,7 @@ def __getattr__(name: str):
 
 __all__ = [
     "Annotations",
+    "Bounds",
     "ConflictError",
     "CorruptDataError",
     "ExistsError",

@@ -59,8 +59,9 @@ def tensorstore_array(path, data, *, chunks, shards, index_location="end"):
 
 
 def ome_group(path, levels, *, version="0.5", axes="czyx", units="micrometer", scales=None,
-              chunks=None, shards=None):
-    """An OME-Zarr group (0.5: v3, 0.4: v2) holding ``levels`` (arrays in ``axes`` order)."""
+              chunks=None, shards=None, translations=None):
+    """An OME-Zarr group (0.5: v3, 0.4: v2) holding ``levels`` (arrays in ``axes`` order),
+    with a translation per level if given."""
     zarr_format = 3 if version == "0.5" else 2
     group = zarr.open_group(str(path), mode="w", zarr_format=zarr_format)
     axis_docs = [{"name": a, "type": "channel" if a == "c" else "space",
@@ -73,7 +74,9 @@ def ome_group(path, levels, *, version="0.5", axes="czyx", units="micrometer", s
         arr[...] = data
         scale = scales[i] if scales else [1.0 if a == "c" else 2.0 ** i for a in axes]
         datasets.append({"path": str(i), "coordinateTransformations": [
-            {"type": "scale", "scale": scale}]})
+            {"type": "scale", "scale": scale}] + ([{"type": "translation",
+                                                    "translation": translations[i]}]
+                                                  if translations else [])})
     ms = {"axes": axis_docs, "datasets": datasets}
     if version == "0.5":
         group.attrs["ome"] = {"version": "0.5", "multiscales": [ms]}

@@ -62,14 +62,16 @@ def sample(dtype, channels, seed=0) -> np.ndarray:
 def test_tensorstore_writes_ngshard_reads(tmp_path, dtype, channels, encoding, sharding):
     data = sample(dtype, channels)
     store = ts.open(ts_spec(tmp_path, dtype, channels, encoding, sharding, create=True)).result()
-    store[ts.d[:].translate_to[0]].write(data).result()
+    store.write(data).result()  # its domain: the layer's voxel coordinates
     vol = open_volume(tmp_path)
     assert vol.shape == (*SIZE, channels) and vol.dtype == np.dtype(dtype)
     assert vol.voxel_offset == OFFSET and vol.chunk_size == CHUNK
     np.testing.assert_array_equal(vol[:], data)
-    for index in [(slice(3, 30, 4), slice(None, None, -3), 7), (Ellipsis, 0), (-1, -1, -1),
-                  (slice(8, 16), slice(0, 8), slice(4, 8))]:
-        np.testing.assert_array_equal(vol[index], data[index])
+    # the same voxel coordinates as tensorstore's, x from 5, y from -3, z from 100
+    for index in [(slice(8, 35, 4), slice(None, None, -3), 107), (Ellipsis, 0), (41, 17, 110),
+                  (slice(13, 21), slice(-3, 5), slice(104, 108)), (5, -1, 100)]:
+        np.testing.assert_array_equal(vol[index], store[index].read().result())
+    np.testing.assert_array_equal(vol[13:21, -3:5, 104:108], data[8:16, 0:8, 4:8])
 
 
 @pytest.mark.parametrize("dtype, channels, encoding, sharding",
@@ -79,13 +81,16 @@ def test_ngshard_writes_tensorstore_reads(tmp_path, dtype, channels, encoding, s
     vol = create_volume(tmp_path, dtype=dtype, shape=(*SIZE, channels), chunk_size=CHUNK,
                         encoding=encoding, resolution=(4, 4, 40), voxel_offset=OFFSET,
                         sharding=sharding, compressed_segmentation_block_size=(4, 4, 2))
-    vol[:10, :, :5] = data[:10, :, :5]  # partial chunks first: read-modify-write later
-    vol[10:] = data[10:]
-    vol[:10, :, 5:] = data[:10, :, 5:]
+    # voxel coordinates: x from 5, z from 100; partial chunks first: read-modify-write later
+    vol[:15, :, :105] = data[:10, :, :5]
+    vol[15:] = data[10:]
+    vol[:15, :, 105:] = data[:10, :, 5:]
     np.testing.assert_array_equal(vol[:], data)  # reads see staged chunks
     vol.commit()
     store = ts.open(ts_spec(tmp_path, dtype, channels, encoding, sharding)).result()
-    np.testing.assert_array_equal(store[ts.d[:].translate_to[0]].read().result(), data)
+    np.testing.assert_array_equal(store.read().result(), data)
+    np.testing.assert_array_equal(store[15:30, -1:9, 102].read().result(),
+                                  vol[15:30, -1:9, 102])
     np.testing.assert_array_equal(open_volume(tmp_path)[:], data)
 
 
@@ -291,7 +296,7 @@ def test_unsharded_volume_over_http_reads_chunks_all_at_once(http_server):
     too), so a remote read pays a round trip per batch, not per chunk."""
     data = sample("uint16", 2)
     store = ts.open(ts_spec(http_server.root, "uint16", 2, "raw", None, create=True)).result()
-    store[ts.d[:].translate_to[0]].write(data).result()
+    store.write(data).result()
     key = json.loads((http_server.root / "info").read_text())["scales"][0]["key"]
     (http_server.root / key / "13-21_5-13_104-108").unlink()  # absent chunks read as 0
     data[8:16, 8:16, 4:8] = 0

@@ -158,6 +158,32 @@ def test_multiscale_layer_is_an_ome_zarr_group(tmp_path):
     assert PrecomputedStore(tmp_path, scale=1) == PrecomputedStore(tmp_path, scale="8_8_40")
 
 
+def test_ome_translation_places_each_level_at_the_layers_voxel_coordinates(tmp_path):
+    """zarr indexes from 0; each level's OME translation (voxel_offset x resolution) says
+    where: its voxel i is the global voxel translation / scale + i, where the volume and
+    tensorstore read the same values."""
+    write(tmp_path, "uint16", 1, "raw", "auto")
+    open_volume(tmp_path, mode="r+").add_scale((2, 2, 1))
+    group = zarr.open_group(store=PrecomputedStore(tmp_path, scale=None), mode="r")
+    (ms,) = group.attrs["ome"]["multiscales"]
+    for i, dataset in enumerate(ms["datasets"]):
+        scale, translation = (t[t["type"]] for t in dataset["coordinateTransformations"])
+        origin = tuple(round(t / r) for t, r in zip(translation[:3], scale[:3]))
+        assert all(o * r == t for o, r, t in zip(origin, scale, translation))  # whole voxels
+        vol = open_volume(tmp_path, scale=i)
+        assert origin == vol.bounds.start == tuple(o // f for o, f in zip(OFFSET, (i + 1,
+                                                                                   i + 1, 1)))
+        theirs = ts.open({"driver": "neuroglancer_precomputed", "scale_index": i,
+                          "kvstore": {"driver": "file", "path": str(tmp_path)}}).result()
+        level = group[dataset["path"]]
+        x, y, z = origin
+        for point in [(0, 0, 0), (3, 7, 2), tuple(n - 1 for n in level.shape[:3])]:
+            at = tuple(o + p for o, p in zip(origin, point))
+            assert level[(*point, 0)] == vol[(*at, 0)] == theirs[(*at, 0)].read().result()
+        np.testing.assert_array_equal(level[2:9, 1:4, 3], vol[x + 2:x + 9, y + 1:y + 4, z + 3])
+        np.testing.assert_array_equal(level[...], theirs.read().result())
+
+
 def test_xarray_reads_a_level(tmp_path):
     data = write(tmp_path, "uint16", 2, "raw", "auto")
     open_volume(tmp_path, mode="r+").add_scale((2, 2, 1))
@@ -255,7 +281,8 @@ def test_wrong_places_and_bad_chunks(tmp_path):
     arr = zarr.open_array(store=PrecomputedStore(tmp_path / "vol"))
     with pytest.raises(CorruptDataError, match="13-21_5-13_100-104"):
         arr[...]
-    np.testing.assert_array_equal(arr[:8], open_volume(tmp_path / "vol")[:8])  # others read
+    # the others read: zarr's x 0..8 is the volume's voxel coordinates 5..13
+    np.testing.assert_array_equal(arr[:8], open_volume(tmp_path / "vol")[5:13])
 
 
 def test_unsupported_encoding_is_named(tmp_path):

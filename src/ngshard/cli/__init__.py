@@ -79,8 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "streamed shard by shard; --sort holds every key in memory)")
     quiet(p)
     p.add_argument("--chunks", action="store_true",
-                   help="for volume scales: print each chunk's grid position (x y z) after "
-                        "its Morton key")
+                   help="for volume scales: print each chunk's grid position (x y z, "
+                        "0-based from voxel_offset) after its Morton key")
     p = command("get", cmd_get, "write the value of one key to stdout or a file; for a "
                 "skeleton, mesh or annotation layer, --as decodes it")
     store_args(p)

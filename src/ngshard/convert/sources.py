@@ -61,14 +61,15 @@ class ZarrSource:
 
 @dataclass(frozen=True)
 class PrecomputedSource:
-    """One scale (by key) of a precomputed volume."""
+    """One scale (by key) of a precomputed volume; boxes are 0-based (from voxel_offset), as
+    the chunk grid and a zarr array count."""
 
     url: str
     scale: str
     magnification = 1
 
     def read(self, lo, hi) -> np.ndarray:
-        return open_scale(self.url, self.scale).read_box(lo, hi)
+        return open_scale(self.url, self.scale).translate_to[0].read_box(lo, hi)
 
 
 @dataclass(frozen=True)

@@ -56,8 +56,9 @@ def open_layer(url: str | os.PathLike | dict | Storage, **kwargs: Any) -> Any:
         ``zarr://...``, ``gs://b/p/|zarr3:``, ...), a tensorstore spec dict of the
         neuroglancer_precomputed or a zarr driver, or an open Storage.
     **kwargs
-        Passed to the opener (e.g. ``scale=`` and ``mode=`` for a volume, ``mode=`` for a
-        bare store; ``scale=`` picks an OME-Zarr group's level).
+        Passed to the opener (e.g. ``scale=``, ``mode=`` and ``fill_missing=`` for a volume,
+        as :func:`ngshard.open_volume` takes them; ``mode=`` for a bare store; ``scale=``
+        picks an OME-Zarr group's level).
 
     Returns
     -------

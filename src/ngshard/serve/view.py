@@ -58,10 +58,10 @@ def _central_segments(storage: Storage, info: dict) -> list[str]:
     """The segments covering most of a plane through the middle of the coarsest scale
     (central :data:`_PLANE` voxels a side at most), largest first, as decimal strings."""
     scale = len(info["scales"]) - 1
-    vol = open_volume(storage, scale)
+    vol = open_volume(storage, scale).translate_to[0]
     sx, sy, sz = vol.shape[:3]
     x0, y0 = max(0, sx // 2 - _PLANE // 2), max(0, sy // 2 - _PLANE // 2)
-    plane = vol[x0:x0 + _PLANE, y0:y0 + _PLANE, sz // 2, 0]
+    plane = vol[x0:min(sx, x0 + _PLANE), y0:min(sy, y0 + _PLANE), sz // 2, 0]
     ids, counts = np.unique(plane[plane != 0], return_counts=True)
     return [str(i) for i in ids[np.argsort(-counts, kind="stable")][:SELECTED].tolist()]
 

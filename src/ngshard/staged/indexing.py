@@ -170,6 +170,28 @@ class Selection:
         return value
 
 
+def expand(index: Any, ndim: int) -> tuple:
+    """A numpy-style ``index`` as one item per axis of an ``ndim``-dimensional array: the
+    ellipsis expanded and the axes after the last item whole (``slice(None)``).
+
+    Raises
+    ------
+    IndexError
+        Too many indices or two ellipses.
+    """
+    if not isinstance(index, tuple):
+        index = (index,)
+    ellipses = sum(i is Ellipsis for i in index)
+    if ellipses > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    if ellipses:
+        at = next(k for k, i in enumerate(index) if i is Ellipsis)
+        index = index[:at] + (slice(None),) * (ndim - len(index) + 1) + index[at + 1:]
+    if len(index) > ndim:
+        raise IndexError(f"too many indices: {len(index)} for an array of {ndim} axes")
+    return index + (slice(None),) * (ndim - len(index))
+
+
 def normalize(index: Any, shape: Sequence[int]) -> Selection:
     """A :class:`Selection` from a numpy-style ``index`` over an array of ``shape``.
 
@@ -179,16 +201,6 @@ def normalize(index: Any, shape: Sequence[int]) -> Selection:
         An index out of bounds, too many indices, two ellipses, a newaxis, a boolean scalar,
         a mask of the wrong length, or an array that is not 1-D integers or booleans.
     """
-    if not isinstance(index, tuple):
-        index = (index,)
-    ellipses = sum(i is Ellipsis for i in index)
-    if ellipses > 1:
-        raise IndexError("an index can only have a single ellipsis ('...')")
-    if ellipses:
-        at = next(k for k, i in enumerate(index) if i is Ellipsis)
-        index = index[:at] + (slice(None),) * (len(shape) - len(index) + 1) + index[at + 1:]
-    if len(index) > len(shape):
-        raise IndexError(f"too many indices: {len(index)} for an array of {len(shape)} axes")
-    index = index + (slice(None),) * (len(shape) - len(index))
+    index = expand(index, len(shape))
     return Selection(tuple(_axis(i, int(n), axis) for axis, (i, n) in
                            enumerate(zip(index, shape))))

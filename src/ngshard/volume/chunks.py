@@ -102,7 +102,8 @@ class ShardedChunks(ChunkStore):
 
     def where(self, position: Sequence[int]) -> str:
         key = int(self.grid.morton(np.array([position]))[0])
-        return f"{self.kv.storage.url} chunk {key} at grid position {tuple(position)}"
+        shard = self.kv.spec.shard_filename(self.kv.spec.locate_one(key)[0])
+        return f"{self.kv.storage.path(shard)} chunk {key} at grid position {tuple(position)}"
 
 
 class FileChunks(ChunkStore):

@@ -1,9 +1,10 @@
 """The chunk grid of one precomputed scale: voxel bounds, unsharded chunk names, Morton chunk IDs
 and the box of chunks a shard covers.
 
-Positions are chunk-grid coordinates (x, y, z), 0-based from the volume origin; voxel
-coordinates are 0-based too except in chunk names, which the format writes in absolute
-coordinates (``voxel_offset`` added).
+Positions are chunk-grid coordinates (x, y, z), 0-based from the volume origin; voxel boxes
+here are 0-based too (from voxel_offset) except in chunk names, which the format writes in the
+layer's voxel coordinates (``voxel_offset`` added), as ``Volume`` is indexed and
+``Volume.chunk_bounds`` gives them.
 """
 
 from __future__ import annotations

@@ -59,8 +59,11 @@ def write_volume_info(storage: Storage, info: VolumeInfo) -> None:
 
 
 def open_volume(url: str | os.PathLike | dict | Storage, scale: int | str = 0, mode: str = "r", *,
-                progress: bool = False, staged_bytes: int = DEFAULT_STAGED_BYTES) -> Volume:
-    """Open one scale of the precomputed volume at ``url``.
+                fill_missing: bool = True, progress: bool = False,
+                staged_bytes: int = DEFAULT_STAGED_BYTES) -> Volume:
+    """Open one scale of the precomputed volume at ``url``, indexed in its voxel coordinates
+    (``vol.bounds``: ``[voxel_offset, voxel_offset + size)``; ``vol.translate_to[0]`` is a
+    view indexed from 0).
 
     Parameters
     ----------
@@ -74,6 +77,10 @@ def open_volume(url: str | os.PathLike | dict | Storage, scale: int | str = 0, m
     mode
         "r" or "r+" (assignments staged, written by ``commit`` or on leaving ``with``;
         ``abort()`` or an exception inside ``with`` drops them).
+    fill_missing
+        Absent chunks read as 0, the fill value (True, as tensorstore); False: a read that
+        touches one raises NotFoundError naming it (cloud-volume's default), so absent and
+        zero can be told apart. Writes are the same either way.
     progress
         Progress bars on reads, writes and commits of many chunks.
     staged_bytes
@@ -95,7 +102,9 @@ def open_volume(url: str | os.PathLike | dict | Storage, scale: int | str = 0, m
     Examples
     --------
     >>> vol = open_volume("gs://bucket/em")            # doctest: +SKIP
-    >>> vol[0:512, 0:512, 100, 0].shape                # doctest: +SKIP
+    >>> vol.bounds                                     # doctest: +SKIP
+    Bounds(start=(1000, 2000, 30), stop=(9192, 10192, 1054))
+    >>> vol[1000:1512, 2000:2512, 100, 0].shape        # doctest: +SKIP
     (512, 512)
     """
     if mode not in ("r", "r+"):
@@ -104,7 +113,8 @@ def open_volume(url: str | os.PathLike | dict | Storage, scale: int | str = 0, m
     require_family(source, url, "precomputed")
     info = read_volume_info(storage)
     scale = select_scale(info, source, scale, storage.url)
-    return Volume(storage, info, scale, mode, progress=progress, staged_bytes=staged_bytes)
+    return Volume(storage, info, scale, mode, progress=progress, fill_missing=fill_missing,
+                  staged_bytes=staged_bytes)
 
 
 def create_volume(url: str | os.PathLike | Storage, *, dtype: Any, shape: Sequence[int],
@@ -145,7 +155,7 @@ def create_volume(url: str | os.PathLike | Storage, *, dtype: Any, shape: Sequen
     Returns
     -------
     Volume
-        Scale 0, open in mode "r+".
+        Scale 0, open in mode "r+", indexed in voxel coordinates from ``voxel_offset``.
 
     Raises
     ------

@@ -91,12 +91,14 @@ def add_scale(vol: Volume, factor: Sequence[int] = (2, 2, 2), *, overwrite: bool
     stored = {tuple(p) for p in coarse.chunks.list_positions().tolist()}
     starts, stops = coarse.grid.bounds(positions)
     channels = info.num_channels
+    # blocks of factor voxels from each scale's origin (as igneous makes them): 0-based views
+    fine, coarse0 = vol.translate_to[0], coarse.translate_to[0]
     for pos, lo, hi in progress_bar(zip(positions.tolist(), starts, stops),
                                     total=len(positions), desc=f"scale {scale.key}",
                                     unit="chunk", enabled=progress):
-        small = _in_slabs(reduce, vol.read_box(lo * f, np.minimum(hi * f, s.size)), factor)
+        small = _in_slabs(reduce, fine.read_box(lo * f, np.minimum(hi * f, s.size)), factor)
         if small.any() or tuple(pos) in stored:
-            coarse[lo[0]:hi[0], lo[1]:hi[1], lo[2]:hi[2], 0:channels] = small
+            coarse0[lo[0]:hi[0], lo[1]:hi[1], lo[2]:hi[2], 0:channels] = small
     coarse.commit(progress=progress)
     if existing is None:  # the info last, as stored now (another scale may have come)
         info = read_volume_info(storage).with_scale(scale)

@@ -8,11 +8,13 @@ The array's chunk grid has a fourth axis of one chunk (the channels); positions 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 
-from ..errors import SpecError
+from ..errors import NotFoundError, SpecError
 from ..progress import progress_bar
 from ..sharded.infofile import read_info, write_info
 from ..staged import ChunkSource, Geometry
@@ -38,6 +40,7 @@ class ScaleChunks(ChunkSource):
         self.dtype = np.dtype(info.data_type)
         self.channels = info.num_channels
         self.fill_value = 0
+        self._reads = threading.local()  # .strict: see strict_reads
         self._adopt(scale)
         self.committed = scale
 
@@ -63,6 +66,8 @@ class ScaleChunks(ChunkSource):
             part = positions[first:first + BATCH]
             blobs = self.store.get(part)
             present = [i for i, blob in enumerate(blobs) if blob is not None]
+            if len(present) < len(blobs) and getattr(self._reads, "strict", False):
+                self._missing(part, [i for i, blob in enumerate(blobs) if blob is None])
             for i in (i for i, blob in enumerate(blobs) if blob is None):
                 consume(first + i, None)  # absent: nothing to decode, no thread needed
             if not present:
@@ -78,6 +83,23 @@ class ScaleChunks(ChunkSource):
                     block_size=block, where=self.store.where(part[i].tolist()), reuse=True))
 
             pmap(one, present, min_items=4)
+
+    @contextmanager
+    def strict_reads(self, strict: bool = True) -> Iterator[None]:
+        """Within it, absent chunks that this thread reads raise NotFoundError rather than
+        read as the fill value (a Volume's ``fill_missing=False``, for its reads but not for
+        the reads an assignment makes); per thread, as one volume may be read on many."""
+        before = getattr(self._reads, "strict", False)
+        self._reads.strict = strict
+        try:
+            yield
+        finally:
+            self._reads.strict = before
+
+    def _missing(self, part: np.ndarray, absent: list[int]) -> None:
+        more = f" (and {len(absent) - 1} more chunks of this read)" if len(absent) > 1 else ""
+        raise NotFoundError(f"{self.store.where(part[absent[0]].tolist())}: the chunk is "
+                            f"absent{more}, and the volume was opened with fill_missing=False")
 
     def write(self, positions: np.ndarray, chunks: Sequence[np.ndarray], *,
               stable: bool = False) -> None:

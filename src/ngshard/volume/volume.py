@@ -1,6 +1,8 @@
 """Volume: numpy indexing over one scale of a precomputed layer, sharded or not.
 
-Indices run from 0 over [x, y, z, channel] (voxel_offset is applied for you): basic indexing
+Indices over [x, y, z, channel] are the layer's own voxel coordinates, as in cloud-volume and
+tensorstore: x, y, z in ``[voxel_offset, voxel_offset + size)`` (``vol.bounds``), the channel
+from 0 (see ``coords.py``); ``vol.translate_to[0]`` is a view indexed from 0. Basic indexing
 and orthogonal advanced indexing (an integer array or boolean mask per axis). The voxels go
 through a staged-changes array (``ngshard.staged``, seed 003): a read fetches the stored chunks
 it touches in batches and decodes them on threads; an assignment never reads a chunk it covers
@@ -11,6 +13,7 @@ shard by shard. ``plan()`` prints what a commit will do.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,9 +25,11 @@ from ..sharded import ShardedKV
 from ..staged import DEFAULT_STAGED_BYTES, ChangesPlan, StagedChangesArray, normalize
 from ..storage import Storage
 from .chunks import ChunkStore, FileChunks, ShardedChunks
+from .coords import Bounds, TranslateTo, array_index
 from .grid import ChunkGrid
 from .info import Scale, VolumeInfo, chunk_nbytes
 from .source import ScaleChunks
+from .vectors import Vec3
 
 
 def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
@@ -36,13 +41,18 @@ def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
 
 class Volume:
     """One scale of a precomputed volume. Open with :func:`open_volume` or make one with
-    :func:`create_volume`."""
+    :func:`create_volume`.
+
+    Indexed in the layer's voxel coordinates (:attr:`bounds`); ``fill_missing``: absent
+    chunks read as 0 (True) or raise NotFoundError (False; writes are unaffected)."""
 
     def __init__(self, storage: Storage, info: VolumeInfo, scale: int | str = 0,
-                 mode: str = "r", *, progress: bool = False,
+                 mode: str = "r", *, progress: bool = False, fill_missing: bool = True,
                  staged_bytes: int = DEFAULT_STAGED_BYTES, new: bool = False) -> None:
         self.storage, self.info, self.mode = storage, info, mode
         self.progress = progress  # progress bars on reads, writes and commits of many chunks
+        self.fill_missing = fill_missing
+        self._origin: Vec3 | None = None  # a translated view's origin (None: voxel_offset)
         scale = info.scale(scale)
         self.dtype = np.dtype(info.data_type)
         scale_storage = storage.child(scale.key)
@@ -64,7 +74,7 @@ class Volume:
 
     def __repr__(self) -> str:
         return (f"Volume({self.storage.url!r}, scale={self.scale.key!r}, shape={self.shape}, "
-                f"dtype={self.dtype}, mode={self.mode!r})")
+                f"bounds={self.bounds}, dtype={self.dtype}, mode={self.mode!r})")
 
     def _max_chunk_bytes(self, scale: Scale) -> int:
         raw = chunk_nbytes(scale.chunk_size, self.info.num_channels, self.dtype)
@@ -87,7 +97,39 @@ class Volume:
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
+        """The size (x, y, z, channels)."""
         return self.array.shape
+
+    @property
+    def bounds(self) -> Bounds:
+        """The box of voxel coordinates this volume is indexed in: ``[voxel_offset,
+        voxel_offset + size)``, or from a view's origin (:attr:`translate_to`)."""
+        start = self.voxel_offset if self._origin is None else self._origin
+        return Bounds(start, tuple(a + n for a, n in zip(start, self.shape[:3])))
+
+    @property
+    def translate_to(self) -> TranslateTo[Volume]:
+        """``vol.translate_to[0]`` (or ``[(x, y, z)]``): a view of this volume indexed from
+        that origin, as tensorstore's ``translate_to``. It shares this volume's scale and
+        staged changes: a commit or abort through either acts on both.
+
+        >>> vol.bounds                                     # doctest: +SKIP
+        Bounds(start=(1000, 2000, 30), stop=(1512, 2512, 94))
+        >>> vol.translate_to[0].bounds                     # doctest: +SKIP
+        Bounds(start=(0, 0, 0), stop=(512, 512, 64))
+        """
+        return TranslateTo(self._translated)
+
+    def _translated(self, origin: Vec3) -> Volume:
+        view = copy.copy(self)
+        view._origin = origin
+        return view
+
+    def _index(self, index: Any) -> tuple:
+        """``index`` (voxel coordinates) as the staged array's 0-based index."""
+        note = "voxel coordinates, from voxel_offset; vol.translate_to[0] indexes from 0" \
+            if self._origin is None else f"a view translated to {self._origin}"
+        return array_index(index, self.bounds, note)
 
     @property
     def scales(self) -> tuple[Scale, ...]:
@@ -109,17 +151,54 @@ class Volume:
 
     def read_chunks(self, positions: Any) -> list[np.ndarray]:
         """Whole chunks at (n, 3) chunk-grid positions (staged ones from memory, the rest
-        fetched in one batch and decoded on threads); absent chunks as 0. Each array is
-        (x, y, z, channel), clipped at the edge."""
+        fetched in one batch and decoded on threads); absent chunks as 0, or NotFoundError
+        without ``fill_missing``. Each array is (x, y, z, channel), clipped at the edge.
+
+        Positions are 0-based indices into the chunk grid, as the format counts them (Morton
+        codes and unsharded chunk names count from voxel_offset), not voxel coordinates:
+        :meth:`chunk_bounds` gives each chunk's box in coordinates, :meth:`chunk_positions`
+        the chunks present."""
         positions = np.asarray(positions, np.int64).reshape(-1, 3)
-        return self.array.read_chunks(np.pad(positions, ((0, 0), (0, 1))))
+        with self._source.strict_reads(not self.fill_missing):
+            return self.array.read_chunks(np.pad(positions, ((0, 0), (0, 1))))
+
+    def chunk_bounds(self, positions: Any) -> list[Bounds]:
+        """The voxel box, in this volume's coordinates (:attr:`bounds`), of the chunk at each
+        (n, 3) chunk-grid position, clipped at the edge as edge chunks are.
+
+        Raises
+        ------
+        SpecError
+            A position outside the chunk grid.
+        """
+        starts, stops = self.grid.bounds(np.reshape(np.asarray(positions), (-1, 3)))
+        origin = np.array(self.bounds.start)
+        return [Bounds(tuple(a), tuple(b)) for a, b in
+                zip((starts + origin).tolist(), (stops + origin).tolist())]
 
     def read_box(self, start: Sequence[int], stop: Sequence[int]) -> np.ndarray:
-        """The voxels of [start, stop) over (x, y, z), all channels, absent chunks as 0."""
+        """The voxels of [start, stop) over (x, y, z) in voxel coordinates (within
+        :attr:`bounds`), all channels, absent chunks as 0 (see :meth:`__getitem__`)."""
         return self[tuple(slice(int(a), int(b)) for a, b in zip(start, stop))]
 
     def __getitem__(self, index: Any) -> np.ndarray:
-        return self.array[index]
+        """The voxels at ``index`` over [x, y, z, channel]: x, y, z in voxel coordinates
+        (integers, slices with any step, integer arrays; a negative number is a coordinate),
+        the channel from 0.
+
+        Raises
+        ------
+        IndexError
+            An index outside :attr:`bounds` (the message names them), or an invalid index.
+        NotFoundError
+            A chunk the read touches is absent and the volume was opened with
+            ``fill_missing=False``.
+        CorruptDataError
+            A chunk that does not decode.
+        """
+        index = self._index(index)
+        with self._source.strict_reads(not self.fill_missing):
+            return self.array[index]
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         """The whole scale, for ``np.asarray(vol)`` (every read makes a new array)."""
@@ -149,11 +228,12 @@ class Volume:
             raise ReadOnlyError(f"{self.storage.url}: volume is open read-only (mode 'r')")
 
     def __setitem__(self, index: Any, value: Any) -> None:
-        """Stage an assignment (basic or orthogonal index; steps of any sign)."""
+        """Stage an assignment (basic or orthogonal index in voxel coordinates, as for
+        reading; steps of any sign)."""
         self._writable()
         value = np.asarray(value)
         self._check_value(value)
-        selection = normalize(index, self.shape)
+        selection = normalize(self._index(index), self.shape)
         channels, target = selection.axes[3], selection.result_shape
         if value.ndim == len(target) - 1 and not channels.drop and len(channels) == 1 and \
                 not _broadcasts(value.shape, target):  # (x, y, z) for a single channel

@@ -1,7 +1,8 @@
 """The Zarr v3 metadata a :class:`~ngshard.zarr.store.PrecomputedStore` presents: pure
 functions from a volume's info to ``zarr.json`` documents, no I/O and no zarr-python.
 
-One scale is an array of shape (x, y, z, c), exactly as ``Volume`` indexes it, with the
+One scale is an array of shape (x, y, z, c), as ``Volume`` indexes it but from 0 (as
+``vol.translate_to[0]``; an OME group's ``translation`` says where voxel 0 lies), with the
 precomputed chunk size (all channels in one chunk) as its regular chunk grid and fill value 0.
 Its codecs are ``transpose`` (order [3, 2, 1, 0]) then ``bytes`` little endian: zarr lays a
 chunk out as the reversed axes (c, z, y, x) in C order, which is x fastest, the Fortran order
