@@ -11,7 +11,6 @@ mean edge length of each LOD (the detail it resolves), kept increasing.
 
 from __future__ import annotations
 
-import itertools
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -22,6 +21,7 @@ from ..errors import SpecError
 from ..sharded.infofile import read_info, write_info
 from ..sharded.spec import check_key
 from ..storage import Storage, open_storage
+from ..storage.twins import write_twins
 from ..threads import pmap
 from .info import transform_json
 from .mesh_codec import Manifest, encode_fragment, encode_legacy
@@ -29,7 +29,7 @@ from .mesh_octree import fragments
 from .meshes import KIND, LEGACY, LegacyMeshes, Meshes
 from .prefixed_writer import DEFAULT_BUFFER_BYTES, PrefixedShardWriter
 from .sharding import resolve_sharding
-from .store import batched, count_of, pairs, write_segments
+from .store import batched, count_of, pairs, unsharded_twin, write_segments
 
 _BATCH = 64  # segments encoded together (their fragments on every core)
 
@@ -101,7 +101,8 @@ def write_meshes(url: str | os.PathLike | Storage,
                  sharding: None | str | dict = "auto", vertex_quantization_bits: int = 16,
                  transform: Any = None, chunk_shape: Any = None,
                  lod_scale_multiplier: float = 1.0, compression_level: int = 7,
-                 buffer_bytes: int = DEFAULT_BUFFER_BYTES, durable: bool = True) -> Meshes:
+                 buffer_bytes: int = DEFAULT_BUFFER_BYTES, durable: bool = True,
+                 compress: str | None = None) -> Meshes:
     """Write a multi-resolution (``neuroglancer_multilod_draco``) mesh layer at ``url``.
 
     Parameters
@@ -128,12 +129,17 @@ def write_meshes(url: str | os.PathLike | Storage,
     buffer_bytes, durable
         Encoded segments held before they are spilled by shard; ``durable=False`` skips
         fsyncs.
+    compress
+        With ``sharding=None``: manifests and fragment files written as their compressed
+        twins (None: plain, "gzip", "br" or "zstd"). A fragment twin is read whole, not by
+        range: plain files suit large meshes best.
 
     Returns
     -------
     Meshes
         The layer, open for reading.
     """
+    twin = unsharded_twin(compress, sharding)
     if vertex_quantization_bits not in (10, 16):
         raise SpecError(f"vertex_quantization_bits must be 10 or 16, got "
                         f"{vertex_quantization_bits}")
@@ -153,8 +159,8 @@ def write_meshes(url: str | os.PathLike | Storage,
             writer.add_many(np.array([k for k, _, _ in encoded], np.uint64),
                             [m for _, _, m in encoded], [d for _, d, _ in encoded])
         else:
-            storage.write_many([item for k, data, manifest in encoded
-                                for item in ((f"{k}.index", manifest), (str(k), data))])
+            write_twins(storage, [item for k, data, manifest in encoded
+                                  for item in ((f"{k}.index", manifest), (str(k), data))], twin)
     if writer is not None:
         writer.close()
     info = {"@type": KIND, "vertex_quantization_bits": vertex_quantization_bits,
@@ -175,13 +181,16 @@ def _keep_properties(storage: Storage, info: dict, kind: str) -> None:
 
 def write_legacy_meshes(url: str | os.PathLike | Storage,
                         items: Mapping[int, Any] | Iterable[tuple[int, Any]], *,
-                        sharding: None | str | dict = None, durable: bool = True
-                        ) -> LegacyMeshes:
+                        sharding: None | str | dict = None, durable: bool = True,
+                        compress: str | None = None) -> LegacyMeshes:
     """Write a legacy single-resolution (``neuroglancer_legacy_mesh``) layer: per segment a
     ``<id>:0`` manifest naming one fragment file ``<id>:0:0`` (unsharded, the default), or
     the fragment itself as the value (sharded, as cloud-volume writes them).
 
-    ``items`` as for :func:`write_meshes`, one LOD each (vertices in nm)."""
+    ``items`` as for :func:`write_meshes`, one LOD each (vertices in nm). ``compress``
+    (unsharded only): the fragment files written as their compressed twins, as igneous
+    writes them (its default is gzip); the manifests stay plain, as igneous leaves them."""
+    twin = unsharded_twin(compress, sharding)
     storage = open_storage(url, durable=durable)
 
     def encoded() -> Iterable[tuple[int, bytes]]:
@@ -195,9 +204,9 @@ def write_legacy_meshes(url: str | os.PathLike | Storage,
         write_segments(storage, spec, encoded())
     else:
         for batch in batched(encoded(), 1024):
-            storage.write_many(list(itertools.chain.from_iterable(
-                ((f"{k}:0", f'{{"fragments": ["{k}:0:0"]}}'.encode()), (f"{k}:0:0", blob))
-                for k, blob in batch)))
+            storage.write_many([(f"{k}:0", f'{{"fragments": ["{k}:0:0"]}}'.encode())
+                                for k, _ in batch])
+            write_twins(storage, [(f"{k}:0:0", blob) for k, blob in batch], twin)
     info = {"@type": LEGACY}
     if spec is not None:
         info["sharding"] = spec.to_json()

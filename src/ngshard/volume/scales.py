@@ -58,7 +58,7 @@ def add_scale(vol: Volume, factor: Sequence[int] = (2, 2, 2), *, progress: bool 
     info = info.with_scale(scale)
     write_volume_info(vol.storage, info)
     vol.info = info
-    coarse = Volume(vol.storage, info, scale.key, "r+")
+    coarse = Volume(vol.storage, info, scale.key, "r+", compress=vol.compress)
     reduce = downsample_mode if info.type == "segmentation" else downsample_mean
     f = np.asarray(factor)
     positions = coarse_positions(vol, f, coarse)
