@@ -130,9 +130,9 @@ def write_meshes(url: str | os.PathLike | Storage,
         Encoded segments held before they are spilled by shard; ``durable=False`` skips
         fsyncs.
     compress
-        With ``sharding=None``: manifests and fragment files written as their compressed
-        twins (None: plain, "gzip", "br" or "zstd"). A fragment twin is read whole, not by
-        range: plain files suit large meshes best.
+        With ``sharding=None``: the ``<id>.index`` manifests written as their compressed
+        twins (None: plain, "gzip", "br" or "zstd"). The fragment files stay plain: readers
+        (cloud-volume, Neuroglancer) fetch byte ranges of them.
 
     Returns
     -------
@@ -159,8 +159,8 @@ def write_meshes(url: str | os.PathLike | Storage,
             writer.add_many(np.array([k for k, _, _ in encoded], np.uint64),
                             [m for _, _, m in encoded], [d for _, d, _ in encoded])
         else:
-            write_twins(storage, [item for k, data, manifest in encoded
-                                  for item in ((f"{k}.index", manifest), (str(k), data))], twin)
+            storage.write_many([(str(k), data) for k, data, _ in encoded])
+            write_twins(storage, [(f"{k}.index", manifest) for k, _, manifest in encoded], twin)
     if writer is not None:
         writer.close()
     info = {"@type": KIND, "vertex_quantization_bits": vertex_quantization_bits,
