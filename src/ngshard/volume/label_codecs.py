@@ -54,9 +54,9 @@ def _labels(array: np.ndarray) -> np.ndarray:
 
 def encode_labels(array: np.ndarray, encoding: str) -> bytes:
     """An (x, y, z, 1) array as a compresso or crackle stream."""
-    labels = _labels(array)
+    labels = np.asfortranarray(_labels(array))  # as cloud-volume hands them: one layout
     if encoding == "compresso":
-        return bytes(compresso().compress(np.asfortranarray(labels)))
+        return bytes(compresso().compress(labels))
     return bytes(crackle().compress(labels))
 
 
