@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -74,6 +75,14 @@ def test_legacy_meshes_stored_as_zstd_twins():
         mesh = layer.get(k)
         want = expected[f"{k}_0_v"][expected[f"{k}_0_f"]]
         assert _triangles(mesh.vertices[mesh.faces]) == _triangles(want)
+
+
+def test_legacy_meshes_of_twins_without_an_info(tmp_path):
+    """A directory of ``<id>:0`` manifests is a legacy mesh layer, twins or not."""
+    shutil.copytree(FIXTURES / "ig_meshes_legacy_zstd" / "mesh", tmp_path / "m")
+    os.remove(tmp_path / "m" / "info")
+    layer = ngshard.open(tmp_path / "m")
+    assert isinstance(layer, ngshard.LegacyMeshes) and len(layer) == 3
 
 
 SKELETONS = {k: (np.arange(3 * k, dtype=np.float32).reshape(k, 3),

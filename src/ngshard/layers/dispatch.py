@@ -8,6 +8,7 @@ from typing import Any
 from ..errors import NotFoundError, SpecError
 from ..sharded.infofile import INFO, read_info
 from ..storage import Storage, open_storage
+from ..storage.twins import plain_names
 
 SKELETONS = "neuroglancer_skeletons"
 MESHES = "neuroglancer_multilod_draco"
@@ -21,7 +22,7 @@ def layer_kind(doc: dict | None, storage: Storage) -> str:
     """What an info describes: one of LAYER_TYPES, "volume", "store" (a bare sharded store)
     or, with no info, "legacy_mesh" for a directory of ``<id>:0`` manifests."""
     if doc is None:
-        if any(name.endswith(":0") for name in storage.list()):
+        if any(name.endswith(":0") for name in plain_names(storage.list())):
             return LEGACY_MESHES
         raise NotFoundError(f"{storage.path(INFO)}: no info file: not a precomputed layer")
     kind = doc.get("@type")
