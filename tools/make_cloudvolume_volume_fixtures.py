@@ -168,8 +168,12 @@ def record(name: str, path: Path, offset: tuple[int, ...], data: np.ndarray | No
         assert np.array_equal(reads["whole"], data), name  # lossless: what was written
     np.savez_compressed(path / "expected.npz", **reads)
     size = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-    suffixes = sorted({p.suffix for p in (path / cv.key).iterdir()})
-    print(f"{name}: {size} bytes, chunk files {suffixes}")
+    suffixes = sorted({p.suffix or "(plain)" for p in (path / cv.key).iterdir()})
+    scale = cv.info["scales"][0]
+    line = (f"| {name} | {cv.info['data_type']} x{cv.info['num_channels']} | "
+            f"{scale['encoding']} | {' '.join(suffixes)} | {scale['voxel_offset']} | {size} |")
+    SUMMARY.append(line)
+    print(line)
 
 
 def layer_twins() -> None:
@@ -210,7 +214,12 @@ def layer_twins() -> None:
               f"cloud-volume")
 
 
+SUMMARY: list[str] = []
+
+
 def main() -> None:
+    import cloudvolume
+
     shutil.rmtree(OUT, ignore_errors=True)
     OUT.mkdir(parents=True)
     for seed, (name, spec) in enumerate(CASES.items()):
@@ -218,6 +227,14 @@ def main() -> None:
     for seed, (name, spec) in enumerate(NGSHARD_CASES.items()):
         write_ngshard_case(name, spec, 100 + seed)
     layer_twins()
+    (OUT / "README.md").write_text(
+        f"# cloud-volume volume fixtures\n"
+        f"Written by `tools/make_cloudvolume_volume_fixtures.py` with cloud-volume "
+        f"{cloudvolume.__version__} (the `ngshard_*` cases by ngshard, read by cloud-volume); "
+        f"its docstring says what each holds and how to regenerate them. `expected.npz`: "
+        f"cloud-volume's reads of the whole layer and of `boxes` (global coordinates).\n\n"
+        f"| case | data | encoding | chunk files | voxel_offset | bytes |\n"
+        f"| --- | --- | --- | --- | --- | --- |\n" + "\n".join(SUMMARY) + "\n")
 
 
 if __name__ == "__main__":

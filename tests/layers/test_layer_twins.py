@@ -143,3 +143,12 @@ def test_compress_is_refused_for_sharded_layers_and_checked(tmp_path):
         with pytest.raises(SpecError, match="'gzip', 'br', 'zstd'"):
             write(sharding=None, compress="lzma")
     assert not any((tmp_path / n).exists() for n in "smla")
+
+
+def test_a_layer_file_twin_that_does_not_decode_is_named(tmp_path):
+    shutil.copytree(FIXTURES / "cv_skeletons_br", tmp_path / "s")
+    folder = tmp_path / "s" / "skeletons"
+    name = sorted(n for n in os.listdir(folder) if n.endswith(".br"))[0]
+    (folder / name).write_bytes(b"\x1b\x2f not brotli")
+    with pytest.raises(ngshard.CorruptDataError, match=name.replace(".", r"\.")):
+        ngshard.open(folder).get(int(name.split(".")[0]))
