@@ -13,6 +13,7 @@ header and of every slice itself.
 
 from __future__ import annotations
 
+import math
 import struct
 
 import google_crc32c
@@ -194,13 +195,15 @@ def _boundaries(rle: np.ndarray, values: np.ndarray, shape: tuple[int, int, int]
         raise Corrupt("compresso window refers to a window value it does not hold")
     windows = np.zeros(blocks, np.int64)
     windows[at] = which.astype(np.int64)
-    bits = values[windows]
-    axes = [np.arange(n) for n in shape]
-    block = (axes[0] // steps[0])[:, None, None] + counts[0] * (
-        (axes[1] // steps[1])[None, :, None] + counts[1] * (axes[2] // steps[2])[None, None, :])
-    offset = (axes[0] % steps[0])[:, None, None] + steps[0] * (
-        (axes[1] % steps[1])[None, :, None] + steps[1] * (axes[2] % steps[2])[None, None, :])
-    return ((bits[block] >> offset.astype(np.uint64)) & np.uint64(1)).astype(bool)
+    # bit x + xs * (y + ys * z) of a window is voxel (x, y, z) of its block; blocks run over
+    # x, then y, then z: unpack each window's bits, then lay the blocks out in space
+    bits = np.unpackbits(values[windows].astype("<u8").view(np.uint8).reshape(blocks, 8),
+                         axis=1, bitorder="little")[:, :math.prod(steps)]
+    nx, ny, nz = counts
+    xs, ys, zs = steps
+    grid = bits.view(bool).reshape(nz, ny, nx, zs, ys, xs).transpose(0, 3, 1, 4, 2, 5)
+    # laid out z, y, x (C order): the (x, y, z) array is its Fortran-ordered transpose
+    return grid.reshape(nz * zs, ny * ys, nx * xs).T[:shape[0], :shape[1], :shape[2]]
 
 
 def _count_components(inside: np.ndarray, connectivity: int) -> int:
@@ -212,7 +215,7 @@ def _count_components(inside: np.ndarray, connectivity: int) -> int:
         return int(cc3d.connected_components(inside, connectivity=6, return_N=True)[1])
     sx, sy, sz = inside.shape
     # the slices side by side along y, a row of boundary between them
-    stacked = np.zeros((sx, sy + 1, sz), bool)
+    stacked = np.zeros((sx, sy + 1, sz), bool, order="F")
     stacked[:, :sy] = inside
     flat = stacked.reshape(sx, (sy + 1) * sz, order="F")
     return int(cc3d.connected_components(flat, connectivity=4, return_N=True)[1])
@@ -223,7 +226,7 @@ def _vet_locations(boundary: np.ndarray, locations: np.ndarray, connectivity: in
     is the label itself); there must be enough, and none may copy the label of a voxel past
     the last slice (compresso does not check that one)."""
     b = boundary
-    needs = b.copy()
+    needs = b.copy(order="K")
     needs[1:] &= b[:-1]
     needs[:, 1:] &= b[:, :-1]
     if connectivity == 6:
