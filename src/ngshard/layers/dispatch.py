@@ -62,11 +62,9 @@ def open_layer(url: str | os.PathLike | Storage, **kwargs: Any) -> Any:
     doc = read_info(storage)
     kind = layer_kind(doc, storage)
     if kind == "volume":
-        from ..volume import Volume
-        from ..volume.layers import read_volume_info
+        from ..volume.layers import open_volume
 
-        scale, mode = kwargs.pop("scale", 0), kwargs.pop("mode", "r")
-        return Volume(storage, read_volume_info(storage), scale, mode, **kwargs)
+        return open_volume(storage, **kwargs)
     if kind == "store":
         from ..sharded import open_kv
 

@@ -104,8 +104,11 @@ def open_volume(url: str | os.PathLike | Storage, scale: int | str = 0, mode: st
     if mode not in ("r", "r+"):
         raise SpecError(f"mode must be 'r' or 'r+', got {mode!r}")
     storage = open_storage(url)
-    return Volume(storage, read_volume_info(storage), scale, mode, progress=progress,
-                  staged_bytes=staged_bytes, compress=compress)
+    info = read_volume_info(storage)
+    # a layer whose chunks cannot be decoded here is refused now, naming what to install
+    require_codec(info.scale(scale).encoding, writing=mode != "r")
+    return Volume(storage, info, scale, mode, progress=progress, staged_bytes=staged_bytes,
+                  compress=compress)
 
 
 def create_volume(url: str | os.PathLike | Storage, *, dtype: Any, shape: Sequence[int],

@@ -22,7 +22,6 @@ from ..sharded import ShardedKV
 from ..staged import DEFAULT_STAGED_BYTES, ChangesPlan, StagedChangesArray, normalize
 from ..storage import Storage
 from .chunks import ChunkStore, FileChunks, ShardedChunks
-from .encodings import require_codec
 from .grid import ChunkGrid
 from .info import Scale, VolumeInfo, chunk_nbytes
 from .source import ScaleChunks
@@ -46,8 +45,6 @@ class Volume:
         self.storage, self.info, self.mode = storage, info, mode
         self.progress = progress  # progress bars on reads, writes and commits of many chunks
         scale = info.scale(scale)
-        # a layer whose chunks cannot be decoded here is refused now, naming what to install
-        require_codec(scale.encoding, writing=mode != "r")
         self.dtype = np.dtype(info.data_type)
         scale_storage = storage.child(scale.key)
         grid = ChunkGrid(scale.size, scale.chunk_size, scale.voxel_offset)
