@@ -1,15 +1,25 @@
-"""Compression shared by every layer: gzip (libdeflate where it can, zlib where it must) and the
-sharded format's data encodings. Pure: bytes in, bytes out."""
+"""Compression shared by every layer: gzip (libdeflate where it can, zlib where it must), the
+sharded format's data encodings, and the compressed twins of unsharded files. Pure: bytes in,
+bytes out (or pieces in, pieces out), every decoder bounded by a limit on what it may produce.
+
+The twins: cloud-files (under cloud-volume and igneous) stores a file ``name`` written with
+``compress=`` as ``name.gz``, ``name.br``, ``name.zstd``, ``name.xz`` or ``name.bz2`` on file
+systems (object stores keep the name and record a Content-Encoding instead).
+"""
 
 from __future__ import annotations
 
+import bz2
+import lzma
 import struct
 import zlib
+from collections.abc import Callable, Iterator
 
+import brotli
 import deflate
 import zstandard
 
-from .errors import CorruptDataError
+from .errors import CorruptDataError, SpecError
 
 
 def gzip_compress(data: bytes, level: int = 6) -> bytes:
@@ -132,3 +142,195 @@ def decode(data: bytes, encoding: str, where: str = "", limit: int | None = None
     return gzip_decompress(data, where, limit, False) if encoding == "gzip" else bytes(data)
 
 
+
+
+# --- compressed twins --------------------------------------------------------------------------
+
+#: Twin suffix -> its coding, in the order cloud-files looks for them after the plain name.
+TWINS = {".gz": "gzip", ".br": "br", ".zstd": "zstd", ".xz": "xz", ".bz2": "bzip2"}
+#: What writers may write (``compress=``): the codings browsers take as a Content-Encoding.
+COMPRESS = {"gzip": ".gz", "br": ".br", "zstd": ".zstd"}
+
+
+def twin_suffix(compress: str | None) -> str:
+    """The file suffix of a writer's ``compress=`` value ("" for None); SpecError naming the
+    values allowed for anything else."""
+    if compress is None:
+        return ""
+    if not isinstance(compress, str) or compress.lower() not in COMPRESS:
+        raise SpecError(f"compress must be None, {', '.join(map(repr, COMPRESS))}, "
+                        f"not {compress!r}")
+    return COMPRESS[compress.lower()]
+
+
+def split_twin(name: str) -> tuple[str, str]:
+    """(plain name, twin suffix) of a stored file name ("" as the suffix of a plain one)."""
+    for suffix in TWINS:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[:-len(suffix)], suffix
+    return name, ""
+
+
+def compress_twin(data: bytes | memoryview, suffix: str) -> bytes:
+    """The bytes of the ``suffix`` twin of a file holding ``data`` (as cloud-files writes
+    them: gzip level 6 here, brotli quality 5, zstd level 3)."""
+    if suffix == ".gz":
+        return gzip_compress(bytes(data))
+    if suffix == ".br":
+        return brotli.compress(bytes(data), quality=5)
+    if suffix == ".zstd":
+        return zstd_compress(data)
+    if suffix == ".xz":
+        return lzma.compress(data)
+    if suffix == ".bz2":
+        return bz2.compress(data)
+    return bytes(data)
+
+
+def decompress_twin(data: bytes | memoryview, suffix: str, where: str = "",
+                    limit: int | None = None) -> bytes:
+    """The content of a ``suffix`` twin (``where`` names it); CorruptDataError if it does not
+    decode, or decodes past ``limit`` bytes (memory stays bounded by the limit)."""
+    if not len(data):  # as cloud-files: a twin of no bytes is damage, not an empty file
+        raise CorruptDataError(f"{where}: an empty {TWINS[suffix]} file")
+    if suffix == ".gz":
+        return gzip_decompress(data, where, limit)
+    if suffix == ".zstd":
+        return zstd_decompress(data, where, limit)
+    view = memoryview(data)
+    pieces = iter_decompress(lambda at, n: view[at:at + n], suffix, where, limit)
+    return b"".join(pieces)
+
+
+_IN = 64 << 10  # input read per step of a stream
+_ZSTD_IN = 64  # zstd input per step: at most 2 MiB of output (a 4-byte block holds 128 KiB)
+
+
+def iter_decompress(read: Callable[[int, int], bytes | memoryview], suffix: str,
+                    where: str = "", limit: int | None = None, piece: int = _PIECE
+                    ) -> Iterator[bytes]:
+    """Decode a ``suffix`` twin as a stream: ``read(offset, n)`` gives up to ``n`` bytes of
+    it from ``offset`` (none at its end); yields the content in pieces of about ``piece``
+    bytes (brotli's may reach twice that), so memory is bounded whatever the data claims.
+
+    Raises
+    ------
+    CorruptDataError
+        Bytes that do not decode, end early, run on past the end of the data, or decode
+        past ``limit`` bytes; the message names ``where``.
+    """
+    coding = TWINS[suffix]
+    pos = 0
+
+    def more(n: int = _IN) -> bytes:
+        nonlocal pos
+        data = bytes(read(pos, n))
+        pos += len(data)
+        return data
+
+    streams = {".gz": _gunzip, ".br": _unbrotli, ".zstd": _unzstd, ".xz": _unlzma,
+               ".bz2": _unbz2}
+    total = 0
+    try:
+        for out in streams[suffix](more, piece):
+            total += len(out)
+            if limit is not None and total > limit:
+                raise CorruptDataError(f"{where}: {coding} data decodes past the {limit} "
+                                       f"bytes it may hold")
+            yield out
+    except _Bad as e:
+        raise CorruptDataError(f"{where}: {e.args[0] if e.args else 'bad'} {coding} "
+                               f"data") from None
+    except (zlib.error, lzma.LZMAError, OSError, EOFError, brotli.error,
+            zstandard.ZstdError) as e:
+        raise CorruptDataError(f"{where}: bad {coding} data ({e})") from None
+
+
+class _Bad(Exception):
+    """Internal: the stream ended early ("truncated") or had nothing ("empty")."""
+
+
+def _gunzip(more: Callable[[], bytes], piece: int) -> Iterator[bytes]:
+    d, data = zlib.decompressobj(31), more()
+    if not data:
+        raise _Bad("empty")
+    while True:
+        out = d.decompress(data, piece)
+        if out:
+            yield out
+        if d.eof:  # another member may follow
+            data = d.unused_data or more()
+            if not data:
+                return
+            d = zlib.decompressobj(31)
+        elif len(out) == piece:  # stopped at the limit: more output may be pending
+            data = d.unconsumed_tail
+        elif not (data := d.unconsumed_tail or more()):
+            raise _Bad("truncated")
+
+
+def _unlzma(more: Callable[[], bytes], piece: int, make=lzma.LZMADecompressor
+            ) -> Iterator[bytes]:
+    d, data = make(), more()
+    if not data:
+        raise _Bad("empty")
+    while True:
+        out = d.decompress(data, piece)
+        if out:
+            yield out
+        if d.eof:  # another stream may follow
+            data = d.unused_data or more()
+            if not data:
+                return
+            d = make()
+        elif not d.needs_input:
+            data = b""
+        elif not (data := more()):
+            raise _Bad("truncated")
+
+
+def _unbz2(more: Callable[[], bytes], piece: int) -> Iterator[bytes]:
+    return _unlzma(more, piece, bz2.BZ2Decompressor)
+
+
+def _unbrotli(more: Callable[[], bytes], piece: int) -> Iterator[bytes]:
+    d, data = brotli.Decompressor(), more()
+    if not data:
+        raise _Bad("empty")
+    while not d.is_finished():
+        out = d.process(data, output_buffer_limit=piece)
+        data = b""
+        if out:
+            yield out
+        elif d.can_accept_more_data() and not (data := more()):
+            raise _Bad("truncated")
+    if more(1):  # brotli.error for bytes given with its last piece; these came after
+        raise _Bad("bytes after the end of the")
+
+
+def _unzstd(more: Callable[[], bytes], piece: int) -> Iterator[bytes]:
+    # zstandard's decompressobj has no output limit: small inputs bound each output
+    buf, at = more(), 0
+    if not buf:
+        raise _Bad("empty")
+    d, held, size = zstandard.ZstdDecompressor().decompressobj(), [], 0
+    while True:
+        if at >= len(buf):
+            buf, at = more(), 0
+            if not buf:
+                break
+        if d.eof:  # another frame follows
+            d = zstandard.ZstdDecompressor().decompressobj()
+        out = d.decompress(buf[at:at + _ZSTD_IN])
+        at += _ZSTD_IN
+        if d.eof and d.unused_data:
+            buf, at = d.unused_data + buf[at:], 0
+        held.append(out)
+        size += len(out)
+        if size >= piece:
+            yield b"".join(held)
+            held, size = [], 0
+    if not d.eof:
+        raise _Bad("truncated")
+    if size:
+        yield b"".join(held)

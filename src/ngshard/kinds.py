@@ -11,6 +11,7 @@ import json
 import re
 from typing import Any, NamedTuple
 
+from .compression import split_twin
 from .errors import NotFoundError, SpecError
 
 INFO = "info"
@@ -91,7 +92,8 @@ def layer_kind(doc: dict | None, storage: Any) -> str:
     or, with no info, "legacy_mesh" for a directory of ``<id>:0`` manifests (``storage``:
     the layer's store, listed only then)."""
     if doc is None:
-        if storage.supports_listing and any(name.endswith(":0") for name in storage.list()):
+        if storage.supports_listing and any(split_twin(name)[0].endswith(":0")
+                                            for name in storage.list()):
             return LEGACY_MESHES
         raise NotFoundError(f"{storage.path(INFO)}: no info file: not a precomputed layer")
     kind = doc.get("@type")

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .compression import decode
+from .compression import decode, split_twin
 from .errors import NgShardError
 from .progress import progress_bar
 from .sharded import ShardedKV, legacy
@@ -164,11 +164,12 @@ def verify_volume(vol: Volume, *, progress: bool = False) -> VerifyReport:
         report, found = VerifyReport(), []
         for name in chunks.storage.list():
             try:
-                found.append(vol.grid.parse_chunk_name(name.removesuffix(".gz")))
+                found.append(vol.grid.parse_chunk_name(split_twin(name)[0]))
             except NgShardError:
                 report.problems.append(f"{chunks.storage.path(name)}: not a chunk of the "
                                        f"{vol.grid.shape} chunk grid")
-        positions = np.array(found, np.int64).reshape(-1, 3)
+        # a chunk stored both plain and as a twin is read (as readers read it) once
+        positions = np.unique(np.array(found, np.int64).reshape(-1, 3), axis=0)
     starts, stops = vol.grid.bounds(positions)
     shapes = [(*s, vol.info.num_channels) for s in (stops - starts).tolist()]
     block = vol.scale.compressed_segmentation_block_size

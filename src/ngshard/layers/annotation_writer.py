@@ -35,7 +35,7 @@ from .annotation_shapes import shapes
 from .annotation_spatial import morton, spatial_levels
 from .annotations import KIND, Annotations
 from .sharding import resolve_sharding
-from .store import write_segments
+from .store import unsharded_twin, write_segments
 
 BATCH_BYTES = 8 << 20
 #: Most annotations per spatial cell, unless the caller says otherwise: a chunk of ~100 KiB
@@ -155,18 +155,10 @@ def _lists(records: Records, ids: np.ndarray, keys: list, members: np.ndarray,
         yield from _split(keys[a:b], data, offsets)
 
 
-def _write(storage: Storage, spec: ShardingSpec | None, items: Iterator, names: bool,
-           progress: bool) -> None:
-    if spec is not None or not names:
-        write_segments(storage, spec, items, progress=progress)
-        return
-    batch: list = []
-    for item in items:  # unsharded spatial cells: files named x_y_z
-        batch.append(item)
-        if len(batch) >= 4096:
-            storage.write_many(batch)
-            batch = []
-    storage.write_many(batch)
+def _write(storage: Storage, spec: ShardingSpec | None, items: Iterator, progress: bool,
+           twin: str) -> None:
+    # unsharded: files named by id, or x_y_z for spatial cells
+    write_segments(storage, spec, items, progress=progress, twin=twin)
 
 
 def write_annotations(url: str | os.PathLike | Storage, kind: str, geometry: Any, *,
@@ -177,7 +169,8 @@ def write_annotations(url: str | os.PathLike | Storage, kind: str, geometry: Any
                       lower_bound: Any = None, upper_bound: Any = None,
                       limit: int | None = None, seed: int = 0,
                       progress: bool = False,
-                      durable: bool = True, overwrite: bool = False) -> Annotations:
+                      durable: bool = True, overwrite: bool = False,
+                      compress: str | None = None) -> Annotations:
     """Write an annotation collection: by_id, relationship and spatial indices and the info.
 
     Parameters
@@ -216,6 +209,9 @@ def write_annotations(url: str | os.PathLike | Storage, kind: str, geometry: Any
     overwrite
         Replace a layer or store already at ``url`` (all it owns is removed first); by
         default such a destination is refused.
+    compress
+        With ``sharding=None``: every file written as its compressed twin, as cloud-files'
+        ``compress=`` does: None (plain), "gzip", "br" or "zstd".
 
     Returns
     -------
@@ -227,6 +223,7 @@ def write_annotations(url: str | os.PathLike | Storage, kind: str, geometry: Any
     ExistsError
         ``url`` holds a layer or store, and not ``overwrite``.
     """
+    twin = unsharded_twin(compress, sharding)
     kind = kind.lower()
     if kind not in TYPES:
         raise SpecError(f"kind must be one of {', '.join(TYPES)}, got {kind!r}")
@@ -269,7 +266,7 @@ def write_annotations(url: str | os.PathLike | Storage, kind: str, geometry: Any
 
     by_id_spec = spec_for(n, mean)
     _write(storage.child("by_id"), by_id_spec, _by_id(schema, records, ids, relations),
-           False, progress)
+           progress, twin)
     rel_info = []
     for name, (counts, flat) in relations.items():
         owner = np.repeat(np.arange(n), counts)
@@ -281,7 +278,7 @@ def write_annotations(url: str | os.PathLike | Storage, kind: str, geometry: Any
         keys = segs[starts]
         spec = spec_for(len(keys), mean * len(segs) / max(1, len(keys)) if mean else None)
         _write(storage.child(f"rel_{name}"), spec,
-               _lists(records, ids, keys.tolist(), members, bounds), False, progress)
+               _lists(records, ids, keys.tolist(), members, bounds), progress, twin)
         rel_info.append({"id": name, "key": f"rel_{name}",
                          **({"sharding": spec.to_json()} if spec else {})})
     spatial_info = []
@@ -292,7 +289,7 @@ def write_annotations(url: str | os.PathLike | Storage, kind: str, geometry: Any
         keys = morton(cells, level.level.grid_shape).tolist() if spec else \
             ["_".join(map(str, c)) for c in cells.tolist()]
         _write(storage.child(f"spatial{i}"), spec,
-               _lists(records, ids, keys, level.annotations, level.bounds), True, progress)
+               _lists(records, ids, keys, level.annotations, level.bounds), progress, twin)
         spatial_info.append({"key": f"spatial{i}",
                              "grid_shape": level.level.grid_shape.tolist(),
                              "chunk_size": level.level.chunk_size.tolist(), "limit": limit,

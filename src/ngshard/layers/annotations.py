@@ -251,7 +251,7 @@ class Annotations:
             found = store.get_many(np.array(keys, np.uint64))
             items = [(store.where(k), k, found[k]) for k in sorted(found)]
         else:
-            blobs = store.storage.read_many(names)
+            blobs = store.files.read_many(names)
             items = [(store.storage.path(n), n, b) for n, b in zip(names, blobs)
                      if b is not None]
         out = []
@@ -322,7 +322,7 @@ def _stored_cells(store: SegmentStore, level: Level) -> np.ndarray:
     rank = len(level.grid_shape)
     if store.sharding is not None:
         return unmorton(store.keys_array(), level.grid_shape)
-    names = [n.split("_") for n in store.storage.list()]
+    names = [n.split("_") for n in store.files.list()]
     cells = [list(map(int, p)) for p in names if len(p) == rank and all(s.isdigit() for s in p)]
     return np.array(cells, np.int64).reshape(-1, rank)
 

@@ -80,14 +80,12 @@ def open_layer(url: str | os.PathLike | dict | Storage, **kwargs: Any) -> Any:
         return _open_zarr(storage, **kwargs)
     kind = layer_kind(doc, storage)
     if kind == VOLUME:
-        from ..volume import Volume
-        from ..volume.layers import read_volume_info
+        from ..volume.layers import open_volume, read_volume_info
         from ..volume.spec_scale import select_scale
 
-        info = read_volume_info(storage)
-        scale, mode = kwargs.pop("scale", 0), kwargs.pop("mode", "r")
-        return Volume(storage, info, select_scale(info, source, scale, storage.url), mode,
-                      **kwargs)
+        scale = select_scale(read_volume_info(storage), source, kwargs.pop("scale", 0),
+                             storage.url)
+        return open_volume(storage, scale, **kwargs)
     if kind == STORE:
         from ..sharded import open_kv
 

@@ -11,7 +11,6 @@ mean edge length of each LOD (the detail it resolves), kept increasing.
 
 from __future__ import annotations
 
-import itertools
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -23,6 +22,7 @@ from ..errors import SpecError
 from ..sharded.infofile import write_info
 from ..sharded.spec import check_key
 from ..storage import Storage, open_storage
+from ..storage.twins import write_twins
 from ..threads import pmap
 from .info import transform_json
 from .mesh_codec import Manifest, encode_fragment, encode_legacy
@@ -30,7 +30,7 @@ from .mesh_octree import fragments
 from .meshes import KIND, LEGACY, LegacyMeshes, Meshes
 from .prefixed_writer import DEFAULT_BUFFER_BYTES, PrefixedShardWriter
 from .sharding import resolve_sharding
-from .store import batched, count_of, pairs, write_segments
+from .store import batched, count_of, pairs, unsharded_twin, write_segments
 
 _BATCH = 64  # segments encoded together (their fragments on every core)
 
@@ -103,7 +103,7 @@ def write_meshes(url: str | os.PathLike | Storage,
                  transform: Any = None, chunk_shape: Any = None,
                  lod_scale_multiplier: float = 1.0, compression_level: int = 7,
                  buffer_bytes: int = DEFAULT_BUFFER_BYTES, durable: bool = True,
-                 overwrite: bool = False) -> Meshes:
+                 overwrite: bool = False, compress: str | None = None) -> Meshes:
     """Write a multi-resolution (``neuroglancer_multilod_draco``) mesh layer at ``url``.
 
     Parameters
@@ -133,6 +133,10 @@ def write_meshes(url: str | os.PathLike | Storage,
     overwrite
         Replace a layer or store already at ``url`` (all it owns is removed first); by
         default such a destination is refused.
+    compress
+        With ``sharding=None``: the ``<id>.index`` manifests written as their compressed
+        twins (None: plain, "gzip", "br" or "zstd"). The fragment files stay plain: readers
+        (cloud-volume, Neuroglancer) fetch byte ranges of them.
 
     Returns
     -------
@@ -144,6 +148,7 @@ def write_meshes(url: str | os.PathLike | Storage,
     ExistsError
         ``url`` holds a layer or store, and not ``overwrite``.
     """
+    twin = unsharded_twin(compress, sharding)
     if vertex_quantization_bits not in (10, 16):
         raise SpecError(f"vertex_quantization_bits must be 10 or 16, got "
                         f"{vertex_quantization_bits}")
@@ -164,8 +169,8 @@ def write_meshes(url: str | os.PathLike | Storage,
             writer.add_many(np.array([k for k, _, _ in encoded], np.uint64),
                             [m for _, _, m in encoded], [d for _, d, _ in encoded])
         else:
-            storage.write_many([item for k, data, manifest in encoded
-                                for item in ((f"{k}.index", manifest), (str(k), data))])
+            storage.write_many([(str(k), data) for k, data, _ in encoded])
+            write_twins(storage, [(f"{k}.index", manifest) for k, _, manifest in encoded], twin)
     if writer is not None:
         writer.close()
     info = {"@type": KIND, "vertex_quantization_bits": vertex_quantization_bits,
@@ -180,12 +185,17 @@ def write_meshes(url: str | os.PathLike | Storage,
 def write_legacy_meshes(url: str | os.PathLike | Storage,
                         items: Mapping[int, Any] | Iterable[tuple[int, Any]], *,
                         sharding: None | str | dict = None, durable: bool = True,
-                        overwrite: bool = False) -> LegacyMeshes:
+                        overwrite: bool = False, compress: str | None = None
+                        ) -> LegacyMeshes:
     """Write a legacy single-resolution (``neuroglancer_legacy_mesh``) layer: per segment a
     ``<id>:0`` manifest naming one fragment file ``<id>:0:0`` (unsharded, the default), or
     the fragment itself as the value (sharded, as cloud-volume writes them).
 
-    ``items``, ``overwrite`` as for :func:`write_meshes`, one LOD each (vertices in nm)."""
+    ``items``, ``overwrite`` as for :func:`write_meshes`, one LOD each (vertices in nm).
+    ``compress`` (unsharded only): the fragment files written as their compressed twins, as
+    igneous writes them (its default is gzip); the manifests stay plain, as igneous leaves
+    them."""
+    twin = unsharded_twin(compress, sharding)
     storage = open_storage(url, durable=durable)
 
     def encoded() -> Iterable[tuple[int, bytes]]:
@@ -200,9 +210,9 @@ def write_legacy_meshes(url: str | os.PathLike | Storage,
         write_segments(storage, spec, encoded())
     else:
         for batch in batched(encoded(), 1024):
-            storage.write_many(list(itertools.chain.from_iterable(
-                ((f"{k}:0", f'{{"fragments": ["{k}:0:0"]}}'.encode()), (f"{k}:0:0", blob))
-                for k, blob in batch)))
+            storage.write_many([(f"{k}:0", f'{{"fragments": ["{k}:0:0"]}}'.encode())
+                                for k, _ in batch])
+            write_twins(storage, [(f"{k}:0:0", blob) for k, blob in batch], twin)
     info = {"@type": LEGACY}
     if spec is not None:
         info["sharding"] = spec.to_json()

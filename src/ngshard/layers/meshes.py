@@ -135,18 +135,16 @@ class Meshes(_Listed):
             found = self.kv.get_many_prefixed(
                 keys, lambda k, v: (lambda b, e, t: (b - t, e - t))(*pick(k, v)))
             return {k: (chosen[k][0], data, chosen[k][1]) for k, (data, _) in found.items()}
-        names = [self.store.name(k) for k in keys.tolist()]
-        blobs = self.storage.read_many(names)
-        present = [(k, b) for k, b in zip(keys.tolist(), blobs) if b is not None]
-        spans = {k: pick(k, b) for k, b in present}
-        reads = self.storage.read_ranges([(str(k), np.array([[b, e]])) for k, (b, e, _) in
-                                          spans.items()])
+        found = self.store.get_many(keys)
+        spans = {k: pick(k, found[k]) for k in keys.tolist() if k in found}
+        reads = self.store.files.read_ranges([(str(k), b, e) for k, (b, e, _) in
+                                              spans.items()])
         out = {}
-        for (k, (b, e, _)), (_, chunks) in zip(spans.items(), reads):
-            if chunks is None or len(chunks[0]) != e - b:
+        for (k, (b, e, _)), chunk in zip(spans.items(), reads):
+            if chunk is None or len(chunk) != e - b:
                 raise CorruptDataError(f"{self.storage.path(str(k))}: fragment data of segment "
                                        f"{k} ends before byte {e} its manifest names")
-            out[k] = (chosen[k][0], chunks[0], chosen[k][1])
+            out[k] = (chosen[k][0], chunk, chosen[k][1])
         return out
 
     def get(self, segment_id: int, lod: int = 0) -> Mesh:
@@ -245,7 +243,7 @@ class LegacyMeshes(_Listed):
                                        f"manifest ({e})") from None
             names[k] = frags
         flat = [n for frags in names.values() for n in frags]
-        blobs = dict(zip(flat, self.storage.read_many(flat)))
+        blobs = dict(zip(flat, self.store.files.read_many(flat)))
         missing = [n for n, b in blobs.items() if b is None]
         if missing:
             raise CorruptDataError(f"{self.storage.path(missing[0])}: a fragment a manifest "

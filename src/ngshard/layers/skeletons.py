@@ -22,7 +22,7 @@ from ..storage import Storage, open_storage
 from .info import apply_transform, layer_info, parse_sharding, parse_transform, transform_json
 from .sharding import resolve_sharding
 from .skeleton_codec import VertexAttribute, decode_skeleton, encode_skeletons
-from .store import SegmentStore, batched, count_of, pairs, write_segments
+from .store import SegmentStore, batched, count_of, pairs, unsharded_twin, write_segments
 
 KIND = "neuroglancer_skeletons"
 _PEEK = 1024  # items encoded before choosing "auto" sharding, to learn the value size
@@ -181,7 +181,8 @@ def write_skeletons(url: str | os.PathLike | Storage,
                     vertex_attributes: Any = None,
                     sharding: None | str | dict = "auto", transform: Any = None,
                     buffer_bytes: int | None = None, progress: bool = False,
-                    durable: bool = True, overwrite: bool = False) -> Skeletons:
+                    durable: bool = True, overwrite: bool = False,
+                    compress: str | None = None) -> Skeletons:
     """Write a skeleton layer at ``url``: its shards (or a file per segment) and its info.
 
     Parameters
@@ -209,6 +210,9 @@ def write_skeletons(url: str | os.PathLike | Storage,
     overwrite
         Replace a layer or store already at ``url`` (all it owns is removed first); by
         default such a destination is refused.
+    compress
+        With ``sharding=None``: each file written as its compressed twin, as cloud-volume's
+        ``compress=`` does: None (plain), "gzip" (``<id>.gz``), "br" or "zstd".
 
     Returns
     -------
@@ -221,7 +225,10 @@ def write_skeletons(url: str | os.PathLike | Storage,
         A skeleton whose arrays do not fit (the message names the segment).
     ExistsError
         ``url`` holds a layer or store, and not ``overwrite``.
+    SpecError
+        A bad ``compress``, or one given with sharding.
     """
+    twin = unsharded_twin(compress, sharding)
     storage = open_storage(url, durable=durable)
     it = iter(pairs(items))
     head = list(itertools.islice(it, _PEEK))
@@ -239,7 +246,7 @@ def write_skeletons(url: str | os.PathLike | Storage,
     shards = resolve_sharding(sharding, count, mean)
     claim(storage, overwrite=overwrite)  # after the first items are known to encode
     write_segments(storage, shards, itertools.chain(first, encoded(it)),
-                   buffer_bytes=buffer_bytes, progress=progress)
+                   buffer_bytes=buffer_bytes, progress=progress, twin=twin)
     info = {"@type": KIND, "transform": transform_json(transform),
             "vertex_attributes": [a.to_json() for a in spec]}
     if shards is not None:

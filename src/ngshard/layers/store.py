@@ -1,6 +1,7 @@
 """The uint64 id -> bytes store under every segment layer, in its two layouts: sharded (a
 :class:`~ngshard.sharded.ShardedKV` whose keys are the ids) or unsharded (a file per id, named
-by a layer-specific rule such as ``<id>`` or ``<id>.index``).
+by a layer-specific rule such as ``<id>`` or ``<id>.index``, or its compressed twin: every
+unsharded file of a layer is read through :attr:`SegmentStore.files`).
 
 Reads are batched: many ids cost one ``get_many`` of the sharded store (ranges coalesced) or
 one concurrent ``read_many`` of the files, never a loop over storage per id. Writes stream
@@ -17,11 +18,13 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..compression import gzip_compress
+from ..compression import gzip_compress, twin_suffix
+from ..errors import SpecError
 from ..sharded import ShardingSpec, open_kv
 from ..sharded.kv import ShardedKV
 from ..sharded.spec import as_key_array
 from ..storage import Storage
+from ..storage.twins import Twins, write_twins
 from ..threads import bounded_map
 from .prefixed_writer import PrefixedShardWriter
 
@@ -50,6 +53,8 @@ class SegmentStore:
         self.storage, self.sharding, self.suffix = storage, sharding, suffix
         self.kv = kv if kv is not None or sharding is None else \
             open_kv(storage, sharding, info=False)
+        #: The layer's unsharded files by name, read from the plain file or its twin.
+        self.files = Twins(storage)
 
     def name(self, key: int) -> str:
         """The file of ``key`` in the unsharded layout."""
@@ -68,7 +73,7 @@ class SegmentStore:
         if self.kv is not None:
             return self.kv.get_many(keys)
         ints = keys.tolist()
-        blobs = self.storage.read_many([self.name(k) for k in ints])
+        blobs = self.files.read_many([self.name(k) for k in ints])
         return {k: b for k, b in zip(ints, blobs) if b is not None}
 
     def get(self, key: int) -> bytes | None:
@@ -80,17 +85,30 @@ class SegmentStore:
         if self.kv is not None:
             return np.sort(self.kv.keys_array())
         n = len(self.suffix)
-        stems = [name[:len(name) - n] for name in self.storage.list()
+        stems = [name[:len(name) - n] for name in self.files.list()
                  if name.endswith(self.suffix)]
         ids = [int(s) for s in stems if _DECIMAL.fullmatch(s) and int(s) < 1 << 64]
         return np.sort(np.array(ids, np.uint64))
 
 
+def unsharded_twin(compress: str | None, sharding: object) -> str:
+    """The twin suffix a layer writer's ``compress=`` gives its unsharded files; SpecError
+    for a bad value, or for any with a ``sharding`` argument other than None (shards say
+    their compression in the spec)."""
+    suffix = twin_suffix(compress)
+    if suffix and sharding is not None:
+        raise SpecError("compress= is for unsharded files (sharding=None); a sharded layer "
+                        "compresses as its sharding spec's data_encoding says")
+    return suffix
+
+
 def write_segments(storage: Storage, sharding: ShardingSpec | None,
                    items: Iterable[tuple[int, bytes]], *, suffix: str = "",
-                   buffer_bytes: int | None = None, progress: bool = False) -> None:
+                   buffer_bytes: int | None = None, progress: bool = False,
+                   twin: str = "") -> None:
     """Write (id, bytes) pairs as a whole store: complete shard files (sharded; memory bounded
-    by ``buffer_bytes``, the rest spilled) or a file per id, written in batches.
+    by ``buffer_bytes``, the rest spilled) or a file per id, written in batches (each as its
+    ``twin``, see :func:`unsharded_twin`, where given).
 
     The sharded store's spec is not recorded in an info of its own: the layer's info holds it.
     """
@@ -111,7 +129,7 @@ def write_segments(storage: Storage, sharding: ShardingSpec | None,
         return
     it = iter(items)
     for batch in iter(lambda: list(itertools.islice(it, BATCH)), []):
-        storage.write_many([(f"{k}{suffix}", v) for k, v in batch])
+        write_twins(storage, [(f"{k}{suffix}", v) for k, v in batch], twin)
 
 
 RUN_BYTES = 8 << 20

@@ -1,36 +1,40 @@
 """What the server answers to a parsed request, independent of how bytes reach the socket:
 read-only GET and HEAD of files under the root with byte ranges, conditional requests, CORS,
-precomputed's ``.gz`` chunk twins and, only when asked, directory listings."""
+the compressed twins of unsharded files (``twins.py``) and, only when asked, directory
+listings."""
 
 from __future__ import annotations
 
 import html
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
-from ..compression import gzip_decompress
 from ..errors import CorruptDataError
 from .conditional import http_date, precondition, range_applies
 from .files import DIRECTORY, File, LocalFiles, RemoteFiles
 from .paths import parse_target
 from .protocol import REASONS, HttpError, Request
 from .ranges import Unsatisfiable, byte_range
+from .twins import CODINGS, accepts, decoded, decoded_size, open_twin
 
 ALLOW = "GET, HEAD, OPTIONS"
 #: Headers a viewer on another origin may read: the range and length ones, and validators.
 EXPOSE = "Accept-Ranges, Content-Encoding, Content-Length, Content-Range, ETag, Last-Modified"
 CORS = [("Access-Control-Allow-Origin", "*"), ("Access-Control-Expose-Headers", EXPOSE)]
-# A .gz twin inflated for a client that does not take gzip may not grow past this.
-MAX_INFLATE = 256 << 20
+# Past any size a file could have: probes which end a range asks for without knowing the size.
+_UNBOUNDED = 1 << 62
 _FIELD_LIST = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z, \t]*")
 
 
 @dataclass
 class Response:
-    """A response: status, header fields, and the content: ``body`` bytes, or bytes
-    ``[start, end)`` of ``file`` (which the sender closes). ``send_body`` is False for HEAD
-    and bodiless statuses; ``close`` ends the connection after it."""
+    """A response: status, header fields, and the content: ``body`` bytes, bytes
+    ``[start, end)`` of ``file``, or the pieces of ``stream`` (then ``file`` is only closed;
+    sent with chunked framing where ``chunked``, else as they come). The sender closes
+    ``file``. ``send_body`` is False for HEAD and bodiless statuses; ``close`` ends the
+    connection after it."""
 
     status: int
     headers: list[tuple[str, str]] = field(default_factory=list)
@@ -40,6 +44,9 @@ class Response:
     end: int = 0
     send_body: bool = True
     close: bool = False
+    stream: Iterator[bytes] | None = None
+    chunked: bool = False
+    expected: int | None = None  # the bytes a stream must give (its Content-Length)
 
     @property
     def length(self) -> int:
@@ -95,37 +102,11 @@ def _options(request: Request) -> Response:
     return Response(204, headers)
 
 
-def _accepts_gzip(headers: dict[str, str]) -> bool:
-    """Whether ``Accept-Encoding`` allows gzip (no field at all allows any coding)."""
-    value = headers.get("accept-encoding")
-    if value is None:
-        return True
-    quality: dict[str, float] = {}
-    for item in value.split(","):
-        coding, _, params = item.strip().lower().partition(";")
-        q = 1.0
-        for param in params.split(";"):
-            key, _, number = param.strip().partition("=")
-            if key == "q":
-                try:
-                    q = float(number)
-                except ValueError:
-                    q = 0.0
-        quality[coding.strip()] = q
-    for name in ("gzip", "x-gzip"):
-        if name in quality:
-            return quality[name] > 0
-    return quality.get("*", 0) > 0
-
-
 def _get(files: LocalFiles | RemoteFiles, request: Request, listing: bool) -> Response:
     target = parse_target(request.target)
-    found, twin = files.open(target.name), False
+    found, twin = files.open(target.name), ""
     if found is None and target.name and not target.directory:
-        found = files.open(f"{target.name}.gz")
-        twin = isinstance(found, File)
-        if not twin:
-            found = None
+        found, twin = open_twin(files, target.name) or (None, "")
     if found == DIRECTORY:
         if not listing:
             raise HttpError(404, "directory listing is off")
@@ -139,8 +120,16 @@ def _get(files: LocalFiles | RemoteFiles, request: Request, listing: bool) -> Re
         raise
 
 
-def _file(file: File, name: str, twin: bool, request: Request) -> Response:
-    etag = f'{file.etag[:-1]}-gz"' if twin else file.etag
+def _file(file: File, name: str, twin: str, request: Request) -> Response:
+    head = request.method == "HEAD"
+    etag, decode, ranged = file.etag, False, False
+    if twin:  # the encoded file as it is, or decoded: two representations, two tags
+        decoded_tag = f'{file.etag[:-1]}-{twin[1:]}-decoded"'
+        ranged = not head and "range" in request.headers and \
+            range_applies(request.headers, decoded_tag, file.mtime)
+        coding = CODINGS.get(twin)
+        decode = ranged or coding is None or not accepts(request.headers, coding)
+        etag = decoded_tag if decode else f'{file.etag[:-1]}-{twin[1:]}"'
     validators = [("ETag", etag)]
     if file.mtime is not None:
         validators.append(("Last-Modified", http_date(file.mtime)))
@@ -155,23 +144,15 @@ def _file(file: File, name: str, twin: bool, request: Request) -> Response:
     content_type = "application/json" if name.rsplit("/", 1)[-1] == "info" or \
         name.endswith(".json") else "application/octet-stream"
     headers.append(("Content-Type", content_type))
-    body, size = None, file.size
     if twin:
         headers.append(("Vary", "Accept-Encoding"))
-        if _accepts_gzip(request.headers):
-            headers.append(("Content-Encoding", "gzip"))
-        else:  # inflate it for this client; small files only
-            try:
-                body = gzip_decompress(file.read(0, file.size), name, MAX_INFLATE)
-            except CorruptDataError as e:
-                raise HttpError(500, f"{name}.gz does not inflate: {e}") from None
-            finally:
-                file.close()
-            size = len(body)
-    head = request.method == "HEAD"
-    try:
-        rng = byte_range(request.headers.get("range"), size) \
-            if not head and range_applies(request.headers, etag, file.mtime) else None
+        if decode:
+            return _decoded(file, name, twin, request, headers, validators, ranged)
+        headers.append(("Content-Encoding", CODINGS[twin]))
+    size = file.size
+    try:  # a twin sent encoded is sent whole (a range asked of it is decoded, above)
+        rng = byte_range(request.headers.get("range"), size) if not (head or twin) and \
+            range_applies(request.headers, etag, file.mtime) else None
     except Unsatisfiable as e:
         file.close()
         return error_response(416, str(e), extra=[("Content-Range", f"bytes */{size}"),
@@ -181,12 +162,65 @@ def _file(file: File, name: str, twin: bool, request: Request) -> Response:
     if rng is not None:
         headers.append(("Content-Range", f"bytes {start}-{end - 1}/{size}"))
     headers.append(("Content-Length", str(end - start)))
-    if body is not None:
-        return Response(status, headers, body[start:end], send_body=not head)
     if head:
         file.close()
         return Response(status, headers, send_body=False)
     return Response(status, headers, file=file, start=start, end=end)
+
+
+def _decoded(file: File, name: str, twin: str, request: Request,
+             headers: list[tuple[str, str]], validators: list[tuple[str, str]],
+             ranged: bool) -> Response:
+    """A twin decoded for this client, as a stream: its whole content (no length: chunked,
+    or to the close for HTTP/1.0; HEAD decodes nothing), or the range asked for. A range's
+    end is found by decoding up to it (to the end for open and suffix ranges), then the
+    range is decoded again as it is sent: twice the work, memory bounded by one piece."""
+    head = request.method == "HEAD"
+    start, end, status = 0, None, 200
+    try:
+        if ranged:
+            wanted = request.headers["range"]
+            try:
+                probe = byte_range(wanted, _UNBOUNDED)
+            except Unsatisfiable:
+                probe = None
+            known = probe[1] if probe is not None and probe[1] < _UNBOUNDED else None
+            size, whole = decoded_size(file, name, twin, known)
+            try:
+                rng = byte_range(wanted, size if whole else known)
+            except Unsatisfiable as e:
+                file.close()
+                return error_response(416, str(e), extra=[
+                    ("Content-Range", f"bytes */{size}"), ("Accept-Ranges", "bytes"),
+                    *validators])
+            if rng is not None:
+                (start, end), status = rng, 206
+                headers += [("Content-Range", f"bytes {start}-{end - 1}/"
+                                              f"{size if whole else '*'}"),
+                            ("Content-Length", str(end - start))]
+        if head:
+            file.close()
+            return Response(status, headers, send_body=False)
+        stream = decoded(file, name, twin, start, end)
+        first = next(stream, b"")  # most damage shows at the start: answer 500 for it
+    except CorruptDataError as e:
+        file.close()
+        raise HttpError(500, str(e)) from None
+    response = Response(status, headers, file=file, stream=_chain(first, stream),
+                        expected=None if end is None else end - start)
+    if end is None:  # the decoded length is not known before the end
+        if request.version >= (1, 1):
+            headers.append(("Transfer-Encoding", "chunked"))
+            response.chunked = True
+        else:
+            response.close = True
+    return response
+
+
+def _chain(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
+    if first:
+        yield first
+    yield from rest
 
 
 def _listing(files: LocalFiles | RemoteFiles, name: str, send_body: bool) -> Response:

@@ -19,6 +19,7 @@ import traceback
 from collections import deque
 from collections.abc import Callable
 
+from ..errors import NgShardError
 from .files import LocalFiles, RemoteFiles
 from .protocol import MAX_HEAD, HttpError, Request, format_head, head_end, parse_head
 from .respond import Response, error_response, respond
@@ -219,6 +220,9 @@ class Connections:
         head = format_head(response.status, response.headers)
         file, length = response.file, response.length
         try:
+            if response.stream is not None and response.send_body:
+                conn.sendall(head)
+                return _send_stream(conn, response)
             if not response.send_body or length == 0:
                 conn.sendall(head)
             elif file is None:
@@ -248,6 +252,26 @@ def _linger(conn: socket.socket) -> None:
         if not data:
             return
         drained += len(data)
+
+
+def _send_stream(conn: socket.socket, response: Response) -> bool:
+    """Send a streamed body (with chunked framing where the response says so); False if it
+    ended early (a twin that stops decoding, a file that shrank): the connection must close,
+    so the client sees an incomplete response rather than a short one."""
+    sent = 0
+    try:
+        for piece in response.stream:
+            if response.chunked:
+                conn.sendall(b"%x\r\n%b\r\n" % (len(piece), piece))
+            else:
+                conn.sendall(piece)
+            sent += len(piece)
+    except NgShardError as e:
+        print(f"ngshard serve: {e}", file=sys.stderr)
+        return False
+    if response.chunked:
+        conn.sendall(b"0\r\n\r\n")
+    return response.expected is None or sent == response.expected
 
 
 def _send_file(conn: socket.socket, response: Response) -> int:

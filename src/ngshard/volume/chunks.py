@@ -8,10 +8,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..compression import gzip_decompress
+from ..compression import twin_suffix
 from ..errors import NgShardError
 from ..sharded import ShardedKV
 from ..storage import Storage
+from ..storage.twins import Twins, write_twins
 from ..threads import pmap
 from .grid import ChunkGrid
 
@@ -107,22 +108,27 @@ class ShardedChunks(ChunkStore):
 
 
 class FileChunks(ChunkStore):
-    """One file per chunk, named ``x0-x1_y0-y1_z0-z1`` (a ``.gz`` twin is read too)."""
+    """One file per chunk, named ``x0-x1_y0-y1_z0-z1``, or its compressed twin (``.gz``,
+    ``.br``, ``.zstd``, ``.xz``, ``.bz2``) as cloud-volume writes them with ``compress=``.
 
-    def __init__(self, storage: Storage, grid: ChunkGrid, max_chunk_bytes: int | None = None
-                 ) -> None:
+    Writes go to the ``compress`` twin (None: the plain file). On a local store, or one
+    where a twin was read, the other variants of a written chunk are removed after it is
+    written (the plain file would hide a new twin from every reader); object stores written
+    by cloud-files record compression as a Content-Encoding, not by name, so elsewhere that
+    costs no requests.
+    """
+
+    def __init__(self, storage: Storage, grid: ChunkGrid, max_chunk_bytes: int | None = None,
+                 compress: str | None = None) -> None:
         self.storage, self.grid, self.max_chunk_bytes = storage, grid, max_chunk_bytes
+        self.suffix = twin_suffix(compress)
+        self.files = Twins(storage, max_chunk_bytes)
         self._staged: dict[str, bytes | None] = {}  # None: a deletion
 
     def get(self, positions: np.ndarray) -> list[bytes | None]:
         names = self.grid.chunk_names(positions)
         todo = [n for n in names if n not in self._staged]
-        found = dict(zip(todo, self.storage.read_many(todo)))
-        gz = [n for n in todo if found[n] is None]
-        for name, packed in zip(gz, self.storage.read_many([f"{n}.gz" for n in gz])):
-            if packed is not None:
-                found[name] = gzip_decompress(packed, self.storage.path(f"{name}.gz"),
-                                              self.max_chunk_bytes)
+        found = dict(zip(todo, self.files.read_many(todo)))
         return [self._staged[n] if n in self._staged else found[n] for n in names]
 
     def put(self, positions: np.ndarray, chunks: Sequence[bytes]) -> None:
@@ -133,12 +139,12 @@ class FileChunks(ChunkStore):
 
     def commit(self, *, progress: bool = False) -> None:
         staged, self._staged = self._staged, {}
-        self.storage.write_many([(n, b) for n, b in staged.items() if b is not None])
-        gone = [n for n, b in staged.items() if b is None]
-        if gone:
-            present = set(self.storage.list())
-            pmap(self.storage.delete, [n for g in gone for n in (g, f"{g}.gz") if n in present],
-                 min_items=4)
+        written = [(n, b) for n, b in staged.items() if b is not None]
+        write_twins(self.storage, written, self.suffix)
+        stale = self.files.stored([n for n, b in staged.items() if b is None])
+        if written and (self.storage.local_root is not None or self.files.seen_twins):
+            stale += self.files.stored([n for n, _ in written], keep=self.suffix)
+        pmap(self.storage.delete, stale, min_items=4)
 
     def abort(self) -> None:
         self._staged = {}
@@ -152,7 +158,7 @@ class FileChunks(ChunkStore):
 
     def list_positions(self) -> np.ndarray:
         found = []
-        stored = {n.removesuffix(".gz") for n in self.storage.list()}
+        stored = set(self.files.list())
         for name in (stored | set(self._staged)) - {n for n, b in self._staged.items()
                                                       if b is None}:
             try:

@@ -7,8 +7,9 @@ dtype and channel count that tensorstore would not accept either.
 compressed_segmentation is ngshard's own numpy codec (``cseg/``), which validates every header
 as tensorstore does. jpeg goes through libjpeg-turbo (simplejpeg) treating libjpeg's warnings
 as errors, as tensorstore does; png through Pillow, after the checks libpng makes for
-tensorstore (Pillow's are fewer). Both check the image size in the header first (no decoding
-of an image larger than the chunk).
+tensorstore (Pillow's are fewer); jxl through libjxl (``jxl.py``). compresso and crackle go
+through their packages (``label_codecs.py``). Each checks the size a header declares against
+the chunk first: nothing larger than the chunk is decoded.
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ from types import MappingProxyType
 import numpy as np
 
 from ..errors import CorruptDataError, SpecError
-from . import cseg
-from .images import Corrupt, decode_image, encode_image, require_codec
+from . import cseg, images, jxl, label_codecs
+from .images import Corrupt, decode_image, encode_image
 
-__all__ = ["ENCODINGS", "IMAGE_CHANNELS", "check_encoding", "decode_chunk", "encode_chunk",
-           "require_codec"]
+__all__ = ["ENCODINGS", "IMAGE_CHANNELS", "SEGMENTATION_ENCODINGS", "check_encoding",
+           "decode_chunk", "encode_chunk", "require_codec"]
 
 _DT = np.dtype
 ENCODINGS: Mapping[str, frozenset[np.dtype]] = MappingProxyType({
@@ -33,15 +34,29 @@ ENCODINGS: Mapping[str, frozenset[np.dtype]] = MappingProxyType({
     "compressed_segmentation": frozenset(map(_DT, ("uint32", "uint64"))),
     "jpeg": frozenset({_DT("uint8")}),
     "png": frozenset(map(_DT, ("uint8", "uint16"))),
+    "jxl": frozenset({_DT("uint8")}),
+    "compresso": frozenset(map(_DT, ("uint8", "uint16", "uint32", "uint64"))),
+    "crackle": frozenset(map(_DT, ("uint8", "uint16", "uint32", "uint64"))),
 })
-"""The dtypes each encoding supports (those tensorstore accepts, less png uint16 multi-channel)."""
+"""The dtypes each encoding supports (those tensorstore accepts, less png uint16 multi-channel;
+compresso's and crackle's unsigned labels)."""
+
+SEGMENTATION_ENCODINGS = frozenset({"compressed_segmentation", "compresso", "crackle"})
+"""The label encodings: a layer written with one is a segmentation by default."""
 
 IMAGE_CHANNELS: Mapping[tuple[str, np.dtype], tuple[int, ...]] = MappingProxyType({
     ("jpeg", _DT("uint8")): (1, 3),
+    ("jxl", _DT("uint8")): (1, 3),
     ("png", _DT("uint8")): (1, 2, 3, 4),
     ("png", _DT("uint16")): (1,),  # Pillow decodes 16-bit multi-channel PNG to 8 bits
+    **{(e, dt): (1,) for e in ("compresso", "crackle") for dt in ENCODINGS[e]},
 })
-"""Channel counts the image encodings support; raw and compressed_segmentation take any."""
+"""Channel counts the image and label encodings support (compresso and crackle chunks hold
+one, as cloud-volume writes them); raw and compressed_segmentation take any."""
+
+#: The extra holding each encoding's packages.
+EXTRAS = MappingProxyType({"jpeg": "images", "png": "images", "jxl": "images",
+                           "compresso": "segmentation", "crackle": "segmentation"})
 
 
 def check_encoding(encoding: str, dtype, num_channels: int | None = None) -> np.dtype:
@@ -51,7 +66,8 @@ def check_encoding(encoding: str, dtype, num_channels: int | None = None) -> np.
     except TypeError:
         raise SpecError(f"unknown data type {dtype!r}") from None
     if encoding not in ENCODINGS:
-        raise SpecError(f"unknown encoding {encoding!r} (known: {', '.join(ENCODINGS)})")
+        raise SpecError(f"ngshard cannot decode encoding {encoding!r} (it reads "
+                        f"{', '.join(ENCODINGS)})")
     if dt not in ENCODINGS[encoding]:
         raise SpecError(f"encoding {encoding!r} does not support data type {dt.name}")
     channels = IMAGE_CHANNELS.get((encoding, dt))
@@ -78,6 +94,10 @@ def decode_chunk(data: bytes | memoryview, encoding: str, shape: tuple[int, int,
             return _decode_raw(data, shape, dt)
         if encoding == "compressed_segmentation":
             return cseg.decode(data, shape, dt, _block_size(block_size), reuse=reuse)
+        if encoding in label_codecs.ENCODINGS:
+            return label_codecs.decode_labels(data, encoding, shape, dt)
+        if encoding == "jxl":
+            return jxl.decode_jxl(data, shape, images.decode_jpeg)
         return decode_image(data, encoding, shape, dt)
     except (SpecError, Corrupt, CorruptDataError) as e:
         raise CorruptDataError(f"{where}: {e}" if where else str(e)) from None
@@ -105,9 +125,33 @@ def encode_chunk(array: np.ndarray, encoding: str, *, block_size: Sequence[int] 
         return array.tobytes(order="F")
     if encoding == "compressed_segmentation":
         return cseg.encode(array, _block_size(block_size))
-    if encoding == "jpeg" and not (isinstance(quality, (int, np.integer)) and 0 <= quality <= 100):
-        raise SpecError(f"jpeg quality must be an integer in 0..100, not {quality!r}")
+    if encoding in label_codecs.ENCODINGS:
+        return label_codecs.encode_labels(array, encoding)
+    if encoding in ("jpeg", "jxl") and not (isinstance(quality, (int, np.integer))
+                                            and 0 <= quality <= 100):
+        raise SpecError(f"{encoding} quality must be an integer in 0..100, not {quality!r}")
+    if encoding == "jxl":
+        return jxl.encode_jxl(array, int(quality))
     return encode_image(array, encoding, dt, int(quality))
+
+
+def require_codec(encoding: str, *, writing: bool = True) -> None:
+    """Refuse, before any work, an encoding ngshard cannot read (or write): SpecError for an
+    encoding it does not know, MissingDependencyError naming the extra to install where a
+    package it needs is missing (Pillow writes jpeg and png and reads png, simplejpeg reads
+    jpeg, pillow-jxl-plugin reads and writes jxl, compresso with connected-components-3d and
+    crackle-codec their encodings; writers read too, for partial chunks)."""
+    if encoding not in ENCODINGS:
+        raise SpecError(f"ngshard cannot decode encoding {encoding!r} (it reads "
+                        f"{', '.join(ENCODINGS)})")
+    if encoding in ("jpeg", "png"):
+        images.require_codec(encoding, writing=writing)
+    elif encoding == "jxl":
+        jxl.pillow_jxl()
+    elif encoding == "compresso":
+        label_codecs.compresso()
+    elif encoding == "crackle":
+        label_codecs.crackle()
 
 
 def _shape(shape) -> tuple[int, int, int, int]:

@@ -63,7 +63,7 @@ def _jpeg_through_scan(data: bytes) -> bytes:
 _IN_SCAN = frozenset([0x00, 0xFF, *range(0xD0, 0xD8)])  # stuffed byte, fill, restart markers
 
 
-def _decode_jpeg(data: bytes, shape: tuple[int, ...]) -> np.ndarray:
+def decode_jpeg(data: bytes, shape: tuple[int, ...]) -> np.ndarray:
     """libjpeg-turbo through simplejpeg, strict, as tensorstore decodes: any libjpeg warning
     while reading the scanlines (a segment that ends early, a bad Huffman code) is an error,
     where Pillow would return the damaged image. Like tensorstore, which stops after the last
@@ -96,7 +96,7 @@ def _decode_jpeg(data: bytes, shape: tuple[int, ...]) -> np.ndarray:
 
 def decode_image(data: bytes, encoding: str, shape: tuple[int, ...], dt: np.dtype) -> np.ndarray:
     if encoding == "jpeg":
-        return _decode_jpeg(data, shape)
+        return decode_jpeg(data, shape)
     Image = _pillow()
     x, y, z, c = shape
     if encoding == "png":

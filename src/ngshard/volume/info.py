@@ -22,7 +22,7 @@ from .vectors import vec3
 
 DATA_TYPES = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "float32")
 LAYER_TYPES = ("image", "segmentation")
-ENCODINGS = ("raw", "jpeg", "png", "compressed_segmentation", "compresso", "jxl")
+ENCODINGS = ("raw", "jpeg", "png", "compressed_segmentation", "compresso", "crackle", "jxl")
 _SCALE_FIELDS = ("key", "size", "voxel_offset", "resolution", "chunk_sizes", "encoding",
                  "sharding", "compressed_segmentation_block_size")
 

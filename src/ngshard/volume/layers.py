@@ -9,13 +9,14 @@ from typing import Any
 
 import numpy as np
 
+from ..compression import twin_suffix
 from ..destination import claim
 from ..errors import NotFoundError, SpecError
 from ..sharded.infofile import INFO, read_info, write_info
 from ..sharded.spec import ShardingSpec
 from ..staged import DEFAULT_STAGED_BYTES
 from ..storage import Storage, open_source, open_storage, require_family
-from .encodings import require_codec
+from .encodings import SEGMENTATION_ENCODINGS, require_codec
 from .info import VolumeInfo, chunk_nbytes
 from .sharding import DEFAULT_SHARD_BYTES, auto_sharding
 from .spec_scale import select_scale
@@ -60,7 +61,8 @@ def write_volume_info(storage: Storage, info: VolumeInfo) -> None:
 
 def open_volume(url: str | os.PathLike | dict | Storage, scale: int | str = 0, mode: str = "r", *,
                 fill_missing: bool = True, progress: bool = False,
-                staged_bytes: int = DEFAULT_STAGED_BYTES) -> Volume:
+                staged_bytes: int = DEFAULT_STAGED_BYTES, compress: str | None = None
+                ) -> Volume:
     """Open one scale of the precomputed volume at ``url``, indexed in its voxel coordinates
     (``vol.bounds``: ``[voxel_offset, voxel_offset + size)``; ``vol.translate_to[0]`` is a
     view indexed from 0).
@@ -86,6 +88,10 @@ def open_volume(url: str | os.PathLike | dict | Storage, scale: int | str = 0, m
     staged_bytes
         Memory for staged (decoded) chunks; past it the oldest are encoded and moved out of
         memory (to the sharded store's spill files) until the commit.
+    compress
+        How an unsharded scale's chunk files are written: None (plain files), "gzip", "br"
+        or "zstd" (cloud-volume's ``compress``: the ``.gz``, ``.br``, ``.zstd`` twin).
+        Reads take whichever is stored.
 
     Returns
     -------
@@ -96,8 +102,11 @@ def open_volume(url: str | os.PathLike | dict | Storage, scale: int | str = 0, m
     NotFoundError
         No info at ``url``.
     SpecError
-        An invalid info, scale or mode; a URL that names zarr; a spec the layer disagrees
-        with.
+        An invalid info, scale, mode or ``compress`` (or ``compress`` for a sharded scale);
+        a URL that names zarr; a spec the layer disagrees with.
+    MissingDependencyError
+        The scale's encoding needs a package that is not installed (the message names the
+        extra to install).
 
     Examples
     --------
@@ -113,8 +122,10 @@ def open_volume(url: str | os.PathLike | dict | Storage, scale: int | str = 0, m
     require_family(source, url, "precomputed")
     info = read_volume_info(storage)
     scale = select_scale(info, source, scale, storage.url)
+    # a layer whose chunks cannot be decoded here is refused now, naming what to install
+    require_codec(info.scale(scale).encoding, writing=mode != "r")
     return Volume(storage, info, scale, mode, progress=progress, fill_missing=fill_missing,
-                  staged_bytes=staged_bytes)
+                  staged_bytes=staged_bytes, compress=compress)
 
 
 def create_volume(url: str | os.PathLike | Storage, *, dtype: Any, shape: Sequence[int],
@@ -124,8 +135,8 @@ def create_volume(url: str | os.PathLike | Storage, *, dtype: Any, shape: Sequen
                   sharding: None | str | ShardingSpec | dict = None,
                   shard_bytes: int = DEFAULT_SHARD_BYTES,
                   compressed_segmentation_block_size: Sequence[int] = (8, 8, 8),
-                  progress: bool = False, staged_bytes: int = DEFAULT_STAGED_BYTES,
-                  overwrite: bool = False) -> Volume:
+                  compress: str | None = None, progress: bool = False,
+                  staged_bytes: int = DEFAULT_STAGED_BYTES, overwrite: bool = False) -> Volume:
     """Write the ``info`` of a new single-scale precomputed layer and open it for writing.
 
     Parameters
@@ -139,10 +150,15 @@ def create_volume(url: str | os.PathLike | Storage, *, dtype: Any, shape: Sequen
     layer_type
         "image" or "segmentation" (default: segmentation for compressed_segmentation).
     encoding
-        raw, compressed_segmentation, jpeg or png (the last two need the ``images`` extra).
+        raw, compressed_segmentation, compresso or crackle (labels; the ``segmentation``
+        extra), jpeg, png or jxl (the ``images`` extra).
     sharding
         None (a file per chunk), "auto" (box shards of at most ``shard_bytes``, see
         :func:`auto_sharding`) or a spec.
+    compress
+        Unsharded only: each chunk file written as its compressed twin, as cloud-volume's
+        ``compress=`` does: None (plain files), "gzip" (``.gz``), "br" (``.br``) or "zstd"
+        (``.zstd``). A sharded scale compresses per its spec's ``data_encoding``.
     progress
         Progress bars on writes, reads and commits of many chunks.
     staged_bytes
@@ -175,8 +191,9 @@ def create_volume(url: str | os.PathLike | Storage, *, dtype: Any, shape: Sequen
     shape = tuple(int(s) for s in shape)
     channels = num_channels or (shape[3] if len(shape) == 4 else 1)
     dtype = np.dtype(dtype)
-    layer_type = layer_type or ("segmentation" if encoding == "compressed_segmentation"
+    layer_type = layer_type or ("segmentation" if encoding in SEGMENTATION_ENCODINGS
                                 else "image")
+    twin_suffix(compress)
     chunk_bytes = chunk_nbytes(chunk_size, channels, dtype)
     if sharding == "auto":
         sharding = auto_sharding(shape[:3], chunk_size, chunk_bytes, shard_bytes, encoding)
@@ -191,9 +208,12 @@ def create_volume(url: str | os.PathLike | Storage, *, dtype: Any, shape: Sequen
         scale["compressed_segmentation_block_size"] = list(compressed_segmentation_block_size)
     info = VolumeInfo.from_json({"type": layer_type, "data_type": dtype.name,
                                  "num_channels": channels, "scales": [scale]})
+    if sharding is not None and compress is not None:
+        raise SpecError("compress= is for a file per chunk (sharding=None); a sharded scale "
+                        "compresses as its sharding spec's data_encoding says")
     require_codec(encoding)  # before the info is written: no orphan layer
     storage = open_storage(url, expect="precomputed")
     claim(storage, overwrite=overwrite, into=[storage.child(scale["key"])])
     write_volume_info(storage, info)
     return Volume(storage, info, 0, "r+", progress=progress, staged_bytes=staged_bytes,
-                  new=True)
+                  new=True, compress=compress)

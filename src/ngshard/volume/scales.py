@@ -84,7 +84,8 @@ def add_scale(vol: Volume, factor: Sequence[int] = (2, 2, 2), *, overwrite: bool
     if existing is None:  # a new scale: its folder must not hold chunks of another
         claim(storage.child(scale.key), overwrite=overwrite)
     info = layer.with_scale(scale)
-    coarse = Volume(storage, info, scale.key, "r+", new=existing is None)
+    coarse = Volume(storage, info, scale.key, "r+", new=existing is None,
+                    compress=vol.compress)
     reduce = downsample_mode if info.type == "segmentation" else downsample_mean
     f = np.asarray(factor)
     positions = coarse_positions(vol, f, coarse)

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..chunkgrid import EncodedChunks
-from ..errors import ReadOnlyError
+from ..errors import ReadOnlyError, SpecError
 from ..sharded import ShardedKV
 from ..staged import DEFAULT_STAGED_BYTES, ChangesPlan, StagedChangesArray, normalize
 from ..storage import Storage
@@ -48,7 +48,8 @@ class Volume:
 
     def __init__(self, storage: Storage, info: VolumeInfo, scale: int | str = 0,
                  mode: str = "r", *, progress: bool = False, fill_missing: bool = True,
-                 staged_bytes: int = DEFAULT_STAGED_BYTES, new: bool = False) -> None:
+                 staged_bytes: int = DEFAULT_STAGED_BYTES, new: bool = False,
+                 compress: str | None = None) -> None:
         self.storage, self.info, self.mode = storage, info, mode
         self.progress = progress  # progress bars on reads, writes and commits of many chunks
         self.fill_missing = fill_missing
@@ -58,13 +59,18 @@ class Volume:
         scale_storage = storage.child(scale.key)
         grid = ChunkGrid(scale.size, scale.chunk_size, scale.voxel_offset)
         limit = self._max_chunk_bytes(scale)
+        if scale.sharding is not None and compress is not None:
+            raise SpecError(f"{scale_storage.url}: compress= is for a file per chunk; a sharded "
+                            f"scale compresses as its sharding spec's data_encoding says")
+        #: The twin unsharded chunks are written as (None: plain files), see FileChunks.
+        self.compress = compress
         if scale.sharding is not None:
             kv_mode = "r" if mode == "r" else "a"
             self.chunks: ChunkStore = ShardedChunks(
                 ShardedKV(scale_storage, scale.sharding, kv_mode, max_value_bytes=limit,
                           staged_bytes=staged_bytes), grid)
         else:
-            self.chunks = FileChunks(scale_storage, grid, limit)
+            self.chunks = FileChunks(scale_storage, grid, limit, compress)
         # a new scale with nothing stored under it reads no chunk until its first commit
         empty = new and not scale_storage.list()
         self._source = ScaleChunks(storage, info, scale, self.chunks, progress=progress,
