@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import ngshard
-from ngshard.layers.mesh_codec import Manifest, decode_fragment, prefix_sizes
+from ngshard.layers.mesh_codec import Manifest, decode_fragment, unindexed_sizes
 from ngshard.layers.mesh_octree import zorder
 from ngshard.storage import open_storage
 
@@ -63,7 +63,7 @@ def test_each_fragment_stays_in_its_node_and_children(sharded):
     layer = ngshard.open(sharded)
     k = next(iter(ITEMS))
     manifest = layer.manifests([k])[k]
-    data, _ = layer.kv.get_many_prefixed([k])[k]
+    data, _ = layer.kv.get_many_with_unindexed([k])[k]
     top = 2**16 - 1
     at = 0
     for lod in range(manifest.num_lods):
@@ -142,14 +142,14 @@ def test_updates_and_compaction_keep_the_fragments(tmp_path, sharded, strategy):
     before = _all(ngshard.open(path))
     size = sum(p.stat().st_size for p in path.glob("*.shard"))
     with pytest.raises(ngshard.SpecError, match="mesh fragments"):
-        ngshard.open_kv(path, mode="r+")  # without prefix_of its rewrites would drop them
+        ngshard.open_kv(path, mode="r+")  # without unindexed= its rewrites would drop them
     gone = sorted(ITEMS)[:2]
     ratio = None if strategy == "append" else 0.5  # rewrite: decides to compact at once
-    with ngshard.open_kv(path, mode="r+", prefix_of=prefix_sizes, strategy=strategy,
+    with ngshard.open_kv(path, mode="r+", unindexed=unindexed_sizes, strategy=strategy,
                          compact_ratio=ratio) as kv:
         for k in gone:
             del kv[k]
-    kv = ngshard.open_kv(path, mode="r+", prefix_of=prefix_sizes)
+    kv = ngshard.open_kv(path, mode="r+", unindexed=unindexed_sizes)
     plan = kv.compact()
     # the deleted segments' fragments are garbage either way (the rewrite, not seeing them,
     # judged the shard not worth compacting and copied its data region as it was)
@@ -176,7 +176,7 @@ def test_compaction_rewrites_only_the_shards_with_garbage(tmp_path):
     layer = ngshard.write_meshes(path, items, sharding=spec, durable=False)
     before, generations = _all(layer), _generations(path)
     assert len(generations) == 4
-    kv = ngshard.open_kv(path, mode="r+", prefix_of=prefix_sizes, strategy="append",
+    kv = ngshard.open_kv(path, mode="r+", unindexed=unindexed_sizes, strategy="append",
                          compact_ratio=None)
     assert kv.compact().shards == []
     assert _generations(path) == generations
@@ -197,7 +197,7 @@ def test_compacting_igneous_shards_keeps_their_fragments(tmp_path):
     path = tmp_path / "mesh"
     shutil.copytree(FIXTURES / "ig_meshes_sharded" / "mesh", path)
     before = _all(ngshard.open(path))
-    kv = ngshard.open_kv(path, mode="r+", prefix_of=prefix_sizes, strategy="append",
+    kv = ngshard.open_kv(path, mode="r+", unindexed=unindexed_sizes, strategy="append",
                          compact_ratio=None)
     assert kv.compact().shards == []  # igneous leaves no garbage
     del kv[11]
