@@ -18,6 +18,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import CorruptDataError, SpecError
+from ..kinds import LEGACY_MESHES as LEGACY
+from ..kinds import MESHES as KIND
+from ..kinds import kind_of
 from ..sharded import open_kv
 from ..sharded.infofile import INFO, read_info
 from ..sharded.spec import as_key_array, check_key
@@ -26,9 +29,6 @@ from .info import apply_transform, parse_sharding, parse_transform
 from .mesh_batch import Piece, decode_pieces
 from .mesh_codec import Manifest, decode_legacy, unindexed_sizes
 from .store import SegmentStore
-
-KIND = "neuroglancer_multilod_draco"
-LEGACY = "neuroglancer_legacy_mesh"
 
 
 @dataclass
@@ -257,8 +257,8 @@ def open_meshes(url: str | os.PathLike | Storage) -> Meshes | LegacyMeshes:
     ``neuroglancer_multilod_draco``) or legacy (``neuroglancer_legacy_mesh``, or no info)."""
     storage = open_storage(url)
     doc = read_info(storage)
-    if doc is not None and doc.get("@type") == KIND:
+    if kind_of(doc) == KIND:
         return Meshes(storage, doc)
-    if doc is None or doc.get("@type") == LEGACY:
+    if doc is None or kind_of(doc) == LEGACY:
         return LegacyMeshes(storage, doc)
     raise SpecError(f"{storage.path(INFO)}: @type {doc.get('@type')!r} is not a mesh layer")

@@ -28,8 +28,9 @@ def write_info(storage: Storage, doc: dict) -> None:
 
 
 def parent_spec(storage: Storage) -> tuple[bool, ShardingSpec | None]:
-    """Whether ``storage`` is a store inside a parent layer (a folder the parent's info names,
-    such as a scale of a volume), and its sharding spec there (None: a file per key)."""
+    """Whether ``storage`` is a store inside a parent layer (a folder the parent's info names
+    as one, :func:`ngshard.kinds.stores`), and its sharding spec there (None: a file per
+    key)."""
     parent = storage.parent()
     if parent is None:
         return False, None
@@ -41,9 +42,8 @@ def parent_spec(storage: Storage) -> tuple[bool, ShardingSpec | None]:
 
 
 def spec_from_info(storage: Storage) -> ShardingSpec:
-    """The sharding spec of a store from its ``info`` (ngshard's stores, skeleton and mesh
-    layers), or from its parent layer's info (the scale of a volume whose key is the store's
-    directory name, an annotation index).
+    """The sharding spec of a store from its ``info`` (``sharding``: ngshard's stores, layers
+    that are one store), or from its parent layer's info (a store in one of its folders).
 
     Raises
     ------

@@ -361,7 +361,8 @@ def open_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str | 
         :class:`~ngshard.storage.Storage`.
     spec
         A :class:`ShardingSpec`, its JSON (object, text or file name), or None to read the
-        ``sharding`` member of ``<url>/info`` (or of the volume scale ``url`` names).
+        ``sharding`` member of ``<url>/info`` (or the spec the parent layer's info gives
+        the folder ``url`` names, such as a scale's).
     mode
         "r" read only; "r+" update an existing store; "a" update, creating the store if
         needed; "w" create a new store, replacing any there (zarr's "w": the shard files

@@ -1,6 +1,6 @@
 """Whole shards, laid out and written: the one writer of whole shard files, used by bulk and
-Dask writes, conversions, the commits that create or rewrite a shard, and the writers of
-segment layers.
+Dask writes, conversions, the commits that create or rewrite a shard, and the layers' writers
+of whole stores.
 
 A shard holds indexed entries (values its minishard indices point at) and may hold unindexed
 entries: bytes that no index entry points at, each right before an indexed value, as
