@@ -233,3 +233,39 @@ def test_cloud_volume_reads_ngshard_meshes(tmp_path):
                 mine = ours.get(k, lod)
                 np.testing.assert_allclose(theirs.vertices, mine.vertices, rtol=1e-5)
                 np.testing.assert_array_equal(theirs.faces, mine.faces)
+
+
+def test_spilled_or_held_a_layer_has_the_same_shards(tmp_path):
+    """Fragments and manifests held in memory or spilled past a small buffer: the same shard
+    files (each manifest right after its fragments, in the order given), which tensorstore
+    reads as the manifests alone."""
+    ts = pytest.importorskip("tensorstore")
+    spec = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "murmurhash3_x86_128",
+            "preshift_bits": 0, "minishard_bits": 1, "shard_bits": 1,
+            "minishard_index_encoding": "gzip", "data_encoding": "raw"}
+    held = ngshard.write_meshes(tmp_path / "held", ITEMS, sharding=spec, durable=False)
+    ngshard.write_meshes(tmp_path / "spilled", ITEMS, sharding=spec, buffer_bytes=2000,
+                         durable=False)
+    shards = sorted(p.name for p in (tmp_path / "held").glob("*.shard"))
+    assert len(shards) == 2
+    for name in shards:
+        assert (tmp_path / "held" / name).read_bytes() == \
+            (tmp_path / "spilled" / name).read_bytes()
+    t = ts.KvStore.open({"driver": "neuroglancer_uint64_sharded", "metadata": spec,
+                         "base": f"file://{tmp_path / 'spilled'}/"}).result(timeout=30)
+    manifests = {k: held.kv[k] for k in ITEMS}
+    assert {k: t.read(k.to_bytes(8, "big")).result(timeout=30).value for k in ITEMS} == \
+        manifests
+
+
+def test_every_kind_with_unindexed_entries_has_their_measure():
+    """The layers supply the measure of the unindexed entries of each kind that keeps some
+    (ngshard.kinds says which): what a CLI or layer opening such a store for writing uses."""
+    from ngshard import kinds
+    from ngshard.layers.dispatch import unindexed_sizes as registered
+
+    assert kinds.UNINDEXED
+    for kind in kinds.UNINDEXED:
+        assert registered({"@type": kind, "sharding": {}}) is unindexed_sizes
+    for doc in ({"@type": kinds.SKELETONS}, {"scales": []}, {"sharding": {}}, None):
+        assert registered(doc) is None
