@@ -109,8 +109,7 @@ class ShardedKV(MutableMapping):
                                 ) -> dict[int, tuple[bytes | memoryview, bytes | memoryview]]:
         """Stored values with bytes from right before them, as {key: (before, value)}:
         ``span(key, value)`` gives ``(begin, end)`` relative to the value's start (by
-        default the unindexed entry before it, by ``unindexed``). See
-        :func:`.unindexed.read_with_unindexed`."""
+        default the unindexed entry before it). See :func:`.unindexed.read_with_unindexed`."""
         return read_with_unindexed(self.reader, as_key_array(keys), span, self.unindexed)
 
     def _get(self, k: int) -> bytes | None:
@@ -391,10 +390,9 @@ def open_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str | 
         Writers record the spec in ``<url>/info`` on commit, so later opens need none.
     unindexed
         For stores that keep unindexed entries (bytes no index entry points at) right before
-        their values: ``unindexed(keys, values)`` gives their lengths (the layer of such a
-        store supplies it), and every rewrite and compaction keeps them. A store of a layer
-        kind that keeps them (:func:`ngshard.kinds.unindexed_entries`) opened for writing
-        without it is refused (its rewrites would drop them).
+        their values: ``unindexed(keys, values)`` gives their lengths (the layer supplies
+        it); every rewrite and compaction keeps them. A store of a layer kind that keeps
+        them (:func:`ngshard.kinds.unindexed_entries`) is refused for writing without it.
 
     Returns
     -------
