@@ -96,9 +96,10 @@ def test_rewrites_and_compaction_keep_them(tmp_path, store):
         np.array([len(unindexed(k)) for k in left] + [0], np.uint64)))
     assert (path / "0.shard").read_bytes() == (fresh / "0.shard").read_bytes()
 
-    with ngshard.open_kv(path, SPEC, "r+", unindexed=unindexed_sizes, strategy="rewrite",
-                         compact_ratio=0.0) as kv:  # a rewrite that compacts at once
-        del kv[1]
+    kv = ngshard.open_kv(path, SPEC, "r+", unindexed=unindexed_sizes, strategy="rewrite",
+                         compact_ratio=0.0)  # a rewrite that compacts at once
+    del kv[1]
+    assert [p.action for p in kv.commit().shards] == ["compact"]
     got = ngshard.open_kv(path, SPEC, unindexed=unindexed_sizes).get_many_with_unindexed(left)
     assert {k: bytes(p) for k, (p, _) in got.items()} == {k: unindexed(k) for k in left
                                                          if k != 1}
