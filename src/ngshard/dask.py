@@ -5,8 +5,8 @@ Each partition gets every key's shard number (vectorized) and a sequence number 
 position) that says which of two values of one key came last. Dask's own shuffle then brings
 every shard's rows into one partition, and one task per partition writes each of its shards
 whole, so no two workers touch a shard and no shard is read back. A task's shards come out
-exactly as the local writer makes them (``update.new_shard``), each
-written atomically, so a task that is retried (a worker died) rewrites the same bytes and a
+exactly as the local writer makes them (``sharded.shard_writer.write_shard``), each written
+atomically, so a task that is retried (a worker died) rewrites the same bytes and a
 reader never sees half a shard. A store or layer already at ``url`` is refused, or with
 ``overwrite=True`` removed first; the spec is recorded in ``url/info`` last.
 
@@ -23,12 +23,10 @@ import numpy as np
 
 from .destination import claim
 from .errors import MissingDependencyError, SpecError
-from .sharded.bulk import shard_parts
 from .sharded.infofile import as_spec, record_spec
 from .sharded.inputs import as_bytes
-from .sharded.prefixed import refuse_blind_writes
+from .sharded.shard_writer import write_shard
 from .sharded.spec import ShardingSpec, as_key_array
-from .sharded.update import newest_in_index_order
 from .storage import Storage, open_storage, remove_stale
 
 try:
@@ -71,7 +69,7 @@ def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
     Returns
     -------
     dict
-        ``shards``, ``keys`` and ``bytes`` written.
+        ``shards``, ``keys`` and ``bytes`` (of values, as stored) written.
 
     The shard files are byte for byte those :func:`ngshard.write_kv` writes from the same
     items, however the collection is partitioned. The last value of a repeated key (in the
@@ -91,7 +89,6 @@ def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
     spec = as_spec(spec)
     storage = open_storage(url, durable=durable)
     claim(storage, overwrite=overwrite)
-    refuse_blind_writes(storage)  # a mesh layer's fragments would be lost
     if storage.local_root is not None:
         os.makedirs(storage.local_root, exist_ok=True)
         remove_stale(storage.local_root)
@@ -161,14 +158,11 @@ def _write_shards(df: pd.DataFrame, storage: Storage, spec_json: dict) -> pd.Dat
         cuts = (np.flatnonzero(np.diff(shards[by_shard])) + 1).tolist()
         for a, b in zip([0, *cuts], [*cuts, len(by_shard)]):
             group = by_shard[a:b]
-            # (minishard, key), then collection order: the newest of each key is last
-            pick = group[newest_in_index_order(spec, keys[group], age=seq[group])]
-            chosen = values[pick].tolist()
-            lengths = np.fromiter(map(len, chosen), np.int64, len(chosen))
-            data = np.frombuffer(b"".join(chosen), np.uint8)
-            name = spec.shard_filename(int(shards[pick[0]]))
-            storage.write(name, shard_parts(spec, keys[pick], data, lengths))
-            rows.append((name, len(pick), int(lengths.sum())))
+            shard = int(shards[group[0]])
+            # of a repeated key the value last in the collection's order wins
+            written = write_shard(storage, spec, shard, keys[group], values, rows=group,
+                                  age=seq[group], encoded=False)
+            rows.append((spec.shard_filename(shard), len(np.unique(keys[group])), written))
     return pd.DataFrame(rows, columns=list(_WRITTEN)).astype(_WRITTEN)
 
 

@@ -11,6 +11,19 @@ class SpecError(NgShardError, ValueError):
     """A sharding spec, info file or argument is invalid; the message names the field."""
 
 
+class SpecMissingError(SpecError):
+    """No sharding spec is given, and none is recorded with the store (``where``: its info
+    file, missing or without one); the message asks for ``spec=`` (the command line asks for
+    ``--spec`` instead)."""
+
+    def __init__(self, where: str, reason: str) -> None:
+        super().__init__(f"{where}: {reason}: give the sharding spec (spec=)")
+        self.where, self.reason = where, reason
+
+    def __reduce__(self) -> tuple:  # crosses process boundaries (pools, Dask) intact
+        return type(self), (self.where, self.reason)
+
+
 class CorruptDataError(NgShardError):
     """Stored bytes do not decode; the message names the file and the offset."""
 

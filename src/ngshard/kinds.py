@@ -1,5 +1,8 @@
-"""Layer kinds: the ``info`` document (parsed defensively), the kind of layer it describes, and
-the files such a layer owns, so that replacing a layer can remove all of it and nothing else.
+"""Layer kinds: the ``info`` document (parsed defensively), the kind of layer it describes
+(:func:`kind_of`), the files such a layer owns (so that replacing a layer can remove all of it
+and nothing else), the stores inside it, and which kinds keep unindexed entries in their
+shards. The one module that spells a layer's ``@type`` or decides what kind a layer is: every
+other asks it.
 
 Pure knowledge, no I/O: the functions that look at a listing are given the names, or a store
 whose ``list()`` they call. ``ngshard.destination`` acts on it.
@@ -20,12 +23,20 @@ CONVERT_RECORDS, CONVERT_JOB = ".ngshard-convert", "job.json"
 
 VOLUME = "volume"
 STORE = "store"
+#: The ``@type`` of a volume's info (image or segmentation), and the volume types (``type``).
+VOLUME_TYPE = "neuroglancer_multiscale_volume"
+IMAGE, SEGMENTATION = "image", "segmentation"
+VOLUME_TYPES = (IMAGE, SEGMENTATION)
 SKELETONS = "neuroglancer_skeletons"
 MESHES = "neuroglancer_multilod_draco"
 LEGACY_MESHES = "neuroglancer_legacy_mesh"
 ANNOTATIONS = "neuroglancer_annotations_v1"
 PROPERTIES = "neuroglancer_segment_properties"
 LAYER_TYPES = (SKELETONS, MESHES, LEGACY_MESHES, ANNOTATIONS, PROPERTIES)
+#: Kinds whose shards keep unindexed entries before their values (what they are, for
+#: messages): their stores are opened with the function that measures them, which the layer
+#: supplies (``ngshard.layers.dispatch.unindexed_sizes``).
+UNINDEXED = {MESHES: "its mesh fragments lie unindexed before each manifest"}
 #: Info members of a segmentation (or a skeleton or mesh layer) naming layers that go with it.
 LINKS = ("mesh", "skeletons", "segment_properties")
 
@@ -87,15 +98,12 @@ def parse_info(raw: bytes | str, where: str) -> dict:
     return doc
 
 
-def layer_kind(doc: dict | None, storage: Any) -> str:
-    """What an info describes: one of LAYER_TYPES, "volume", "store" (a bare sharded store)
-    or, with no info, "legacy_mesh" for a directory of ``<id>:0`` manifests (``storage``:
-    the layer's store, listed only then)."""
+def kind_of(doc: dict | None) -> str | None:
+    """What an info describes: one of LAYER_TYPES, VOLUME (an image or segmentation: it has
+    scales), STORE (a bare sharded store: only a sharding); None for no info, or one of no
+    kind ngshard knows."""
     if doc is None:
-        if storage.supports_listing and any(split_twin(name)[0].endswith(":0")
-                                            for name in storage.list()):
-            return LEGACY_MESHES
-        raise NotFoundError(f"{storage.path(INFO)}: no info file: not a precomputed layer")
+        return None
     kind = doc.get("@type")
     if kind in LAYER_TYPES:
         return kind
@@ -103,8 +111,58 @@ def layer_kind(doc: dict | None, storage: Any) -> str:
         return VOLUME
     if "sharding" in doc:
         return STORE
-    raise SpecError(f"{storage.path(INFO)}: not a layer ngshard knows (@type {kind!r}, no "
-                    f"scales, no sharding)")
+    return None
+
+
+def layer_kind(doc: dict | None, storage: Any) -> str:
+    """:func:`kind_of`, where no info may be a legacy mesh layer (a directory of ``<id>:0``
+    manifests; ``storage``, the layer's store, is listed only then).
+
+    Raises
+    ------
+    NotFoundError
+        No info, and no legacy mesh manifests.
+    SpecError
+        An info of no kind ngshard knows.
+    """
+    if doc is None:
+        if storage.supports_listing and any(split_twin(name)[0].endswith(":0")
+                                            for name in storage.list()):
+            return LEGACY_MESHES
+        raise NotFoundError(f"{storage.path(INFO)}: no info file: not a precomputed layer")
+    kind = kind_of(doc)
+    if kind is None:
+        raise SpecError(f"{storage.path(INFO)}: not a layer ngshard knows (@type "
+                        f"{doc.get('@type')!r}, no scales, no sharding)")
+    return kind
+
+
+def is_segmentation(doc: dict | None) -> bool:
+    """Whether an info describes a segmentation volume (its ``type``)."""
+    return kind_of(doc) == VOLUME and doc.get("type") == SEGMENTATION
+
+
+def unindexed_entries(doc: dict | None) -> str | None:
+    """What the unindexed entries in the shards of the layer ``doc`` describes are (for
+    messages), None for a layer whose shards keep none."""
+    return UNINDEXED.get(kind_of(doc))
+
+
+def stores(doc: dict | None) -> dict[str, dict | None]:
+    """The key-value stores in folders of a layer: {folder (relative): its sharding spec
+    JSON, None where it keeps a file per key}: a volume's scales, an annotation layer's
+    indices. A layer's own ``sharding`` (at its root) is not among them."""
+    kind, doc = kind_of(doc), doc or {}
+    if kind == VOLUME:
+        found = doc.get("scales")
+    elif kind == ANNOTATIONS:
+        found = [doc.get("by_id")] + list(doc.get("relationships") or []) + \
+            list(doc.get("spatial") or [])
+    else:
+        return {}
+    return {part["key"]: part.get("sharding") for part in found
+            if isinstance(part, dict) and isinstance(part.get("key"), str)} \
+        if isinstance(found, list) else {}
 
 
 def describe(kind: str, doc: dict | None) -> str:
@@ -148,9 +206,7 @@ def parts(kind: str, doc: dict | None) -> list[Part]:
         return SHARD_FILES if doc.get("sharding") is not None else names
 
     if kind == VOLUME:
-        scales = [relative_folder(s.get("key")) for s in doc.get("scales", [])
-                  if isinstance(s, dict)]
-        return [Part(k, SCALE_FILES) for k in scales if k]
+        return [Part(k, SCALE_FILES) for k in stores(doc) if relative_folder(k)]
     if kind == STORE:
         return [Part("", SHARD_FILES)]
     if kind in (SKELETONS, MESHES):
@@ -158,14 +214,8 @@ def parts(kind: str, doc: dict | None) -> list[Part]:
     if kind == LEGACY_MESHES:
         return [Part("", segments(LEGACY_MESH_FILES))]
     if kind == ANNOTATIONS:
-        indices = [doc.get("by_id")] + list(doc.get("relationships") or []) + \
-            list(doc.get("spatial") or [])
-        out = []
-        for index in indices:
-            if isinstance(index, dict) and relative_folder(index.get("key")):
-                names = SHARD_FILES if index.get("sharding") is not None else ANNOTATION_FILES
-                out.append(Part(index["key"], names))
-        return out
+        return [Part(k, ANNOTATION_FILES if sharding is None else SHARD_FILES)
+                for k, sharding in stores(doc).items() if relative_folder(k)]
     return []
 
 

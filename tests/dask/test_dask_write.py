@@ -163,3 +163,35 @@ def test_volume_chunks_give_the_local_writers_bytes(client, tmp_path, encoding):
     assert (np.asarray(ngshard.open_volume(tmp_path / "dask"))[..., 0] == data).all()
     with pytest.raises(ValueError, match=r"grid position \(0, 0, 0\) has shape"):
         ngshard.dask.write_chunks(tmp_path / "dask", db.from_sequence([((0, 0, 0), data)]))
+
+
+def test_every_whole_shard_writer_gives_the_same_bytes(client, tmp_path):
+    """The chunks of a conversion's sharded scale, written again through write_kv (arrays,
+    and pairs spilled past a small buffer), ngshard.dask.write_kv and a ShardedKV commit in
+    mode "w": every path writes each shard whole by one writer, so every shard file is the
+    conversion's, byte for byte."""
+    import ngshard.zarr
+
+    data = np.random.default_rng(5).integers(0, 4, (40, 48, 56), dtype=np.uint8)
+    data[:, :, :16] = 0  # chunks of zeros are left out
+    src = ngshard.zarr.create_array(tmp_path / "src.zarr", data.shape, "uint8", (16, 16, 16))
+    src[...] = data
+    spec = ngshard.ShardingSpec(hash="identity", preshift_bits=1, minishard_bits=2,
+                                shard_bits=3, minishard_index_encoding="gzip",
+                                data_encoding="gzip")
+    ngshard.convert(tmp_path / "src.zarr", tmp_path / "converted", sharding=spec.to_json(),
+                    workers=1, progress=False)
+    key = ngshard.open_volume(tmp_path / "converted").scale.key
+    converted = shard_files(tmp_path / "converted" / key)
+    kv = ngshard.open_kv(tmp_path / "converted" / key)
+    items = kv.get_many(kv.keys_array())
+    assert len(converted) > 2 and len(items) > 20
+    ngshard.write_kv(tmp_path / "dict", spec, items)
+    ngshard.write_kv(tmp_path / "spilled", spec, reversed(list(items.items())),
+                     buffer_bytes=3000)
+    ngshard.dask.write_kv(tmp_path / "dask", spec, db.from_sequence(list(items.items()),
+                                                                    npartitions=3))
+    with ngshard.open_kv(tmp_path / "committed", spec, "w") as kv:
+        kv.update(items)
+    for path in ("dict", "spilled", "dask", "committed"):
+        assert shard_files(tmp_path / path) == converted, path

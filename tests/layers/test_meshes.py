@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import ngshard
-from ngshard.layers.mesh_codec import Manifest, decode_fragment, prefix_sizes
+from ngshard.layers.mesh_codec import Manifest, decode_fragment, unindexed_sizes
 from ngshard.layers.mesh_octree import zorder
 from ngshard.storage import open_storage
 
@@ -63,7 +63,7 @@ def test_each_fragment_stays_in_its_node_and_children(sharded):
     layer = ngshard.open(sharded)
     k = next(iter(ITEMS))
     manifest = layer.manifests([k])[k]
-    data, _ = layer.kv.get_many_prefixed([k])[k]
+    data, _ = layer.kv.get_many_with_unindexed([k])[k]
     top = 2**16 - 1
     at = 0
     for lod in range(manifest.num_lods):
@@ -142,14 +142,14 @@ def test_updates_and_compaction_keep_the_fragments(tmp_path, sharded, strategy):
     before = _all(ngshard.open(path))
     size = sum(p.stat().st_size for p in path.glob("*.shard"))
     with pytest.raises(ngshard.SpecError, match="mesh fragments"):
-        ngshard.open_kv(path, mode="r+")  # without prefix_of its rewrites would drop them
+        ngshard.open_kv(path, mode="r+")  # without unindexed= its rewrites would drop them
     gone = sorted(ITEMS)[:2]
     ratio = None if strategy == "append" else 0.5  # rewrite: decides to compact at once
-    with ngshard.open_kv(path, mode="r+", prefix_of=prefix_sizes, strategy=strategy,
+    with ngshard.open_kv(path, mode="r+", unindexed=unindexed_sizes, strategy=strategy,
                          compact_ratio=ratio) as kv:
         for k in gone:
             del kv[k]
-    kv = ngshard.open_kv(path, mode="r+", prefix_of=prefix_sizes)
+    kv = ngshard.open_kv(path, mode="r+", unindexed=unindexed_sizes)
     plan = kv.compact()
     # the deleted segments' fragments are garbage either way (the rewrite, not seeing them,
     # judged the shard not worth compacting and copied its data region as it was)
@@ -176,7 +176,7 @@ def test_compaction_rewrites_only_the_shards_with_garbage(tmp_path):
     layer = ngshard.write_meshes(path, items, sharding=spec, durable=False)
     before, generations = _all(layer), _generations(path)
     assert len(generations) == 4
-    kv = ngshard.open_kv(path, mode="r+", prefix_of=prefix_sizes, strategy="append",
+    kv = ngshard.open_kv(path, mode="r+", unindexed=unindexed_sizes, strategy="append",
                          compact_ratio=None)
     assert kv.compact().shards == []
     assert _generations(path) == generations
@@ -197,7 +197,7 @@ def test_compacting_igneous_shards_keeps_their_fragments(tmp_path):
     path = tmp_path / "mesh"
     shutil.copytree(FIXTURES / "ig_meshes_sharded" / "mesh", path)
     before = _all(ngshard.open(path))
-    kv = ngshard.open_kv(path, mode="r+", prefix_of=prefix_sizes, strategy="append",
+    kv = ngshard.open_kv(path, mode="r+", unindexed=unindexed_sizes, strategy="append",
                          compact_ratio=None)
     assert kv.compact().shards == []  # igneous leaves no garbage
     del kv[11]
@@ -233,3 +233,39 @@ def test_cloud_volume_reads_ngshard_meshes(tmp_path):
                 mine = ours.get(k, lod)
                 np.testing.assert_allclose(theirs.vertices, mine.vertices, rtol=1e-5)
                 np.testing.assert_array_equal(theirs.faces, mine.faces)
+
+
+def test_spilled_or_held_a_layer_has_the_same_shards(tmp_path):
+    """Fragments and manifests held in memory or spilled past a small buffer: the same shard
+    files (each manifest right after its fragments, in the order given), which tensorstore
+    reads as the manifests alone."""
+    ts = pytest.importorskip("tensorstore")
+    spec = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "murmurhash3_x86_128",
+            "preshift_bits": 0, "minishard_bits": 1, "shard_bits": 1,
+            "minishard_index_encoding": "gzip", "data_encoding": "raw"}
+    held = ngshard.write_meshes(tmp_path / "held", ITEMS, sharding=spec, durable=False)
+    ngshard.write_meshes(tmp_path / "spilled", ITEMS, sharding=spec, buffer_bytes=2000,
+                         durable=False)
+    shards = sorted(p.name for p in (tmp_path / "held").glob("*.shard"))
+    assert len(shards) == 2
+    for name in shards:
+        assert (tmp_path / "held" / name).read_bytes() == \
+            (tmp_path / "spilled" / name).read_bytes()
+    t = ts.KvStore.open({"driver": "neuroglancer_uint64_sharded", "metadata": spec,
+                         "base": f"file://{tmp_path / 'spilled'}/"}).result(timeout=30)
+    manifests = {k: held.kv[k] for k in ITEMS}
+    assert {k: t.read(k.to_bytes(8, "big")).result(timeout=30).value for k in ITEMS} == \
+        manifests
+
+
+def test_every_kind_with_unindexed_entries_has_their_measure():
+    """The layers supply the measure of the unindexed entries of each kind that keeps some
+    (ngshard.kinds says which): what a CLI or layer opening such a store for writing uses."""
+    from ngshard import kinds
+    from ngshard.layers.dispatch import unindexed_sizes as registered
+
+    assert kinds.UNINDEXED
+    for kind in kinds.UNINDEXED:
+        assert registered({"@type": kind, "sharding": {}}) is unindexed_sizes
+    for doc in ({"@type": kinds.SKELETONS}, {"scales": []}, {"sharding": {}}, None):
+        assert registered(doc) is None

@@ -109,7 +109,7 @@ def test_a_bad_skeleton_among_many_is_named(tmp_path):
         with pytest.raises(ValueError, match=f"skeleton {k}: edges name vertex"):
             ngshard.write_skeletons(tmp_path / "a", items)
     items[k] = (v, e, a)
-    with pytest.raises(ValueError, match=f"segment {k} given twice"):
+    with pytest.raises(ValueError, match=f"key {k} given twice"):
         ngshard.write_skeletons(tmp_path / "b", [*items.items(), (k, items[k])])
 
 

@@ -145,6 +145,40 @@ def test_spec_from_info_and_from_parent_scale(tmp_path):
         ngshard.open_kv(tmp_path / "bad")
 
 
+def test_a_missing_spec_is_asked_for_the_python_way(tmp_path, capsys):
+    """Python callers are asked for spec= (the command line for --spec); a volume root is
+    told where its sharded stores are; a store in an annotation layer's index folder finds
+    its spec in the layer's info, and a commit there writes no info of its own."""
+    from ngshard.cli import main
+
+    (tmp_path / "bare").mkdir()
+    from ngshard.errors import SpecMissingError
+
+    with pytest.raises(SpecMissingError, match=r"no info file: give the sharding "
+                       r"spec \(spec=\)") as raised:
+        ngshard.open_kv(tmp_path / "bare")
+    assert "--" not in str(raised.value)
+    assert main(["ls", str(tmp_path / "bare")]) == 1
+    assert "give the sharding spec with --spec JSON|FILE" in capsys.readouterr().err
+    (tmp_path / "vol").mkdir()
+    (tmp_path / "vol" / "info").write_text(json.dumps(
+        {"type": "image", "scales": [{"key": "4_4_4"}, {"key": "8_8_8",
+                                                       "sharding": SPEC.to_json()}]}))
+    with pytest.raises(ngshard.SpecError, match="sharded stores are in its folders 8_8_8") \
+            as raised:
+        ngshard.open_kv(tmp_path / "vol")
+    assert "--" not in str(raised.value) and "volume" not in str(raised.value)
+    (tmp_path / "ann").mkdir()
+    (tmp_path / "ann" / "info").write_text(json.dumps(
+        {"@type": "neuroglancer_annotations_v1", "by_id": {"key": "by_id",
+                                                           "sharding": SPEC.to_json()}}))
+    (tmp_path / "ann" / "by_id").mkdir()
+    with ngshard.open_kv(tmp_path / "ann" / "by_id", mode="a") as kv:
+        kv[5] = b"five"
+    assert ngshard.open_kv(tmp_path / "ann" / "by_id")[5] == b"five"
+    assert not (tmp_path / "ann" / "by_id" / "info").exists()
+
+
 def test_spec_as_json_text_and_file(tmp_path):
     ngshard.write_kv(tmp_path / "s", json.dumps(SPEC.to_json()), {4: b"four"})
     (tmp_path / "spec.json").write_text(json.dumps(SPEC.to_json()))

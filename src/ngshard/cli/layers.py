@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from ..errors import NgShardError
-from ..kinds import LAYER_TYPES, MESHES, PROPERTIES, SKELETONS, layer_kind
+from ..kinds import LAYER_TYPES, MESHES, PROPERTIES, SKELETONS, kind_of, layer_kind
 from ..sharded.infofile import read_info
 from ..storage import Storage
 from .targets import emit, url_storage
@@ -25,7 +25,7 @@ def typed_layer(args: argparse.Namespace) -> tuple[Storage, dict | None, str] | 
         return None
     storage = url_storage(args)
     doc = read_info(storage)
-    if doc is not None and doc.get("@type") not in LAYER_TYPES:
+    if doc is not None and kind_of(doc) not in LAYER_TYPES:
         return None
     try:
         kind = layer_kind(doc, storage)

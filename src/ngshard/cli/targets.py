@@ -9,8 +9,9 @@ import os
 import sys
 from dataclasses import dataclass
 
-from ..errors import NotFoundError, SpecError
-from ..layers.dispatch import checked_source
+from ..errors import NotFoundError, SpecError, SpecMissingError
+from ..kinds import VOLUME, kind_of
+from ..layers.dispatch import checked_source, unindexed_sizes
 from ..sharded import ShardedKV, open_kv
 from ..sharded.infofile import read_info
 from ..storage import Storage
@@ -32,7 +33,7 @@ def progress_wanted(args: argparse.Namespace) -> bool:
 
 
 def _volume(storage: Storage, doc: dict | None) -> VolumeInfo | None:
-    if doc is None or "scales" not in doc:
+    if kind_of(doc) != VOLUME:
         return None
     return VolumeInfo.from_json(doc, storage.path("info"))
 
@@ -94,20 +95,14 @@ def targets(args: argparse.Namespace, mode: str = "r", *, every_scale: bool = Fa
             raise SpecError(f"{args.url}: a volume with no sharded scale (one file per chunk)")
         return out
     strategy = getattr(args, "strategy", "auto")
-    kv = open_kv(storage, spec=args.spec, mode=mode, strategy=strategy,
-                 prefix_of=_prefix_of(storage)) if writing else open_kv(storage, spec=args.spec)
+    try:  # a layer's store whose shards keep unindexed entries: its writes must know them
+        kv = open_kv(storage, spec=args.spec, mode=mode, strategy=strategy,
+                     unindexed=unindexed_sizes(read_info(storage))) if writing else \
+            open_kv(storage, spec=args.spec)
+    except SpecMissingError as e:
+        raise SpecError(f"{e.where}: {e.reason}: give the sharding spec with --spec "
+                        f"JSON|FILE") from None
     return [Target(storage.url, kv)]
-
-
-def _prefix_of(storage: Storage):
-    """A mesh layer's store keeps each manifest's fragments before it: its writes need to
-    know them (see ngshard.sharded.prefixed)."""
-    doc = read_info(storage)
-    if doc is not None and doc.get("@type") == "neuroglancer_multilod_draco":
-        from ..layers.mesh_codec import prefix_sizes
-
-        return prefix_sizes
-    return None
 
 
 def require_present(target: Target) -> None:

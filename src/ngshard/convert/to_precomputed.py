@@ -8,9 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..compression import encode
-from ..sharded.spec import ShardingSpec
-from ..sharded.update import new_shard, newest_in_index_order
-from ..storage import Storage
+from ..sharded.shard_writer import write_shard
 from ..threads import pmap
 from ..volume.encodings import encode_chunk
 from .plan import Task
@@ -19,21 +17,6 @@ from .sources import as_dtype, open_scale
 #: Voxel bytes read from the source at a time within a task (at least one layer of chunks;
 #: a downsampled source reads its magnification times more).
 SLAB_BYTES = 64 << 20
-
-
-def write_shard(storage: Storage, spec: ShardingSpec, shard: int, keys: np.ndarray,
-                blobs: list) -> int:
-    """Write shard number ``shard`` whole from chunk IDs and their stored (data-encoded)
-    bytes; an empty shard removes the file. Returns the bytes written."""
-    name = spec.shard_filename(shard)
-    if not len(keys):
-        storage.delete(name)
-        return 0
-    order = newest_in_index_order(spec, keys)
-    chosen = [blobs[i] for i in order.tolist()]
-    sizes = np.fromiter(map(len, chosen), np.int64, len(chosen))
-    storage.write(name, new_shard(spec, keys[order], sizes, chosen))
-    return int(sizes.sum())
 
 
 def store_chunks(task: Task, positions: np.ndarray, blobs: list) -> dict:

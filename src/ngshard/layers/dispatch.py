@@ -1,5 +1,6 @@
 """One entry point for every layer: the format from the URL or what is stored (an ``info``,
-or zarr metadata), a precomputed layer's kind from its ``info``."""
+or zarr metadata), a precomputed layer's kind from its ``info``, and what opening a layer's
+store for writing needs to know (the unindexed entries in its shards)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ from ..kinds import (
     SKELETONS,
     STORE,
     VOLUME,
+    kind_of,
     layer_kind,
 )
 from ..sharded.infofile import read_info
+from ..sharded.unindexed import UnindexedSizes
 from ..storage import Source, Storage, open_source
 from ..storage.urls import check_format
 
@@ -43,6 +46,17 @@ def checked_source(url: str | os.PathLike | dict | Storage) -> tuple[Storage, So
         check_format(source, stored_formats(storage), url, storage.url)
     return storage, source
 
+
+
+def unindexed_sizes(doc: dict | None) -> UnindexedSizes | None:
+    """The function that measures the unindexed entries before each value in the shards of
+    the layer ``doc`` describes (``open_kv(..., unindexed=)``), None for a layer whose shards
+    keep none (:data:`ngshard.kinds.UNINDEXED` says which kinds keep some)."""
+    if kind_of(doc) == MESHES:
+        from .mesh_codec import unindexed_sizes as mesh_fragments
+
+        return mesh_fragments
+    return None
 
 
 def open_layer(url: str | os.PathLike | dict | Storage, **kwargs: Any) -> Any:

@@ -86,9 +86,9 @@ class Manifest:
         return cls(head[:3], head[3:], scales, offsets, positions, sizes)
 
 
-def prefix_sizes(keys: np.ndarray, values: list) -> np.ndarray:
-    """The fragment bytes before each manifest of a sharded mesh layer (``prefix_of`` of its
-    store)."""
+def unindexed_sizes(keys: np.ndarray, values: list) -> np.ndarray:
+    """The fragment bytes before each manifest of a sharded mesh layer: the unindexed entries
+    of its store (``open_kv(..., unindexed=)``)."""
     return np.array([Manifest.from_bytes(v, f"segment {k}").total_size
                      for k, v in zip(np.asarray(keys).tolist(), values)], np.uint64)
 

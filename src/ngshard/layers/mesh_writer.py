@@ -20,6 +20,7 @@ import numpy as np
 from ..destination import claim
 from ..errors import SpecError
 from ..sharded.infofile import write_info
+from ..sharded.shard_writer import DEFAULT_BUFFER_BYTES, ShardWriter
 from ..sharded.spec import check_key
 from ..storage import Storage, open_storage
 from ..storage.twins import write_twins
@@ -28,7 +29,6 @@ from .info import transform_json
 from .mesh_codec import Manifest, encode_fragment, encode_legacy
 from .mesh_octree import fragments
 from .meshes import KIND, LEGACY, LegacyMeshes, Meshes
-from .prefixed_writer import DEFAULT_BUFFER_BYTES, PrefixedShardWriter
 from .sharding import resolve_sharding
 from .store import batched, count_of, pairs, unsharded_twin, write_segments
 
@@ -157,7 +157,7 @@ def write_meshes(url: str | os.PathLike | Storage,
     if spec is not None and spec.data_encoding != "raw":
         raise SpecError("mesh shards need data_encoding raw (fragments are read by range)")
     claim(storage, overwrite=overwrite)
-    writer = PrefixedShardWriter(storage, spec, buffer_bytes) if spec is not None else None
+    writer = ShardWriter(storage, spec, buffer_bytes) if spec is not None else None
     for batch in batched(pairs(items), _BATCH):
         encoded = []
         for key, value in batch:

@@ -18,17 +18,17 @@ from typing import Any
 import numpy as np
 
 from ..errors import CorruptDataError, SpecError
+from ..kinds import LEGACY_MESHES as LEGACY
+from ..kinds import MESHES as KIND
+from ..kinds import kind_of
 from ..sharded import open_kv
 from ..sharded.infofile import INFO, read_info
 from ..sharded.spec import as_key_array, check_key
 from ..storage import Storage, open_storage
 from .info import apply_transform, parse_sharding, parse_transform
 from .mesh_batch import Piece, decode_pieces
-from .mesh_codec import Manifest, decode_legacy, prefix_sizes
+from .mesh_codec import Manifest, decode_legacy, unindexed_sizes
 from .store import SegmentStore
-
-KIND = "neuroglancer_multilod_draco"
-LEGACY = "neuroglancer_legacy_mesh"
 
 
 @dataclass
@@ -97,7 +97,7 @@ class Meshes(_Listed):
             if self.sharding.data_encoding != "raw":
                 raise SpecError(f"{where}: mesh shards need data_encoding raw (fragments are "
                                 f"read by byte range), not {self.sharding.data_encoding}")
-            kv = open_kv(storage, self.sharding, info=False, prefix_of=prefix_sizes)
+            kv = open_kv(storage, self.sharding, info=False, unindexed=unindexed_sizes)
         self.kv = kv
         self.store = SegmentStore(storage, self.sharding, ".index", kv=kv)
 
@@ -132,7 +132,7 @@ class Meshes(_Listed):
             return begin, end, m.total_size
 
         if self.kv is not None:
-            found = self.kv.get_many_prefixed(
+            found = self.kv.get_many_with_unindexed(
                 keys, lambda k, v: (lambda b, e, t: (b - t, e - t))(*pick(k, v)))
             return {k: (chosen[k][0], data, chosen[k][1]) for k, (data, _) in found.items()}
         found = self.store.get_many(keys)
@@ -257,8 +257,8 @@ def open_meshes(url: str | os.PathLike | Storage) -> Meshes | LegacyMeshes:
     ``neuroglancer_multilod_draco``) or legacy (``neuroglancer_legacy_mesh``, or no info)."""
     storage = open_storage(url)
     doc = read_info(storage)
-    if doc is not None and doc.get("@type") == KIND:
+    if kind_of(doc) == KIND:
         return Meshes(storage, doc)
-    if doc is None or doc.get("@type") == LEGACY:
+    if doc is None or kind_of(doc) == LEGACY:
         return LegacyMeshes(storage, doc)
     raise SpecError(f"{storage.path(INFO)}: @type {doc.get('@type')!r} is not a mesh layer")

@@ -17,12 +17,13 @@ import numpy as np
 
 from ..destination import claim
 from ..errors import SpecError
+from ..kinds import LEGACY_MESHES, MESHES, SKELETONS, VOLUME, kind_of
+from ..kinds import PROPERTIES as KIND
 from ..sharded.infofile import INFO, read_info, write_info
 from ..sharded.spec import as_key_array, check_key
 from ..storage import Storage, open_storage
 from .info import layer_info
 
-KIND = "neuroglancer_segment_properties"
 TYPES = ("label", "description", "string", "tags", "number")
 NUMBER_TYPES = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "float32")
 _ONCE = ("label", "description", "tags")
@@ -265,8 +266,7 @@ def write_segment_properties(url: str | os.PathLike | Storage, ids: Any, *,
                                   tag_descriptions=tag_descriptions)
     storage = open_storage(url)
     parent = read_info(storage)
-    attach = parent is not None and ("scales" in parent or parent.get("@type") in (
-        "neuroglancer_skeletons", "neuroglancer_multilod_draco", "neuroglancer_legacy_mesh"))
+    attach = kind_of(parent) in (VOLUME, SKELETONS, MESHES, LEGACY_MESHES)
     target = storage.child(key) if attach else storage
     parsed = SegmentProperties(target, doc)  # the checks a reader makes, before writing
     claim(target, overwrite=overwrite)

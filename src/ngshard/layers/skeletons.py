@@ -16,6 +16,7 @@ import numpy as np
 
 from ..destination import claim
 from ..errors import SpecError
+from ..kinds import SKELETONS as KIND
 from ..sharded.infofile import INFO, write_info
 from ..sharded.spec import as_key_array, check_key
 from ..storage import Storage, open_storage
@@ -24,7 +25,6 @@ from .sharding import resolve_sharding
 from .skeleton_codec import VertexAttribute, decode_skeleton, encode_skeletons
 from .store import SegmentStore, batched, count_of, pairs, unsharded_twin, write_segments
 
-KIND = "neuroglancer_skeletons"
 _PEEK = 1024  # items encoded before choosing "auto" sharding, to learn the value size
 _BATCH = 1024  # skeletons encoded together
 

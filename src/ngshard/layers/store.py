@@ -22,11 +22,11 @@ from ..compression import gzip_compress, twin_suffix
 from ..errors import SpecError
 from ..sharded import ShardingSpec, open_kv
 from ..sharded.kv import ShardedKV
+from ..sharded.shard_writer import ShardWriter
 from ..sharded.spec import as_key_array
 from ..storage import Storage
 from ..storage.twins import Twins, write_twins
 from ..threads import bounded_map
-from .prefixed_writer import PrefixedShardWriter
 
 BATCH = 4096  # items per unsharded write batch
 #: Encoded values held before they are spilled by shard: spilling costs little (a local
@@ -121,7 +121,7 @@ def write_segments(storage: Storage, sharding: ShardingSpec | None,
         if sharding.data_encoding == "gzip":
             spec = replace(sharding, data_encoding="raw")
             runs = bounded_map(_gzip_run, runs, 2)
-        writer = PrefixedShardWriter(storage, spec, buffer_bytes or HELD_BYTES)
+        writer = ShardWriter(storage, spec, buffer_bytes or HELD_BYTES)
         for run in runs:
             writer.add_many(np.fromiter((k for k, _ in run), np.uint64, len(run)),
                             [v for _, v in run])

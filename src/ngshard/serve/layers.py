@@ -16,7 +16,21 @@ from collections import deque
 from typing import NamedTuple
 
 from ..errors import SpecError
-from ..sharded.infofile import parse_info
+from ..kinds import (
+    ANNOTATIONS,
+    IMAGE,
+    LEGACY_MESHES,
+    MESHES,
+    PROPERTIES,
+    SEGMENTATION,
+    SKELETONS,
+    STORE,
+    VOLUME,
+    VOLUME_TYPES,
+    is_segmentation,
+    kind_of,
+    parse_info,
+)
 from .files import File, LocalFiles, RemoteFiles
 
 MAX_DEPTH = 3
@@ -24,9 +38,9 @@ MAX_FOLDERS = 200
 # An info past this size is not a layer's.
 _MAX_INFO = 16 << 20
 
-_TYPES = {"neuroglancer_skeletons": "skeletons", "neuroglancer_multilod_draco": "mesh",
-          "neuroglancer_legacy_mesh": "mesh", "neuroglancer_annotations_v1": "annotations",
-          "neuroglancer_segment_properties": "segment_properties"}
+#: What each layer kind is served as (volumes: image or segmentation, by their type).
+_SERVED = {SKELETONS: "skeletons", MESHES: "mesh", LEGACY_MESHES: "mesh",
+           ANNOTATIONS: "annotations", PROPERTIES: "segment_properties", STORE: "sharded"}
 
 
 class Layer(NamedTuple):
@@ -44,7 +58,7 @@ class Layer(NamedTuple):
 
     def source(self, base_url: str) -> str | None:
         """The Neuroglancer data source, None for what Neuroglancer cannot open."""
-        if self.kind in ("sharded", "segment_properties"):
+        if self.kind in (_SERVED[STORE], _SERVED[PROPERTIES]):
             return None
         url = f"{base_url.rstrip('/')}/{self.path}" if self.path else base_url.rstrip("/")
         return f"{self.format}://{url}"
@@ -63,13 +77,15 @@ def read_small(files: LocalFiles | RemoteFiles, name: str, limit: int = _MAX_INF
 
 
 def classify(info: dict) -> str | None:
-    """The kind of layer an info describes, None if it is none."""
-    if isinstance(info.get("scales"), list):
-        return "segmentation" if info.get("type") == "segmentation" else "image"
-    kind = _TYPES.get(info.get("@type"))
-    if kind is None and isinstance(info.get("sharding"), dict):
-        return "sharded"
-    return kind
+    """What a layer an info describes is served as, None if it is no layer."""
+    kind = kind_of(info)
+    if kind == VOLUME:
+        if not isinstance(info.get("scales"), list):
+            return None
+        return SEGMENTATION if is_segmentation(info) else IMAGE
+    if kind == STORE and not isinstance(info.get("sharding"), dict):
+        return None
+    return _SERVED.get(kind)
 
 
 # Label images: integers that Neuroglancer should colour by segment rather than by intensity.
@@ -120,7 +136,7 @@ def _zarr_kind(files: LocalFiles | RemoteFiles, path: str, metadata: dict, ome: 
             level = _json_object(files, f"{path}/{first}/{array_file}" if path else
                                  f"{first}/{array_file}") or {}
             dtype = level.get("data_type", level.get("dtype"))
-    kind = "segmentation" if "image-label" in ome or dtype in _LABEL_DTYPES else "image"
+    kind = SEGMENTATION if "image-label" in ome or dtype in _LABEL_DTYPES else IMAGE
     return Layer(path, kind, metadata, {}, "zarr")
 
 
@@ -165,8 +181,8 @@ def find_layers(files: LocalFiles | RemoteFiles) -> list[Layer]:
             except SpecError:
                 kind = None
         if kind is not None:
-            layers.append(Layer(path, kind, info, _attached(path, info) if kind in (
-                "image", "segmentation") else {}))
+            layers.append(Layer(path, kind, info, _attached(path, info) if kind in
+                                VOLUME_TYPES else {}))
             continue
         found = _zarr_layer(files, path)
         if found is not None:

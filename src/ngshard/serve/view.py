@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import MissingDependencyError, NgShardError
+from ..kinds import IMAGE, SEGMENTATION, VOLUME_TYPES
 from ..storage import Storage, open_storage
 from ..volume import open_volume
 from .layers import Layer
@@ -91,7 +92,8 @@ def viewer_state(layers: list[Layer], base_url: str, storage: Storage | None = N
         it, and the largest segments in the middle plane selected; the 3D view without
         slices, so that their skeletons show whole.
     """
-    kinds = {"image": "image", "segmentation": "segmentation", "skeletons": "segmentation",
+    # served kind -> Neuroglancer's layer type
+    kinds = {IMAGE: "image", SEGMENTATION: "segmentation", "skeletons": "segmentation",
              "mesh": "segmentation", "annotations": "annotation"}
     out, names = [], set()
     for layer in layers:
@@ -103,7 +105,7 @@ def viewer_state(layers: list[Layer], base_url: str, storage: Storage | None = N
             name += "'"
         names.add(name)
         entry: dict[str, Any] = {"type": kinds[layer.kind], "source": source, "name": name}
-        if layer.kind == "segmentation" and layer.format == "precomputed":
+        if layer.kind == SEGMENTATION and layer.format == "precomputed":
             entry["skeletonRendering"] = {"mode2d": "lines_and_points", "mode3d": "lines"}
             if storage is not None:
                 sub = storage.child(layer.path) if layer.path else storage
@@ -117,7 +119,7 @@ def viewer_state(layers: list[Layer], base_url: str, storage: Storage | None = N
         state["selectedLayer"] = {"layer": next(e["name"] for e in out
                                                 if e["type"] == "segmentation")}
     # zarr layers frame themselves in the viewer (from their own metadata)
-    volumes = [layer for layer in layers if layer.kind in ("image", "segmentation")
+    volumes = [layer for layer in layers if layer.kind in VOLUME_TYPES
                and layer.format == "precomputed"]
     if volumes:
         state.update(_framing(volumes[0].info["scales"][0]))

@@ -6,10 +6,9 @@ shard's index, whatever the number of keys. Arrays are in memory already: they a
 shard (a radix sort of the shard numbers) and each shard is built from them directly, a few
 shards at a time on threads, costing about 12 bytes per key beyond the arrays themselves.
 
-Every path lays a shard out the same way (``update.new_shard``: values in minishard index
-order), so the
-bytes of a store depend on its contents alone: not on the order of the items, the buffer size,
-whether anything spilled, or (``ngshard.dask``) how a cluster partitioned them.
+Every path writes a shard by ``shard_writer.write_shard`` (values in minishard index order), so
+the bytes of a store depend on its contents alone: not on the order of the items, the buffer
+size, whether anything spilled, or (``ngshard.dask``) how a cluster partitioned them.
 """
 
 from __future__ import annotations
@@ -21,18 +20,15 @@ from typing import Any
 import numpy as np
 
 from .._arrays import uint_dtype
-from ..compression import encode
 from ..destination import claim
 from ..progress import progress_bar
 from ..storage import Storage, open_storage, remove_stale
-from ..threads import WORKERS, bounded_map, pmap
-from . import prefixed
-from .changes import views
+from ..threads import WORKERS, bounded_map
 from .infofile import as_spec, record_spec
 from .inputs import Values, value_arrays
 from .kv import DEFAULT_BUFFER_BYTES, open_kv
+from .shard_writer import write_shard
 from .spec import ShardingSpec
-from .update import new_shard, newest_in_index_order
 
 _BLOCK = 1 << 20
 # What writing a mapping through write_arrays costs per key: its keys, the list of its
@@ -129,7 +125,6 @@ def write_arrays(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | s
     destination that holds no store (see :func:`ngshard.destination.claim`)."""
     spec = as_spec(spec)
     storage = open_storage(url, durable=durable, expect="precomputed")
-    prefixed.refuse_blind_writes(storage)
     if storage.local_root is not None:
         os.makedirs(storage.local_root, exist_ok=True)
         remove_stale(storage.local_root)
@@ -138,14 +133,10 @@ def write_arrays(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | s
     def write_one(job: tuple[int, int, int]) -> None:
         shard, a, b = job
         pos = order[a:b]
-        # the shard's keys gathered once from the big arrays; sorted here, where they are
+        # the shard's keys gathered once from the big arrays; sorted there, where they are
         # small (random reads of the big ones miss the cache)
-        shard_keys, shard_minishards = keys[pos], minishards[pos]
-        local = newest_in_index_order(spec, shard_keys, shard_minishards)
-        data, lengths = values.take(pos[local])
-        name = spec.shard_filename(shard)
-        storage.write(name, shard_parts(spec, shard_keys[local], data, lengths,
-                                        shard_minishards[local]))
+        write_shard(storage, spec, shard, keys[pos], values, rows=pos,
+                    minishards=minishards[pos], encoded=False)
 
     present = [(s, a, b) for s, (a, b) in zip(shards.tolist(), runs.tolist())]
     for _ in progress_bar(bounded_map(write_one, present, _IN_FLIGHT), total=len(present),
@@ -190,13 +181,3 @@ def _by_shard(spec: ShardingSpec, keys: np.ndarray
     runs = np.stack([ends[present] - counts[present], ends[present]], axis=1)
     return order, present.astype(np.uint64), runs, minishards
 
-
-def shard_parts(spec: ShardingSpec, keys: np.ndarray, data: np.ndarray, lengths: np.ndarray,
-                minishards: np.ndarray | None = None) -> list:
-    """A whole shard of distinct ``keys`` in (minishard, key) order whose raw values lie back
-    to back in that order in ``data`` (encoded here as the spec says)."""
-    if spec.data_encoding == "raw":
-        return new_shard(spec, keys, lengths, [data], minishards)
-    encoded = pmap(lambda v: encode(v, spec.data_encoding), views(data, lengths))
-    return new_shard(spec, keys, np.fromiter(map(len, encoded), np.int64, len(encoded)),
-                     encoded, minishards)

@@ -13,21 +13,24 @@ from ..errors import NgShardError
 from ..progress import progress_bar
 from ..storage import ANY, Storage, changed_on_storage
 from ..threads import WORKERS, bounded_map
-from . import legacy, listing, prefixed
+from . import legacy, listing
 from .changes import ShardChanges
 from .plan import CommitPlan, ShardPlan, obsolete_shards, plan_shards
 from .reader import ShardReader, ShardState
+from .shard_writer import Laid, rewrite_shard, write_shard
 from .spec import ShardingSpec
 from .staging import Staging
-from .update import append_update, live_bytes, new_shard, rewrite_shard
+from .unindexed import UnindexedSizes, unindexed_bytes
+from .update import append_update, live_bytes
 
 
 def commit_staged(reader: ShardReader, staging: Staging, plan: CommitPlan | None, mode: str,
-                  strategy: str, compact_ratio: float | None, *, progress: bool = False
-                  ) -> CommitPlan:
+                  strategy: str, compact_ratio: float | None, *, progress: bool = False,
+                  unindexed: UnindexedSizes | None = None) -> CommitPlan:
     """Apply the staged changes shard by shard and clear the staging; returns the plan
     followed. With ``plan`` None each shard is planned as its turn comes (one pass over the
-    changes); a given plan must have been made for the current staged changes."""
+    changes); a given plan must have been made for the current staged changes. Rewrites keep
+    the unindexed entries ``unindexed`` measures."""
     if plan is not None and plan.staged_version != staging.version:
         raise NgShardError("the staged changes have changed since this plan was made; "
                            "make a new plan")
@@ -55,10 +58,8 @@ def commit_staged(reader: ShardReader, staging: Staging, plan: CommitPlan | None
     in_flight = WORKERS if staging.spilled else 2 * WORKERS
     storage, spec = reader.storage, reader.spec
 
-    prefix_of = reader.prefix_of  # unindexed prefixes (mesh fragments) that rewrites keep
-
     def apply(job: tuple) -> int:
-        _apply(storage, spec, mode, *job, prefix_of)
+        _apply(storage, spec, mode, *job, unindexed)
         return job[0].shard
 
     for shard in progress_bar(bounded_map(apply, jobs(), in_flight),
@@ -92,7 +93,8 @@ def _append_base(reader: ShardReader, plan: ShardPlan, changes: ShardChanges
 
 
 def _apply(storage: Storage, spec: ShardingSpec, mode: str, plan: ShardPlan,
-           changes: ShardChanges | None, base: ShardState | None, prefix_of=None) -> None:
+           changes: ShardChanges | None, base: ShardState | None,
+           unindexed: UnindexedSizes | None = None) -> None:
     """Carry out one shard's plan (in a job thread: touches storage, not the caches)."""
     name = plan.name
     check = ANY if mode == "w" else plan.generation
@@ -106,7 +108,8 @@ def _apply(storage: Storage, spec: ShardingSpec, mode: str, plan: ShardPlan,
     keys, deleted = changes.keys, changes.deleted
     sizes, data = changes.encoded(spec.data_encoding)
     if plan.action == "create":
-        storage.write(name, new_shard(spec, keys[~deleted], sizes, data), if_generation=check)
+        write_shard(storage, spec, plan.shard, keys[~deleted], Laid(sizes, data),
+                    if_generation=check)
         return
     where = storage.path(name)
     old = None
@@ -130,16 +133,17 @@ def _apply(storage: Storage, spec: ShardingSpec, mode: str, plan: ShardPlan,
             storage.write(name, [update.index, memoryview(old)[len(update.index):base.end],
                                  *update.tail], if_generation=plan.generation)
         return
-    parts = rewrite_shard(spec, old, keys, deleted, sizes, data, where, prefix_of)
+    keys, minishards, laid = rewrite_shard(spec, old, keys, deleted, sizes, data, where,
+                                           unindexed)
     if plan.action == "convert":
-        if parts is not None:  # first the new file (readers prefer it), then the pair
-            storage.write(name, parts, if_generation=None)
+        if len(keys):  # first the new file (readers prefer it), then the pair
+            write_shard(storage, spec, plan.shard, keys, laid, minishards=minishards,
+                        if_generation=None)
         for part, generation in zip(reversed(pair), reversed(plan.generation)):
             storage.delete(part, if_generation=generation)
-    elif parts is None:
-        storage.delete(name, if_generation=check)
     else:
-        storage.write(name, parts, if_generation=check)
+        write_shard(storage, spec, plan.shard, keys, laid, minishards=minishards,
+                    if_generation=check)
 
 
 def read_whole(storage: Storage, names: list[str], sizes: list[int], generations: list[Any],
@@ -152,30 +156,31 @@ def read_whole(storage: Storage, names: list[str], sizes: list[int], generations
     return [chunks[0] for _, chunks in reads]
 
 
-def _measured(reader: ShardReader, name: str) -> list[tuple[ShardState, int]]:
+def _measured(reader: ShardReader, name: str, unindexed: UnindexedSizes | None
+              ) -> list[tuple[ShardState, int]]:
     """The shard ``name`` (if present) and the bytes a compaction of it would keep: indices,
-    values and, in a store with ``prefix_of``, the unindexed prefixes before the values
-    (read only where the indexed bytes leave some over: a store without garbage or prefixes
-    costs no read)."""
+    values and the unindexed entries ``unindexed`` measures (read only where the indexed
+    bytes leave some over: a store without garbage or unindexed entries costs no read)."""
     out = []
     for shard in listing.full_shards(reader, [name]):
         live = live_bytes(reader.spec, shard.ranges, shard.minishards)
-        if live < shard.size and reader.prefix_of is not None:
-            live += prefixed.prefix_bytes(reader, shard)
+        if live < shard.size and unindexed is not None:
+            live += unindexed_bytes(reader, shard, unindexed)
         out.append((shard, live))
     return out
 
 
-def compact(reader: ShardReader, names: Iterable[str], *, progress: bool = False
-            ) -> CommitPlan:
-    """Rewrite the named shards that hold garbage of earlier appends, without it: one shard
-    (its indices and its bytes) at a time per job."""
+def compact(reader: ShardReader, names: Iterable[str], *, progress: bool = False,
+            unindexed: UnindexedSizes | None = None) -> CommitPlan:
+    """Rewrite the named shards that hold garbage of earlier appends, without it (keeping the
+    unindexed entries ``unindexed`` measures): one shard (its indices and its bytes) at a
+    time per job."""
     spec = reader.spec
     plans: list[ShardPlan] = []
 
     def jobs() -> Iterator[ShardPlan]:
         for name in names:
-            for shard, live in reader.retrying(_measured, reader, name):
+            for shard, live in reader.retrying(_measured, reader, name, unindexed):
                 if live < shard.size:
                     plans.append(ShardPlan(
                         shard.name, spec.parse_shard_filename(shard.name), "compact",
@@ -188,7 +193,7 @@ def compact(reader: ShardReader, names: Iterable[str], *, progress: bool = False
     none = ShardChanges(0, np.zeros(0, np.uint64), np.zeros(0, np.int64),
                         data=np.zeros(0, np.uint8))
     for _ in progress_bar(bounded_map(lambda p: _apply(reader.storage, spec, "r+", p, none, None,
-                                                       reader.prefix_of), jobs(), WORKERS),
+                                                       unindexed), jobs(), WORKERS),
                           desc="compacting", unit="shard", enabled=progress):
         pass
     for p in plans:

@@ -1,5 +1,6 @@
 """The ``info`` file of a layer or store: read defensively, written atomically, and the sharding
-spec found in it (a store's own ``sharding``, or the scale of a volume whose key names it).
+spec found in it (a store's own ``sharding``, or the one its parent layer's info gives the
+folder the store is: which folders those are, :func:`ngshard.kinds.stores` knows).
 
 Stores written by ngshard carry at least ``{"sharding": spec}``, so the next open needs no spec.
 """
@@ -9,8 +10,8 @@ from __future__ import annotations
 import json
 import os
 
-from ..errors import NotFoundError, SpecError
-from ..kinds import INFO, parse_info
+from ..errors import NotFoundError, SpecError, SpecMissingError
+from ..kinds import INFO, parse_info, stores
 from ..storage import Storage
 from .spec import ShardingSpec
 
@@ -26,25 +27,33 @@ def write_info(storage: Storage, doc: dict) -> None:
     storage.write(INFO, [json.dumps(doc, indent=1).encode()])
 
 
-def parent_scale_spec(storage: Storage) -> tuple[bool, ShardingSpec | None]:
-    """Whether ``storage`` is a scale directory of a volume (the parent's info has a scale
-    whose key is its name), and that scale's sharding spec (None if unsharded)."""
+def parent_spec(storage: Storage) -> tuple[bool, ShardingSpec | None]:
+    """Whether ``storage`` is a store inside a parent layer (a folder the parent's info names
+    as one, :func:`ngshard.kinds.stores`), and its sharding spec there (None: a file per
+    key)."""
     parent = storage.parent()
     if parent is None:
         return False, None
     key = storage.url.rstrip("/").rpartition("/")[2]
-    info = read_info(parent)
-    for scale in (info or {}).get("scales", []) if info else []:
-        if isinstance(scale, dict) and scale.get("key") == key:
-            sharding = scale.get("sharding")
-            return True, None if sharding is None else ShardingSpec.from_json(sharding)
-    return False, None
+    inside = stores(read_info(parent))
+    if key not in inside:
+        return False, None
+    return True, None if inside[key] is None else ShardingSpec.from_json(inside[key])
 
 
 def spec_from_info(storage: Storage) -> ShardingSpec:
-    """The sharding spec of a store from its ``info`` (ngshard's stores, skeleton, mesh and
-    annotation layers), or from the scale of the parent volume whose key is the store's
-    directory name."""
+    """The sharding spec of a store from its ``info`` (``sharding``: ngshard's stores, layers
+    that are one store), or from its parent layer's info (a store in one of its folders).
+
+    Raises
+    ------
+    SpecMissingError
+        No spec recorded for the store: none is given.
+    SpecError
+        An info without one, of a layer whose stores are in its folders.
+    NotFoundError
+        No directory there.
+    """
     root = storage.local_root
     if root is not None and not os.path.isdir(root):
         raise NotFoundError(f"{storage.url}: " + ("a file, not a store's directory"
@@ -53,20 +62,20 @@ def spec_from_info(storage: Storage) -> ShardingSpec:
     info = read_info(storage)
     where = storage.path(INFO)
     if info is not None:
-        if "sharding" not in info:
-            if "scales" in info:
-                raise SpecError(f"{storage.url} is a volume: its scales are the sharded "
-                                f"stores (give a scale, e.g. --scale 0)")
-            raise SpecError(f"{where}: has no 'sharding' member: not a sharded store "
-                            f"(give the spec with --spec)")
-        return ShardingSpec.from_json(info["sharding"])
-    is_scale, spec = parent_scale_spec(storage)
-    if is_scale and spec is None:
-        raise SpecError(f"{storage.url}: an unsharded scale of a volume (one file per chunk)")
+        if "sharding" in info:
+            return ShardingSpec.from_json(info["sharding"])
+        inside = [key for key, sharding in stores(info).items() if sharding is not None]
+        if inside:
+            raise SpecError(f"{where}: no 'sharding' member: the layer's sharded stores are "
+                            f"in its folders {', '.join(inside)}: open one of them")
+        raise SpecMissingError(where, "has no 'sharding' member: not a sharded store")
+    inside, spec = parent_spec(storage)
+    if inside and spec is None:
+        raise SpecError(f"{storage.url}: not sharded: its parent layer keeps a file per key "
+                        f"here")
     if spec is not None:
         return spec
-    raise SpecError(f"{where}: no info file: give the sharding spec (--spec JSON|FILE, or "
-                    f"spec= in Python)")
+    raise SpecMissingError(where, "no info file")
 
 
 def as_spec(spec: ShardingSpec | dict | str) -> ShardingSpec:
@@ -84,10 +93,10 @@ def as_spec(spec: ShardingSpec | dict | str) -> ShardingSpec:
 
 
 def record_spec(storage: Storage, spec: ShardingSpec) -> None:
-    """Give a store written by ngshard an ``info`` holding its spec (unless it is a volume's
-    scale, whose spec lives in the volume's info, or its info already says so)."""
+    """Give a store written by ngshard an ``info`` holding its spec (unless it is a store
+    inside a parent layer, whose spec lives in the parent's info, or its info says so)."""
     info = read_info(storage)
-    if info is None and parent_scale_spec(storage)[0]:
+    if info is None and parent_spec(storage)[0]:
         return
     info = info or {}
     if info.get("sharding") != spec.to_json():

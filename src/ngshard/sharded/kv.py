@@ -17,11 +17,10 @@ from .._arrays import member
 from ..errors import InvalidKeyError, NgShardError, NotFoundError, ReadOnlyError, SpecError
 from ..storage import Storage, open_storage, remove_stale
 from . import commit as committing
-from . import listing, prefixed
+from . import listing
 from .infofile import as_spec, check_recorded, record_spec, spec_from_info
 from .inputs import as_bytes, pair_batches, value_arrays
 from .plan import CommitPlan, plan_commit, with_pending
-from .prefixed import PrefixOf
 from .reader import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_MAX_VALUE_BYTES,
@@ -30,6 +29,7 @@ from .reader import (
 )
 from .spec import ShardingSpec, as_key_array, check_key
 from .staging import DELETED, Staging
+from .unindexed import UnindexedSizes, read_with_unindexed, refuse_blind_writes
 
 DEFAULT_STAGED_BYTES = 1 << 30
 DEFAULT_BUFFER_BYTES = 192 << 20
@@ -50,7 +50,7 @@ class ShardedKV(MutableMapping):
                  cache_bytes: int = DEFAULT_CACHE_BYTES, info: bool = False,
                  max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
                  read_retries: int = DEFAULT_READ_RETRIES,
-                 prefix_of: PrefixOf | None = None) -> None:
+                 unindexed: UnindexedSizes | None = None) -> None:
         if mode not in MODES:
             raise SpecError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         if strategy not in STRATEGIES:
@@ -67,9 +67,9 @@ class ShardedKV(MutableMapping):
         self.strategy, self.compact_ratio = strategy, compact_ratio
         #: The reads and the index cache (``reader.cached_bytes``, ``reader.forget()``).
         self.reader = ShardReader(storage, spec, cache_bytes, max_value_bytes, read_retries)
-        #: ``prefix_of(keys, values)``: lengths of the unindexed prefixes stored right before
-        #: values (mesh fragments before their manifest), which rewrites and compactions keep.
-        self.reader.prefix_of = self.prefix_of = prefix_of
+        #: ``unindexed(keys, values)``: lengths of the unindexed entries stored right before
+        #: values, which rewrites and compactions keep.
+        self.unindexed = unindexed
         self._write_info = info and mode != "r"
         local = storage.local_root
         if spill_dir is None and local is not None and mode != "r":
@@ -104,13 +104,13 @@ class ShardedKV(MutableMapping):
             out = {k: v if type(v) is bytes else bytes(v) for k, v in out.items()}
         return out
 
-    def get_many_prefixed(self, keys: Iterable[int] | np.ndarray,
-                          span: Callable[[int, bytes], tuple[int, int]] | None = None
-                          ) -> dict[int, tuple[bytes | memoryview, bytes | memoryview]]:
+    def get_many_with_unindexed(self, keys: Iterable[int] | np.ndarray,
+                                span: Callable[[int, bytes], tuple[int, int]] | None = None
+                                ) -> dict[int, tuple[bytes | memoryview, bytes | memoryview]]:
         """Stored values with bytes from right before them, as {key: (before, value)}:
         ``span(key, value)`` gives ``(begin, end)`` relative to the value's start (by
-        default its whole prefix by ``prefix_of``). See :func:`.prefixed.read_prefixed`."""
-        return prefixed.read_prefixed(self.reader, as_key_array(keys), span)
+        default the unindexed entry before it). See :func:`.unindexed.read_with_unindexed`."""
+        return read_with_unindexed(self.reader, as_key_array(keys), span, self.unindexed)
 
     def _get(self, k: int) -> bytes | None:
         if self._staging:
@@ -309,7 +309,8 @@ class ShardedKV(MutableMapping):
         """
         staging = self._writable()
         plan = committing.commit_staged(self.reader, staging, plan, self.mode, self.strategy,
-                                        self.compact_ratio, progress=progress)
+                                        self.compact_ratio, progress=progress,
+                                        unindexed=self.unindexed)
         if self._write_info:
             record_spec(self.storage, self.spec)
             self._write_info = False
@@ -325,7 +326,7 @@ class ShardedKV(MutableMapping):
             raise NgShardError(f"{self.storage.url}: commit or abort staged changes before "
                                f"compacting")
         return committing.compact(self.reader, self.shard_names() if names is None else names,
-                                  progress=progress)
+                                  progress=progress, unindexed=self.unindexed)
 
     def close(self) -> None:
         """Drop the caches and any staged changes not committed."""
@@ -348,7 +349,7 @@ def open_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str | 
             cache_bytes: int = DEFAULT_CACHE_BYTES, info: bool = True,
             max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
             read_retries: int = DEFAULT_READ_RETRIES, durable: bool = True,
-            prefix_of: PrefixOf | None = None) -> ShardedKV:
+            unindexed: UnindexedSizes | None = None) -> ShardedKV:
     """Open the sharded key-value store at ``url``.
 
     Parameters
@@ -359,7 +360,8 @@ def open_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str | 
         :class:`~ngshard.storage.Storage`.
     spec
         A :class:`ShardingSpec`, its JSON (object, text or file name), or None to read the
-        ``sharding`` member of ``<url>/info`` (or of the volume scale ``url`` names).
+        ``sharding`` member of ``<url>/info`` (or the spec the parent layer's info gives
+        the folder ``url`` names, such as a scale's).
     mode
         "r" read only; "r+" update an existing store; "a" update, creating the store if
         needed; "w" create a new store, replacing any there (zarr's "w": the shard files
@@ -386,11 +388,11 @@ def open_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str | 
         that for scratch work.
     info
         Writers record the spec in ``<url>/info`` on commit, so later opens need none.
-    prefix_of
-        For stores whose values have unindexed prefixes (multi-resolution mesh fragments
-        before their manifest): ``prefix_of(keys, values)`` gives their lengths, and every
-        rewrite and compaction keeps them. A mesh layer's store opened for writing without
-        it is refused (its rewrites would drop the fragments).
+    unindexed
+        For stores that keep unindexed entries (bytes no index entry points at) right before
+        their values: ``unindexed(keys, values)`` gives their lengths (the layer supplies
+        it); every rewrite and compaction keeps them. A store of a layer kind that keeps
+        them (:func:`ngshard.kinds.unindexed_entries`) is refused for writing without it.
 
     Returns
     -------
@@ -422,10 +424,10 @@ def open_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str | 
         spec = as_spec(spec)
         if mode in ("r+", "a"):
             check_recorded(storage, spec)
-    if mode != "r" and prefix_of is None:
-        prefixed.refuse_blind_writes(storage)
+    if mode != "r" and unindexed is None:
+        refuse_blind_writes(storage)
     return ShardedKV(storage, spec, mode, strategy=strategy, compact_ratio=compact_ratio,
                      staged_bytes=staged_bytes, spill_dir=spill_dir, cache_bytes=cache_bytes,
                      info=info, max_value_bytes=max_value_bytes, read_retries=read_retries,
-                     prefix_of=prefix_of)
+                     unindexed=unindexed)
 

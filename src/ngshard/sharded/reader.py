@@ -89,9 +89,6 @@ class StaleShard(Exception):
 class ShardReader:
     """Reads of the shards of one store, with the index cache. Not thread-safe."""
 
-    #: The store's ``prefix_of`` (see ShardedKV): set by the store, kept by its rewrites.
-    prefix_of = None
-
     def __init__(self, storage: Storage, spec: ShardingSpec,
                  cache_bytes: int = DEFAULT_CACHE_BYTES,
                  max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,

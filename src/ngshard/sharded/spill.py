@@ -27,8 +27,8 @@ from ..compression import encode
 from ..storage import SPILL_PREFIX, FileSlice, coalesce, owner_tag, write_buffers
 from ..threads import pmap
 from .changes import DELETED, ShardChanges, views
+from .shard_writer import newest_in_index_order
 from .spec import ShardingSpec
-from .update import newest_in_index_order
 
 RECORD = np.dtype([("key", "<u8"), ("length", "<i8")])
 _WINDOW = 8 << 20  # bytes of values copied at a time when a shard's data is put in order

@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import SpecError
+from ..kinds import VOLUME_TYPE
+from ..kinds import VOLUME_TYPES as LAYER_TYPES
 from ..sharded.infofile import parse_info
 from ..sharded.spec import ShardingSpec
 from .encodings import ENCODINGS as SUPPORTED
@@ -21,7 +23,6 @@ from .encodings import check_encoding
 from .vectors import vec3
 
 DATA_TYPES = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "float32")
-LAYER_TYPES = ("image", "segmentation")
 ENCODINGS = ("raw", "jpeg", "png", "compressed_segmentation", "compresso", "crackle", "jxl")
 _SCALE_FIELDS = ("key", "size", "voxel_offset", "resolution", "chunk_sizes", "encoding",
                  "sharding", "compressed_segmentation_block_size")
@@ -158,7 +159,7 @@ class VolumeInfo:
             if k not in ("type", "data_type", "num_channels", "scales", "@type")})
 
     def to_json(self) -> dict:
-        return {"@type": "neuroglancer_multiscale_volume", "type": self.type,
+        return {"@type": VOLUME_TYPE, "type": self.type,
                 "data_type": self.data_type, "num_channels": self.num_channels,
                 "scales": [s.to_json() for s in self.scales], **self.extra}
 

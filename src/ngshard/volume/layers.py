@@ -12,6 +12,7 @@ import numpy as np
 from ..compression import twin_suffix
 from ..destination import claim
 from ..errors import NotFoundError, SpecError
+from ..kinds import IMAGE, SEGMENTATION, VOLUME, kind_of
 from ..sharded.infofile import INFO, read_info, write_info
 from ..sharded.spec import ShardingSpec
 from ..staged import DEFAULT_STAGED_BYTES
@@ -41,7 +42,7 @@ def read_volume_info(storage: Storage) -> VolumeInfo:
     doc = read_info(storage)
     if doc is None:
         raise NotFoundError(f"{storage.path(INFO)}: no info file: not a precomputed layer")
-    if "scales" not in doc:
+    if kind_of(doc) != VOLUME:
         raise SpecError(f"{storage.path(INFO)}: not a volume (no scales)")
     return VolumeInfo.from_json(doc, storage.path(INFO))
 
@@ -49,7 +50,7 @@ def read_volume_info(storage: Storage) -> VolumeInfo:
 def volume_info_or_none(storage: Storage) -> VolumeInfo | None:
     """The validated info if ``storage`` holds a volume (an info with scales), else None."""
     doc = read_info(storage)
-    if doc is None or "scales" not in doc:
+    if kind_of(doc) != VOLUME:
         return None
     return VolumeInfo.from_json(doc, storage.path(INFO))
 
@@ -191,8 +192,8 @@ def create_volume(url: str | os.PathLike | Storage, *, dtype: Any, shape: Sequen
     shape = tuple(int(s) for s in shape)
     channels = num_channels or (shape[3] if len(shape) == 4 else 1)
     dtype = np.dtype(dtype)
-    layer_type = layer_type or ("segmentation" if encoding in SEGMENTATION_ENCODINGS
-                                else "image")
+    layer_type = layer_type or (SEGMENTATION if encoding in SEGMENTATION_ENCODINGS
+                                else IMAGE)
     twin_suffix(compress)
     chunk_bytes = chunk_nbytes(chunk_size, channels, dtype)
     if sharding == "auto":

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..destination import claim
 from ..errors import ExistsError, SpecError
+from ..kinds import SEGMENTATION
 from ..progress import progress_bar
 from ..sharded.spec import ShardingSpec
 from ..threads import WORKERS, pmap
@@ -86,7 +87,7 @@ def add_scale(vol: Volume, factor: Sequence[int] = (2, 2, 2), *, overwrite: bool
     info = layer.with_scale(scale)
     coarse = Volume(storage, info, scale.key, "r+", new=existing is None,
                     compress=vol.compress)
-    reduce = downsample_mode if info.type == "segmentation" else downsample_mean
+    reduce = downsample_mode if info.type == SEGMENTATION else downsample_mean
     f = np.asarray(factor)
     positions = coarse_positions(vol, f, coarse)
     stored = {tuple(p) for p in coarse.chunks.list_positions().tolist()}

@@ -101,9 +101,9 @@ def _check(info: VolumeInfo, index: int, checks: dict, where: str) -> None:
 
 def _normal(value: Any) -> Any:
     """Sharding specs compare with their defaults filled in."""
-    if isinstance(value, dict) and value.get("@type") == "neuroglancer_uint64_sharded_v1":
-        from ..sharded.spec import ShardingSpec
+    from ..sharded.spec import SHARDING_TYPE, ShardingSpec
 
+    if isinstance(value, dict) and value.get("@type") == SHARDING_TYPE:
         try:
             return ShardingSpec.from_json(value).to_json()
         except SpecError:

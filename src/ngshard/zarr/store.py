@@ -29,6 +29,7 @@ from ..errors import (
     ReadOnlyError,
     SpecError,
 )
+from ..kinds import VOLUME, kind_of
 from ..sharded.infofile import INFO, read_info
 from ..storage import Storage, open_storage
 from ..volume import Volume, VolumeInfo
@@ -113,7 +114,7 @@ class PrecomputedStore(Store):
                 return None  # a directory that is not a layer (yet): its files only
             raise NotFoundError(f"{where}: no precomputed layer at {self.storage.url} (no "
                                 f"info file, and no such directory)")
-        if not isinstance(doc, dict) or "scales" not in doc:
+        if kind_of(doc) != VOLUME:
             raise SpecError(f"{where}: not a volume (no scales): a PrecomputedStore shows "
                             f"image and segmentation layers")
         return VolumeInfo.from_json(doc, where)
