@@ -92,8 +92,9 @@ def test_lod_out_of_range_and_missing(layers):
     layer = ngshard.open(layers / "s")
     with pytest.raises(ValueError, match="has 3 levels of detail, not 5"):
         layer.get(3, lod=5)
+    assert layer.get(4) is None and layer.get(4, lod=5) is None
     with pytest.raises(KeyError):
-        layer.get(4)
+        layer[4]
 
 
 @pytest.mark.parametrize("value, says", [

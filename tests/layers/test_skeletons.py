@@ -59,9 +59,11 @@ def test_round_trip_with_attributes(tmp_path, sharding):
     k = next(iter(items))
     nm = again.get(k, transform=True).vertices
     np.testing.assert_allclose(nm, items[k][0] * [2, 2, 4] + [10, 20, 30], rtol=1e-6)
+    assert again.get(12345) is None and again.get(12345, "absent") == "absent"
     with pytest.raises(KeyError):
-        again.get(12345)
+        again[12345]
     assert 12345 not in again and k in again
+    assert list(again) == sorted(items) and len(again) == len(items)
 
 
 def test_streamed_items_of_unknown_count_spill(tmp_path):

@@ -9,20 +9,21 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 
 from ..errors import SpecError
 from ..sharded.infofile import parse_info
 from ..sharded.spec import ShardingSpec
+from ..types import Encoding, LayerType
 from .encodings import ENCODINGS as SUPPORTED
 from .encodings import check_encoding
 from .vectors import vec3
 
 DATA_TYPES = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "float32")
-LAYER_TYPES = ("image", "segmentation")
-ENCODINGS = ("raw", "jpeg", "png", "compressed_segmentation", "compresso", "crackle", "jxl")
+LAYER_TYPES: tuple[str, ...] = get_args(LayerType)
+ENCODINGS: tuple[str, ...] = get_args(Encoding)
 _SCALE_FIELDS = ("key", "size", "voxel_offset", "resolution", "chunk_sizes", "encoding",
                  "sharding", "compressed_segmentation_block_size")
 
