@@ -31,12 +31,11 @@ from .sharded.prefixed import refuse_blind_writes
 from .sharded.spec import ShardingSpec, as_key_array
 from .sharded.update import newest_in_index_order
 from .storage import Storage, open_storage, remove_stale
+from .volume import Volume, open_volume
 
 if TYPE_CHECKING:
     import dask.dataframe as dd
     import pandas as pd
-
-    from .volume import Volume
 
 _SEQ_BITS = 40  # positions within a partition; the partition number goes above them
 _ANNOTATED = {"key": "u8", "value": object, "_shard": "i8", "_seq": "i8"}
@@ -230,8 +229,6 @@ def write_chunks(url: str | os.PathLike | Storage, collection: Any, *, scale: in
     ValueError
         A chunk whose shape is not its place's in the grid.
     """
-    from .volume import open_volume
-
     vol = open_volume(url, scale)
     if vol.scale.sharding is None:
         raise SpecError(f"{vol.storage.url}: scale {vol.scale.key} is not sharded; write its "
