@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from cloudvolume_root import cloudvolume_root
+from peers import PEER_TIMEOUT
 
 import ngshard
 from ngshard.layers.sharding import segment_sharding
@@ -140,10 +141,10 @@ def test_tensorstore_reads_the_keys(tmp_path):
     layer = ngshard.write_skeletons(tmp_path / "sk", items)
     store = ts.KvStore.open({"driver": "neuroglancer_uint64_sharded",
                              "base": f"file://{tmp_path / 'sk'}/",
-                             "metadata": layer.info["sharding"]}).result()
+                             "metadata": layer.info["sharding"]}).result(timeout=PEER_TIMEOUT)
     raw = layer.store.get_many(list(items))
     for k in items:
-        got = store.read(int(k).to_bytes(8, "big")).result()
+        got = store.read(int(k).to_bytes(8, "big")).result(timeout=PEER_TIMEOUT)
         assert got.state == "value" and bytes(got.value) == raw[k]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from peers import PEER_TIMEOUT
 
 import ngshard
 from ngshard.sharded.prefixed import prefixed_shard
@@ -52,9 +53,9 @@ def test_tensorstore_sees_the_values(store):
     ts = pytest.importorskip("tensorstore")
     path, keys = store
     t = ts.KvStore.open({"driver": "neuroglancer_uint64_sharded", "base": f"file://{path}/",
-                         "metadata": SPEC.to_json()}).result()
+                         "metadata": SPEC.to_json()}).result(timeout=PEER_TIMEOUT)
     for k in keys:
-        assert t.read(k.to_bytes(8, "big")).result().value == value(k)
+        assert t.read(k.to_bytes(8, "big")).result(timeout=PEER_TIMEOUT).value == value(k)
 
 
 def test_rewrites_and_compaction_keep_prefixes(store):
