@@ -85,6 +85,9 @@ def test_literal_types_are_in_the_signatures_and_the_checks():
     assert create["encoding"] == ngshard.types.Encoding
     assert create["compress"] == ngshard.types.Compress | None
     assert typing.get_type_hints(ngshard.write_skeletons)["compress"] == create["compress"]
+    assert typing.get_type_hints(ngshard.convert.convert)["encoding"] == create["encoding"] | None
+    assert (typing.get_type_hints(ngshard.zarr.create_array)["index_location"]
+            == ngshard.types.IndexLocation)
     spec = typing.get_type_hints(ngshard.ShardingSpec)
     assert spec["hash"] == ngshard.types.HashName
     assert spec["data_encoding"] == ngshard.types.DataEncoding

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-__all__ = ["Compress", "DataEncoding", "Encoding", "HashName", "LayerType", "Mode", "Strategy",
-           "VolumeMode"]
+__all__ = ["Compress", "DataEncoding", "Encoding", "HashName", "IndexLocation", "LayerType",
+           "Mode", "Strategy", "VolumeMode"]
 
 #: How a sharded store is opened: read only, update, update or create, create anew.
 Mode = Literal["r", "r+", "a", "w"]
@@ -32,3 +32,5 @@ LayerType = Literal["image", "segmentation"]
 #: A writer's ``compress=`` for unsharded files (their ``.gz``, ``.br``, ``.zstd`` twins);
 #: None (plain files) is written ``Compress | None``.
 Compress = Literal["gzip", "br", "zstd"]
+#: Where a zarr ``sharding_indexed`` shard keeps its index.
+IndexLocation = Literal["start", "end"]

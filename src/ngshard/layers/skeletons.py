@@ -108,10 +108,9 @@ class Skeletons(InStore[Skeleton]):
 
         Raises
         ------
-        InvalidKeyError
-            An id outside [0, 2**64).
-        CorruptDataError
-            A value that does not decode (the message names the segment and where it lies).
+        InvalidKeyError, CorruptDataError
+            An id outside [0, 2**64); a value that does not decode (the message names the
+            segment and where it lies).
         """
         key = check_key(segment_id)
         return self.get_many([key], transform=transform).get(key, default)

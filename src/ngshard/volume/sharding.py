@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..sharded.spec import ShardingSpec
-from ..types import Encoding
 from .grid import ChunkGrid
 
 DEFAULT_SHARD_BYTES = 2 << 30
@@ -13,8 +12,7 @@ _MAX_MINISHARD_BITS = 11  # a shard index of at most 32 KiB
 
 
 def auto_sharding(size: Sequence[int], chunk_size: Sequence[int], chunk_bytes: int,
-                  shard_bytes: int = DEFAULT_SHARD_BYTES, encoding: Encoding = "raw"
-                  ) -> ShardingSpec:
+                  shard_bytes: int = DEFAULT_SHARD_BYTES, encoding: str = "raw") -> ShardingSpec:
     """Sharding for a scale: identity hash over compressed Morton codes, so every shard is a
     box of chunks holding at most ``shard_bytes`` uncompressed (the largest power of two of
     chunks that fits); minishards of 8 consecutive codes (a 2x2x2 block where the grid has

@@ -24,7 +24,7 @@ from ..errors import ReadOnlyError, SpecError
 from ..sharded import ShardedKV
 from ..staged import DEFAULT_STAGED_BYTES, ChangesPlan, StagedChangesArray, normalize
 from ..storage import Storage
-from ..types import Compress, VolumeMode
+from ..types import Compress, Mode, VolumeMode
 from .chunks import ChunkStore, FileChunks, ShardedChunks
 from .coords import Bounds, TranslateTo, array_index
 from .grid import ChunkGrid
@@ -66,7 +66,7 @@ class Volume:
         #: The twin unsharded chunks are written as (None: plain files), see FileChunks.
         self.compress = compress
         if scale.sharding is not None:
-            kv_mode = "r" if mode == "r" else "a"
+            kv_mode: Mode = "r" if mode == "r" else "a"
             self.chunks: ChunkStore = ShardedChunks(
                 ShardedKV(scale_storage, scale.sharding, kv_mode, max_value_bytes=limit,
                           staged_bytes=staged_bytes), grid)
