@@ -46,7 +46,8 @@ def test_no_peer_call_in_tests_or_tools_can_wait_forever():
 
 
 def test_dask_clusters_of_tests_and_tools_take_no_fixed_port():
-    """Two runs at once must not fight for Dask's dashboard port (8787 by default)."""
+    """Two runs at once must not fight for Dask's dashboard port: ``dashboard_address=":0"``
+    takes a free one (None still binds the scheduler's HTTP routes to 8787 when it is free)."""
     fixed = []
     for path, line, call in _calls("tests", "tools"):
         name = getattr(call.func, "attr", getattr(call.func, "id", None))
@@ -54,8 +55,8 @@ def test_dask_clusters_of_tests_and_tools_take_no_fixed_port():
             continue
         given = {k.arg: k.value for k in call.keywords}
         dashboard = given.get("dashboard_address")
-        if not (isinstance(dashboard, ast.Constant) and dashboard.value in (None, ":0")):
-            fixed.append(f"{path}:{line}: LocalCluster without dashboard_address=None")
+        if not (isinstance(dashboard, ast.Constant) and dashboard.value == ":0"):
+            fixed.append(f"{path}:{line}: LocalCluster without dashboard_address=':0'")
         port = given.get("scheduler_port")
         if port is not None and not (isinstance(port, ast.Constant) and port.value == 0):
             fixed.append(f"{path}:{line}: LocalCluster with a fixed scheduler_port")

@@ -130,7 +130,7 @@ def dask_child(n: int, path: str, workers: int = 2, partitions: int = 16) -> dic
     step = -(-n // partitions)
     firsts = list(range(0, n, step))
     with distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster, \
+                                  dashboard_address=":0") as cluster, \
             distributed.Client(cluster):
         bag = db.from_sequence(firsts, npartitions=len(firsts)).map_partitions(
             lambda fs: [p for f in fs for p in pairs_range(f, min(step, n - f))])

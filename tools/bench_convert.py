@@ -116,7 +116,7 @@ def child_ngshard(src: str, dst: str, sharding: dict, dask: bool, fast: bool = T
         import distributed
 
         with distributed.LocalCluster(n_workers=2, threads_per_worker=2, processes=True,
-                                      dashboard_address=None) as cluster, \
+                                      dashboard_address=":0") as cluster, \
                 distributed.Client(cluster) as client:
             t = time.perf_counter()  # the cluster's start is not the conversion's
             ngshard.convert(src, dst, sharding=sharding, executor=client.get_executor(),
