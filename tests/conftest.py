@@ -15,10 +15,15 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from hypothesis import settings
+from peers import PEER_TIMEOUT
 
 # Timing varies a lot on a shared 2-core machine: no example may fail for being slow.
 settings.register_profile("ngshard", deadline=None)
 settings.load_profile("ngshard")
+
+# zarr-python's synchronous calls give up after PEER_TIMEOUT (its config reads this when zarr
+# is imported, here and in child processes), as the tests' tensorstore calls do.
+os.environ.setdefault("ZARR_ASYNC__TIMEOUT", str(PEER_TIMEOUT))
 
 
 class ListingSwitch(SimpleHTTPRequestHandler):

@@ -11,6 +11,7 @@ import fsspec
 import numpy as np
 import pytest
 import tensorstore as ts
+from peers import PEER_TIMEOUT
 
 import ngshard
 
@@ -24,7 +25,8 @@ def tree(root) -> list[str]:
 
 def ts_read(path, scale: int = 0) -> np.ndarray:
     return ts.open({"driver": "neuroglancer_precomputed", "kvstore": f"file://{path}/",
-                    "scale_index": scale}).result().read().result()
+                    "scale_index": scale}).result(timeout=PEER_TIMEOUT
+                                                   ).read().result(timeout=PEER_TIMEOUT)
 
 
 def segmentation(path, data, *, sharding="auto", scales=3) -> None:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from peers import PEER_TIMEOUT
 
 pytest.importorskip("tensorstore")
 
@@ -22,6 +23,7 @@ def summary():
     fuzz = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = fuzz  # dataclasses look their module up
     spec.loader.exec_module(fuzz)
+    fuzz.PEER_TIMEOUT = PEER_TIMEOUT
     return fuzz.run(seed=20240607, cases=CASES)
 
 

@@ -118,6 +118,7 @@ def dask_child(n: int, path: str, workers: int = 2, partitions: int = 16) -> dic
     import dask.bag as db
     import distributed
     import tensorstore as ts
+    from benchlib import PEER_TIMEOUT
 
     import ngshard
     import ngshard.dask
@@ -129,7 +130,7 @@ def dask_child(n: int, path: str, workers: int = 2, partitions: int = 16) -> dic
     step = -(-n // partitions)
     firsts = list(range(0, n, step))
     with distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster, \
+                                  dashboard_address=":0") as cluster, \
             distributed.Client(cluster):
         bag = db.from_sequence(firsts, npartitions=len(firsts)).map_partitions(
             lambda fs: [p for f in fs for p in pairs_range(f, min(step, n - f))])
@@ -140,19 +141,22 @@ def dask_child(n: int, path: str, workers: int = 2, partitions: int = 16) -> dic
     same = names == sorted(f for f in os.listdir(remote) if f.endswith(".shard")) and all(
         filecmp.cmp(f"{local}/{f}", f"{remote}/{f}", shallow=False) for f in names)
     store = ts.KvStore.open({"driver": "neuroglancer_uint64_sharded",
-                             "base": f"file://{remote}/", "metadata": SPEC}).result()
+                             "base": f"file://{remote}/", "metadata": SPEC}
+                            ).result(timeout=PEER_TIMEOUT)
     sample = make_keys(0, n)[np.random.default_rng(0).integers(0, n, 10_000)]
     expected = make_values(sample)
     read = [store.read(int(k).to_bytes(8, "big")) for k in sample]
-    ts_ok = all(r.result().value == e.tobytes() for r, e in zip(read, expected))
+    ts_ok = all(r.result(timeout=PEER_TIMEOUT).value == e.tobytes() for r, e in zip(read, expected))
     return {"seconds": dask_seconds, "local_seconds": local_seconds, "identical": same,
             "shards": len(names), "tensorstore_reads": ts_ok, "cpu": float("nan"),
             "peak_rss": peak_rss()[1]}
 
 
 def run_child(mode: str, n: int, path: str) -> dict:
+    from benchlib import CHILD_TIMEOUT
+
     out = subprocess.run([sys.executable, __file__, "--child", mode, str(n), path],
-                         capture_output=True, text=True)
+                         capture_output=True, text=True, timeout=CHILD_TIMEOUT)
     if out.returncode:
         raise SystemExit(out.stderr)
     return json.loads(out.stdout.strip().splitlines()[-1])

@@ -36,6 +36,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 import benchlib  # noqa: E402
+from benchlib import PEER_TIMEOUT  # noqa: E402
 
 CHUNK = 64
 
@@ -52,13 +53,14 @@ def make_source(path: str, shape: tuple[int, int, int], compressor: str) -> None
             "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, codec],
             "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}},
                              {"name": "crc32c"}]}}]}}, create=True,
-        delete_existing=True).result()
+        delete_existing=True).result(timeout=PEER_TIMEOUT)
     rng = np.random.default_rng(0)
     y, x = np.mgrid[0:shape[1], 0:shape[2]]
     for z in range(0, shape[0], 64):
         base = (96 + 60 * np.sin(x / 37.0 + z / 50.0) * np.cos(y / 23.0)).astype(np.int16)
         slab = base[None] + rng.integers(-8, 8, (64, *shape[1:]), dtype=np.int16)
-        arr[z:z + 64].write(np.clip(slab, 0, 255).astype(np.uint8)).result()
+        arr[z:z + 64].write(np.clip(slab, 0, 255).astype(np.uint8)
+                            ).result(timeout=PEER_TIMEOUT)
 
 
 def spec(shape: tuple[int, int, int], data_encoding: str) -> dict:
@@ -114,7 +116,7 @@ def child_ngshard(src: str, dst: str, sharding: dict, dask: bool, fast: bool = T
         import distributed
 
         with distributed.LocalCluster(n_workers=2, threads_per_worker=2, processes=True,
-                                      dashboard_address=None) as cluster, \
+                                      dashboard_address=":0") as cluster, \
                 distributed.Client(cluster) as client:
             t = time.perf_counter()  # the cluster's start is not the conversion's
             ngshard.convert(src, dst, sharding=sharding, executor=client.get_executor(),
@@ -131,7 +133,8 @@ def child_tensorstore(src: str, dst: str, sharding: dict) -> dict:
 
     t = time.perf_counter()
     context = ts.Context(benchlib.TS_CONTEXT)
-    source = ts.open({"driver": "zarr3", "kvstore": f"file://{src}"}, context=context).result()
+    source = ts.open({"driver": "zarr3", "kvstore": f"file://{src}"}, context=context
+                     ).result(timeout=PEER_TIMEOUT)
     shape = source.shape
     dest = ts.open({"driver": "neuroglancer_precomputed", "kvstore": f"file://{dst}/",
                     "multiscale_metadata": {"type": "image", "data_type": "uint8",
@@ -139,9 +142,10 @@ def child_tensorstore(src: str, dst: str, sharding: dict) -> dict:
                     "scale_metadata": {"size": list(shape[::-1]), "resolution": [1, 1, 1],
                                        "encoding": "raw", "chunk_size": [CHUNK] * 3,
                                        "sharding": sharding}},
-                   create=True, delete_existing=True, context=context).result()
+                   create=True, delete_existing=True, context=context
+                   ).result(timeout=PEER_TIMEOUT)
     with ts.Transaction() as txn:
-        dest.with_transaction(txn)[..., 0].write(source.T).result()
+        dest.with_transaction(txn)[..., 0].write(source.T).result(timeout=PEER_TIMEOUT)
     return {"seconds": time.perf_counter() - t}
 
 
@@ -149,13 +153,13 @@ def check(src: str, dst: str) -> None:
     """A sample of chunks of the result equals the source (read by tensorstore)."""
     import tensorstore as ts
 
-    source = ts.open({"driver": "zarr3", "kvstore": f"file://{src}"}).result()
-    dest = ts.open({"driver": "neuroglancer_precomputed", "kvstore": f"file://{dst}/"}).result()
+    source = ts.open({"driver": "zarr3", "kvstore": f"file://{src}"}).result(timeout=PEER_TIMEOUT)
+    dest = ts.open({"driver": "neuroglancer_precomputed", "kvstore": f"file://{dst}/"}).result(timeout=PEER_TIMEOUT)
     rng = np.random.default_rng(1)
     for _ in range(6):
         z, y, x = (int(rng.integers(0, n - 70)) for n in source.shape)
-        a = source[z:z + 70, y:y + 70, x:x + 70].read().result()
-        b = dest[x:x + 70, y:y + 70, z:z + 70, 0].read().result()
+        a = source[z:z + 70, y:y + 70, x:x + 70].read().result(timeout=PEER_TIMEOUT)
+        b = dest[x:x + 70, y:y + 70, z:z + 70, 0].read().result(timeout=PEER_TIMEOUT)
         if not np.array_equal(a, b.T):
             raise SystemExit(f"{dst}: differs from {src} at z, y, x = {z}, {y}, {x}")
 

@@ -31,6 +31,7 @@ import tensorstore as ts
 from benchlib import (
     CACHE_BYTES,
     FSYNC,
+    PEER_TIMEOUT,
     SPEC,
     TS_CONTEXT,
     header,
@@ -58,7 +59,8 @@ def ts_open(url: str, context: dict | None = None):
     """tensorstore's sharded kvstore over ``url`` (``file://...`` or ``http://...``), on a new
     context with the same cache budget as ngshard."""
     return ts.KvStore.open({"driver": "neuroglancer_uint64_sharded", "base": f"{url}/",
-                            "metadata": SPEC, "context": context or TS_CONTEXT}).result()
+                            "metadata": SPEC, "context": context or TS_CONTEXT}
+                           ).result(timeout=PEER_TIMEOUT)
 
 
 def ts_write(path: str, items: dict[int, bytes]) -> None:
@@ -68,13 +70,13 @@ def ts_write(path: str, items: dict[int, bytes]) -> None:
     kvt = kv.with_transaction(txn)
     for k, v in items.items():
         kvt[k.to_bytes(8, "big")] = v
-    txn.commit_async().result()
+    txn.commit_async().result(timeout=PEER_TIMEOUT)
 
 
 def ts_batch_read(kv, keys: list[bytes]) -> list[bytes]:
     with ts.Batch() as batch:
         futures = [kv.read(k, batch=batch) for k in keys]
-    return [f.result().value for f in futures]
+    return [f.result(timeout=PEER_TIMEOUT).value for f in futures]
 
 
 def make_layer(layer: str, kind: str = "skeletons") -> str:
@@ -232,9 +234,9 @@ def run(args, rng, keys: np.ndarray, items: dict[int, bytes], spec, work: str) -
     ts_batch_read(ts_warm, one_bytes)
     cases = {"ngshard kv[key]": lambda: [warm[k] for k in one],
              "tensorstore read(key).result()": lambda: [
-                 ts_warm.read(k).result().value for k in one_bytes],
+                 ts_warm.read(k).result(timeout=PEER_TIMEOUT).value for k in one_bytes],
              "tensorstore, staleness_bound=-inf": lambda: [
-                 ts_warm.read(k, staleness_bound=float("-inf")).result().value
+                 ts_warm.read(k, staleness_bound=float("-inf")).result(timeout=PEER_TIMEOUT).value
                  for k in one_bytes]}
     if cloudvolume:
         cv_warm = cv_reader(f"file://{layer}", 1)
@@ -253,13 +255,13 @@ def run(args, rng, keys: np.ndarray, items: dict[int, bytes], spec, work: str) -
 
     cases = {"ngshard keys_array": (ours, lambda kv: kv.keys_array()),
              "tensorstore list": (lambda: ts_open(f"file://{store}"),
-                                  lambda kv: kv.list().result())}
+                                  lambda kv: kv.list().result(timeout=PEER_TIMEOUT))}
     if cloudvolume:
         cases["cloud-volume list_labels of each shard"] = (
             lambda: cv_reader(f"file://{layer}", 1), cv_list)
         assert np.array_equal(np.sort(cv_list(cv_reader(f"file://{layer}", 1))), keys)
     assert np.array_equal(np.sort(ours().keys_array()), keys)
-    assert len(ts_open(f"file://{store}").list().result()) == n
+    assert len(ts_open(f"file://{store}").list().result(timeout=PEER_TIMEOUT)) == n
     report(f"list all {n} keys, fresh store", take_turns(cases, args.repeat))
 
 

@@ -360,7 +360,7 @@ def main() -> None:
         remote = bench_reads(f"http://127.0.0.1:{args.port}/vol", pools, args.turns, rng)
     finally:
         server.terminate()
-        server.wait()
+        server.wait(timeout=30)
     report("read 1000 random skeletons, HTTP +20 ms", remote["skeletons"], 0.2)
     report("read 200 random meshes (all LODs), HTTP +20 ms", remote["meshes"], 0.2)
 

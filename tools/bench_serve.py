@@ -51,7 +51,8 @@ class AsyncioConnections:
         started = threading.Event()
         self.thread = threading.Thread(target=self._run, args=(started,), daemon=True)
         self.thread.start()
-        started.wait()
+        if not started.wait(timeout=60):
+            raise RuntimeError("the asyncio server thread did not start")
 
     def _run(self, started: threading.Event) -> None:
         asyncio.set_event_loop(self.loop)

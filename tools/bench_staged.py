@@ -26,7 +26,7 @@ import tempfile
 
 import numpy as np
 import tensorstore as ts
-from benchlib import header, report, summary, take_turns
+from benchlib import PEER_TIMEOUT, header, report, summary, take_turns
 
 import ngshard
 from ngshard.volume import auto_sharding
@@ -75,7 +75,7 @@ class Case:
                         multiscale_metadata={"data_type": self.dtype, "num_channels": 1,
                                              "type": "image" if self.dtype == "uint8"
                                              else "segmentation"})
-        return ts.open(spec).result()
+        return ts.open(spec).result(timeout=PEER_TIMEOUT)
 
     def ng_create(self):
         shutil.rmtree(self.ours, ignore_errors=True)
@@ -95,16 +95,17 @@ class Case:
         txn = ts.Transaction()
         staged = store.with_transaction(txn)
         for index, value in pieces:
-            staged[index].write(value).result()
-        txn.commit_async().result()
+            staged[index].write(value).result(timeout=PEER_TIMEOUT)
+        txn.commit_async().result(timeout=PEER_TIMEOUT)
 
     def check(self, expect: np.ndarray) -> None:
         ours = ngshard.open_volume(self.ours)[:]
-        theirs = self.ts_open().read().result()
+        theirs = self.ts_open().read().result(timeout=PEER_TIMEOUT)
         assert np.array_equal(ours, expect), "ngshard wrote something else"
         assert np.array_equal(theirs, expect), "tensorstore wrote something else"
-        assert np.array_equal(ts.open({"driver": "neuroglancer_precomputed", "kvstore": {
-            "driver": "file", "path": self.ours}}).result().read().result(), expect), \
+        back = ts.open({"driver": "neuroglancer_precomputed", "kvstore": {
+            "driver": "file", "path": self.ours}}).result(timeout=PEER_TIMEOUT)
+        assert np.array_equal(back.read().result(timeout=PEER_TIMEOUT), expect), \
             "tensorstore misreads ngshard's volume"
 
 
@@ -146,13 +147,13 @@ def bench_whole(work: str, dtype: str, encoding: str, repeat: int) -> None:
     pieces = [((Ellipsis,), data)]
 
     def ts_whole() -> None:
-        case.ts_open(create=True).write(data).result()
+        case.ts_open(create=True).write(data).result(timeout=PEER_TIMEOUT)
 
     case.ng_write(pieces), ts_whole(), case.check(data)
     row(f"{dtype} {encoding}: whole 512^3 write, commit", lambda: case.ng_write(pieces),
         ts_whole, repeat, "tensorstore")
     row(f"{dtype} {encoding}: whole 512^3 read", lambda: ngshard.open_volume(case.ours)[:],
-        lambda: case.ts_open().read().result(), repeat, "tensorstore")
+        lambda: case.ts_open().read().result(timeout=PEER_TIMEOUT), repeat, "tensorstore")
 
 
 BENCHES = {"slices": bench_slices, "boxes": bench_boxes, "whole": bench_whole}

@@ -19,10 +19,20 @@ import dask.array as da
 import numpy as np
 import tensorstore as ts
 import zarr
-from benchlib import TS_CONTEXT, report, sample_volumes, summary, take_turns, volume_args
+from benchlib import (
+    PEER_TIMEOUT,
+    TS_CONTEXT,
+    report,
+    sample_volumes,
+    summary,
+    take_turns,
+    volume_args,
+)
 
 import ngshard
 from ngshard.zarr import PrecomputedStore
+
+zarr.config.set({"async.timeout": PEER_TIMEOUT})  # its synchronous calls, as tensorstore's
 
 
 def bench_case(path: str, name: str, data: np.ndarray, encoding: str, c: int,
@@ -39,7 +49,8 @@ def bench_case(path: str, name: str, data: np.ndarray, encoding: str, c: int,
         return lambda: zarr.open_array(store=PrecomputedStore(path))[index]
 
     def through_tensorstore(index):
-        return lambda: ts.open(spec).result()[ts.d[:].translate_to[0]][index].read().result()
+        return lambda: ts.open(spec).result(timeout=PEER_TIMEOUT)[ts.d[:].translate_to[0]][
+            index].read().result(timeout=PEER_TIMEOUT)
 
     def through_volume(index):
         return lambda: ngshard.open_volume(path)[index]

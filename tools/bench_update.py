@@ -321,11 +321,12 @@ def child_memory(spec: ngshard.ShardingSpec, n: int, path: str, repeat: int) -> 
 
 
 def in_child(what: str, *args) -> dict:
-    from benchlib import SPEC
+    from benchlib import CHILD_TIMEOUT, SPEC
 
     cmd = [sys.executable, os.path.abspath(__file__), "--_child", what, json.dumps(SPEC),
            *map(str, args)]
-    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
+    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True,
+                         timeout=CHILD_TIMEOUT).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 

@@ -18,7 +18,16 @@ import tempfile
 
 import numpy as np
 import tensorstore as ts
-from benchlib import FSYNC, TS_CONTEXT, report, sample_volumes, summary, take_turns, volume_args
+from benchlib import (
+    FSYNC,
+    PEER_TIMEOUT,
+    TS_CONTEXT,
+    report,
+    sample_volumes,
+    summary,
+    take_turns,
+    volume_args,
+)
 
 import ngshard
 from ngshard.storage import open_storage
@@ -38,7 +47,7 @@ def ts_open(path: str, scale: dict, dtype: str, create: bool = False):
                     multiscale_metadata={"data_type": dtype, "num_channels": 1,
                                          "type": "image" if dtype == "uint8" else
                                          "segmentation"})
-    return ts.open(spec).result()
+    return ts.open(spec).result(timeout=PEER_TIMEOUT)
 
 
 def cloudvolume_fns(work: str, dtype: str, encoding: str, spec, data: np.ndarray, n: int,
@@ -85,7 +94,8 @@ def bench_case(work: str, name: str, dtype: str, encoding: str, data: np.ndarray
             vol[:] = data
 
     def ts_write():
-        ts_open(theirs, scale, dtype, create=True)[ts.d[:].translate_to[0]].write(data).result()
+        ts_open(theirs, scale, dtype, create=True)[ts.d[:].translate_to[0]].write(data).result(
+            timeout=PEER_TIMEOUT)
 
     def ng_random():
         return ngshard.open_volume(ours).read_chunks(picks // c)
@@ -95,7 +105,7 @@ def bench_case(work: str, name: str, dtype: str, encoding: str, data: np.ndarray
         with ts.Batch() as batch:
             futures = [store[p[0]:p[0] + c, p[1]:p[1] + c, p[2]:p[2] + c].read(batch=batch)
                        for p in picks]
-        return [f.result() for f in futures]
+        return [f.result(timeout=PEER_TIMEOUT) for f in futures]
 
     ng_write()
     ts_write()
@@ -104,7 +114,7 @@ def bench_case(work: str, name: str, dtype: str, encoding: str, data: np.ndarray
         else (None,) * 3
     rows = [("write whole", ng_write, ts_write, cv[0]),
             ("read whole", lambda: ngshard.open_volume(ours)[:],
-             lambda: ts_open(theirs, scale, dtype).read().result(), cv[1]),
+             lambda: ts_open(theirs, scale, dtype).read().result(timeout=PEER_TIMEOUT), cv[1]),
             ("100 random chunks", ng_random, ts_random, cv[2])]
     for label, ng_fn, ts_fn, cv_fn in rows:
         cases = {"ngshard": ng_fn, "tensorstore": ts_fn}

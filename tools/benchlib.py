@@ -40,6 +40,13 @@ FSYNC = os.environ.get("BENCH_FSYNC") == "1"
 CACHE_BYTES = 256 << 20
 TS_CONTEXT = {"cache_pool": {"total_bytes_limit": CACHE_BYTES}, "file_io_sync": FSYNC}
 
+#: How long a tool waits on a peer call (a tensorstore future, zarr-python, a child process)
+#: before calling it hung: every one is given this timeout, so a run that would hang fails
+#: instead. A benchmark's largest peer call takes well under a minute here.
+PEER_TIMEOUT = 600
+#: How long a benchmark's child process (one measured run, up to 16 M keys) may take.
+CHILD_TIMEOUT = 3600
+
 RATIO_NOTE = ("ratio = median over the turns of ngshard's figure / the peer's figure in the "
               "same turn (times: below 1 means ngshard is faster), then (lowest..highest)")
 

@@ -226,6 +226,7 @@ def check() -> None:
     """Predictions beside measured runs of tools/bench_bulk.py at 1 M, 4 M and 16 M keys."""
     sys.path.insert(0, HERE)
     import bench_bulk
+    from benchlib import CHILD_TIMEOUT, PEER_TIMEOUT
 
     spec = ngshard.ShardingSpec.from_json(bench_bulk.SPEC)
     print(f"spec {json.dumps(bench_bulk.SPEC)}, {bench_bulk.VALUE_SIZE}-byte values; load "
@@ -240,7 +241,7 @@ def check() -> None:
                 path = os.path.join(work, f"{mode}-{n}")
                 out = subprocess.run([sys.executable, os.path.join(HERE, "bench_bulk.py"),
                                       "--child", mode, str(n), path],
-                                     capture_output=True, text=True)
+                                     capture_output=True, text=True, timeout=CHILD_TIMEOUT)
                 if out.returncode:
                     raise SystemExit(out.stderr)
                 r = json.loads(out.stdout.strip().splitlines()[-1])
@@ -254,9 +255,9 @@ def check() -> None:
                       f"{t:>6.1f}s / {r['seconds']:>5.1f}s "
                       f"{size(p['shard file B']):>11} / {size(file_b):>10} "
                       f"{size(p['minishard index B']):>11} / {size(mini_b):>10}", flush=True)
-                subprocess.run(["rm", "-rf", path], check=True)
+                subprocess.run(["rm", "-rf", path], check=True, timeout=PEER_TIMEOUT)
     finally:
-        subprocess.run(["rm", "-rf", work], check=True)
+        subprocess.run(["rm", "-rf", work], check=True, timeout=PEER_TIMEOUT)
 
 
 def main() -> None:

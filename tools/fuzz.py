@@ -48,6 +48,9 @@ import tensorstore as ts
 import ngshard
 
 GROUP = 50  # cases per base store
+#: Seconds a tensorstore call may take before the run fails as hung (the test sets it to
+#: tests/peers.py's); a timeout is never counted as tensorstore's "error" outcome.
+PEER_TIMEOUT = 120
 MASK = (1 << 64) - 1
 U64 = np.dtype("<u8")
 MiB = 1 << 20
@@ -636,6 +639,8 @@ def ng_call(fn) -> Outcome:
 def ts_call(fn) -> Outcome:
     try:
         return Outcome("value", fn())
+    except TimeoutError:
+        raise  # tensorstore hung: the run fails, this is no outcome to compare
     except Exception as e:
         return Outcome("error", str(e))
 
@@ -702,8 +707,9 @@ def check_kv(store: Store, case: Case, rng, mem: Memory) -> list[Read]:
     spec, reads = store.spec, []
     tstore = ts.KvStore.open({"driver": "neuroglancer_uint64_sharded",
                               "base": f"file://{store.root}/", "metadata": spec},
-                             context=ts.Context()).result()
-    ts_list = ts_call(lambda: sorted(int.from_bytes(k, "big") for k in tstore.list().result()))
+                             context=ts.Context()).result(timeout=PEER_TIMEOUT)
+    ts_list = ts_call(lambda: sorted(int.from_bytes(k, "big")
+                                     for k in tstore.list().result(timeout=PEER_TIMEOUT)))
     with mem:
         kv = ngshard.open_kv(store.root, spec)
         ng_list = ng_call(lambda: sorted(kv.keys_array().tolist()))
@@ -713,7 +719,7 @@ def check_kv(store: Store, case: Case, rng, mem: Memory) -> list[Read]:
     keys = store.keys + store.absent + [pick(rng, extra) for _ in range(min(8, len(extra)))]
     keys = list(dict.fromkeys(keys))
     futures = [tstore.read(k.to_bytes(8, "big")) for k in keys]
-    theirs = [ts_call(lambda f=f: f.result()) for f in futures]
+    theirs = [ts_call(lambda f=f: f.result(timeout=PEER_TIMEOUT)) for f in futures]
     theirs = [o if o.kind == "error" else Outcome("missing") if o.value.state == "missing"
               else Outcome("value", bytes(o.value.value)) for o in theirs]
     with mem:
@@ -791,8 +797,8 @@ def png_hazard(data: bytes, dtype: str) -> str | None:
 def ts_volume(store: Store, index: tuple) -> Outcome:
     def read():
         vol = ts.open({"driver": "neuroglancer_precomputed", "kvstore": f"file://{store.root}/"},
-                      context=ts.Context(), read=True).result()
-        return vol[index].read().result()
+                      context=ts.Context(), read=True).result(timeout=PEER_TIMEOUT)
+        return vol[index].read().result(timeout=PEER_TIMEOUT)
 
     return ts_call(read)
 
@@ -961,7 +967,7 @@ def run_parallel(seed: int, cases: int, start: int, jobs: int, out=None, **kwarg
     with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=spawn) as pool:
         pieces = [pool.submit(run, seed, b - a, a, **kwargs) for a, b in zip(edges, edges[1:])]
         for done in concurrent.futures.as_completed(pieces):
-            piece = done.result()
+            piece = done.result(timeout=PEER_TIMEOUT)
             for line in piece.mismatches if out else ():
                 print(line, file=out, flush=True)
             summary.merge(piece)

@@ -163,7 +163,8 @@ def run_tests(src: Path, tests: tuple[str, ...], timeout: float) -> tuple[str, f
     env = {**os.environ, "PYTHONPATH": str(src), "PYTHONDONTWRITEBYTECODE": "1"}
     # make sure the copy, not an installed ngshard, is what the tests import
     where = subprocess.run([sys.executable, "-c", "import ngshard; print(ngshard.__file__)"],
-                           env=env, cwd=ROOT, capture_output=True, text=True).stdout.strip()
+                           env=env, cwd=ROOT, capture_output=True, text=True,
+                           timeout=60).stdout.strip()
     if not where.startswith(str(src)):
         raise SystemExit(f"the tests would import ngshard from {where!r}, not from {src}")
     t0 = time.monotonic()

@@ -1,4 +1,4 @@
-"""ngshard: the Neuroglancer precomputed sharded format in Python.
+"""ngshard: the Neuroglancer precomputed format (sharded or not) and Zarr in Python.
 
 Sharded uint64 -> bytes stores (chunk IDs, skeleton, mesh and annotation segment IDs) on local
 disk, HTTP or object storage::
@@ -6,11 +6,42 @@ disk, HTTP or object storage::
     import ngshard
     kv = ngshard.open_kv("gs://bucket/skeletons")   # spec from <url>/info
     data = kv.get_many([1, 2, 3])                   # {key: bytes}, batched reads
+
+What is here (every ``url``: a path, an fsspec URL or a Neuroglancer source):
+
+- Sharded stores: :class:`ShardingSpec`, :func:`open_kv` -> :class:`ShardedKV`,
+  :func:`write_kv`.
+- Volumes: :func:`open_volume`, :func:`create_volume` -> :class:`Volume`; :class:`Bounds`.
+- Segment layers: :func:`write_skeletons`, :func:`write_meshes`,
+  :func:`write_legacy_meshes`, :func:`write_annotations`, :func:`write_segment_properties`;
+  :class:`Skeletons`, :class:`Meshes`, :class:`LegacyMeshes`, :class:`Annotations`,
+  :class:`SegmentProperties` (and ``open_skeletons``, ... for each).
+- :func:`open`: any layer by what is stored (a volume, a segment layer, a bare store, a
+  zarr array).
+- ``convert(src, dst)``: zarr <-> precomputed (the ``convert`` package is callable);
+  ``serve(path)``: an HTTP server for Neuroglancer (the ``serve`` package is callable).
+- Subpackages: ``ngshard.zarr`` (zarr v2/v3 arrays, ``PrecomputedStore``), ``ngshard.dask``
+  (the writers on a Dask cluster), ``ngshard.types`` (the ``Literal`` types of the
+  signatures).
+- Errors: :class:`NgShardError` and its subclasses.
+
+Conventions: every ``write_*`` returns what it wrote, open for reading (``write_kv`` the
+:class:`ShardedKV`, ``write_skeletons`` the :class:`Skeletons`, ...); ``create_volume``
+returns the new :class:`Volume` open for writing. Stores and layers read by id as dicts do:
+``x[id]`` raises KeyError for an absent id, ``x.get(id)`` gives None (or the default given),
+``x.get_many(ids)`` the present ones, in one batch.
+
+``import ngshard`` imports its required dependencies only (numpy, fsspec, the codecs):
+Dask, DracoPy, Pillow, zarr-python and the other optional packages are imported when a
+function needs them.
 """
 
 from importlib.metadata import PackageNotFoundError, version
 
-from . import serve  # the package, callable: serve(path_or_url, host="127.0.0.1", port=0)
+from . import convert, serve
+from . import dask as dask
+from . import types as types
+from . import zarr as zarr
 from .errors import (
     ConflictError,
     CorruptDataError,
@@ -24,64 +55,66 @@ from .errors import (
     StorageWriteError,
     UnlistableError,
 )
+from .layers import (
+    Annotation,
+    Annotations,
+    AnnotationSet,
+    LegacyMeshes,
+    Mesh,
+    Meshes,
+    SegmentProperties,
+    Skeleton,
+    Skeletons,
+    open_annotations,
+    open_meshes,
+    open_segment_properties,
+    open_skeletons,
+    write_annotations,
+    write_legacy_meshes,
+    write_meshes,
+    write_segment_properties,
+    write_skeletons,
+)
+from .layers import open_layer as open  # ngshard.open(url), as tarfile.open
 from .sharded import ShardedKV, ShardingSpec, open_kv, write_kv
+from .volume import Bounds, Volume, create_volume, open_volume
 
 try:
     __version__ = version("ngshard")
 except PackageNotFoundError:  # running from a source tree
     __version__ = "0.1.0"
 
-_VOLUME_NAMES = ("Bounds", "Volume", "create_volume", "open_volume")
-_LAYER_NAMES = ("Annotation", "AnnotationSet", "Annotations", "LegacyMeshes", "Mesh", "Meshes",
-                "SegmentProperties", "Skeleton", "Skeletons", "open_annotations", "open_meshes",
-                "open_segment_properties", "open_skeletons", "write_annotations",
-                "write_legacy_meshes", "write_meshes", "write_segment_properties",
-                "write_skeletons")
-
-
-def __getattr__(name: str):
-    # Volumes pull in image and segmentation codecs, layers their codecs (Draco), ngshard.dask
-    # pulls in Dask, ngshard.zarr its codecs: load them on first use only.
-    if name in _VOLUME_NAMES:
-        from . import volume
-
-        return getattr(volume, name)
-    if name in ("dask", "zarr", "convert"):  # convert: the package, callable as convert(src, dst)
-        import importlib
-
-        return importlib.import_module(f".{name}", __name__)
-    if name in _LAYER_NAMES:
-        from . import layers
-
-        return getattr(layers, name)
-    if name == "open":
-        from .layers import open_layer
-
-        return open_layer
-    raise AttributeError(f"module 'ngshard' has no attribute {name!r}")
-
+# The subpackages dask, zarr and types are attributes (see dir(ngshard)) but not in __all__:
+# ``from ngshard import *`` would otherwise shadow the dask and zarr packages and the standard
+# library's types module.
 __all__ = [
+    "Annotation",
+    "AnnotationSet",
     "Annotations",
     "Bounds",
     "ConflictError",
     "CorruptDataError",
     "ExistsError",
     "InvalidKeyError",
+    "LegacyMeshes",
+    "Mesh",
     "Meshes",
     "MissingDependencyError",
     "NgShardError",
     "NotFoundError",
     "ReadOnlyError",
+    "SegmentProperties",
     "ShardedKV",
     "ShardingSpec",
-    "Volume",
+    "Skeleton",
+    "Skeletons",
     "SpecError",
     "StorageWriteError",
     "UnlistableError",
-    "SegmentProperties",
-    "Skeletons",
+    "Volume",
     "convert",
     "create_volume",
+    "open",
     "open_annotations",
     "open_kv",
     "open_meshes",
@@ -91,6 +124,7 @@ __all__ = [
     "serve",
     "write_annotations",
     "write_kv",
+    "write_legacy_meshes",
     "write_meshes",
     "write_segment_properties",
     "write_skeletons",

@@ -17,7 +17,7 @@ position, chunk array) is encoded on the workers and written by the same path.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,28 +25,38 @@ from .destination import claim
 from .errors import MissingDependencyError, SpecError
 from .sharded.infofile import as_spec, record_spec
 from .sharded.inputs import as_bytes
+from .sharded.kv import ShardedKV, open_kv
 from .sharded.shard_writer import write_shard
 from .sharded.spec import ShardingSpec, as_key_array
 from .storage import Storage, open_storage, remove_stale
+from .volume import Volume, open_volume
 
-try:
-    import dask
-    import dask.bag
+if TYPE_CHECKING:
     import dask.dataframe as dd
     import pandas as pd
-except ImportError as e:  # pragma: no cover - the extra is part of the test install
-    raise MissingDependencyError(f"ngshard.dask needs Dask: pip install 'ngshard[dask]' "
-                                 f"({e})") from None
 
 _SEQ_BITS = 40  # positions within a partition; the partition number goes above them
 _ANNOTATED = {"key": "u8", "value": object, "_shard": "i8", "_seq": "i8"}
 _WRITTEN = {"shard": object, "keys": "i8", "bytes": "i8"}
 
 
+def _dask() -> Any:
+    """The ``dask`` package with its bag and dataframe modules, imported when a write starts
+    (``import ngshard`` does not import Dask)."""
+    try:
+        import dask
+        import dask.bag
+        import dask.dataframe
+    except ImportError as e:
+        raise MissingDependencyError(f"ngshard.dask needs Dask: pip install 'ngshard[dask]' "
+                                     f"({e})") from None
+    return dask
+
+
 def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
              collection: Any, *, key: str = "key", value: str = "value",
              npartitions: int | None = None, info: bool = True, durable: bool = True,
-             overwrite: bool = False) -> dict[str, int]:
+             overwrite: bool = False) -> ShardedKV:
     """Write a whole store at ``url`` from a Dask collection, one task per group of shards.
 
     Parameters
@@ -68,8 +78,8 @@ def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
 
     Returns
     -------
-    dict
-        ``shards``, ``keys`` and ``bytes`` (of values, as stored) written.
+    ShardedKV
+        The store written, open for reading (as :func:`ngshard.write_kv` returns it).
 
     The shard files are byte for byte those :func:`ngshard.write_kv` writes from the same
     items, however the collection is partitioned. The last value of a repeated key (in the
@@ -77,6 +87,8 @@ def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
 
     Raises
     ------
+    MissingDependencyError
+        Dask is not installed.
     ExistsError
         ``url`` holds a store or layer, and not ``overwrite``.
     InvalidKeyError
@@ -86,6 +98,7 @@ def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
         ``dask.config.set({"dataframe.convert-string": False})``, or Dask turns bytes into
         text).
     """
+    dask = _dask()
     spec = as_spec(spec)
     storage = open_storage(url, durable=durable)
     claim(storage, overwrite=overwrite)
@@ -98,17 +111,21 @@ def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
                                          meta=_ANNOTATED)
         parts = npartitions or max(1, min(spec.num_shards, frame.npartitions))
         shuffled = annotated.shuffle(on="_shard", npartitions=parts)
-        written = shuffled.map_partitions(_write_shards, storage, spec.to_json(),
-                                          meta=_WRITTEN).compute()
+        shuffled.map_partitions(_write_shards, storage, spec.to_json(),
+                                meta=_WRITTEN).compute()
     if storage.local_root is not None:
         remove_stale(storage.local_root)  # temporary files of workers that died here
     if info:
         record_spec(storage, spec)
-    return {"shards": len(written), "keys": int(written["keys"].sum()),
-            "bytes": int(written["bytes"].sum())}
+    return open_kv(storage, spec)
 
 
 def _as_frame(collection: Any, key: str, value: str) -> dd.DataFrame:
+    import dask
+    import dask.bag
+    import dask.dataframe as dd
+    import pandas as pd
+
     if isinstance(collection, dask.bag.Bag):
         meta = pd.DataFrame({key: pd.Series(dtype="u8"), value: pd.Series(dtype=object)})
         return dd.from_delayed([dask.delayed(_pairs_frame)(p, key, value)
@@ -126,6 +143,8 @@ def _as_frame(collection: Any, key: str, value: str) -> dd.DataFrame:
 
 def _pairs_frame(pairs: list, key: str, value: str) -> pd.DataFrame:
     """One bag partition as a frame (keys checked here, values in :func:`_annotate`)."""
+    import pandas as pd
+
     keys = as_key_array([p[0] for p in pairs])
     values = pd.Series([p[1] for p in pairs], dtype=object)
     return pd.DataFrame({key: keys, value: values})
@@ -134,6 +153,8 @@ def _pairs_frame(pairs: list, key: str, value: str) -> pd.DataFrame:
 def _annotate(df: pd.DataFrame, spec_json: dict, key: str, value: str,
               partition_info: dict | None = None) -> pd.DataFrame:
     """Keys checked, each key's shard, and its place in the collection's order."""
+    import pandas as pd
+
     spec = ShardingSpec.from_json(spec_json)
     column = df[key].to_numpy()
     keys = as_key_array(column if column.dtype != object else column.tolist())
@@ -149,6 +170,8 @@ def _annotate(df: pd.DataFrame, spec_json: dict, key: str, value: str,
 
 def _write_shards(df: pd.DataFrame, storage: Storage, spec_json: dict) -> pd.DataFrame:
     """Write every shard whose rows this partition holds, each whole and atomically."""
+    import pandas as pd
+
     spec = ShardingSpec.from_json(spec_json)
     rows = []
     if len(df):
@@ -167,7 +190,7 @@ def _write_shards(df: pd.DataFrame, storage: Storage, spec_json: dict) -> pd.Dat
 
 
 def write_chunks(url: str | os.PathLike | Storage, collection: Any, *, scale: int | str = 0,
-                 npartitions: int | None = None, durable: bool = True) -> dict[str, int]:
+                 npartitions: int | None = None, durable: bool = True) -> Volume:
     """Write a sharded scale of the precomputed volume at ``url`` from a Dask bag of chunks.
 
     Parameters
@@ -185,21 +208,21 @@ def write_chunks(url: str | os.PathLike | Storage, collection: Any, *, scale: in
 
     Returns
     -------
-    dict
-        ``shards``, ``keys`` (chunks) and ``bytes`` written.
+    Volume
+        The scale written, open for reading.
 
     The scale's shard files are byte for byte those a local write of the same chunks makes;
     the scale's earlier shards are removed first (these chunks replace them all).
 
     Raises
     ------
+    MissingDependencyError
+        Dask is not installed.
     SpecError
         An unsharded scale, or a position outside the chunk grid.
     ValueError
         A chunk whose shape is not its place's in the grid.
     """
-    from .volume import open_volume
-
     vol = open_volume(url, scale)
     if vol.scale.sharding is None:
         raise SpecError(f"{vol.storage.url}: scale {vol.scale.key} is not sharded; write its "
@@ -207,8 +230,9 @@ def write_chunks(url: str | os.PathLike | Storage, collection: Any, *, scale: in
     layout = (vol.scale.size, vol.scale.chunk_size, vol.scale.encoding, str(vol.dtype),
               vol.info.num_channels, vol.scale.compressed_segmentation_block_size)
     pairs = collection.map_partitions(_encode_chunks, layout)
-    return write_kv(vol.storage.child(vol.scale.key), vol.scale.sharding, pairs,
-                    npartitions=npartitions, info=False, durable=durable, overwrite=True)
+    write_kv(vol.storage.child(vol.scale.key), vol.scale.sharding, pairs,
+             npartitions=npartitions, info=False, durable=durable, overwrite=True)
+    return open_volume(vol.storage, vol.scale.key)
 
 
 def _encode_chunks(items: list, layout: tuple) -> list[tuple[int, bytes]]:

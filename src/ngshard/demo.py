@@ -25,6 +25,7 @@ import numpy as np
 from .errors import NgShardError
 from .layers.skeletons import write_skeletons
 from .sharded import ShardingSpec
+from .types import Encoding
 from .volume import create_volume
 from .volume.layers import scale_key, write_volume_info
 
@@ -285,6 +286,7 @@ def make_demo(path: str | os.PathLike, shape: tuple[int, int, int] = (256, 256, 
 
     folders = {IMAGE: os.path.join(path, IMAGE), SEGMENTATION: os.path.join(path, SEGMENTATION)}
     folders["skeletons"] = os.path.join(folders[SEGMENTATION], "skeletons")
+    encoding: Encoding
     for layer, data, encoding in ((SEGMENTATION, chosen[cell], "compressed_segmentation"),
                                   (IMAGE, image, "raw")):
         vol = create_volume(folders[layer], dtype=data.dtype, shape=shape,

@@ -13,6 +13,7 @@ import sys
 import numpy as np
 import pytest
 import tensorstore as ts
+from peers import PEER_TIMEOUT
 
 import ngshard
 from ngshard.cli import main
@@ -24,7 +25,7 @@ def demo(tmp_path_factory):
     """The demo written by the console script: (its folder, what it printed)."""
     path = tmp_path_factory.mktemp("demo") / "demo"
     out = subprocess.run([sys.executable, "-m", "ngshard.cli", "demo", str(path), "--no-view"],
-                         capture_output=True, text=True, check=True).stdout
+                         capture_output=True, text=True, check=True, timeout=PEER_TIMEOUT).stdout
     return path, out
 
 
@@ -56,8 +57,8 @@ def test_console_script_demo(demo):
         labels = ngshard.open_volume(path / "segmentation", scale)[:]
         theirs = ts.open({"driver": "neuroglancer_precomputed", "scale_index": scale,
                           "kvstore": {"driver": "file", "path": str(path / "segmentation")}}
-                         ).result()
-        np.testing.assert_array_equal(theirs.read().result(), labels)
+                         ).result(timeout=PEER_TIMEOUT)
+        np.testing.assert_array_equal(theirs.read().result(timeout=PEER_TIMEOUT), labels)
         assert set(np.unique(labels).tolist()) <= set(kv.keys_array().tolist())
 
 
@@ -72,8 +73,9 @@ def test_the_image_is_smooth_sharded_and_two_scales(demo):
     for scale in (0, 1):
         image = ngshard.open_volume(path / "image", scale)[:]
         theirs = ts.open({"driver": "neuroglancer_precomputed", "scale_index": scale,
-                          "kvstore": {"driver": "file", "path": str(path / "image")}}).result()
-        np.testing.assert_array_equal(theirs.read().result(), image)
+                          "kvstore": {"driver": "file", "path": str(path / "image")}}
+                         ).result(timeout=PEER_TIMEOUT)
+        np.testing.assert_array_equal(theirs.read().result(timeout=PEER_TIMEOUT), image)
     image = ngshard.open_volume(path / "image")[..., 0].astype(int)
     assert image.std() > 15 and len(np.unique(image)) > 100
     steps = np.abs(np.diff(image, axis=0))

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from peers import PEER_TIMEOUT
 
 import ngshard
 from ngshard.cli import main
@@ -31,7 +32,7 @@ def run_cli(*args: str, without: tuple[str, ...] = ()) -> subprocess.CompletedPr
             "sys.exit(main(sys.argv[1:]))\n")
     env = dict(os.environ, PYTHONPATH=SRC)
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                          env=env, timeout=120)
+                          env=env, timeout=PEER_TIMEOUT)
 
 
 def assert_one_line(args: list[str], without: tuple[str, ...] = (), *, says: list[str],

@@ -9,6 +9,7 @@ import numpy as np
 import tensorstore as ts
 import zarr
 import zarr.codecs
+from peers import PEER_TIMEOUT
 
 
 def volume_data(shape, dtype, seed=0) -> np.ndarray:
@@ -54,8 +55,8 @@ def tensorstore_array(path, data, *, chunks, shards, index_location="end"):
     arr = ts.open({"driver": "zarr3", "kvstore": f"file://{path}", "metadata": {
         "shape": list(data.shape), "chunk_grid": {"name": "regular", "configuration": {
             "chunk_shape": list(shards)}}, "data_type": data.dtype.name, "codecs": codecs,
-        "fill_value": 0}}, create=True, delete_existing=True).result()
-    arr.write(data).result()
+        "fill_value": 0}}, create=True, delete_existing=True).result(timeout=PEER_TIMEOUT)
+    arr.write(data).result(timeout=PEER_TIMEOUT)
 
 
 def ome_group(path, levels, *, version="0.5", axes="czyx", units="micrometer", scales=None,
@@ -88,8 +89,8 @@ def ome_group(path, levels, *, version="0.5", axes="czyx", units="micrometer", s
 def read_precomputed(path, scale=0) -> tuple[np.ndarray, dict]:
     """A precomputed scale read by tensorstore: (x, y, z, c) voxels and the scale's domain."""
     arr = ts.open({"driver": "neuroglancer_precomputed", "kvstore": f"file://{path}/",
-                   "scale_index": scale}).result()
-    return arr.read().result(), {"origin": tuple(arr.domain.inclusive_min[:3]),
+                   "scale_index": scale}).result(timeout=PEER_TIMEOUT)
+    return arr.read().result(timeout=PEER_TIMEOUT), {"origin": tuple(arr.domain.inclusive_min[:3]),
                                   "labels": arr.domain.labels}
 
 

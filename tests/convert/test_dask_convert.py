@@ -24,7 +24,7 @@ def test_dask_equals_local_pool(tmp_path, compressor):
     local = ngshard.convert(src, tmp_path / "local", workers=2, progress=False,
                             task_bytes=32**3 * 4)
     cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                       dashboard_address=None)
+                                       dashboard_address=":0")
     try:
         with distributed.Client(cluster) as client:
             remote = ngshard.convert(src, tmp_path / "dask", executor=client.get_executor(),
@@ -42,7 +42,7 @@ def test_command_line_dask(tmp_path, capsys):
     data = volume_data((16, 32, 32), "uint8", seed=2)
     zarr_python_array(src, data, chunks=(16, 16, 16))
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster:
+                                  dashboard_address=":0") as cluster:
         assert main(["convert", str(src), str(tmp_path / "out"), "--dask",
                      cluster.scheduler_address]) == 0
     assert "converted" in capsys.readouterr().out

@@ -11,6 +11,7 @@ import numpy as np
 import tensorstore as ts
 import zarr
 from convert_helpers import ome_group, volume_data
+from peers import PEER_TIMEOUT
 
 import ngshard
 
@@ -19,7 +20,7 @@ POINTS = [(0, 0, 0), (5, 9, 3), (39, 29, 19), (17, 2, 11)]  # 0-based in the fin
 
 def precomputed(path, scale=0):
     return ts.open({"driver": "neuroglancer_precomputed", "kvstore": f"file://{path}/",
-                    "scale_index": scale}).result()
+                    "scale_index": scale}).result(timeout=PEER_TIMEOUT)
 
 
 def test_ome_translation_becomes_the_voxel_offset(tmp_path):
@@ -43,7 +44,7 @@ def test_ome_translation_becomes_the_voxel_offset(tmp_path):
         for x, y, z in POINTS:
             x, y, z = x >> i, y >> i, z >> i
             at = (origin[0] + x, origin[1] + y, origin[2] + z, 0)
-            assert level[z, y, x] == theirs[at].read().result() == vol[at]
+            assert level[z, y, x] == theirs[at].read().result(timeout=PEER_TIMEOUT) == vol[at]
 
 
 def test_voxel_offset_becomes_the_ome_translation(tmp_path):
@@ -56,8 +57,8 @@ def test_voxel_offset_becomes_the_ome_translation(tmp_path):
                           "voxel_offset": list(offset), "resolution": list(resolution),
                           "encoding": "raw"},
                       "multiscale_metadata": {"data_type": "uint8", "num_channels": 1,
-                                              "type": "image"}}).result()
-    theirs.write(data).result()
+                                              "type": "image"}}).result(timeout=PEER_TIMEOUT)
+    theirs.write(data).result(timeout=PEER_TIMEOUT)
     ngshard.open_volume(src).add_scale((2, 2, 1))
     with ThreadPoolExecutor(2) as pool:
         ngshard.convert(src, tmp_path / "out.zarr", executor=pool, progress=False)
@@ -72,4 +73,4 @@ def test_voxel_offset_becomes_the_ome_translation(tmp_path):
         level, theirs = group[dataset["path"]], precomputed(src, i)
         for z, y, x in [(0, 0, 0), (3, 9, 5), tuple(n - 1 for n in level.shape)]:
             at = (origin[2] + x, origin[1] + y, origin[0] + z, 0)
-            assert level[z, y, x] == theirs[at].read().result() == vol[at]
+            assert level[z, y, x] == theirs[at].read().result(timeout=PEER_TIMEOUT) == vol[at]

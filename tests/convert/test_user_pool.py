@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from peers import PEER_TIMEOUT
+
 import ngshard
 
 SRC = str(Path(ngshard.__file__).resolve().parent.parent)
@@ -30,6 +32,6 @@ assert (ngshard.open_volume(dst)[...] == 7).all() and stats["run"] == stats["tas
 
 def test_forked_user_pool(tmp_path):
     out = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "src.zarr"),
-                          str(tmp_path / "out")], capture_output=True, text=True, timeout=120,
-                         env=dict(os.environ, PYTHONPATH=SRC))
+                          str(tmp_path / "out")], capture_output=True, text=True,
+                         timeout=PEER_TIMEOUT, env=dict(os.environ, PYTHONPATH=SRC))
     assert out.returncode == 0, out.stderr

@@ -10,6 +10,7 @@ import sys
 
 import numpy as np
 import pytest
+from peers import PEER_TIMEOUT
 
 import ngshard
 
@@ -33,7 +34,7 @@ GZIP = ngshard.ShardingSpec(hash="identity", preshift_bits=1, minishard_bits=2, 
 @pytest.fixture(scope="module")
 def client():
     cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                       dashboard_address=None)
+                                       dashboard_address=":0")
     with distributed.Client(cluster) as c:
         yield c
     cluster.close()
@@ -51,9 +52,9 @@ def shard_files(path) -> dict[str, bytes]:
 
 def ts_contents(path, spec) -> dict[int, bytes]:
     kv = ts.KvStore.open({"driver": "neuroglancer_uint64_sharded", "base": f"file://{path}/",
-                          "metadata": spec.to_json()}).result()
-    futures = {int.from_bytes(k, "big"): kv.read(k) for k in kv.list().result()}
-    return {k: f.result().value for k, f in futures.items()}
+                          "metadata": spec.to_json()}).result(timeout=PEER_TIMEOUT)
+    futures = {int.from_bytes(k, "big"): kv.read(k) for k in kv.list().result(timeout=PEER_TIMEOUT)}
+    return {k: f.result(timeout=PEER_TIMEOUT).value for k, f in futures.items()}
 
 
 def test_bag_gives_the_local_writers_bytes(client, tmp_path):
@@ -65,8 +66,8 @@ def test_bag_gives_the_local_writers_bytes(client, tmp_path):
     (tmp_path / "dask" / RAW.shard_filename(0)).write_bytes(b"an earlier store's shard")
     done = ngshard.dask.write_kv(tmp_path / "dask", RAW, db.from_sequence(items, npartitions=5),
                                  overwrite=True)
-    assert done == {"shards": RAW.num_shards, "keys": len(expected),
-                    "bytes": sum(map(len, expected.values()))}
+    assert isinstance(done, ngshard.ShardedKV) and done.mode == "r" and done.spec == RAW
+    assert sorted(done.keys_array().tolist()) == sorted(expected)  # open for reading
     assert shard_files(tmp_path / "dask") == shard_files(tmp_path / "local")
     assert ts_contents(tmp_path / "dask", RAW) == expected
     assert sorted(os.listdir(tmp_path / "dask")) == sorted([*shard_files(tmp_path / "local"),
@@ -157,7 +158,8 @@ def test_volume_chunks_give_the_local_writers_bytes(client, tmp_path, encoding):
     chunks = [((x, y, z), data[16 * x:16 * x + 16, 16 * y:16 * y + 16, 16 * z:16 * z + 16])
               for x in range(5) for y in range(4) for z in range(3)]
     done = ngshard.dask.write_chunks(tmp_path / "dask", db.from_sequence(chunks, npartitions=6))
-    assert done["keys"] == 60
+    assert isinstance(done, ngshard.Volume) and done.mode == "r"
+    assert len(done.chunk_positions()) == 60 and (np.asarray(done)[..., 0] == data).all()
     key = ngshard.open_volume(tmp_path / "local").scale.key
     assert shard_files(tmp_path / "dask" / key) == shard_files(tmp_path / "local" / key)
     assert (np.asarray(ngshard.open_volume(tmp_path / "dask"))[..., 0] == data).all()

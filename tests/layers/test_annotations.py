@@ -91,7 +91,11 @@ def test_round_trip_every_index(tmp_path, kind, sharding):
     assert isinstance(a, ngshard.Annotations) and a.info == layer.info
     assert len(a.info["spatial"]) > 1  # 10 a cell: several levels
     assert a.keys_array().tolist() == sorted(ids.tolist())
-    got = a.get_many(ids[:50])
+    got = a.get_many([*ids[:50].tolist(), 2**40])  # ids are drawn below 2**40
+    assert len(got) == 50 and a.get(2**40) is None and 2**40 not in a
+    with pytest.raises(KeyError):
+        a[2**40]
+    np.testing.assert_array_equal(a[int(ids[0])].geometry, got[int(ids[0])].geometry)
     for i in range(50):
         x = got[int(ids[i])]
         want = geometry[i] if kind != "polyline" else geometry[i]

@@ -53,7 +53,7 @@ def test_round_trip(tmp_path, sharded, bits, sharding):
             np.testing.assert_allclose(lo, v.min(axis=0), atol=step.max())
             np.testing.assert_allclose(hi, v.max(axis=0), atol=step.max())
             assert area(mesh.vertices, mesh.faces) == pytest.approx(area(v, f), rel=2e-3)
-            np.testing.assert_array_equal(mesh.faces, layer.get(k, lod).faces)
+            np.testing.assert_array_equal(mesh.faces, layer.get(k, lod=lod).faces)
             codes = zorder(manifest.fragment_positions[lod])
             assert (np.diff(codes.astype(np.int64)) > 0).all()  # Z-curve order, distinct
 
@@ -230,7 +230,7 @@ def test_cloud_volume_reads_ngshard_meshes(tmp_path):
             for lod in range(3):
                 theirs = cv.mesh.get(k, lod=lod)
                 theirs = theirs[k] if isinstance(theirs, dict) else theirs
-                mine = ours.get(k, lod)
+                mine = ours.get(k, lod=lod)
                 np.testing.assert_allclose(theirs.vertices, mine.vertices, rtol=1e-5)
                 np.testing.assert_array_equal(theirs.faces, mine.faces)
 

@@ -31,8 +31,11 @@ def test_round_trip_and_attach_to_a_volume(tmp_path):
     assert again.values("tags") == [["big", "exc"], [], ["inh"]]
     assert again.values("count").dtype == np.uint16
     assert 17 in again and 4 not in again
+    assert again.get(4) is None and again.get(4, {}) == {}
     with pytest.raises(KeyError):
-        again.get(4)
+        again[4]
+    assert again[17] == again.get(17) and list(again) == sorted(ids)
+    assert again.get_many([4, 17, 2**64 - 1]) == {17: again[17], 2**64 - 1: again[2**64 - 1]}
     tags = next(p for p in again.properties if p["type"] == "tags")
     assert tags["tag_descriptions"] == ["big", "excitatory", "inh"]
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from cloudvolume_root import cloudvolume_root
+from peers import PEER_TIMEOUT
 
 import ngshard
 from ngshard.layers.sharding import segment_sharding
@@ -59,9 +60,11 @@ def test_round_trip_with_attributes(tmp_path, sharding):
     k = next(iter(items))
     nm = again.get(k, transform=True).vertices
     np.testing.assert_allclose(nm, items[k][0] * [2, 2, 4] + [10, 20, 30], rtol=1e-6)
+    assert again.get(12345) is None and again.get(12345, "absent") == "absent"
     with pytest.raises(KeyError):
-        again.get(12345)
+        again[12345]
     assert 12345 not in again and k in again
+    assert list(again) == sorted(items) and len(again) == len(items)
 
 
 def test_streamed_items_of_unknown_count_spill(tmp_path):
@@ -138,10 +141,10 @@ def test_tensorstore_reads_the_keys(tmp_path):
     layer = ngshard.write_skeletons(tmp_path / "sk", items)
     store = ts.KvStore.open({"driver": "neuroglancer_uint64_sharded",
                              "base": f"file://{tmp_path / 'sk'}/",
-                             "metadata": layer.info["sharding"]}).result()
+                             "metadata": layer.info["sharding"]}).result(timeout=PEER_TIMEOUT)
     raw = layer.store.get_many(list(items))
     for k in items:
-        got = store.read(int(k).to_bytes(8, "big")).result()
+        got = store.read(int(k).to_bytes(8, "big")).result(timeout=PEER_TIMEOUT)
         assert got.state == "value" and bytes(got.value) == raw[k]
 
 

@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+from peers import PEER_TIMEOUT
 
 import ngshard
 from ngshard.cli import main
@@ -31,13 +32,14 @@ def write_layers(root):
                     "multiscale_metadata": {"type": "image", "data_type": "uint16",
                                             "num_channels": 1},
                     "scale_metadata": {"size": [40, 30, 20], "resolution": [4, 4, 40],
-                                       "encoding": "raw", "chunk_size": [16, 16, 8]}}).result()
-    fine[...] = DATA[..., None]
+                                       "encoding": "raw", "chunk_size": [16, 16, 8]}}
+                   ).result(timeout=PEER_TIMEOUT)
+    fine.write(DATA[..., None]).result(timeout=PEER_TIMEOUT)
     coarse = ts.open({"driver": "neuroglancer_precomputed", "kvstore": kvstore, "create": True,
                       "scale_metadata": {"size": [20, 15, 10], "resolution": [8, 8, 80],
                                          "encoding": "raw", "chunk_size": [8, 8, 8],
-                                         "sharding": SHARDING}}).result()
-    coarse[...] = DATA[::2, ::2, ::2, None]
+                                         "sharding": SHARDING}}).result(timeout=PEER_TIMEOUT)
+    coarse.write(DATA[::2, ::2, ::2, None]).result(timeout=PEER_TIMEOUT)
     zyx = np.ascontiguousarray(DATA.T)
     for name, version in (("z3", 3), ("z2", 2)):
         arr = zarr.create_array(store=str(root / name), shape=zyx.shape, chunks=(8, 16, 16),
@@ -59,7 +61,7 @@ def voxels(layer) -> np.ndarray:
 
 def peer(spec) -> np.ndarray:
     """What tensorstore reads from the same spec."""
-    return ts.open(spec).result().read().result()
+    return ts.open(spec).result(timeout=PEER_TIMEOUT).read().result(timeout=PEER_TIMEOUT)
 
 
 def test_precomputed_forms_open_the_same_volume(local):

@@ -31,6 +31,7 @@ from collections import Counter
 import numpy as np
 import pytest
 import tensorstore as ts
+from peers import PEER_TIMEOUT
 
 import ngshard
 from ngshard.sharded.format import decode_all
@@ -157,9 +158,10 @@ def on_disk(path) -> tuple[dict[int, bytes], int]:
 
 def ts_read(path, keys: list[int]) -> dict[int, bytes]:
     kv = ts.KvStore.open({"driver": "neuroglancer_uint64_sharded", "base": f"file://{path}/",
-                          "metadata": SPEC.to_json()}).result()
+                          "metadata": SPEC.to_json()}).result(timeout=PEER_TIMEOUT)
     futures = [(k, kv.read(k.to_bytes(8, "big"))) for k in keys]
-    return {k: bytes(r.value) for k, f in futures if (r := f.result()).state == "value"}
+    return {k: bytes(r.value) for k, f in futures
+            if (r := f.result(timeout=PEER_TIMEOUT)).state == "value"}
 
 
 def check_store(path, old: dict, new: dict, all_keys: list[int], per_minishard: bool
@@ -392,7 +394,7 @@ def test_reader_sees_only_written_values_during_updates(tmp_path):
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
-                proc.wait()
+                proc.wait(timeout=PEER_TIMEOUT)
     print(f"\nwriter rounds {rounds}; reader {reads}")
     assert writer.returncode == 0 and reader.returncode == 0
     assert not reads["errors"] and reads["wrong"] == 0 and reads["missing"] == 0, reads

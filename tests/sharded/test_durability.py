@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 import pytest
+from peers import PEER_TIMEOUT
 
 import ngshard
 import ngshard.storage.local
@@ -25,12 +26,12 @@ def test_two_creators_of_one_shard_never_both_succeed(tmp_path, monkeypatch):
     """Both writers find the shard absent and reach the moment of publishing together (held
     there by a pause); one must get ConflictError, never both succeed with one key lost."""
     real_link, real_replace = os.link, os.replace
-    gate = threading.Barrier(2, timeout=5)
+    gate = threading.Barrier(2)
 
     def paused(real):
         def call(src, dst, *args, **kwargs):
             if str(dst).endswith(".shard"):
-                gate.wait()  # both writers past their checks, before either publishes
+                gate.wait(timeout=5)  # both writers past their checks, before either publishes
             return real(src, dst, *args, **kwargs)
         return call
 
@@ -204,7 +205,8 @@ def test_a_full_disk_names_the_shard_and_commits_nothing(tmp_path):
                        "--spec", {json.dumps(json.dumps(SPEC.to_json()))}]))
     """)
     (tmp_path / "big").write_bytes(bytes(99_990))  # fits the limit; its shard does not
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=PEER_TIMEOUT)
     assert result.stdout.startswith("raised: ") and "kv/0.shard" in result.stdout
     assert "File too large" in result.stdout and "nothing was committed" in result.stdout
     assert result.returncode == 1

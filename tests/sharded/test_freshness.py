@@ -11,6 +11,7 @@ import sys
 
 import numpy as np
 import pytest
+from peers import PEER_TIMEOUT
 
 import ngshard
 
@@ -56,7 +57,7 @@ def test_a_key_another_process_adds_is_found(place):
     assert reader.get(1) is None and reader.get(0) == b"zero"
     subprocess.run([sys.executable, "-c", "import sys, ngshard\n"
                     "with ngshard.open_kv(sys.argv[1], mode='a') as kv:\n"
-                    "    kv[1] = b'one'\n", str(path)], check=True)
+                    "    kv[1] = b'one'\n", str(path)], check=True, timeout=PEER_TIMEOUT)
     assert reader.get(1) == b"one"
 
 

@@ -12,6 +12,7 @@ import zlib
 
 import numpy as np
 import pytest
+from peers import PEER_TIMEOUT
 
 import ngshard
 from ngshard.cli import main
@@ -59,7 +60,7 @@ def test_a_minishard_index_bomb_is_refused_in_bounded_memory(tmp_path):
         print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout.splitlines()
+                         check=True, timeout=PEER_TIMEOUT).stdout.splitlines()
     assert out[0].startswith("refused:") and "0.shard" in out[0] and "inflates past" in out[0]
     assert "inflates past" in out[2] and out[-2] == "verify: 1"  # a problem, not a crash
     assert int(out[-1]) < 300, f"peak grew by {out[-1]} MiB"
@@ -82,7 +83,7 @@ def test_a_large_minishard_index_costs_little_more_than_its_bytes(tmp_path):
         print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout.splitlines()
+                         check=True, timeout=PEER_TIMEOUT).stdout.splitlines()
     assert out[0].startswith("refused:") and "appears twice" in out[0]
     assert int(out[1]) < 2.5 * 48, f"peak grew by {out[1]} MiB"
 

@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 import pytest
+from peers import PEER_TIMEOUT
 
 import ngshard
 
@@ -76,7 +77,8 @@ def be(key: int) -> bytes:
 
 def ts_open(path, spec: dict):
     return ts.KvStore.open({"driver": "neuroglancer_uint64_sharded",
-                            "base": f"file://{path}/", "metadata": spec}).result()
+                            "base": f"file://{path}/", "metadata": spec}
+                           ).result(timeout=PEER_TIMEOUT)
 
 
 def ts_write(path, spec: dict, items: dict[int, bytes]) -> None:
@@ -84,7 +86,7 @@ def ts_write(path, spec: dict, items: dict[int, bytes]) -> None:
     kvt = ts_open(path, spec).with_transaction(txn)
     for k, v in items.items():
         kvt[be(k)] = v
-    txn.commit_async().result()
+    txn.commit_async().result(timeout=PEER_TIMEOUT)
 
 
 def ts_read(path, spec: dict, keys) -> dict[int, bytes]:
@@ -93,7 +95,7 @@ def ts_read(path, spec: dict, keys) -> dict[int, bytes]:
     futures = [(k, kv.read(be(k))) for k in keys]
     out = {}
     for k, f in futures:
-        r = f.result()
+        r = f.result(timeout=PEER_TIMEOUT)
         assert r.state in ("value", "missing")
         if r.state == "value":
             out[k] = bytes(r.value)
@@ -101,7 +103,8 @@ def ts_read(path, spec: dict, keys) -> dict[int, bytes]:
 
 
 def ts_list(path, spec: dict) -> list[int]:
-    return [int.from_bytes(k, "big") for k in ts_open(path, spec).list().result()]
+    listed = ts_open(path, spec).list().result(timeout=PEER_TIMEOUT)
+    return [int.from_bytes(k, "big") for k in listed]
 
 
 def shard_files(path) -> dict[str, bytes]:

@@ -11,6 +11,7 @@ import uuid
 
 import numpy as np
 import pytest
+from peers import PEER_TIMEOUT
 
 import ngshard
 
@@ -269,7 +270,7 @@ def test_writers_remove_what_dead_writers_left_and_readers_do_not(tmp_path):
     spec = ngshard.ShardingSpec(minishard_bits=0)
     ngshard.write_kv(tmp_path, spec, {1: b"one"})
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
+    dead.wait(timeout=PEER_TIMEOUT)
     stale = f".0.shard~{dead.pid}@{socket.gethostname()}~{'a' * 32}.tmp"
     (tmp_path / stale).write_bytes(b"partial")
     ngshard.open_kv(tmp_path, spec).get_many([1, 2])

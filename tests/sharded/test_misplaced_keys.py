@@ -14,6 +14,7 @@ import itertools
 import numpy as np
 import pytest
 import tensorstore as ts
+from peers import PEER_TIMEOUT
 
 import ngshard
 from ngshard.sharded.format import assemble_shard
@@ -50,10 +51,11 @@ def store(request, tmp_path):
 
 def tensorstore_view(path, spec) -> tuple[dict[int, bytes], list[int]]:
     kv = ts.KvStore.open({"driver": "neuroglancer_uint64_sharded", "base": f"file://{path}/",
-                          "metadata": spec.to_json()}).result()
+                          "metadata": spec.to_json()}).result(timeout=PEER_TIMEOUT)
     reads = [(k, kv.read(k.to_bytes(8, "big"))) for k in KEYS]
-    values = {k: bytes(r.value) for k, f in reads if (r := f.result()).state == "value"}
-    return values, [int.from_bytes(k, "big") for k in kv.list().result()]
+    values = {k: bytes(r.value) for k, f in reads
+              if (r := f.result(timeout=PEER_TIMEOUT)).state == "value"}
+    return values, [int.from_bytes(k, "big") for k in kv.list().result(timeout=PEER_TIMEOUT)]
 
 
 def test_reads_agree_with_tensorstore(store):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from peers import PEER_TIMEOUT
 
 import ngshard
 from ngshard.sharded.shard_writer import Laid, write_shard
@@ -39,9 +40,9 @@ def write(path, keys: list[int]) -> None:
 def ts_contents(path) -> dict[int, bytes]:
     ts = pytest.importorskip("tensorstore")
     t = ts.KvStore.open({"driver": "neuroglancer_uint64_sharded", "base": f"file://{path}/",
-                         "metadata": SPEC.to_json()}).result()
-    futures = {int.from_bytes(k, "big"): t.read(k) for k in t.list().result(timeout=30)}
-    return {k: f.result(timeout=30).value for k, f in futures.items()}
+                         "metadata": SPEC.to_json()}).result(timeout=PEER_TIMEOUT)
+    futures = {int.from_bytes(k, "big"): t.read(k) for k in t.list().result(timeout=PEER_TIMEOUT)}
+    return {k: f.result(timeout=PEER_TIMEOUT).value for k, f in futures.items()}
 
 
 @pytest.fixture

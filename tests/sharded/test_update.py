@@ -8,6 +8,7 @@ import os
 import numpy as np
 import pytest
 import tensorstore as ts
+from peers import PEER_TIMEOUT
 
 import ngshard
 
@@ -23,10 +24,10 @@ def items_of(n: int, seed: int = 0, size: int = 50) -> dict[int, bytes]:
 
 def ts_contents(path, spec: ngshard.ShardingSpec) -> dict[int, bytes]:
     kv = ts.KvStore.open({"driver": "neuroglancer_uint64_sharded", "base": f"file://{path}/",
-                          "metadata": spec.to_json()}).result()
-    keys = kv.list().result()
+                          "metadata": spec.to_json()}).result(timeout=PEER_TIMEOUT)
+    keys = kv.list().result(timeout=PEER_TIMEOUT)
     futures = {int.from_bytes(k, "big"): kv.read(k) for k in keys}
-    return {k: f.result().value for k, f in futures.items()}
+    return {k: f.result(timeout=PEER_TIMEOUT).value for k, f in futures.items()}
 
 
 def shard_files(path) -> dict[str, tuple[int, int]]:

@@ -14,6 +14,7 @@ import tensorstore as ts
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from peers import PEER_TIMEOUT
 from staged_oracle import box_index, expand, index, oget, oset
 
 import ngshard
@@ -309,8 +310,10 @@ class VolumeMachine(ModelMachine):
               f"{self.vol.scale.encoding}")
         self.committed = self.model.copy()
         store = ts.open({"driver": "neuroglancer_precomputed",
-                         "kvstore": {"driver": "file", "path": self.path}}).result()
-        np.testing.assert_array_equal(store.read().result(), self.model)  # its coordinates
+                         "kvstore": {"driver": "file", "path": self.path}}
+                        ).result(timeout=PEER_TIMEOUT)
+        # read in its coordinates
+        np.testing.assert_array_equal(store.read().result(timeout=PEER_TIMEOUT), self.model)
         np.testing.assert_array_equal(ngshard.open_volume(self.path)[...], self.model)
 
 

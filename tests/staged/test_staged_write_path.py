@@ -11,6 +11,7 @@ import collections
 import numpy as np
 import pytest
 import tensorstore as ts
+from peers import PEER_TIMEOUT
 
 import ngshard
 from ngshard.sharded.inputs import value_arrays
@@ -123,8 +124,9 @@ def test_volume_slices_committed_through_stable_views_read_back_exactly(tmp_path
     assert puts == {"calls": 1, "chunks": 12 * 10 * 3}  # > one batch of 256, one put
     np.testing.assert_array_equal(open_volume(tmp_path)[...], data)
     theirs = ts.open({"driver": "neuroglancer_precomputed",
-                      "kvstore": {"driver": "file", "path": str(tmp_path)}}).result()
-    np.testing.assert_array_equal(theirs.read().result(), data)
+                      "kvstore": {"driver": "file", "path": str(tmp_path)}}
+                     ).result(timeout=PEER_TIMEOUT)
+    np.testing.assert_array_equal(theirs.read().result(timeout=PEER_TIMEOUT), data)
 
 
 def test_writes_after_a_commit_rewrite_shards_with_the_new_values(tmp_path):

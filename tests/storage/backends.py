@@ -9,6 +9,7 @@ from pathlib import Path
 
 import fsspec
 import pytest
+from peers import PEER_TIMEOUT
 
 import ngshard
 from ngshard import storage
@@ -128,8 +129,8 @@ class MemoryBackend(Backend):
         """tensorstore cannot see fsspec's memory: copy every object the store lists (read
         through the store) into a tensorstore memory kvstore of a shared context."""
         context = ts.Context()
-        memory = ts.KvStore.open({"driver": "memory"}, context=context).result()
+        memory = ts.KvStore.open({"driver": "memory"}, context=context).result(timeout=PEER_TIMEOUT)
         names = self.storage.list()
         for name, data in zip(names, self.storage.read_many(names)):
-            memory.write(name, data).result()
+            memory.write(name, data).result(timeout=PEER_TIMEOUT)
         return {"driver": "memory"}, context

@@ -17,6 +17,7 @@ import os
 import numpy as np
 import pytest
 from backends import KINDS, Backend, HttpBackend, LocalBackend, MemoryBackend, PlainHttpBackend
+from peers import PEER_TIMEOUT
 
 import ngshard
 from ngshard import storage
@@ -346,11 +347,11 @@ class TestStorageContract:
             pytest.skip(f"tensorstore cannot read {backend.kind} storage")
         base, context = backend.ts_kvstore()
         kv = ts.KvStore.open({"driver": "neuroglancer_uint64_sharded", "base": base,
-                              "metadata": spec}, context=context).result()
+                              "metadata": spec}, context=context).result(timeout=PEER_TIMEOUT)
         reads = [(k, kv.read(k.to_bytes(8, "big"))) for k in [*items, *absent]]
         got = {}
         for k, future in reads:
-            r = future.result()
+            r = future.result(timeout=PEER_TIMEOUT)
             if r.state == "value":
                 got[k] = bytes(r.value)
         assert got == items

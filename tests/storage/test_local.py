@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import numpy as np
+from peers import PEER_TIMEOUT
 
 from ngshard import storage
 from ngshard.storage import FileSlice
@@ -93,7 +94,7 @@ def test_temp_names_carry_their_owner(tmp_path):
 
 def test_remove_stale_removes_only_what_dead_writers_of_this_host_left(tmp_path):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
+    dead.wait(timeout=PEER_TIMEOUT)
     host = socket.gethostname()
     stale = [f".0.shard~{dead.pid}@{host}~{'a' * 32}.tmp",
              f"{storage.SPILL_PREFIX}{dead.pid}@{host}~x1y2"]

@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import tensorstore as ts
+from peers import PEER_TIMEOUT
 
 import ngshard
 
@@ -22,7 +23,8 @@ def tree(root) -> dict[str, bytes]:
 
 def ts_read(path, scale: int) -> np.ndarray:
     return ts.open({"driver": "neuroglancer_precomputed", "kvstore": f"file://{path}/",
-                    "scale_index": scale}).result().read().result()[..., 0]
+                    "scale_index": scale}).result(timeout=PEER_TIMEOUT
+                                                   ).read().result(timeout=PEER_TIMEOUT)[..., 0]
 
 
 def labels(shape=(64, 64, 64), seed=0) -> np.ndarray:

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from peers import PEER_TIMEOUT
 
 import ngshard
 
@@ -54,13 +55,14 @@ def test_tensorstore_agrees_on_fixture(name):
     ts = pytest.importorskip("tensorstore")
     case_dir, spec, digests, _, absent = load_case(name)
     store = ts.KvStore.open({"driver": "neuroglancer_uint64_sharded",
-                             "base": f"file://{case_dir}/", "metadata": spec}).result()
+                             "base": f"file://{case_dir}/", "metadata": spec}
+                            ).result(timeout=PEER_TIMEOUT)
     keys = list(digests) + absent
     futures = [store.read(k.to_bytes(8, "big")) for k in keys]
-    results = [f.result() for f in futures]
+    results = [f.result(timeout=PEER_TIMEOUT) for f in futures]
     theirs = {k: bytes(r.value) for k, r in zip(keys, results) if r.state == "value"}
     assert all(r.state in ("value", "missing") for r in results)
     assert theirs == ngshard.open_kv(case_dir).get_many(keys)
     assert set(theirs) == set(digests)
-    listed = sorted(int.from_bytes(k, "big") for k in store.list().result())
+    listed = sorted(int.from_bytes(k, "big") for k in store.list().result(timeout=PEER_TIMEOUT))
     assert listed == sorted(digests)

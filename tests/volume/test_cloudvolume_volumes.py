@@ -19,6 +19,7 @@ import brotli
 import numpy as np
 import pytest
 import zstandard
+from peers import PEER_TIMEOUT
 
 import ngshard
 
@@ -72,13 +73,14 @@ def test_tensorstore_agrees_at_global_coordinates(case):
     ts = pytest.importorskip("tensorstore")
     want = expected(case)
     store = ts.open({"driver": "neuroglancer_precomputed",
-                     "kvstore": f"file://{FIXTURES / case}/"}).result()
+                     "kvstore": f"file://{FIXTURES / case}/"}).result(timeout=PEER_TIMEOUT)
     vol = ngshard.open_volume(FIXTURES / case)
     assert tuple(store.domain.inclusive_min[:3]) == vol.voxel_offset
-    np.testing.assert_array_equal(store.read().result(), want["whole"])
+    np.testing.assert_array_equal(store.read().result(timeout=PEER_TIMEOUT), want["whole"])
     for i, (start, stop) in enumerate(want["boxes"].tolist()):
         box = tuple(slice(a, b) for a, b in zip(start, stop))
-        np.testing.assert_array_equal(store[box].read().result(), want[f"box{i}"])
+        np.testing.assert_array_equal(store[box].read().result(timeout=PEER_TIMEOUT),
+                                      want[f"box{i}"])
 
 
 def _files(root: Path) -> dict[str, bytes]:
@@ -136,5 +138,5 @@ def test_cloudvolume_reads_what_ngshard_writes_now(tmp_path, compress):
         vol[...] = data
     subprocess.run([CV_PYTHON, "-c", _READ, str(tmp_path / "v"), str(tmp_path / "r.npy")],
                    check=True, capture_output=True, env={**os.environ, "PYTHONPATH": ""},
-                   timeout=120)
+                   timeout=PEER_TIMEOUT)
     np.testing.assert_array_equal(np.load(tmp_path / "r.npy"), data)

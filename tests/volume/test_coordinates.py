@@ -11,6 +11,7 @@ import re
 import numpy as np
 import pytest
 import tensorstore as ts
+from peers import PEER_TIMEOUT
 
 import ngshard
 from ngshard import Bounds, NotFoundError, SpecError, create_volume, open_volume
@@ -45,7 +46,7 @@ def ts_open(path, offset=OFFSET, dtype="uint16", encoding="raw", sharding=None,
         spec.update(create=True, scale_metadata=scale, multiscale_metadata={
             "data_type": dtype, "num_channels": 1,
             "type": "segmentation" if encoding == "compressed_segmentation" else "image"})
-    return ts.open(spec).result()
+    return ts.open(spec).result(timeout=PEER_TIMEOUT)
 
 
 def sample(dtype, seed=0) -> np.ndarray:
@@ -86,31 +87,34 @@ def test_reads_what_tensorstore_reads_at_the_same_coordinates(tmp_path, offset, 
                                                               encoding, sharding):
     data = sample(dtype)
     store = ts_open(tmp_path, offset, dtype, encoding, sharding, create=True)
-    store.write(data).result()  # tensorstore's domain is the layer's coordinates
+    # tensorstore's domain is the layer's coordinates
+    store.write(data).result(timeout=PEER_TIMEOUT)
     vol = open_volume(tmp_path)
     start = tuple(int(v) for v in store.domain.inclusive_min[:3])
     assert vol.bounds == Bounds(offset, tuple(a + n for a, n in zip(offset, SIZE))) and \
         vol.bounds.start == start and vol.bounds.shape == SIZE and vol.shape == (*SIZE, 1)
     for index in indices(offset):
-        theirs = store[index].read().result()
+        theirs = store[index].read().result(timeout=PEER_TIMEOUT)
         np.testing.assert_array_equal(vol[index], theirs, err_msg=str(index))
         np.testing.assert_array_equal(theirs, data[shifted(index, offset)], err_msg=str(index))
     # orthogonal: integer arrays are coordinates (any order, repeated), a mask covers the axis
     x, y, z = offset
     index = ([x + 3, x, x + 36, x], y + 2, [z + 10, z], 0)
-    np.testing.assert_array_equal(vol[index], store.oindex[index].read().result())
+    np.testing.assert_array_equal(vol[index],
+                                  store.oindex[index].read().result(timeout=PEER_TIMEOUT))
     # (tensorstore takes a mask as the index array of its nonzero() positions, from 0)
     mask = np.arange(SIZE[1]) % 3 == 1
     np.testing.assert_array_equal(vol[x + 1, mask, z + 2:z + 5],
                                   store.oindex[x + 1, np.flatnonzero(mask) + y,
-                                               z + 2:z + 5].read().result())
+                                               z + 2:z + 5].read().result(timeout=PEER_TIMEOUT))
     np.testing.assert_array_equal(vol.read_box((x + 5, y + 1, z), (x + 20, y + 9, z + 3)),
-                                  store[x + 5:x + 20, y + 1:y + 9, z:z + 3].read().result())
+                                  store[x + 5:x + 20, y + 1:y + 9, z:z + 3].read()
+                                  .result(timeout=PEER_TIMEOUT))
 
 
 def test_negative_numbers_are_coordinates_not_from_the_end(tmp_path):
     data = sample("uint16")
-    ts_open(tmp_path, NEGATIVE, create=True).write(data).result()
+    ts_open(tmp_path, NEGATIVE, create=True).write(data).result(timeout=PEER_TIMEOUT)
     vol = open_volume(tmp_path)
     assert vol[-1, -1, -3, 0] == data[19, 4, 10, 0]  # x -20 + 19, y -5 + 4, z -13 + 10
     np.testing.assert_array_equal(vol[-20:-10, -5, -13:-11], data[:10, 0, :2])
@@ -130,17 +134,19 @@ def test_writes_at_coordinates_tensorstore_reads_there(tmp_path, dtype, encoding
         vol[1036, 2000, 40] = 5  # the corner voxels, by coordinates
         vol[[1000, 1001], 2000, 30] = [7, 8]
     store = ts_open(tmp_path)
-    np.testing.assert_array_equal(store[1003:1020, 2005:2021, 32:39].read().result(), block)
-    assert store[1036, 2000, 40, 0].read().result() == 5
-    np.testing.assert_array_equal(store[1000:1002, 2000, 30, 0].read().result(), [7, 8])
+    np.testing.assert_array_equal(
+        store[1003:1020, 2005:2021, 32:39].read().result(timeout=PEER_TIMEOUT), block)
+    assert store[1036, 2000, 40, 0].read().result(timeout=PEER_TIMEOUT) == 5
+    np.testing.assert_array_equal(
+        store[1000:1002, 2000, 30, 0].read().result(timeout=PEER_TIMEOUT), [7, 8])
     expect = np.zeros((*SIZE, 1), dtype)
     expect[3:20, 5:, 2:9], expect[36, 0, 10], expect[:2, 0, 0, 0] = block, 5, [7, 8]
-    np.testing.assert_array_equal(store.read().result(), expect)
+    np.testing.assert_array_equal(store.read().result(timeout=PEER_TIMEOUT), expect)
 
 
 def test_zero_based_indices_on_an_offset_layer_raise_naming_the_bounds(tmp_path):
     data = sample("uint16")
-    ts_open(tmp_path, create=True).write(data).result()
+    ts_open(tmp_path, create=True).write(data).result(timeout=PEER_TIMEOUT)
     vol = open_volume(tmp_path, mode="r+")
     assert vol[1010, 2020, 35, 0] == data[10, 20, 5, 0]  # the voxel cloud-volume means
     for index in [(slice(0, 10), slice(0, 10), slice(0, 10)), (0, 0, 0), (-1,),
@@ -161,7 +167,7 @@ def test_zero_based_indices_on_an_offset_layer_raise_naming_the_bounds(tmp_path)
 
 def test_translate_to_zero_is_the_zero_based_view_sharing_staged_changes(tmp_path):
     data = sample("uint16")
-    ts_open(tmp_path, sharding=IDENTITY, create=True).write(data).result()
+    ts_open(tmp_path, sharding=IDENTITY, create=True).write(data).result(timeout=PEER_TIMEOUT)
     vol = open_volume(tmp_path, mode="r+")
     zero = vol.translate_to[0]
     assert zero.bounds == Bounds((0, 0, 0), SIZE) and vol.bounds.start == OFFSET
@@ -184,12 +190,12 @@ def test_translate_to_zero_is_the_zero_based_view_sharing_staged_changes(tmp_pat
     vol[1001, 2001, 31] = 9
     zero.commit()
     assert open_volume(tmp_path)[1001, 2001, 31, 0] == 9
-    assert ts_open(tmp_path)[1001, 2001, 31, 0].read().result() == 9
+    assert ts_open(tmp_path)[1001, 2001, 31, 0].read().result(timeout=PEER_TIMEOUT) == 9
 
 
 def test_chunk_positions_and_their_boxes(tmp_path):
     data = sample("uint16")
-    ts_open(tmp_path, sharding=IDENTITY, create=True).write(data).result()
+    ts_open(tmp_path, sharding=IDENTITY, create=True).write(data).result(timeout=PEER_TIMEOUT)
     vol = open_volume(tmp_path)
     boxes = vol.chunk_bounds([[0, 0, 0], [1, 2, 1], [4, 2, 2]])
     assert boxes[0] == Bounds((1000, 2000, 30), (1008, 2008, 34))
@@ -244,8 +250,8 @@ def test_bounds_follow_a_staged_resize(tmp_path):
     vol[1037:1040] = 2
     vol.commit()
     theirs = ts_open(tmp_path)
-    assert theirs[1039, 2020, 40, 0].read().result() == 2
-    assert theirs[1036, 2020, 40, 0].read().result() == 1
+    assert theirs[1039, 2020, 40, 0].read().result(timeout=PEER_TIMEOUT) == 2
+    assert theirs[1036, 2020, 40, 0].read().result(timeout=PEER_TIMEOUT) == 1
 
 
 def test_cli_info_prints_the_bounds(tmp_path, capsys):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from peers import PEER_TIMEOUT
 
 from ngshard.errors import CorruptDataError, SpecError
 from ngshard.volume.encodings import ENCODINGS, check_encoding, decode_chunk, encode_chunk
@@ -186,7 +187,7 @@ def ts_volume(path, encoding, dtype, c, size, chunk, block=None):
                      "kvstore": {"driver": "file", "path": str(path)}, "scale_metadata": scale,
                      "multiscale_metadata": {"data_type": dtype, "num_channels": c,
                                              "type": "segmentation" if block else "image"},
-                     "create": True}).result()
+                     "create": True}).result(timeout=PEER_TIMEOUT)
     key = json.loads((path / "info").read_text())["scales"][0]["key"]
     return store, path / key
 
@@ -228,8 +229,9 @@ def test_decodes_what_tensorstore_writes(tmp_path, case):
     encoding, dtype, c, size, chunk, block = CASES[case]
     store, scale_dir = ts_volume(tmp_path, encoding, dtype, c, size, chunk, block)
     a = sample(encoding, dtype, (*size, c))
-    store[...] = a
-    stored = store.read().result()  # jpeg: tensorstore's own decoding of its lossy chunks
+    store.write(a).result(timeout=PEER_TIMEOUT)
+    # jpeg: tensorstore's own decoding of its lossy chunks
+    stored = store.read().result(timeout=PEER_TIMEOUT)
     if encoding != "jpeg":
         assert np.array_equal(stored, a)
     names = set()
@@ -253,7 +255,7 @@ def test_tensorstore_reads_what_we_encode(tmp_path, case):
         data = encode_chunk(a[box], encoding, block_size=block)
         (scale_dir / name).write_bytes(data)
         ours[box] = decode_chunk(data, encoding, a[box].shape, dtype, block_size=block)
-    got = store.read().result()
+    got = store.read().result(timeout=PEER_TIMEOUT)
     assert np.array_equal(got, ours)  # jpeg: both decoders agree on our lossy chunks
     if encoding != "jpeg":
         assert np.array_equal(got, a)
@@ -266,7 +268,7 @@ def test_32_bit_blocks_as_tensorstore_reads_them(tmp_path):
     scale_dir.mkdir(exist_ok=True)
     data = np.array([1, 2 + 8 | 32 << 24, 2, *range(8), *range(100, 108)], "<u4").tobytes()
     (scale_dir / "0-2_0-2_0-2").write_bytes(data)
-    want = store.read().result()
+    want = store.read().result(timeout=PEER_TIMEOUT)
     assert sorted(want.ravel()) == list(range(100, 108))
     assert np.array_equal(decode_chunk(data, CS, (2, 2, 2, 1), "uint32", block_size=(2,) * 3),
                           want)
@@ -339,7 +341,7 @@ def test_compressed_segmentation_damage_as_tensorstore_sees_it(tmp_path_factory,
     data = words.tobytes()[:len(words) * 4 - 4 * cut]
     (scale_dir / "0-7_0-6_0-5").write_bytes(data)
     try:
-        want = store.read().result()
+        want = store.read().result(timeout=PEER_TIMEOUT)
     except ValueError:
         want = None
     try:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from peers import PEER_TIMEOUT
 
 import ngshard
 from ngshard import ShardingSpec, SpecError
@@ -206,9 +207,9 @@ def ts_volume(path, spec: dict | None = None, size=SIZE) -> tuple:
                      "kvstore": {"driver": "file", "path": str(path)}, "scale_metadata": scale,
                      "multiscale_metadata": {"data_type": "uint16", "num_channels": 1,
                                              "type": "image"},
-                     "create": True, "dtype": "uint16"}).result()
+                     "create": True, "dtype": "uint16"}).result(timeout=PEER_TIMEOUT)
     data = np.random.default_rng(1).integers(1, 2**16, (*size, 1), dtype=np.uint16)
-    store.write(data).result()
+    store.write(data).result(timeout=PEER_TIMEOUT)
     key = json.loads((path / "info").read_text())["scales"][0]["key"]
     return data, store, path / key
 
@@ -255,6 +256,6 @@ def test_tensorstore_write_chunk_is_shard_shape(shape, pms):
                                         "sharding": sharding("identity", *pms)},
                      "multiscale_metadata": {"data_type": "uint8", "num_channels": 1,
                                              "type": "image"},
-                     "create": True, "dtype": "uint8"}).result()
+                     "create": True, "dtype": "uint8"}).result(timeout=PEER_TIMEOUT)
     box = grid.shard_shape(ShardingSpec.from_json(sharding("identity", *pms)))
     assert store.chunk_layout.write_chunk.shape[:3] == tuple(np.multiply(box, CHUNK).tolist())

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tensorstore as ts
+from peers import PEER_TIMEOUT
 
 import ngshard
 
@@ -17,7 +18,8 @@ SHAPE = (32, 16, 4)
 
 def ts_read(spec: dict) -> np.ndarray | None:
     try:
-        return ts.open(spec, context=ts.Context()).result().read().result()
+        store = ts.open(spec, context=ts.Context()).result(timeout=PEER_TIMEOUT)
+        return store.read().result(timeout=PEER_TIMEOUT)
     except ValueError:
         return None
 

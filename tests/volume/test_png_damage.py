@@ -10,6 +10,7 @@ import zlib
 import numpy as np
 import pytest
 import tensorstore as ts
+from peers import PEER_TIMEOUT
 
 import ngshard
 
@@ -110,7 +111,8 @@ def test_damaged_png_as_tensorstore_reads_it(volume, name):
     chunk_path.write_bytes(FILES[name])
     try:
         want = ts.open({"driver": "neuroglancer_precomputed", "kvstore": f"file://{path}/"},
-                       context=ts.Context(), read=True).result().read().result()
+                       context=ts.Context(), read=True).result(timeout=PEER_TIMEOUT
+                                                               ).read().result(timeout=PEER_TIMEOUT)
     except ValueError:
         want = None
     try:

@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 import tensorstore as ts
+from peers import PEER_TIMEOUT
 
 import ngshard
 import ngshard.progress
@@ -61,8 +62,9 @@ def sample(dtype, channels, seed=0) -> np.ndarray:
                          [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_tensorstore_writes_ngshard_reads(tmp_path, dtype, channels, encoding, sharding):
     data = sample(dtype, channels)
-    store = ts.open(ts_spec(tmp_path, dtype, channels, encoding, sharding, create=True)).result()
-    store.write(data).result()  # its domain: the layer's voxel coordinates
+    store = ts.open(ts_spec(tmp_path, dtype, channels, encoding, sharding, create=True)
+                    ).result(timeout=PEER_TIMEOUT)
+    store.write(data).result(timeout=PEER_TIMEOUT)  # its domain: the layer's voxel coordinates
     vol = open_volume(tmp_path)
     assert vol.shape == (*SIZE, channels) and vol.dtype == np.dtype(dtype)
     assert vol.voxel_offset == OFFSET and vol.chunk_size == CHUNK
@@ -70,7 +72,7 @@ def test_tensorstore_writes_ngshard_reads(tmp_path, dtype, channels, encoding, s
     # the same voxel coordinates as tensorstore's, x from 5, y from -3, z from 100
     for index in [(slice(8, 35, 4), slice(None, None, -3), 107), (Ellipsis, 0), (41, 17, 110),
                   (slice(13, 21), slice(-3, 5), slice(104, 108)), (5, -1, 100)]:
-        np.testing.assert_array_equal(vol[index], store[index].read().result())
+        np.testing.assert_array_equal(vol[index], store[index].read().result(timeout=PEER_TIMEOUT))
     np.testing.assert_array_equal(vol[13:21, -3:5, 104:108], data[8:16, 0:8, 4:8])
 
 
@@ -87,9 +89,10 @@ def test_ngshard_writes_tensorstore_reads(tmp_path, dtype, channels, encoding, s
     vol[:15, :, 105:] = data[:10, :, 5:]
     np.testing.assert_array_equal(vol[:], data)  # reads see staged chunks
     vol.commit()
-    store = ts.open(ts_spec(tmp_path, dtype, channels, encoding, sharding)).result()
-    np.testing.assert_array_equal(store.read().result(), data)
-    np.testing.assert_array_equal(store[15:30, -1:9, 102].read().result(),
+    store = ts.open(ts_spec(tmp_path, dtype, channels, encoding, sharding)
+                    ).result(timeout=PEER_TIMEOUT)
+    np.testing.assert_array_equal(store.read().result(timeout=PEER_TIMEOUT), data)
+    np.testing.assert_array_equal(store[15:30, -1:9, 102].read().result(timeout=PEER_TIMEOUT),
                                   vol[15:30, -1:9, 102])
     np.testing.assert_array_equal(open_volume(tmp_path)[:], data)
 
@@ -206,8 +209,9 @@ def test_add_scale_mean_for_images_mode_for_segmentation(tmp_path):
     np.testing.assert_array_equal(open_volume(tmp_path / "img", "8_8_40")[:],
                                   np.rint(means).astype(np.uint8))
     store = ts.open({"driver": "neuroglancer_precomputed", "scale_index": 1,
-                     "kvstore": {"driver": "file", "path": str(tmp_path / "img")}}).result()
-    np.testing.assert_array_equal(store[ts.d[:].translate_to[0]].read().result(),
+                     "kvstore": {"driver": "file", "path": str(tmp_path / "img")}}
+                    ).result(timeout=PEER_TIMEOUT)
+    np.testing.assert_array_equal(store[ts.d[:].translate_to[0]].read().result(timeout=PEER_TIMEOUT),
                                   open_volume(tmp_path / "img", 1)[:])
 
     labels = np.zeros((4, 4, 2, 1), np.uint64)
@@ -278,8 +282,9 @@ def test_large_raw_volume_both_ways(tmp_path):
     store = ts.open({"driver": "neuroglancer_precomputed", "create": True,
                      "kvstore": {"driver": "file", "path": str(tmp_path / "ts")},
                      "scale_metadata": scale, "multiscale_metadata": {
-                         "data_type": "uint8", "num_channels": 1, "type": "image"}}).result()
-    store.write(data).result()
+                         "data_type": "uint8", "num_channels": 1, "type": "image"}}
+                    ).result(timeout=PEER_TIMEOUT)
+    store.write(data).result(timeout=PEER_TIMEOUT)
     theirs = open_volume(tmp_path / "ts")
     np.testing.assert_array_equal(theirs[:], data)
     np.testing.assert_array_equal(theirs[5:300, 40:, 17], data[5:300, 40:, 17])
@@ -287,16 +292,18 @@ def test_large_raw_volume_both_ways(tmp_path):
                        sharding=spec) as vol:
         vol[:] = data
     ours = ts.open({"driver": "neuroglancer_precomputed",
-                    "kvstore": {"driver": "file", "path": str(tmp_path / "ng")}}).result()
-    np.testing.assert_array_equal(ours.read().result(), data)
+                    "kvstore": {"driver": "file", "path": str(tmp_path / "ng")}}
+                   ).result(timeout=PEER_TIMEOUT)
+    np.testing.assert_array_equal(ours.read().result(timeout=PEER_TIMEOUT), data)
 
 
 def test_unsharded_volume_over_http_reads_chunks_all_at_once(http_server):
     """Chunk files of a batch are requested together (missing ones, and their .gz twins,
     too), so a remote read pays a round trip per batch, not per chunk."""
     data = sample("uint16", 2)
-    store = ts.open(ts_spec(http_server.root, "uint16", 2, "raw", None, create=True)).result()
-    store.write(data).result()
+    store = ts.open(ts_spec(http_server.root, "uint16", 2, "raw", None, create=True)
+                    ).result(timeout=PEER_TIMEOUT)
+    store.write(data).result(timeout=PEER_TIMEOUT)
     key = json.loads((http_server.root / "info").read_text())["scales"][0]["key"]
     (http_server.root / key / "13-21_5-13_104-108").unlink()  # absent chunks read as 0
     data[8:16, 8:16, 4:8] = 0

@@ -10,6 +10,7 @@ import os
 import numpy as np
 import pytest
 import tensorstore as ts
+from peers import PEER_TIMEOUT
 
 import ngshard
 from ngshard.volume import create_volume, open_volume
@@ -33,8 +34,8 @@ def traffic(spy_chunk_stores):
 
 def ts_read(path) -> np.ndarray:
     store = ts.open({"driver": "neuroglancer_precomputed",
-                     "kvstore": {"driver": "file", "path": str(path)}}).result()
-    return store[ts.d[:].translate_to[0]].read().result()
+                     "kvstore": {"driver": "file", "path": str(path)}}).result(timeout=PEER_TIMEOUT)
+    return store[ts.d[:].translate_to[0]].read().result(timeout=PEER_TIMEOUT)
 
 
 @pytest.mark.parametrize("encoding, dtype", [("raw", "uint8"),

@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+from peers import PEER_TIMEOUT
 from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest
 from zarr.core.buffer import Buffer, cpu, default_buffer_prototype
 from zarr.core.sync import _collect_aiterator
@@ -176,7 +177,7 @@ class TestPrecomputedStore(StoreTests[PrecomputedStore, cpu.Buffer]):
 def test_import_ngshard_does_not_import_zarr_python():
     code = ("import sys, ngshard, ngshard.zarr; assert 'zarr' not in sys.modules; "
             "ngshard.zarr.PrecomputedStore; assert 'zarr' in sys.modules")
-    subprocess.run([sys.executable, "-c", code], check=True)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=PEER_TIMEOUT)
 
 
 def test_without_zarr_python_one_line_says_what_to_install():
@@ -187,5 +188,5 @@ def test_without_zarr_python_one_line_says_what_to_install():
             "except ngshard.MissingDependencyError as e:\n"
             "    print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
-                         text=True).stdout
+                         text=True, timeout=PEER_TIMEOUT).stdout
     assert "pip install 'ngshard[zarr]'" in out, out

@@ -14,6 +14,7 @@ import pytest
 import tensorstore as ts
 import xarray as xr
 import zarr
+from peers import PEER_TIMEOUT
 from test_volume import CHUNK, OFFSET, SIZE, ts_spec  # edge chunks on every axis
 from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest
 from zarr.core.buffer import default_buffer_prototype
@@ -119,11 +120,11 @@ def test_absent_chunks_are_absent_keys(tmp_path):
                                              ("uint16", "raw")])
 def test_tensorstore_volume_reads_through_zarr(tmp_path, dtype, encoding, sharding):
     tstore = ts.open(ts_spec(tmp_path, dtype, 1, encoding, sharding, create=True)
-                     ).result()[ts.d[:].translate_to[0]]
+                     ).result(timeout=PEER_TIMEOUT)[ts.d[:].translate_to[0]]
     data = sample(dtype, 1, seed=3)
     data[:8, :8] = 0  # absent chunks, as tensorstore leaves them
-    tstore.write(data).result()
-    expected = tstore.read().result()
+    tstore.write(data).result(timeout=PEER_TIMEOUT)
+    expected = tstore.read().result(timeout=PEER_TIMEOUT)
     np.testing.assert_array_equal(expected, data)
     arr = zarr.open_array(store=PrecomputedStore(tmp_path))
     np.testing.assert_array_equal(arr[...], expected)
@@ -174,14 +175,16 @@ def test_ome_translation_places_each_level_at_the_layers_voxel_coordinates(tmp_p
         assert origin == vol.bounds.start == tuple(o // f for o, f in zip(OFFSET, (i + 1,
                                                                                    i + 1, 1)))
         theirs = ts.open({"driver": "neuroglancer_precomputed", "scale_index": i,
-                          "kvstore": {"driver": "file", "path": str(tmp_path)}}).result()
+                          "kvstore": {"driver": "file", "path": str(tmp_path)}}
+                         ).result(timeout=PEER_TIMEOUT)
         level = group[dataset["path"]]
         x, y, z = origin
         for point in [(0, 0, 0), (3, 7, 2), tuple(n - 1 for n in level.shape[:3])]:
             at = tuple(o + p for o, p in zip(origin, point))
-            assert level[(*point, 0)] == vol[(*at, 0)] == theirs[(*at, 0)].read().result()
+            theirs_at = theirs[(*at, 0)].read().result(timeout=PEER_TIMEOUT)
+            assert level[(*point, 0)] == vol[(*at, 0)] == theirs_at
         np.testing.assert_array_equal(level[2:9, 1:4, 3], vol[x + 2:x + 9, y + 1:y + 4, z + 3])
-        np.testing.assert_array_equal(level[...], theirs.read().result())
+        np.testing.assert_array_equal(level[...], theirs.read().result(timeout=PEER_TIMEOUT))
 
 
 def test_xarray_reads_a_level(tmp_path):

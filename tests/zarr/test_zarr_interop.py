@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import tensorstore as ts
 import zarr
+from peers import PEER_TIMEOUT
 from zarr.codecs import BloscCodec, BytesCodec, GzipCodec, ShardingCodec, TransposeCodec, ZstdCodec
 
 import ngshard
@@ -39,8 +40,8 @@ def region(shape):
 
 def ts_read(path, driver="zarr3") -> np.ndarray:
     store = ts.open({"driver": driver, "kvstore": {"driver": "file", "path": str(path)}},
-                    open=True).result()
-    return store.read().result()
+                    open=True).result(timeout=PEER_TIMEOUT)
+    return store.read().result(timeout=PEER_TIMEOUT)
 
 
 def equal(a, b) -> None:
@@ -177,10 +178,10 @@ def test_tensorstore_writes_ngshard_reads(tmp_path, case):
                                   "chunk_grid": {"name": "regular",
                                                  "configuration": {"chunk_shape": grid}},
                                   "codecs": TS_CODECS[case], "fill_value": 2.5}},
-                    create=True).result()
+                    create=True).result(timeout=PEER_TIMEOUT)
     box = region(shape)
     data = sample(store[box].shape, "float32")
-    store[box] = data
+    store[box].write(data).result(timeout=PEER_TIMEOUT)
     expected = np.full(shape, 2.5, np.float32)
     expected[box] = data
     arr = open_array(tmp_path)
@@ -271,8 +272,9 @@ def test_inner_chunks_in_zarr_order_and_index_layout(tmp_path):
                                    "chunk_grid": {"name": "regular",
                                                   "configuration": {"chunk_shape": [8, 8]}},
                                    "codecs": [{"name": "sharding_indexed", "configuration": {
-                                       "chunk_shape": [4, 2]}}]}}, create=True).result()
-    theirs[...] = data
+                                       "chunk_shape": [4, 2]}}]}}, create=True
+                     ).result(timeout=PEER_TIMEOUT)
+    theirs.write(data).result(timeout=PEER_TIMEOUT)
     assert (tmp_path / "ours/c/0/0").read_bytes() == (tmp_path / "theirs/c/0/0").read_bytes()
 
 
@@ -329,5 +331,5 @@ def test_lazy_import():
     code = ("import ngshard, sys; ngshard.zarr.open_array; "
             "assert 'zarr' not in sys.modules and 'numcodecs' not in sys.modules, "
             "sorted(m for m in sys.modules if 'zarr' in m or 'numcodecs' in m)")
-    subprocess.run([sys.executable, "-c", code], check=True)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=PEER_TIMEOUT)
     assert ngshard.zarr.create_array is create_array

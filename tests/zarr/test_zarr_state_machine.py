@@ -14,6 +14,7 @@ import zarr
 from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule
+from peers import PEER_TIMEOUT
 from staged_oracle import box_index, index, oget, oset
 from test_staged_state_machine import SETTINGS, ModelMachine, random_value
 
@@ -84,8 +85,8 @@ class ZarrMachine(ModelMachine):
     def _committed(self):
         self.committed = self.model.copy()
         stored = ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": self.path}},
-                         open=True).result()
-        np.testing.assert_array_equal(stored.read().result(), self.model)
+                         open=True).result(timeout=PEER_TIMEOUT)
+        np.testing.assert_array_equal(stored.read().result(timeout=PEER_TIMEOUT), self.model)
         np.testing.assert_array_equal(zarr.open_array(self.path, mode="r")[...], self.model)
         np.testing.assert_array_equal(open_array(self.path)[...], self.model)
 

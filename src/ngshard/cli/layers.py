@@ -114,10 +114,9 @@ def cmd_get_layer(args: argparse.Namespace, storage: Storage, kind: str, key: in
     if what not in FORMATS[fmt]:
         raise NgShardError(f"--as {fmt} is not for a {what} layer (it takes "
                            f"{', '.join(f for f, kinds in FORMATS.items() if what in kinds)})")
-    try:
-        obj = layer.get(key, lod=args.lod) if what == "mesh" else layer.get(key)
-    except KeyError:
-        raise KeyNotFound(f"segment {key} is not in {storage.url}") from None
+    obj = layer.get(key, lod=args.lod) if what == "mesh" else layer.get(key)
+    if obj is None:
+        raise KeyNotFound(f"segment {key} is not in {storage.url}")
     from ..layers import export
 
     if fmt == "swc":

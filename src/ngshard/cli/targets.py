@@ -15,6 +15,7 @@ from ..layers.dispatch import checked_source, unindexed_sizes
 from ..sharded import ShardedKV, open_kv
 from ..sharded.infofile import read_info
 from ..storage import Storage
+from ..types import Mode, Strategy
 from ..volume import Volume, VolumeInfo
 
 
@@ -73,7 +74,7 @@ def scale_indices(args: argparse.Namespace, info: VolumeInfo, writing: bool) -> 
     return [info.scales.index(scale)]
 
 
-def targets(args: argparse.Namespace, mode: str = "r", *, every_scale: bool = False
+def targets(args: argparse.Namespace, mode: Mode = "r", *, every_scale: bool = False
             ) -> list[Target]:
     """The stores the URL names, opened in ``mode``. A volume root gives its sharded scales:
     all of them (reads, or ``every_scale``), or the one --scale names (needed to change
@@ -94,7 +95,7 @@ def targets(args: argparse.Namespace, mode: str = "r", *, every_scale: bool = Fa
         if not out:
             raise SpecError(f"{args.url}: a volume with no sharded scale (one file per chunk)")
         return out
-    strategy = getattr(args, "strategy", "auto")
+    strategy: Strategy = getattr(args, "strategy", None) or "auto"  # argparse checked it
     try:  # a layer's store whose shards keep unindexed entries: its writes must know them
         kv = open_kv(storage, spec=args.spec, mode=mode, strategy=strategy,
                      unindexed=unindexed_sizes(read_info(storage))) if writing else \

@@ -17,6 +17,7 @@ from ..errors import NgShardError, SpecError
 from ..layers.dispatch import checked_source
 from ..progress import progress_bar
 from ..storage import open_storage, remove_stale, source_of
+from ..types import Encoding
 from . import resume as records
 from .executors import in_flight, local_pool
 from .layout import (
@@ -32,7 +33,7 @@ from .tasks import run_task
 
 def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
             scales: Sequence[int] | None = None, chunk_size: Sequence[int] | None = None,
-            encoding: str | None = None, sharding: Any = "auto",
+            encoding: Encoding | None = None, sharding: Any = "auto",
             executor: Executor | None = None, workers: int | None = None,
             progress: bool = True, resume: bool = True, axes: str | None = None,
             downsample: bool | int = False, task_bytes: int = DEFAULT_TASK_BYTES,

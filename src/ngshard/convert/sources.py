@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import SpecError
+from ..types import VolumeMode
 
 
 @functools.lru_cache(maxsize=32)
@@ -25,7 +26,7 @@ def open_zarr(url: str):
 
 
 @functools.lru_cache(maxsize=32)
-def open_scale(url: str, scale: str, mode: str = "r"):
+def open_scale(url: str, scale: str, mode: VolumeMode = "r"):
     """A precomputed scale, opened once per process (mode "r")."""
     from ..volume import open_volume
 

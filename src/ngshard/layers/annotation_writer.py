@@ -21,6 +21,7 @@ from ..sharded import ShardingSpec
 from ..sharded.infofile import write_info
 from ..sharded.spec import as_key_array
 from ..storage import Storage, open_storage
+from ..types import Compress
 from .annotation_codec import (
     PROPERTY_TYPES,
     TYPES,
@@ -170,7 +171,7 @@ def write_annotations(url: str | os.PathLike | Storage, kind: str, geometry: Any
                       limit: int | None = None, seed: int = 0,
                       progress: bool = False,
                       durable: bool = True, overwrite: bool = False,
-                      compress: str | None = None) -> Annotations:
+                      compress: Compress | None = None) -> Annotations:
     """Write an annotation collection: by_id, relationship and spatial indices and the info.
 
     Parameters

@@ -24,6 +24,7 @@ from .annotation_codec import (
 from .annotation_shapes import shapes
 from .annotation_spatial import Level, cells_meeting, morton, unmorton
 from .info import layer_info, parse_sharding
+from .lookup import ById
 from .store import SegmentStore
 
 #: A query touching more cells of one level than this lists the level's stored cells instead.
@@ -120,9 +121,13 @@ def _child(storage: Storage, key: Any, where: str) -> Storage:
     return storage
 
 
-class Annotations:
+class Annotations(ById[Annotation]):
     """An annotation collection, opened with :func:`open_annotations` (or
     :func:`ngshard.open`).
+
+    Read by id as a mapping of annotation id to :class:`Annotation` (``coll[id]`` KeyError
+    if absent, ``coll.get(id)`` None), through its by_id index; by related segment with
+    :meth:`related`, by box with :meth:`query`.
 
     Attributes
     ----------
@@ -211,22 +216,6 @@ class Annotations:
         props = {k: v[0] for k, v in d.properties.items()}
         return Annotation(key, self.type, d.geometry[0], props, d.relationships)
 
-    def get(self, annotation_id: int) -> Annotation:
-        """One annotation with its properties and related segment ids (KeyError if absent).
-
-        Raises
-        ------
-        KeyError
-            No such annotation (or the collection has no by_id index).
-        CorruptDataError
-            A value that does not decode; the message names the annotation.
-        """
-        key = check_key(annotation_id)
-        value = self.by_id.get(key) if self.by_id is not None else None
-        if value is None:
-            raise KeyError(annotation_id)
-        return self._single(key, value)
-
     def get_many(self, annotation_ids: Iterable[int] | np.ndarray) -> dict[int, Annotation]:
         """{id: Annotation} of the ids present, read in one batch."""
         if self.by_id is None:
@@ -238,8 +227,8 @@ class Annotations:
         """Every annotation id (from the by_id index), sorted."""
         return self.by_id.keys_array() if self.by_id is not None else np.zeros(0, np.uint64)
 
-    def __len__(self) -> int:
-        return len(self.keys_array())
+    def _has(self, key: int) -> bool:
+        return self.by_id is not None and self.by_id.get(key) is not None
 
     # --- lists: relationships and the spatial index -----------------------------------
 

@@ -25,6 +25,7 @@ from ..sharded.spec import check_key
 from ..storage import Storage, open_storage
 from ..storage.twins import write_twins
 from ..threads import pmap
+from ..types import Compress
 from .info import transform_json
 from .mesh_codec import Manifest, encode_fragment, encode_legacy
 from .mesh_octree import fragments
@@ -103,7 +104,7 @@ def write_meshes(url: str | os.PathLike | Storage,
                  transform: Any = None, chunk_shape: Any = None,
                  lod_scale_multiplier: float = 1.0, compression_level: int = 7,
                  buffer_bytes: int = DEFAULT_BUFFER_BYTES, durable: bool = True,
-                 overwrite: bool = False, compress: str | None = None) -> Meshes:
+                 overwrite: bool = False, compress: Compress | None = None) -> Meshes:
     """Write a multi-resolution (``neuroglancer_multilod_draco``) mesh layer at ``url``.
 
     Parameters
@@ -185,7 +186,7 @@ def write_meshes(url: str | os.PathLike | Storage,
 def write_legacy_meshes(url: str | os.PathLike | Storage,
                         items: Mapping[int, Any] | Iterable[tuple[int, Any]], *,
                         sharding: None | str | dict = None, durable: bool = True,
-                        overwrite: bool = False, compress: str | None = None
+                        overwrite: bool = False, compress: Compress | None = None
                         ) -> LegacyMeshes:
     """Write a legacy single-resolution (``neuroglancer_legacy_mesh``) layer: per segment a
     ``<id>:0`` manifest naming one fragment file ``<id>:0:0`` (unsharded, the default), or
@@ -194,7 +195,7 @@ def write_legacy_meshes(url: str | os.PathLike | Storage,
     ``items``, ``overwrite`` as for :func:`write_meshes`, one LOD each (vertices in nm).
     ``compress`` (unsharded only): the fragment files written as their compressed twins, as
     igneous writes them (its default is gzip); the manifests stay plain, as igneous leaves
-    them."""
+    them. Returns the layer written, open for reading (:class:`LegacyMeshes`)."""
     twin = unsharded_twin(compress, sharding)
     storage = open_storage(url, durable=durable)
 

@@ -13,7 +13,7 @@ import json
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -26,9 +26,12 @@ from ..sharded.infofile import INFO, read_info
 from ..sharded.spec import as_key_array, check_key
 from ..storage import Storage, open_storage
 from .info import apply_transform, parse_sharding, parse_transform
+from .lookup import InStore
 from .mesh_batch import Piece, decode_pieces
 from .mesh_codec import Manifest, decode_legacy, unindexed_sizes
 from .store import SegmentStore
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -52,22 +55,12 @@ def _concat(key: int, parts: list[tuple[np.ndarray, np.ndarray]], lod: int) -> M
                 np.concatenate(faces), lod)
 
 
-class _Listed:
-    """Listing a mesh layer's segments through its segment store."""
-
-    store: SegmentStore
-
-    def keys_array(self) -> np.ndarray:
-        """Every segment id with a mesh, sorted."""
-        return self.store.keys_array()
-
-    def __len__(self) -> int:
-        return len(self.keys_array())
-
-
-class Meshes(_Listed):
+class Meshes(InStore[Mesh]):
     """A multi-resolution mesh layer, opened with :func:`open_meshes` (or
     :func:`ngshard.open`).
+
+    Read as a mapping of segment id to :class:`Mesh` (at LOD 0 by ``layer[id]``, KeyError
+    if absent; any LOD by ``layer.get(id, lod=n)``, None if absent).
 
     Attributes
     ----------
@@ -103,12 +96,6 @@ class Meshes(_Listed):
 
     def __repr__(self) -> str:
         return f"Meshes({self.storage.url!r})"
-
-    def __contains__(self, segment_id: object) -> bool:
-        try:
-            return self.store.get(check_key(segment_id)) is not None
-        except ValueError:
-            return False
 
     def manifests(self, segment_ids: Iterable[int] | np.ndarray) -> dict[int, Manifest]:
         """The manifests of the segments present, in one batch."""
@@ -147,13 +134,14 @@ class Meshes(_Listed):
             out[k] = (chosen[k][0], chunk, chosen[k][1])
         return out
 
-    def get(self, segment_id: int, lod: int = 0) -> Mesh:
-        """One segment's mesh at one level of detail (0 the finest, -1 the coarsest).
+    def get(self, segment_id: int, default: T | None = None, *, lod: int = 0
+            ) -> Mesh | T | None:
+        """One segment's mesh at one level of detail (``lod``: 0 the finest, -1 the
+        coarsest), ``default`` (None) if the segment has none (``layer[id]``, LOD 0, raises
+        KeyError instead).
 
         Raises
         ------
-        KeyError
-            No mesh for that segment.
         ValueError
             The segment has no such level of detail.
         CorruptDataError
@@ -161,10 +149,7 @@ class Meshes(_Listed):
             names the segment (and LOD and fragment).
         """
         key = check_key(segment_id)
-        found = self.get_many([key], lod)
-        if key not in found:
-            raise KeyError(segment_id)
-        return found[key]
+        return self.get_many([key], lod).get(key, default)
 
     def get_many(self, segment_ids: Iterable[int] | np.ndarray, lod: int | str = 0
                  ) -> dict[int, Any]:
@@ -190,9 +175,10 @@ class Meshes(_Listed):
         return out
 
 
-class LegacyMeshes(_Listed):
+class LegacyMeshes(InStore[Mesh]):
     """A legacy single-resolution mesh layer: per segment a ``<id>:0`` JSON manifest naming
-    fragment files (unsharded), or the fragment itself as the value (sharded)."""
+    fragment files (unsharded), or the fragment itself as the value (sharded). Read as a
+    mapping of segment id to :class:`Mesh`, as :class:`Meshes` is."""
 
     def __init__(self, storage: Storage, info: dict | None) -> None:
         self.storage, self.info = storage, info or {"@type": LEGACY}
@@ -204,15 +190,14 @@ class LegacyMeshes(_Listed):
     def __repr__(self) -> str:
         return f"LegacyMeshes({self.storage.url!r})"
 
-    def get(self, segment_id: int, lod: int = 0) -> Mesh:
-        """One segment's mesh (all its fragments); KeyError if it has none."""
+    def get(self, segment_id: int, default: T | None = None, *, lod: int = 0
+            ) -> Mesh | T | None:
+        """One segment's mesh (all its fragments), ``default`` (None) if it has none
+        (``layer[id]`` raises KeyError instead); ``lod`` 0 or -1, its one level of detail."""
         if lod not in (0, -1):
             raise ValueError(f"a legacy mesh has one level of detail, not {lod}")
         key = check_key(segment_id)
-        found = self.get_many([key])
-        if key not in found:
-            raise KeyError(segment_id)
-        return found[key]
+        return self.get_many([key]).get(key, default)
 
     def get_many(self, segment_ids: Iterable[int] | np.ndarray, lod: int | str = 0
                  ) -> dict[int, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -20,9 +20,10 @@ from ..errors import SpecError
 from ..kinds import LEGACY_MESHES, MESHES, SKELETONS, VOLUME, kind_of
 from ..kinds import PROPERTIES as KIND
 from ..sharded.infofile import INFO, read_info, write_info
-from ..sharded.spec import as_key_array, check_key
+from ..sharded.spec import as_key_array
 from ..storage import Storage, open_storage
 from .info import layer_info
+from .lookup import ById
 
 TYPES = ("label", "description", "string", "tags", "number")
 NUMBER_TYPES = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "float32")
@@ -31,8 +32,12 @@ _DECIMAL = re.compile(r"[0-9]{1,20}")
 _TAG = re.compile(r"[^\s#][^\s]*")
 
 
-class SegmentProperties:
+class SegmentProperties(ById[dict[str, Any]]):
     """Inline segment properties, opened with :func:`open_segment_properties`.
+
+    Read as a mapping of segment id to ``{property id: value}``: ``props[id]`` (KeyError if
+    absent), ``props.get(id)`` (None if absent), ``get_many(ids)``; :meth:`values` gives one
+    property of every segment.
 
     Attributes
     ----------
@@ -89,16 +94,22 @@ class SegmentProperties:
             return [[spec["tags"][i] for i in row] for row in values]
         return values
 
-    def _index(self, segment_id: int) -> int:
-        k = np.uint64(check_key(segment_id))
-        pos = int(np.searchsorted(self.ids, k, sorter=self._order))
-        if pos == len(self.ids) or self.ids[self._order[pos]] != k:
-            raise KeyError(segment_id)
-        return int(self._order[pos])
+    def get_many(self, segment_ids: Iterable[int] | np.ndarray) -> dict[int, dict[str, Any]]:
+        """``{id: {property id: value}}`` of the segments present among ``segment_ids``."""
+        keys = np.unique(as_key_array(segment_ids))
+        ordered = self.ids[self._order]
+        pos = np.searchsorted(ordered, keys)
+        hit = pos < len(ordered)
+        hit[hit] = ordered[pos[hit]] == keys[hit]
+        rows = self._order[pos[hit]].tolist()
+        return {k: self._row(i) for k, i in zip(keys[hit].tolist(), rows)}
 
-    def get(self, segment_id: int) -> dict[str, Any]:
-        """``{property id: value}`` of one segment (KeyError if it has none)."""
-        i = self._index(segment_id)
+    def keys_array(self) -> np.ndarray:
+        """Every segment id with properties, sorted."""
+        return np.unique(self.ids)
+
+    def _row(self, i: int) -> dict[str, Any]:
+        """``{property id: value}`` of the segment in stored position ``i``."""
         out: dict[str, Any] = {}
         for p in self.properties:
             value = self._values[p["id"]][i]
@@ -108,13 +119,6 @@ class SegmentProperties:
                 value = value.item()
             out[p["id"]] = value
         return out
-
-    def __contains__(self, segment_id: object) -> bool:
-        try:
-            self._index(segment_id)  # type: ignore[arg-type]
-        except (KeyError, ValueError):
-            return False
-        return True
 
 
 def _parse_property(p: Any, n: int, where: str) -> tuple[dict, Any]:
@@ -254,6 +258,8 @@ def write_segment_properties(url: str | os.PathLike | Storage, ids: Any, *,
     Returns
     -------
     SegmentProperties
+        The properties written (at ``<url>/<key>`` when attached to a layer), open for
+        reading.
 
     Raises
     ------

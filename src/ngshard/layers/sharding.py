@@ -19,6 +19,7 @@ import math
 
 from ..errors import SpecError
 from ..sharded import ShardingSpec
+from ..types import DataEncoding
 
 IDS_PER_MINISHARD = 64
 MAX_IDS_PER_SHARD = 1 << 14
@@ -36,7 +37,7 @@ def _bits(n: float) -> int:
 
 
 def segment_sharding(count: int | None, value_bytes: float | None = None, *,
-                     data_encoding: str = "gzip",
+                     data_encoding: DataEncoding = "gzip",
                      shard_bytes: int = DEFAULT_SHARD_BYTES) -> ShardingSpec:
     """The "auto" sharding for a layer of ``count`` ids whose values average ``value_bytes``.
 
@@ -66,7 +67,7 @@ def segment_sharding(count: int | None, value_bytes: float | None = None, *,
 
 
 def resolve_sharding(sharding: None | str | dict | ShardingSpec, count: int | None,
-                     value_bytes: float | None = None, *, data_encoding: str = "gzip"
+                     value_bytes: float | None = None, *, data_encoding: DataEncoding = "gzip"
                      ) -> ShardingSpec | None:
     """A writer's ``sharding`` argument as a spec (None: unsharded, a file per id)."""
     if sharding is None:

@@ -10,7 +10,7 @@ import itertools
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -20,13 +20,16 @@ from ..kinds import SKELETONS as KIND
 from ..sharded.infofile import INFO, write_info
 from ..sharded.spec import as_key_array, check_key
 from ..storage import Storage, open_storage
+from ..types import Compress
 from .info import apply_transform, layer_info, parse_sharding, parse_transform, transform_json
+from .lookup import InStore
 from .sharding import resolve_sharding
 from .skeleton_codec import VertexAttribute, decode_skeleton, encode_skeletons
 from .store import SegmentStore, batched, count_of, pairs, unsharded_twin, write_segments
 
 _PEEK = 1024  # items encoded before choosing "auto" sharding, to learn the value size
 _BATCH = 1024  # skeletons encoded together
+T = TypeVar("T")
 
 
 @dataclass
@@ -45,8 +48,12 @@ class Skeleton:
         return self.attributes.get("radius")
 
 
-class Skeletons:
+class Skeletons(InStore[Skeleton]):
     """A skeleton layer, opened with :func:`open_skeletons` (or :func:`ngshard.open`).
+
+    Read as a mapping of segment id to :class:`Skeleton`: ``layer[id]`` (KeyError if
+    absent), ``layer.get(id)`` (None if absent), ``id in layer``, ``len(layer)``, iteration
+    over the ids; :meth:`get_many` reads many in one batch.
 
     Attributes
     ----------
@@ -84,52 +91,35 @@ class Skeletons:
             v = apply_transform(v, self.transform)
         return Skeleton(key, v, e, attrs)
 
-    def get(self, segment_id: int, *, transform: bool = False) -> Skeleton:
-        """The skeleton of one segment (KeyError if it has none).
+    def get(self, segment_id: int, default: T | None = None, *, transform: bool = False
+            ) -> Skeleton | T | None:
+        """The skeleton of one segment, ``default`` (None) if it has none (``layer[id]``
+        raises KeyError instead).
 
         Parameters
         ----------
         segment_id
             A uint64 segment id.
+        default
+            What an absent segment gives.
         transform
             Vertices in model coordinates (nm, the info's ``transform`` applied) instead of
             stored model coordinates.
 
         Raises
         ------
-        KeyError
-            No skeleton for that segment.
-        CorruptDataError
-            A value that does not decode (the message names the segment and where it lies).
+        InvalidKeyError, CorruptDataError
+            An id outside [0, 2**64); a value that does not decode (the message names the
+            segment and where it lies).
         """
         key = check_key(segment_id)
-        value = self.store.get(key)
-        if value is None:
-            raise KeyError(segment_id)
-        return self._decode(key, value, transform)
+        return self.get_many([key], transform=transform).get(key, default)
 
     def get_many(self, segment_ids: Iterable[int] | np.ndarray, *, transform: bool = False
                  ) -> dict[int, Skeleton]:
         """{id: Skeleton} of the segments present among ``segment_ids``, read in one batch."""
         found = self.store.get_many(as_key_array(segment_ids))
         return {k: self._decode(k, v, transform) for k, v in found.items()}
-
-    def __getitem__(self, segment_id: int) -> Skeleton:
-        return self.get(segment_id)
-
-    def __contains__(self, segment_id: object) -> bool:
-        try:
-            key = check_key(segment_id)
-        except ValueError:
-            return False
-        return self.store.get(key) is not None
-
-    def keys_array(self) -> np.ndarray:
-        """Every segment id with a skeleton, sorted."""
-        return self.store.keys_array()
-
-    def __len__(self) -> int:
-        return len(self.keys_array())
 
 
 def open_skeletons(url: str | os.PathLike | Storage) -> Skeletons:
@@ -182,7 +172,7 @@ def write_skeletons(url: str | os.PathLike | Storage,
                     sharding: None | str | dict = "auto", transform: Any = None,
                     buffer_bytes: int | None = None, progress: bool = False,
                     durable: bool = True, overwrite: bool = False,
-                    compress: str | None = None) -> Skeletons:
+                    compress: Compress | None = None) -> Skeletons:
     """Write a skeleton layer at ``url``: its shards (or a file per segment) and its info.
 
     Parameters

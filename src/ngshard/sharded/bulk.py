@@ -26,7 +26,7 @@ from ..storage import Storage, open_storage, remove_stale
 from ..threads import WORKERS, bounded_map
 from .infofile import as_spec, record_spec
 from .inputs import Values, value_arrays
-from .kv import DEFAULT_BUFFER_BYTES, open_kv
+from .kv import DEFAULT_BUFFER_BYTES, ShardedKV, open_kv
 from .shard_writer import write_shard
 from .spec import ShardingSpec
 
@@ -45,7 +45,7 @@ def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
              keys: Any = None, values: Any = None, offsets: Any = None,
              progress: bool = False, buffer_bytes: int = DEFAULT_BUFFER_BYTES,
              spill_dir: str | None = None, info: bool = True, durable: bool = True,
-             overwrite: bool = False) -> None:
+             overwrite: bool = False) -> ShardedKV:
     """Write a whole store at ``url``: from a mapping or an iterable of (key, bytes), or from
     arrays (``keys=``, ``values=``, ``offsets=``).
 
@@ -79,6 +79,12 @@ def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
     The last value of a repeated key wins. Each shard holds its values in key order, so the
     shard files depend on the contents only.
 
+    Returns
+    -------
+    ShardedKV
+        The store written, open for reading (mode "r"), as every ``write_*`` returns what it
+        wrote.
+
     Raises
     ------
     SpecError
@@ -108,7 +114,7 @@ def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
     claim(storage, overwrite=overwrite)
     if arrays is not None:
         write_arrays(storage, spec, *arrays, progress=progress, info=info, durable=durable)
-        return
+        return open_kv(storage, spec)
     kv = open_kv(storage, spec, "w", staged_bytes=buffer_bytes, spill_dir=spill_dir, info=info,
                  durable=durable)
     try:
@@ -116,6 +122,7 @@ def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
         kv.commit(progress=progress)
     finally:
         kv.close()
+    return open_kv(storage, spec)
 
 
 def write_arrays(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 
 from .._arrays import member
 from ..errors import InvalidKeyError, NgShardError, NotFoundError, ReadOnlyError, SpecError
 from ..storage import Storage, open_storage, remove_stale
+from ..types import Mode, Strategy
 from . import commit as committing
 from . import listing
 from .infofile import as_spec, check_recorded, record_spec, spec_from_info
@@ -33,8 +34,8 @@ from .unindexed import UnindexedSizes, read_with_unindexed, refuse_blind_writes
 
 DEFAULT_STAGED_BYTES = 1 << 30
 DEFAULT_BUFFER_BYTES = 192 << 20
-MODES = ("r", "r+", "a", "w")
-STRATEGIES = ("auto", "append", "rewrite")
+MODES: tuple[str, ...] = get_args(Mode)
+STRATEGIES: tuple[str, ...] = get_args(Strategy)
 
 
 class ShardedKV(MutableMapping):
@@ -44,8 +45,8 @@ class ShardedKV(MutableMapping):
     shard (see :func:`open_kv` for the modes and strategies).
     """
 
-    def __init__(self, storage: Storage, spec: ShardingSpec, mode: str = "r", *,
-                 strategy: str = "auto", compact_ratio: float | None = 0.5,
+    def __init__(self, storage: Storage, spec: ShardingSpec, mode: Mode = "r", *,
+                 strategy: Strategy = "auto", compact_ratio: float | None = 0.5,
                  staged_bytes: int = DEFAULT_STAGED_BYTES, spill_dir: str | None = None,
                  cache_bytes: int = DEFAULT_CACHE_BYTES, info: bool = False,
                  max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
@@ -344,7 +345,7 @@ class ShardedKV(MutableMapping):
 
 
 def open_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str | None = None,
-            mode: str = "r", *, strategy: str = "auto", compact_ratio: float | None = 0.5,
+            mode: Mode = "r", *, strategy: Strategy = "auto", compact_ratio: float | None = 0.5,
             staged_bytes: int = DEFAULT_STAGED_BYTES, spill_dir: str | None = None,
             cache_bytes: int = DEFAULT_CACHE_BYTES, info: bool = True,
             max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,

@@ -5,16 +5,17 @@ from __future__ import annotations
 import json
 import operator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 
 from ..errors import InvalidKeyError, SpecError
+from ..types import DataEncoding, HashName
 from .hashing import murmur_array, murmur_one
 
 SHARDING_TYPE = "neuroglancer_uint64_sharded_v1"
-HASHES = ("identity", "murmurhash3_x86_128")
-ENCODINGS = ("raw", "gzip")
+HASHES: tuple[str, ...] = get_args(HashName)
+ENCODINGS: tuple[str, ...] = get_args(DataEncoding)
 _FIELDS = ("@type", "preshift_bits", "hash", "minishard_bits", "shard_bits",
            "minishard_index_encoding", "data_encoding")
 MAX_KEY = (1 << 64) - 1
@@ -86,11 +87,11 @@ class ShardingSpec:
     """
 
     preshift_bits: int = 0
-    hash: str = "identity"
+    hash: HashName = "identity"
     minishard_bits: int = 0
     shard_bits: int = 0
-    minishard_index_encoding: str = "raw"
-    data_encoding: str = "raw"
+    minishard_index_encoding: DataEncoding = "raw"
+    data_encoding: DataEncoding = "raw"
 
     def __post_init__(self) -> None:
         # Validate through the JSON binding so both constructors give the same errors.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 
@@ -18,12 +18,13 @@ from ..kinds import VOLUME_TYPE
 from ..kinds import VOLUME_TYPES as LAYER_TYPES
 from ..sharded.infofile import parse_info
 from ..sharded.spec import ShardingSpec
+from ..types import Encoding
 from .encodings import ENCODINGS as SUPPORTED
 from .encodings import check_encoding
 from .vectors import vec3
 
 DATA_TYPES = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "float32")
-ENCODINGS = ("raw", "jpeg", "png", "compressed_segmentation", "compresso", "crackle", "jxl")
+ENCODINGS: tuple[str, ...] = get_args(Encoding)
 _SCALE_FIELDS = ("key", "size", "voxel_offset", "resolution", "chunk_sizes", "encoding",
                  "sharding", "compressed_segmentation_block_size")
 

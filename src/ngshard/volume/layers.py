@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 
@@ -17,6 +17,7 @@ from ..sharded.infofile import INFO, read_info, write_info
 from ..sharded.spec import ShardingSpec
 from ..staged import DEFAULT_STAGED_BYTES
 from ..storage import Storage, open_source, open_storage, require_family
+from ..types import Compress, Encoding, LayerType, VolumeMode
 from .encodings import SEGMENTATION_ENCODINGS, require_codec
 from .info import VolumeInfo, chunk_nbytes
 from .sharding import DEFAULT_SHARD_BYTES, auto_sharding
@@ -60,9 +61,10 @@ def write_volume_info(storage: Storage, info: VolumeInfo) -> None:
     write_info(storage, info.to_json())
 
 
-def open_volume(url: str | os.PathLike | dict | Storage, scale: int | str = 0, mode: str = "r", *,
+def open_volume(url: str | os.PathLike | dict | Storage, scale: int | str = 0,
+                mode: VolumeMode = "r", *,
                 fill_missing: bool = True, progress: bool = False,
-                staged_bytes: int = DEFAULT_STAGED_BYTES, compress: str | None = None
+                staged_bytes: int = DEFAULT_STAGED_BYTES, compress: Compress | None = None
                 ) -> Volume:
     """Open one scale of the precomputed volume at ``url``, indexed in its voxel coordinates
     (``vol.bounds``: ``[voxel_offset, voxel_offset + size)``; ``vol.translate_to[0]`` is a
@@ -117,7 +119,7 @@ def open_volume(url: str | os.PathLike | dict | Storage, scale: int | str = 0, m
     >>> vol[1000:1512, 2000:2512, 100, 0].shape        # doctest: +SKIP
     (512, 512)
     """
-    if mode not in ("r", "r+"):
+    if mode not in get_args(VolumeMode):
         raise SpecError(f"mode must be 'r' or 'r+', got {mode!r}")
     storage, source = open_source(url)
     require_family(source, url, "precomputed")
@@ -130,13 +132,13 @@ def open_volume(url: str | os.PathLike | dict | Storage, scale: int | str = 0, m
 
 
 def create_volume(url: str | os.PathLike | Storage, *, dtype: Any, shape: Sequence[int],
-                  chunk_size: Sequence[int] = (64, 64, 64), layer_type: str | None = None,
-                  encoding: str = "raw", resolution: Sequence[float] = (1, 1, 1),
+                  chunk_size: Sequence[int] = (64, 64, 64), layer_type: LayerType | None = None,
+                  encoding: Encoding = "raw", resolution: Sequence[float] = (1, 1, 1),
                   voxel_offset: Sequence[int] = (0, 0, 0), num_channels: int | None = None,
                   sharding: None | str | ShardingSpec | dict = None,
                   shard_bytes: int = DEFAULT_SHARD_BYTES,
                   compressed_segmentation_block_size: Sequence[int] = (8, 8, 8),
-                  compress: str | None = None, progress: bool = False,
+                  compress: Compress | None = None, progress: bool = False,
                   staged_bytes: int = DEFAULT_STAGED_BYTES, overwrite: bool = False) -> Volume:
     """Write the ``info`` of a new single-scale precomputed layer and open it for writing.
 
@@ -172,7 +174,9 @@ def create_volume(url: str | os.PathLike | Storage, *, dtype: Any, shape: Sequen
     Returns
     -------
     Volume
-        Scale 0, open in mode "r+", indexed in voxel coordinates from ``voxel_offset``.
+        Scale 0, open in mode "r+", indexed in voxel coordinates from ``voxel_offset``:
+        a new layer has no data to read yet, so unlike the ``write_*`` functions (which
+        return what they wrote, open for reading) it is returned open for writing.
 
     Raises
     ------

@@ -24,6 +24,7 @@ from ..errors import ReadOnlyError, SpecError
 from ..sharded import ShardedKV
 from ..staged import DEFAULT_STAGED_BYTES, ChangesPlan, StagedChangesArray, normalize
 from ..storage import Storage
+from ..types import Compress, Mode, VolumeMode
 from .chunks import ChunkStore, FileChunks, ShardedChunks
 from .coords import Bounds, TranslateTo, array_index
 from .grid import ChunkGrid
@@ -47,9 +48,9 @@ class Volume:
     chunks read as 0 (True) or raise NotFoundError (False; writes are unaffected)."""
 
     def __init__(self, storage: Storage, info: VolumeInfo, scale: int | str = 0,
-                 mode: str = "r", *, progress: bool = False, fill_missing: bool = True,
+                 mode: VolumeMode = "r", *, progress: bool = False, fill_missing: bool = True,
                  staged_bytes: int = DEFAULT_STAGED_BYTES, new: bool = False,
-                 compress: str | None = None) -> None:
+                 compress: Compress | None = None) -> None:
         self.storage, self.info, self.mode = storage, info, mode
         self.progress = progress  # progress bars on reads, writes and commits of many chunks
         self.fill_missing = fill_missing
@@ -65,7 +66,7 @@ class Volume:
         #: The twin unsharded chunks are written as (None: plain files), see FileChunks.
         self.compress = compress
         if scale.sharding is not None:
-            kv_mode = "r" if mode == "r" else "a"
+            kv_mode: Mode = "r" if mode == "r" else "a"
             self.chunks: ChunkStore = ShardedChunks(
                 ShardedKV(scale_storage, scale.sharding, kv_mode, max_value_bytes=limit,
                           staged_bytes=staged_bytes), grid)

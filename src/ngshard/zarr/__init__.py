@@ -7,9 +7,12 @@ zarr-python Store over a precomputed volume.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .array import StagedZarrArray, ZarrArray, create_array, open_array
+
+if TYPE_CHECKING:  # a subclass of zarr-python's Store: defined only once zarr is imported
+    from .store import PrecomputedStore
 
 __all__ = ["PrecomputedStore", "StagedZarrArray", "ZarrArray", "create_array", "open_array"]
 
@@ -21,3 +24,7 @@ def __getattr__(name: str) -> Any:
 
         return PrecomputedStore
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -26,6 +26,7 @@ from ..destination import claim
 from ..errors import NotFoundError, ReadOnlyError, SpecError
 from ..staged import DEFAULT_STAGED_BYTES, ChangesPlan, StagedChangesArray
 from ..storage import Storage, open_source, require_family
+from ..types import IndexLocation
 from .codecs import Bytes
 from .dtypes import encode_fill, v3_name
 from .encoded import ZarrEncodedChunks
@@ -93,7 +94,7 @@ def open_array(url: str | os.PathLike | dict | Storage, *,
 
 def create_array(url: str | os.PathLike | Storage, shape: Sequence[int], dtype: Any,
                  chunks: Sequence[int], shards: Sequence[int] | None = None,
-                 codecs: list[dict] | None = None, index_location: str = "end",
+                 codecs: list[dict] | None = None, index_location: IndexLocation = "end",
                  fill_value: Any = 0, dimension_names: Sequence[str | None] | None = None,
                  attributes: dict | None = None, overwrite: bool = False) -> ZarrArray:
     """Create a Zarr v3 array at ``url`` (writes its ``zarr.json``) and open it.

@@ -7,11 +7,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 
 from ..errors import CorruptDataError, SpecError
+from ..types import IndexLocation
 from .codecs import Codec, CodecPipeline, parse_pipeline
 from .dtypes import is_fill
 from .shard_index import ShardIndex, decode_index, encode_index, index_nbytes, index_range, lay_out
@@ -41,7 +42,7 @@ class ShardingCodec(Codec):
                             f"shape {list(shape)} on every axis")
         inner = tuple(inner)
         location = config.get("index_location", "end")
-        if location not in ("start", "end"):
+        if location not in get_args(IndexLocation):
             raise SpecError(f"{where}: index_location {location!r} (must be 'start' or "
                             f"'end')")
         cps = tuple(n // c for n, c in zip(shape, inner))
