@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..compression import encode
+from ..limits import SLAB_BYTES
 from ..sharded.spec import ShardingSpec
 from ..sharded.update import new_shard, newest_in_index_order
 from ..storage import Storage
@@ -15,10 +16,6 @@ from ..threads import pmap
 from ..volume.encodings import encode_chunk
 from .plan import Task
 from .sources import as_dtype, open_scale
-
-#: Voxel bytes read from the source at a time within a task (at least one layer of chunks;
-#: a downsampled source reads its magnification times more).
-SLAB_BYTES = 64 << 20
 
 
 def write_shard(storage: Storage, spec: ShardingSpec, shard: int, keys: np.ndarray,

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import SpecError
+from ..limits import MAX_QUERY_CELLS
 from ..sharded.infofile import INFO
 from ..sharded.spec import as_key_array, check_key
 from ..storage import Storage, open_storage
@@ -26,8 +27,6 @@ from .info import layer_info, parse_sharding
 from .store import SegmentStore
 
 KIND = "neuroglancer_annotations_v1"
-#: A query touching more cells of one level than this lists the level's stored cells instead.
-MAX_QUERY_CELLS = 1 << 16
 
 
 @dataclass

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..destination import claim
 from ..errors import SpecError
+from ..limits import DEFAULT_BUFFER_BYTES, MESH_BATCH
 from ..sharded.infofile import write_info
 from ..sharded.spec import check_key
 from ..storage import Storage, open_storage
@@ -28,11 +29,9 @@ from .info import transform_json
 from .mesh_codec import Manifest, encode_fragment, encode_legacy
 from .mesh_octree import fragments
 from .meshes import KIND, LEGACY, LegacyMeshes, Meshes
-from .prefixed_writer import DEFAULT_BUFFER_BYTES, PrefixedShardWriter
+from .prefixed_writer import PrefixedShardWriter
 from .sharding import resolve_sharding
 from .store import batched, count_of, pairs, unsharded_twin, write_segments
-
-_BATCH = 64  # segments encoded together (their fragments on every core)
 
 
 def _lods(value: Any, key: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -158,7 +157,7 @@ def write_meshes(url: str | os.PathLike | Storage,
         raise SpecError("mesh shards need data_encoding raw (fragments are read by range)")
     claim(storage, overwrite=overwrite)
     writer = PrefixedShardWriter(storage, spec, buffer_bytes) if spec is not None else None
-    for batch in batched(pairs(items), _BATCH):
+    for batch in batched(pairs(items), MESH_BATCH):
         encoded = []
         for key, value in batch:
             k = check_key(key)

@@ -18,13 +18,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..limits import DEFAULT_BUFFER_BYTES
 from ..progress import progress_bar
 from ..sharded import ShardingSpec
 from ..sharded.prefixed import prefixed_shard
 from ..storage import SPILL_PREFIX, FileSlice, Storage, owner_tag, write_buffers
 from ..threads import bounded_map
-
-DEFAULT_BUFFER_BYTES = 256 << 20
 
 
 @dataclass

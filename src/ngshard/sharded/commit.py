@@ -19,7 +19,8 @@ from .plan import CommitPlan, ShardPlan, obsolete_shards, plan_shards
 from .reader import ShardReader, ShardState
 from .spec import ShardingSpec
 from .staging import Staging
-from .update import append_update, live_bytes, new_shard, rewrite_shard
+from .trailer import live_bytes
+from .update import append_update, new_shard, rewrite_shard
 
 
 def commit_staged(reader: ShardReader, staging: Staging, plan: CommitPlan | None, mode: str,

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from ..errors import NotFoundError, SpecError
+from ..limits import CHUNK_BATCH
 from ..progress import progress_bar
 from ..sharded.infofile import read_info, write_info
 from ..staged import ChunkSource, Geometry
@@ -24,8 +25,6 @@ from .chunks import ChunkStore
 from .encodings import decode_chunk, encode_chunk
 from .grid import ChunkGrid
 from .info import Scale, VolumeInfo
-
-BATCH = 256  # chunks fetched and decoded, or encoded and staged, together
 
 
 class ScaleChunks(ChunkSource):
@@ -52,8 +51,8 @@ class ScaleChunks(ChunkSource):
         self.store.with_grid(self.grid)
 
     def _bar(self, n: int, desc: str):
-        return progress_bar(range(0, n, BATCH), desc=desc, unit="batch", total=-(-n // BATCH),
-                            enabled=self.progress and n > BATCH)
+        return progress_bar(range(0, n, CHUNK_BATCH), desc=desc, unit="batch",
+                            total=-(-n // CHUNK_BATCH), enabled=self.progress and n > CHUNK_BATCH)
 
     # --- chunks ----------------------------------------------------------------------------
 
@@ -63,7 +62,7 @@ class ScaleChunks(ChunkSource):
         positions = positions[:, :3]
         block = self.scale.compressed_segmentation_block_size
         for first in self._bar(len(positions), "reading chunks"):
-            part = positions[first:first + BATCH]
+            part = positions[first:first + CHUNK_BATCH]
             blobs = self.store.get(part)
             present = [i for i, blob in enumerate(blobs) if blob is not None]
             if len(present) < len(blobs) and getattr(self._reads, "strict", False):
@@ -114,12 +113,12 @@ class ScaleChunks(ChunkSource):
 
         done, blobs = 0, []
         for first in self._bar(len(positions), "writing chunks"):
-            blobs += pmap(one, chunks[first:first + BATCH], min_items=2)
+            blobs += pmap(one, chunks[first:first + CHUNK_BATCH], min_items=2)
             # stable raw chunks are views: staged all at once, the store lays them out in
             # the order its commit writes them (one run per shard, written without a copy)
-            if not stable or first + BATCH >= len(positions):
-                self.store.put(positions[done:first + BATCH], blobs)
-                done, blobs = first + BATCH, []
+            if not stable or first + CHUNK_BATCH >= len(positions):
+                self.store.put(positions[done:first + CHUNK_BATCH], blobs)
+                done, blobs = first + CHUNK_BATCH, []
 
     def delete(self, positions: np.ndarray) -> None:
         self.store.delete(positions[:, :3])

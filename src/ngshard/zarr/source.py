@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from ..limits import CHUNK_BATCH
 from ..progress import progress_bar
 from ..staged import ChunkSource, Geometry
 from ..storage import Storage
@@ -21,8 +22,6 @@ from .dtypes import is_fill
 from .metadata import ArrayMetadata
 from .reader import ChunkReader
 from .writer import ChunkWriter
-
-BATCH = 1024  # granules fetched and decoded, or encoded and staged, together
 
 
 def memory_order(meta: ArrayMetadata) -> str:
@@ -55,14 +54,14 @@ class ZarrChunks(ChunkSource):
         return self.reader.meta
 
     def _bar(self, n: int, desc: str):
-        return progress_bar(range(0, n, BATCH), desc=desc, unit="batch", total=-(-n // BATCH),
-                            enabled=self.progress and n > BATCH)
+        return progress_bar(range(0, n, CHUNK_BATCH), desc=desc, unit="batch",
+                            total=-(-n // CHUNK_BATCH), enabled=self.progress and n > CHUNK_BATCH)
 
     def read(self, positions: np.ndarray,
              consume: Callable[[int, np.ndarray | None], None]) -> None:
         meta, codecs = self.meta, self.meta.chunk_codecs
         for first in self._bar(len(positions), "reading chunks"):
-            part = positions[first:first + BATCH]
+            part = positions[first:first + CHUNK_BATCH]
             blobs = self.writer.get(part)  # what was written back before the commit too
             present = [i for i, blob in enumerate(blobs) if blob is not None]
             for i in (i for i, blob in enumerate(blobs) if blob is None):
@@ -90,9 +89,9 @@ class ZarrChunks(ChunkSource):
     def write(self, positions: np.ndarray, chunks: Sequence[np.ndarray], *,
               stable: bool = False) -> None:
         for first in self._bar(len(positions), "writing chunks"):
-            blobs = pmap(lambda c: self.encode(c, not stable), chunks[first:first + BATCH],
+            blobs = pmap(lambda c: self.encode(c, not stable), chunks[first:first + CHUNK_BATCH],
                          min_items=2)
-            part = positions[first:first + BATCH]
+            part = positions[first:first + CHUNK_BATCH]
             gone = np.array([b is None for b in blobs], bool)
             self.writer.delete(part[gone])
             self.writer.put(part[~gone], [b for b in blobs if b is not None])
