@@ -12,6 +12,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from . import serve  # the package, callable: serve(path_or_url, host="127.0.0.1", port=0)
 from .errors import (
+    ChangedError,
     ConflictError,
     CorruptDataError,
     ExistsError,
@@ -63,6 +64,7 @@ def __getattr__(name: str):
 __all__ = [
     "Annotations",
     "Bounds",
+    "ChangedError",
     "ConflictError",
     "CorruptDataError",
     "ExistsError",
