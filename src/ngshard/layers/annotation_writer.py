@@ -3,8 +3,9 @@ spatial index), sharded or a file per key, from numpy columns.
 
 Nothing is held per annotation but numbers in arrays: records are encoded for all
 annotations at once, and the values of each index are produced in batches of about
-``ANNOTATION_BATCH_BYTES`` and streamed into the store (sharded stores spill past their buffer), so
-millions of annotations cost memory proportional to their arrays, not to Python objects.
+``ANNOTATION_BATCH_BYTES`` and streamed into the store (sharded stores spill past their
+buffer), so millions of annotations cost memory proportional to their arrays, not to Python
+objects.
 """
 
 from __future__ import annotations
