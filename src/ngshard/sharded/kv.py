@@ -37,15 +37,6 @@ MODES = ("r", "r+", "a", "w")
 STRATEGIES = ("auto", "append", "rewrite")
 
 
-class StoreStats(list):
-    """What :meth:`ShardedKV.stats` returns: the list of per-shard dicts, with the store's
-    read figures as ``reads``."""
-
-    def __init__(self, shards: Iterable[dict], reads: dict[str, int]) -> None:
-        super().__init__(shards)
-        self.reads = reads
-
-
 class ShardedKV(MutableMapping):
     """uint64 -> bytes over a directory of shard files. Open with :func:`open_kv`.
 
@@ -220,7 +211,7 @@ class ShardedKV(MutableMapping):
     def __len__(self) -> int:
         return len(self.keys_array())
 
-    def stats(self, *, progress: bool = False) -> StoreStats:
+    def stats(self, *, progress: bool = False) -> listing.StoreStats:
         """Per shard file present: name, size in bytes, number of keys, garbage fraction
         (read a few shards at a time, in parallel), as a list; and as its ``reads``, the
         figures of this store's reads so far (``reader.stats()``, which gives them alone
@@ -228,8 +219,7 @@ class ShardedKV(MutableMapping):
         ``cache_entries``, ``cache_hits``, ``cache_misses``, ``cache_evictions`` of the
         index cache, ``retries`` (reads run again after a shard changed under them) and
         ``retries_gave_up``."""
-        shards = list(listing.iter_stats(self.reader, self.shard_names(), progress=progress))
-        return StoreStats(shards, self.reader.stats())
+        return listing.store_stats(self.reader, self.shard_names(), progress=progress)
 
     # --- staged changes ----------------------------------------------------------------------
 

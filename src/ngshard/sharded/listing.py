@@ -14,7 +14,7 @@ overlapped.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 
@@ -103,6 +103,22 @@ def keys_array(reader: ShardReader) -> np.ndarray:
     as tensorstore lists them: see ShardedKV.keys_array). O(keys) memory."""
     parts = list(iter_shard_keys(reader, shard_names(reader)))
     return np.concatenate(parts) if parts else np.zeros(0, np.uint64)
+
+
+class StoreStats(list):
+    """The per-shard dicts of :func:`store_stats`, with the reader's figures as ``reads``."""
+
+    def __init__(self, shards: Iterable[dict], reads: dict[str, int]) -> None:
+        super().__init__(shards)
+        self.reads = reads
+
+
+def store_stats(reader: ShardReader, names: list[str], *, progress: bool = False
+                ) -> StoreStats:
+    """:func:`iter_stats` of the named shards as a list, then the reader's figures: its
+    index cache's, and the retries of its reads and of this listing's."""
+    shards = list(iter_stats(reader, names, progress=progress))
+    return StoreStats(shards, reader.stats())
 
 
 def iter_stats(reader: ShardReader, names: list[str], *, progress: bool = False
