@@ -84,9 +84,10 @@ STREAM_STEP_BYTES = 64 * KiB
 
 # --- chunks, layers, conversion ------------------------------------------------------------
 
-#: Chunks (zarr granules) fetched and decoded, or encoded and staged, per batch: enough to
-#: fill the threads and coalesce reads, few enough that a batch of large chunks fits memory.
-CHUNK_BATCH = 256
+#: Chunks (zarr granules) fetched and decoded, or encoded and staged, per batch: at most
+#: this many (Python work per chunk) and about this many decoded bytes (256 chunks of 64^3
+#: uint8: enough to fill the threads and coalesce reads; few large chunks fit in memory).
+CHUNK_BATCH, CHUNK_BATCH_BYTES = 1024, 64 * MiB
 #: An encoded chunk (or a codec's output of unknown size) may take this multiple of the
 #: chunk's raw size plus these bytes (tables and headers of tiny chunks); past it: a bomb.
 CHUNK_SLACK, CHUNK_SLACK_BYTES = 4, 1 * MiB

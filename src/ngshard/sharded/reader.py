@@ -341,7 +341,7 @@ class ShardReader:
     def get_many(self, keys: np.ndarray) -> dict[int, bytes | memoryview]:
         """Stored values of unique uint64 ``keys``, absent keys left out; values may be views
         into the batch's read buffers."""
-        return self.retrying(self._get_many, keys)
+        return self.retry.run(self._get_many, keys)
 
     def _find_one(self, key: int) -> tuple[ShardState, int, int] | None:
         """(shard, start, end) of one key's chunk, None if absent: the single-key fast path."""
@@ -387,10 +387,10 @@ class ShardReader:
 
     def get_one(self, key: int) -> bytes | None:
         """The stored value of one key (a checked int), None if absent."""
-        return self.retrying(self._get_one, key)
+        return self.retry.run(self._get_one, key)
 
     def contains(self, key: int) -> bool:
         """Whether one key (a checked int) is stored."""
         if self.storage.reads_report_generation:  # a cached hit must be confirmed by a stat
-            self.retrying(self.shards, [self.spec.shard_filename(self.spec.locate_one(key)[0])])
-        return self.retrying(self._find_one, key) is not None
+            self.retry.run(self.shards, [self.spec.shard_filename(self.spec.locate_one(key)[0])])
+        return self.retry.run(self._find_one, key) is not None

@@ -12,7 +12,6 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ..limits import CHUNK_BATCH
 from ..progress import progress_bar
 from ..staged import ChunkSource, Geometry
 from ..storage import Storage
@@ -54,14 +53,15 @@ class ZarrChunks(ChunkSource):
         return self.reader.meta
 
     def _bar(self, n: int, desc: str):
-        return progress_bar(range(0, n, CHUNK_BATCH), desc=desc, unit="batch",
-                            total=-(-n // CHUNK_BATCH), enabled=self.progress and n > CHUNK_BATCH)
+        batch = self.batch
+        return progress_bar(range(0, n, batch), desc=desc, unit="batch",
+                            total=-(-n // batch), enabled=self.progress and n > batch)
 
     def read(self, positions: np.ndarray,
              consume: Callable[[int, np.ndarray | None], None]) -> None:
-        meta, codecs = self.meta, self.meta.chunk_codecs
+        meta, codecs, batch = self.meta, self.meta.chunk_codecs, self.batch
         for first in self._bar(len(positions), "reading chunks"):
-            part = positions[first:first + CHUNK_BATCH]
+            part = positions[first:first + batch]
             blobs = self.writer.get(part)  # what was written back before the commit too
             present = [i for i, blob in enumerate(blobs) if blob is not None]
             for i in (i for i, blob in enumerate(blobs) if blob is None):
@@ -88,10 +88,11 @@ class ZarrChunks(ChunkSource):
 
     def write(self, positions: np.ndarray, chunks: Sequence[np.ndarray], *,
               stable: bool = False) -> None:
+        batch = self.batch
         for first in self._bar(len(positions), "writing chunks"):
-            blobs = pmap(lambda c: self.encode(c, not stable), chunks[first:first + CHUNK_BATCH],
+            blobs = pmap(lambda c: self.encode(c, not stable), chunks[first:first + batch],
                          min_items=2)
-            part = positions[first:first + CHUNK_BATCH]
+            part = positions[first:first + batch]
             gone = np.array([b is None for b in blobs], bool)
             self.writer.delete(part[gone])
             self.writer.put(part[~gone], [b for b in blobs if b is not None])
