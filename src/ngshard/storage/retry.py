@@ -22,7 +22,10 @@ self.longest)``, ``stop=stop_after_delay(self.budget) | self._stop`` (the per-ob
 of :meth:`_again`, keyed by ``Stale.where`` or the failing URL) and ``before_sleep`` counting
 ``retried``; ``retryable`` tells the two classes apart, and a transient error that is still
 failing when the policy gives up raises an error naming the URL, the status and the tries
-rather than :class:`ChangedError`. Settings stay the fields below (``open_*`` passes them).
+rather than :class:`ChangedError`. A transient error is best repeated where it happens: the
+remote storage runs each request (a range read, a stat, a PUT) under the store's policy, so
+a 503 repeats one request, not a whole batched read. Settings stay the fields below
+(``open_*`` passes them); ``stats()`` adds a count of transient retries.
 """
 
 from __future__ import annotations
