@@ -31,6 +31,13 @@ from dataclasses import dataclass
 import numpy as np
 
 import ngshard
+from ngshard.limits import (
+    DEFAULT_BUFFER_BYTES,
+    DEFAULT_CACHE_BYTES,
+    PAIR_BATCH,
+    PAIR_BATCH_BYTES,
+    SPILL_COPY_BYTES,
+)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -43,17 +50,14 @@ ARRAYS_KEY_SECONDS, ARRAYS_BYTE_SECONDS = 0.25e-6, 2.0e-9
 # the staging's bookkeeping per buffered key (keys, lengths and the sort of a spill) and the
 # bytearray's growth slack; the Python objects of one batch of pairs
 KEY_BYTES_IN_BUFFER, BUFFER_SLACK, PAIR_OBJECT_BYTES = 48, 1.125, 90
-BATCH, BATCH_BYTES = 1 << 16, 16 << 20
 # finishing one spilled shard: its records, their sort, and the copy windows
-FINISH_KEY_BYTES, WINDOW_BYTES = 60, 3 * (8 << 20)
+FINISH_KEY_BYTES, WINDOW_BYTES = 60, 3 * SPILL_COPY_BYTES
 # the array path: shard order (int32), minishard (uint16) and shard (uint8) per key, and per
 # shard in flight its gathered values and index temporaries
 ARRAY_KEY_BYTES, ARRAY_SHARD_KEY_BYTES = 7, 60
 # a pandas row of (uint64, bytes object, two int64) in a Dask partition, beyond the value
 DASK_ROW_BYTES = 120
 WORKERS = 2
-DEFAULT_BUFFER = 192 << 20
-CACHE_BYTES = 256 << 20
 DECODED_ENTRY_BYTES = 24  # a cached minishard index entry: key, start, size
 
 
@@ -103,7 +107,7 @@ def minishard_index_bytes(spec: ngshard.ShardingSpec, w: Workload, keys: float) 
     return len(gzip.compress(table.astype("<u8").tobytes(), 6)) * keys / n
 
 
-def predict(spec: ngshard.ShardingSpec, w: Workload, buffer_bytes: int = DEFAULT_BUFFER,
+def predict(spec: ngshard.ShardingSpec, w: Workload, buffer_bytes: int = DEFAULT_BUFFER_BYTES,
             dask_partitions: int | None = None) -> dict:
     shards = spec.num_shards
     per_shard = w.keys / shards
@@ -120,7 +124,7 @@ def predict(spec: ngshard.ShardingSpec, w: Workload, buffer_bytes: int = DEFAULT
     buffered = min(w.keys, buffer_bytes / (w.value_bytes + KEY_BYTES_IN_BUFFER))
     ingest = (BASE_RSS + BUFFER_SLACK * buffered * w.value_bytes
               + (KEY_BYTES_IN_BUFFER + 16) * buffered
-              + min(BATCH, BATCH_BYTES / max(w.value_bytes, 1))
+              + min(PAIR_BATCH, PAIR_BATCH_BYTES / max(w.value_bytes, 1))
               * (w.value_bytes + PAIR_OBJECT_BYTES))
     finish = BASE_RSS + WORKERS * (big_shard * FINISH_KEY_BYTES + WINDOW_BYTES)
     arrays = (ARRAY_KEY_BYTES * w.keys + (1 << 20) * 48
@@ -142,7 +146,7 @@ def predict(spec: ngshard.ShardingSpec, w: Workload, buffer_bytes: int = DEFAULT
         "reader all indices B": present * shard_index + DECODED_ENTRY_BYTES * w.keys,
         "cold read requests": 3, "cold read B": shard_index + mini + w.value_bytes,
         "warm read requests": 1,
-        "shards cached (256 MiB)": min(present, CACHE_BYTES / cached_shard),
+        "shards cached (256 MiB)": min(present, DEFAULT_CACHE_BYTES / cached_shard),
         "write pairs s": w.keys * PAIRS_KEY_SECONDS + total_bytes * PAIRS_BYTE_SECONDS,
         "write arrays s": w.keys * ARRAYS_KEY_SECONDS + total_bytes * ARRAYS_BYTE_SECONDS,
     }
@@ -266,7 +270,7 @@ def main() -> None:
     ap.add_argument("--value-size", type=float, default=100, help="mean stored value bytes")
     ap.add_argument("--value-spread", type=float, default=0, help="its standard deviation")
     ap.add_argument("--spec", help="sharding spec JSON (default: the auto choice)")
-    ap.add_argument("--buffer-bytes", type=int, default=DEFAULT_BUFFER)
+    ap.add_argument("--buffer-bytes", type=int, default=DEFAULT_BUFFER_BYTES)
     ap.add_argument("--table", action="store_true", help="the README's table for 1 B keys")
     ap.add_argument("--check", action="store_true",
                     help="predictions beside measured runs at 1 M, 4 M and 16 M keys")

@@ -44,7 +44,7 @@ MUTATIONS = [
     Mutation(
         "stale-absent", "sharded/reader.py",
         (("            if not fresh and self.shards([name])[name] is not shard:\n"
-          "                raise StaleShard(name)\n", ""),),
+          "                raise self.cache.stale(name, self.storage.path(name))\n", ""),),
         ("tests/sharded/test_freshness.py",),
         "a single-key read trusts a cached index when it says a key is absent"),
     Mutation(

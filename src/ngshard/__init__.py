@@ -43,6 +43,7 @@ from . import dask as dask
 from . import types as types
 from . import zarr as zarr
 from .errors import (
+    ChangedError,
     ConflictError,
     CorruptDataError,
     ExistsError,
@@ -92,6 +93,7 @@ __all__ = [
     "AnnotationSet",
     "Annotations",
     "Bounds",
+    "ChangedError",
     "ConflictError",
     "CorruptDataError",
     "ExistsError",

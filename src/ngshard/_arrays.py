@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .limits import GATHER_BYTES
+
 
 def member(values: np.ndarray, sorted_ref: np.ndarray) -> np.ndarray:
     """``np.isin(values, sorted_ref)`` for a sorted reference, by binary search: far cheaper
@@ -24,9 +26,8 @@ def uint_dtype(bound: int) -> np.dtype:
 
 
 # Values at least this large are copied one slice each (the per-value cost is then small
-# beside the bytes); smaller ones go through vectorized gathers of about _WINDOW bytes.
+# beside the bytes); smaller ones go through vectorized gathers of about GATHER_BYTES bytes.
 _LARGE = 4096
-_WINDOW = 4 << 20
 
 
 def gather(src: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
@@ -47,10 +48,10 @@ def gather(src: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray
             return np.take(items, starts // width).view(np.uint8)
         return _rows(src, width)[starts].reshape(-1)
     out = np.empty(int(ends[-1]) if len(ends) else 0, np.uint8)
-    # Windows of consecutive small values, cut at large ones and every _WINDOW bytes.
+    # Windows of consecutive small values, cut at large ones and every GATHER_BYTES bytes.
     large = sizes >= _LARGE
     cut = large.copy()
-    cut[1:] |= large[:-1] | (begins[1:] // _WINDOW != begins[:-1] // _WINDOW)
+    cut[1:] |= large[:-1] | (begins[1:] // GATHER_BYTES != begins[:-1] // GATHER_BYTES)
     firsts = np.flatnonzero(cut) if len(cut) else cut
     if len(firsts) == 0 or firsts[0] != 0:
         firsts = np.r_[0, firsts].astype(np.intp)

@@ -20,6 +20,7 @@ import deflate
 import zstandard
 
 from .errors import CorruptDataError, SpecError
+from .limits import INFLATE_PIECE_BYTES, STREAM_STEP_BYTES
 
 
 def gzip_compress(data: bytes, level: int = 6) -> bytes:
@@ -57,9 +58,6 @@ def gzip_decompress(data: bytes, where: str = "", limit: int | None = None,
     return _inflate(memoryview(data), where, limit, members)
 
 
-_PIECE = 8 << 20
-
-
 def _inflate(rest: memoryview, where: str, limit: int | None, members: bool) -> bytes:
     out: list[bytes] = []
     total = 0
@@ -69,7 +67,8 @@ def _inflate(rest: memoryview, where: str, limit: int | None, members: bool) -> 
         while True:
             # in pieces (zlib grows each output buffer by doubling: one large call would peak
             # at twice its size), and at most one byte past the limit
-            room = _PIECE if limit is None else min(_PIECE, limit - total + 1)
+            room = INFLATE_PIECE_BYTES if limit is None else \
+                min(INFLATE_PIECE_BYTES, limit - total + 1)
             try:
                 piece = d.decompress(tail, room)
             except zlib.error as e:
@@ -202,12 +201,11 @@ def decompress_twin(data: bytes | memoryview, suffix: str, where: str = "",
     return b"".join(pieces)
 
 
-_IN = 64 << 10  # input read per step of a stream
 _ZSTD_IN = 64  # zstd input per step: at most 2 MiB of output (a 4-byte block holds 128 KiB)
 
 
 def iter_decompress(read: Callable[[int, int], bytes | memoryview], suffix: str,
-                    where: str = "", limit: int | None = None, piece: int = _PIECE
+                    where: str = "", limit: int | None = None, piece: int = INFLATE_PIECE_BYTES
                     ) -> Iterator[bytes]:
     """Decode a ``suffix`` twin as a stream: ``read(offset, n)`` gives up to ``n`` bytes of
     it from ``offset`` (none at its end); yields the content in pieces of about ``piece``
@@ -222,7 +220,7 @@ def iter_decompress(read: Callable[[int, int], bytes | memoryview], suffix: str,
     coding = TWINS[suffix]
     pos = 0
 
-    def more(n: int = _IN) -> bytes:
+    def more(n: int = STREAM_STEP_BYTES) -> bytes:
         nonlocal pos
         data = bytes(read(pos, n))
         pos += len(data)

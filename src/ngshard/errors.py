@@ -42,6 +42,13 @@ class ConflictError(NgShardError):
     :class:`ExistsError`, a destination already holds data."""
 
 
+class ChangedError(ConflictError):
+    """An object kept changing under a read: another writer committed to it again and again
+    while it was read, each time the read started over (backing off), until the tries or the
+    time budget ran out; the message names the object and the number of tries. A conflict
+    with another writer, as on writes: read again later."""
+
+
 class ExistsError(ConflictError, FileExistsError):
     """A writer would replace a layer, store, zarr node or scale that is already there; the
     message names the place, what it holds, and how to replace it (``overwrite=True``,

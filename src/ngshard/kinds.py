@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 from .compression import split_twin
 from .errors import NotFoundError, SpecError
+from .limits import MAX_JSON_DEPTH
 
 INFO = "info"
 #: Where ``ngshard.convert`` records the job and the tasks of it that are done, until it is.
@@ -64,9 +65,6 @@ ZARR_METADATA = (ZARR_V3, ZARR_ARRAY, ZARR_GROUP, ".zattrs", ".zmetadata")
 ZARR_CHUNK_FILES = re.compile(r"c(?:\.[0-9]+)*|[0-9]+(?:\.[0-9]+)*")
 ZARR_CHUNK_DIRS = re.compile(r"c|[0-9]+")
 
-# Far more than any real info holds; deeper nesting is hostile and would exhaust the stack.
-_MAX_DEPTH = 100
-
 
 def _depth(doc: Any) -> int:
     """Nesting depth of parsed JSON, without recursion."""
@@ -74,7 +72,7 @@ def _depth(doc: Any) -> int:
     while todo:
         value, depth = todo.pop()
         deepest = max(deepest, depth)
-        if depth > _MAX_DEPTH:
+        if depth > MAX_JSON_DEPTH:
             break
         children = value.values() if isinstance(value, dict) else \
             value if isinstance(value, list) else ()
@@ -93,8 +91,8 @@ def parse_info(raw: bytes | str, where: str) -> dict:
         raise SpecError(f"{where}: not valid JSON ({e})") from None
     if not isinstance(doc, dict):
         raise SpecError(f"{where}: expected a JSON object, got {type(doc).__name__}")
-    if _depth(doc) > _MAX_DEPTH:
-        raise SpecError(f"{where}: JSON nested more than {_MAX_DEPTH} levels deep")
+    if _depth(doc) > MAX_JSON_DEPTH:
+        raise SpecError(f"{where}: JSON nested more than {MAX_JSON_DEPTH} levels deep")
     return doc
 
 

@@ -11,7 +11,7 @@ from .errors import NgShardError
 from .progress import progress_bar
 from .sharded import ShardedKV, legacy
 from .sharded.format import Entries, decode_all, decode_shard_index
-from .sharded.update import live_bytes
+from .sharded.trailer import live_bytes
 from .threads import WORKERS, bounded_map
 from .volume import Volume
 from .volume.encodings import decode_chunk, require_codec

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import SpecError
+from ..limits import DEFAULT_TASK_BYTES
 from ..sharded.infofile import as_spec
 from ..storage import Storage, open_storage
 from ..volume.grid import ChunkGrid
@@ -29,8 +30,6 @@ from . import fastpath
 from .plan import Task, precomputed_tasks, task_box, zarr_tasks
 from .sources import DownsampledSource, PrecomputedSource, ZarrSource
 
-#: Uncompressed bytes of one task's output (a shard, a box of chunk files, a zarr shard).
-DEFAULT_TASK_BYTES = 128 << 20
 _DTYPES = {"bool": "uint8", "int64": "uint64"}  # what precomputed stores them as
 _LABELS = ("uint32", "uint64")
 

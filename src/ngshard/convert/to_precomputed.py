@@ -8,15 +8,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..compression import encode
+from ..limits import SLAB_BYTES
 from ..sharded.shard_writer import write_shard
 from ..threads import pmap
 from ..volume.encodings import encode_chunk
 from .plan import Task
 from .sources import as_dtype, open_scale
-
-#: Voxel bytes read from the source at a time within a task (at least one layer of chunks;
-#: a downsampled source reads its magnification times more).
-SLAB_BYTES = 64 << 20
 
 
 def store_chunks(task: Task, positions: np.ndarray, blobs: list) -> dict:

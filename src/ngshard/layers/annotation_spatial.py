@@ -20,10 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..limits import MAX_CELLS, MAX_LEVELS
 from .annotation_shapes import EXACT, Shapes
-
-MAX_CELLS = 64
-MAX_LEVELS = 24
 
 
 @dataclass(frozen=True)

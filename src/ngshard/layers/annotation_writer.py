@@ -3,8 +3,9 @@ spatial index), sharded or a file per key, from numpy columns.
 
 Nothing is held per annotation but numbers in arrays: records are encoded for all
 annotations at once, and the values of each index are produced in batches of about
-``BATCH_BYTES`` and streamed into the store (sharded stores spill past their buffer), so
-millions of annotations cost memory proportional to their arrays, not to Python objects.
+``ANNOTATION_BATCH_BYTES`` and streamed into the store (sharded stores spill past their
+buffer), so millions of annotations cost memory proportional to their arrays, not to Python
+objects.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 
 from ..destination import claim
 from ..errors import SpecError
+from ..limits import ANNOTATION_BATCH_BYTES, DEFAULT_ANNOTATIONS_PER_CELL
 from ..sharded import ShardingSpec
 from ..sharded.infofile import write_info
 from ..sharded.spec import as_key_array
@@ -37,11 +39,6 @@ from .annotation_spatial import morton, spatial_levels
 from .annotations import KIND, Annotations
 from .sharding import resolve_sharding
 from .store import unsharded_twin, write_segments
-
-BATCH_BYTES = 8 << 20
-#: Most annotations per spatial cell, unless the caller says otherwise: a chunk of ~100 KiB
-#: of points; collections this small or smaller get a single cell.
-DEFAULT_LIMIT = 5000
 
 
 def _property_columns(properties: Mapping[str, Any] | None, n: int
@@ -121,7 +118,7 @@ def _relations(relationships: Mapping[str, Any] | None, n: int
 def _by_id(schema: Schema, records: Records, ids: np.ndarray,
            relations: dict[str, tuple[np.ndarray, np.ndarray]]) -> Iterator[tuple[int, bytes]]:
     n = len(ids)
-    per = max(1, BATCH_BYTES // (4 * max(1, int(records.offsets[-1]) // max(1, n)) + 16))
+    per = max(1, ANNOTATION_BATCH_BYTES // (4 * max(1, int(records.offsets[-1]) // max(1, n)) + 16))
     starts = {k: np.r_[0, np.cumsum(c)] for k, (c, _) in relations.items()}
     for a in range(0, n, per):
         b = min(n, a + per)
@@ -141,13 +138,13 @@ def _split(keys: Any, data: np.ndarray, offsets: np.ndarray) -> Iterator[tuple[A
 def _lists(records: Records, ids: np.ndarray, keys: list, members: np.ndarray,
            bounds: np.ndarray) -> Iterator[tuple[Any, bytes]]:
     """Multiple-encoded lists (list j: annotations ``members[bounds[j]:bounds[j + 1]]``)
-    under ``keys``, in batches of about BATCH_BYTES."""
+    under ``keys``, in batches of about ANNOTATION_BATCH_BYTES."""
     sizes = np.zeros(len(keys), np.int64)
     if len(members):
         used = np.diff(bounds) > 0
         sizes[used] = np.add.reduceat(4 * records.sizes[members] + 8, bounds[:-1][used])
-    cut = np.searchsorted(np.cumsum(sizes), np.arange(1, 1 + int(sizes.sum()) // BATCH_BYTES)
-                          * BATCH_BYTES)
+    step = ANNOTATION_BATCH_BYTES
+    cut = np.searchsorted(np.cumsum(sizes), np.arange(1, 1 + int(sizes.sum()) // step) * step)
     edges = np.unique(np.r_[0, cut, len(keys)])
     for a, b in zip(edges[:-1].tolist(), edges[1:].tolist()):
         part = bounds[a:b + 1]
@@ -256,7 +253,9 @@ def write_annotations(url: str | os.PathLike | Storage, kind: str, geometry: Any
     upper = np.asarray(upper_bound if upper_bound is not None else
                        (hi.max(axis=0) if n else np.ones(rank)), np.float64)
     upper = np.where(upper > lower, upper, lower + 1)
-    limit = max(1, int(limit if limit is not None else min(max(n, 1), DEFAULT_LIMIT)))
+    if limit is None:
+        limit = min(max(n, 1), DEFAULT_ANNOTATIONS_PER_CELL)
+    limit = max(1, int(limit))
     storage = open_storage(url, durable=durable)
     claim(storage, overwrite=overwrite, into=[storage.child(name) for name in (
         "by_id", "spatial0", *(f"rel_{r}" for r in relations))])

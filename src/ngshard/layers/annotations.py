@@ -12,6 +12,7 @@ import numpy as np
 
 from ..errors import SpecError
 from ..kinds import ANNOTATIONS as KIND
+from ..limits import MAX_QUERY_CELLS
 from ..sharded.infofile import INFO
 from ..sharded.spec import as_key_array, check_key
 from ..storage import Storage, open_storage
@@ -26,9 +27,6 @@ from .annotation_spatial import Level, cells_meeting, morton, unmorton
 from .info import layer_info, parse_sharding
 from .lookup import ById
 from .store import SegmentStore
-
-#: A query touching more cells of one level than this lists the level's stored cells instead.
-MAX_QUERY_CELLS = 1 << 16
 
 
 @dataclass

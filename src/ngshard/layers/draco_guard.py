@@ -10,12 +10,13 @@ regular grid of 4.5 million faces encodes in 7 KB with the valence edgebreaker),
    2.2 layout that every current encoder writes: ``DRACO``, major, minor, encoder type,
    method, uint16 flags; sequential: varint faces, varint points; edgebreaker: traversal
    byte, varint vertices, varint faces);
-2. fragments declaring at most :data:`RATIO` of either per byte, plus :data:`SLACK`,
-   decode in this process: Draco needs about 70 bytes per face, so at most about 1 KiB per
-   byte of fragment plus 300 KiB (segmentation meshes hold under one face per byte; a
-   regular grid up to 4 at Draco's faster settings, hundreds at compression level 7 and up);
+2. fragments declaring at most :data:`DRACO_RATIO` of either per byte, plus
+   :data:`DRACO_SLACK`, decode in this process: Draco needs about 70 bytes per face, so at
+   most about 1 KiB per byte of fragment plus 300 KiB (segmentation meshes hold under one
+   face per byte; a regular grid up to 4 at Draco's faster settings, hundreds at
+   compression level 7 and up);
 3. the others, and any head this does not read (other versions, metadata, point clouds),
-   decode in a child process under an address-space limit of :data:`ISOLATED_BYTES`: an
+   decode in a child process under an address-space limit of :data:`DRACO_ISOLATED_BYTES`: an
    outlier costs a process, never this one's memory (and a decoder crash kills the child).
 """
 
@@ -30,11 +31,9 @@ from collections.abc import Callable
 import numpy as np
 
 from ..errors import MissingDependencyError
+from ..limits import DRACO_ISOLATED_BYTES, DRACO_RATIO, DRACO_SLACK
 
 HEAD = 24  # bytes of a fragment's start holding its header and counts
-RATIO = 16  # declared faces (or vertices) per byte decoded in this process
-SLACK = 4096  # ... plus this many, for tiny fragments
-ISOLATED_BYTES = 1 << 30  # address space a child may add to decode the outliers
 _MAGIC = np.frombuffer(b"DRACO", np.uint8)
 
 
@@ -77,14 +76,14 @@ def _varint(h: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
 
 def in_bounds(h: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     """Per fragment: its head reads as a version 2.2 triangle mesh without metadata whose
-    declared counts are at most ``RATIO * size + SLACK``."""
+    declared counts are at most ``DRACO_RATIO * size + DRACO_SLACK``."""
     sizes = np.asarray(sizes, np.int64)
     ok = (h[:, :5] == _MAGIC).all(axis=1) & (h[:, 5] == 2) & (h[:, 6] == 2) & (h[:, 7] == 1)
     ok &= (h[:, 8] <= 1) & ((h[:, 10] & 0x80) == 0)  # methods 0, 1; no metadata flag
     edgebreaker = h[:, 8] == 1
     first, after, ok1 = _varint(h, np.where(edgebreaker, 12, 11))
     second, _, ok2 = _varint(h, after)
-    limit = RATIO * sizes + SLACK
+    limit = DRACO_RATIO * sizes + DRACO_SLACK
     return ok & ok1 & ok2 & (first <= limit) & (second <= limit)
 
 
@@ -158,8 +157,8 @@ while True:
 
 
 def decode_isolated(bufs: list[bytes | memoryview]) -> list[tuple[np.ndarray, np.ndarray] | str]:
-    """Decode outliers in one child process capped at :data:`ISOLATED_BYTES` more address
-    space: per fragment (points, faces) or what went wrong (a child that dies fails the
+    """Decode outliers in one child process capped at :data:`DRACO_ISOLATED_BYTES` more
+    address space: per fragment (points, faces) or what went wrong (a child that dies fails the
     fragment it was on and every one after it)."""
     if not bufs:
         return []
@@ -169,8 +168,8 @@ def decode_isolated(bufs: list[bytes | memoryview]) -> list[tuple[np.ndarray, np
                 "cannot decode it in a memory-capped child process"] * len(bufs)
     payload = b"".join(struct.pack("<Q", len(b)) + bytes(b) for b in bufs)
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-c", _CHILD, str(ISOLATED_BYTES)], input=payload,
-                          capture_output=True, env=env, check=False)
+    proc = subprocess.run([sys.executable, "-c", _CHILD, str(DRACO_ISOLATED_BYTES)],
+                          input=payload, capture_output=True, env=env, check=False)
     out, at, results = memoryview(proc.stdout), 0, []
     for _ in bufs:
         if at + 17 <= len(out) and out[at:at + 1] == b"K":

@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..errors import CorruptDataError
+from ..limits import MESH_ROWS
 from ..threads import WORKERS, pmap
 from .draco_guard import decoder, heads, in_bounds
 from .mesh_codec import Manifest
@@ -79,7 +80,6 @@ def decode_pieces(pieces: list[Piece], bits: int, transform: np.ndarray,
 
 
 _GROUPS = 4 * WORKERS
-_ROWS = 1 << 16  # rows per step of the in-place passes
 
 
 def _rows(values: np.ndarray, ends: np.ndarray, s: int, e: int) -> np.ndarray:
@@ -120,8 +120,8 @@ def _assemble(pieces: list[Piece], counts: np.ndarray, results: list, bits: int,
     diagonal = not np.count_nonzero(a - np.diag(np.diag(a)))
     if diagonal:
         scale_f, base_f = scale_f * np.diag(a), base_f * np.diag(a) + t
-    for s in range(0, len(points), _ROWS):
-        e = min(s + _ROWS, len(points))
+    for s in range(0, len(points), MESH_ROWS):
+        e = min(s + MESH_ROWS, len(points))
         model = points[s:e].astype(np.float64)
         model *= _rows(scale_f, vends, s, e)
         model += _rows(base_f, vends, s, e)
@@ -132,8 +132,8 @@ def _assemble(pieces: list[Piece], counts: np.ndarray, results: list, bits: int,
     shift = (vstart - np.repeat(np.append(vstart, len(points))[firsts], counts)
              ).astype(np.uint32)
     limit = vcounts.astype(np.uint32)
-    for s in range(0, len(faces), _ROWS):
-        e = min(s + _ROWS, len(faces))
+    for s in range(0, len(faces), MESH_ROWS):
+        e = min(s + MESH_ROWS, len(faces))
         part = faces[s:e]
         largest = np.maximum(np.maximum(part[:, 0], part[:, 1]), part[:, 2])
         bad = largest >= _rows(limit, fends, s, e)

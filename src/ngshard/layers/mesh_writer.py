@@ -19,8 +19,9 @@ import numpy as np
 
 from ..destination import claim
 from ..errors import SpecError
+from ..limits import DEFAULT_BUFFER_BYTES, MESH_BATCH
 from ..sharded.infofile import write_info
-from ..sharded.shard_writer import DEFAULT_BUFFER_BYTES, ShardWriter
+from ..sharded.shard_writer import ShardWriter
 from ..sharded.spec import check_key
 from ..storage import Storage, open_storage
 from ..storage.twins import write_twins
@@ -32,8 +33,6 @@ from .mesh_octree import fragments
 from .meshes import KIND, LEGACY, LegacyMeshes, Meshes
 from .sharding import resolve_sharding
 from .store import batched, count_of, pairs, unsharded_twin, write_segments
-
-_BATCH = 64  # segments encoded together (their fragments on every core)
 
 
 def _lods(value: Any, key: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -159,7 +158,7 @@ def write_meshes(url: str | os.PathLike | Storage,
         raise SpecError("mesh shards need data_encoding raw (fragments are read by range)")
     claim(storage, overwrite=overwrite)
     writer = ShardWriter(storage, spec, buffer_bytes) if spec is not None else None
-    for batch in batched(pairs(items), _BATCH):
+    for batch in batched(pairs(items), MESH_BATCH):
         encoded = []
         for key, value in batch:
             k = check_key(key)

@@ -18,17 +18,16 @@ from __future__ import annotations
 import math
 
 from ..errors import SpecError
+from ..limits import (
+    DEFAULT_SEGMENT_SHARD_BYTES,
+    IDS_PER_MINISHARD,
+    MAX_IDS_PER_SHARD,
+    MAX_MINISHARD_BITS,
+    SMALL_VALUE,
+    UNKNOWN_COUNT,
+)
 from ..sharded import ShardingSpec
 from ..types import DataEncoding
-
-IDS_PER_MINISHARD = 64
-MAX_IDS_PER_SHARD = 1 << 14
-MAX_MINISHARD_BITS = 11
-DEFAULT_SHARD_BYTES = 1 << 30
-#: The count assumed for "auto" when the items' number is unknown (an iterator).
-UNKNOWN_COUNT = 1 << 20
-#: Values smaller than this on average (single annotations) are stored raw by "auto".
-SMALL_VALUE = 128
 
 
 def _bits(n: float) -> int:
@@ -38,7 +37,7 @@ def _bits(n: float) -> int:
 
 def segment_sharding(count: int | None, value_bytes: float | None = None, *,
                      data_encoding: DataEncoding = "gzip",
-                     shard_bytes: int = DEFAULT_SHARD_BYTES) -> ShardingSpec:
+                     shard_bytes: int = DEFAULT_SEGMENT_SHARD_BYTES) -> ShardingSpec:
     """The "auto" sharding for a layer of ``count`` ids whose values average ``value_bytes``.
 
     Parameters

@@ -17,6 +17,7 @@ import numpy as np
 from ..destination import claim
 from ..errors import SpecError
 from ..kinds import SKELETONS as KIND
+from ..limits import SKELETON_BATCH
 from ..sharded.infofile import INFO, write_info
 from ..sharded.spec import as_key_array, check_key
 from ..storage import Storage, open_storage
@@ -27,8 +28,6 @@ from .sharding import resolve_sharding
 from .skeleton_codec import VertexAttribute, decode_skeleton, encode_skeletons
 from .store import SegmentStore, batched, count_of, pairs, unsharded_twin, write_segments
 
-_PEEK = 1024  # items encoded before choosing "auto" sharding, to learn the value size
-_BATCH = 1024  # skeletons encoded together
 T = TypeVar("T")
 
 
@@ -193,7 +192,7 @@ def write_skeletons(url: str | os.PathLike | Storage,
     transform
         Stored model to nm: 12 numbers (a 3x4 matrix); identity by default.
     buffer_bytes
-        Encoded skeletons held before they are spilled by shard (64 MiB by default; a
+        Encoded skeletons held before they are spilled by shard (192 MiB by default; a
         local shard's spill file becomes the shard, so spilling costs little).
     progress, durable
         As for :func:`ngshard.write_kv` (``durable=False`` skips the fsyncs: scratch work).
@@ -221,17 +220,17 @@ def write_skeletons(url: str | os.PathLike | Storage,
     twin = unsharded_twin(compress, sharding)
     storage = open_storage(url, durable=durable)
     it = iter(pairs(items))
-    head = list(itertools.islice(it, _PEEK))
+    head = list(itertools.islice(it, SKELETON_BATCH))
     spec = _attribute_spec(vertex_attributes, head[0][1] if head else None)
 
     def encoded(items: Iterable[tuple[int, Any]]) -> Iterable[tuple[int, bytes]]:
-        for batch in batched(items, _BATCH):
+        for batch in batched(items, SKELETON_BATCH):
             keys = [check_key(key) for key, _ in batch]
             yield from zip(keys, encode_skeletons(
                 [(k, *_item_parts(value, k)) for k, (_, value) in zip(keys, batch)], spec))
 
     first = list(encoded(head))
-    count = count_of(items) if len(head) == _PEEK else len(head)
+    count = count_of(items) if len(head) == SKELETON_BATCH else len(head)
     mean = sum(len(b) for _, b in first) / len(first) if first else None
     shards = resolve_sharding(sharding, count, mean)
     claim(storage, overwrite=overwrite)  # after the first items are known to encode

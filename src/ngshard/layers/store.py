@@ -20,6 +20,7 @@ import numpy as np
 
 from ..compression import gzip_compress, twin_suffix
 from ..errors import SpecError
+from ..limits import DEFAULT_BUFFER_BYTES, GZIP_RUN_BYTES, UNSHARDED_BATCH
 from ..sharded import ShardingSpec, open_kv
 from ..sharded.kv import ShardedKV
 from ..sharded.shard_writer import ShardWriter
@@ -28,10 +29,6 @@ from ..storage import Storage
 from ..storage.twins import Twins, write_twins
 from ..threads import bounded_map
 
-BATCH = 4096  # items per unsharded write batch
-#: Encoded values held before they are spilled by shard: spilling costs little (a local
-#: shard's spill file becomes the shard), holding costs memory.
-HELD_BYTES = 64 << 20
 _DECIMAL = re.compile(r"[0-9]{1,20}")
 
 
@@ -116,23 +113,20 @@ def write_segments(storage: Storage, sharding: ShardingSpec | None,
         # Runs of about 8 MiB, gzipped (when the spec says so) on a worker while the next is
         # encoded, grouped by shard as they come (a shard's bytes do not say how its values
         # were encoded: the shards are built raw), each shard written once at the end.
-        runs = _runs(items, RUN_BYTES)
+        runs = _runs(items, GZIP_RUN_BYTES)
         spec = sharding
         if sharding.data_encoding == "gzip":
             spec = replace(sharding, data_encoding="raw")
             runs = bounded_map(_gzip_run, runs, 2)
-        writer = ShardWriter(storage, spec, buffer_bytes or HELD_BYTES)
+        writer = ShardWriter(storage, spec, buffer_bytes or DEFAULT_BUFFER_BYTES)
         for run in runs:
             writer.add_many(np.fromiter((k for k, _ in run), np.uint64, len(run)),
                             [v for _, v in run])
         writer.close(progress=progress)
         return
     it = iter(items)
-    for batch in iter(lambda: list(itertools.islice(it, BATCH)), []):
+    for batch in iter(lambda: list(itertools.islice(it, UNSHARDED_BATCH)), []):
         write_twins(storage, [(f"{k}{suffix}", v) for k, v in batch], twin)
-
-
-RUN_BYTES = 8 << 20
 
 
 def _gzip_run(run: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:

@@ -5,8 +5,8 @@ zarr arrays and OME-Zarr multiscale groups (v3 ``zarr.json`` or v2 ``.zarray``/`
 which Neuroglancer reads itself, shards and all, through the server's byte ranges.
 
 The search is bounded: it stops descending at a layer (a volume's scale folders can hold
-millions of chunk files), goes at most :data:`MAX_DEPTH` folders down and looks into at most
-:data:`MAX_FOLDERS` folders, so serving a bucket starts at once.
+millions of chunk files), goes at most :data:`LAYER_SEARCH_DEPTH` folders down and looks
+into at most :data:`MAX_FOLDERS` folders, so serving a bucket starts at once.
 """
 
 from __future__ import annotations
@@ -31,12 +31,8 @@ from ..kinds import (
     kind_of,
     parse_info,
 )
+from ..limits import LAYER_SEARCH_DEPTH, MAX_FOLDERS, MAX_INFO_BYTES
 from .files import File, LocalFiles, RemoteFiles
-
-MAX_DEPTH = 3
-MAX_FOLDERS = 200
-# An info past this size is not a layer's.
-_MAX_INFO = 16 << 20
 
 #: What each layer kind is served as (volumes: image or segmentation, by their type).
 _SERVED = {SKELETONS: "skeletons", MESHES: "mesh", LEGACY_MESHES: "mesh",
@@ -64,7 +60,7 @@ class Layer(NamedTuple):
         return f"{self.format}://{url}"
 
 
-def read_small(files: LocalFiles | RemoteFiles, name: str, limit: int = _MAX_INFO
+def read_small(files: LocalFiles | RemoteFiles, name: str, limit: int = MAX_INFO_BYTES
                ) -> bytes | None:
     """A whole file of at most ``limit`` bytes, None if absent, not a file, or larger."""
     found = files.open(name)
@@ -188,7 +184,7 @@ def find_layers(files: LocalFiles | RemoteFiles) -> list[Layer]:
         if found is not None:
             layers.append(found)
             continue
-        if depth < MAX_DEPTH:
+        if depth < LAYER_SEARCH_DEPTH:
             for name, is_dir in files.listdir(path) or []:
                 if is_dir:
                     todo.append((f"{path}/{name}" if path else name, depth + 1))

@@ -9,12 +9,7 @@ import time
 from email.utils import formatdate
 from typing import NamedTuple
 
-#: Longest request target (path and query) accepted; longer ones get 414.
-MAX_TARGET = 8 * 1024
-#: Longest request head (request line and header fields) accepted; longer ones get 431.
-MAX_HEAD = 32 * 1024
-#: Most header fields in one request; more get 431.
-MAX_FIELDS = 100
+from ..limits import MAX_FIELDS, MAX_HEAD, MAX_TARGET
 
 REASONS = {200: "OK", 204: "No Content", 206: "Partial Content", 304: "Not Modified",
            400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",

@@ -20,24 +20,20 @@ from collections import deque
 from collections.abc import Callable
 
 from ..errors import NgShardError
+from ..limits import (
+    HEAD_TIMEOUT,
+    IDLE_TIMEOUT,
+    LINGER_BYTES,
+    LINGER_SECONDS,
+    MAX_BODY,
+    MAX_CONNECTIONS,
+    MAX_HEAD,
+    SERVE_PIECE_BYTES,
+    SMALL_BODY,
+)
 from .files import LocalFiles, RemoteFiles
-from .protocol import MAX_HEAD, HttpError, Request, format_head, head_end, parse_head
+from .protocol import HttpError, Request, format_head, head_end, parse_head
 from .respond import Response, error_response, respond
-
-#: Most connections served at once; more are answered 503 and closed.
-MAX_CONNECTIONS = 256
-#: Seconds a connection may stay idle between requests.
-IDLE_TIMEOUT = 60.0
-#: Seconds a client has to deliver a whole request head once it has begun.
-HEAD_TIMEOUT = 20.0
-#: Largest request body read (and discarded); larger ones are refused with 413.
-MAX_BODY = 64 * 1024
-# Bodies up to this size are read and sent with the head in one call; larger ones stream.
-_SMALL = 256 * 1024
-_PIECE = 1 << 20
-# How long, and how much input, a closing connection drains before it closes.
-_LINGER = 2.0
-_LINGER_BYTES = 1 << 20
 
 #: ``log(request or None, response)``, called after each response is sent.
 Log = Callable[[Request | None, Response], None]
@@ -121,7 +117,7 @@ class Connections:
         except OSError:
             conn.close()
             return
-        self._rejected.append((time.monotonic() + _LINGER / 2, conn))
+        self._rejected.append((time.monotonic() + LINGER_SECONDS / 2, conn))
         while len(self._rejected) > MAX_CONNECTIONS:
             self._rejected.popleft()[1].close()
 
@@ -227,7 +223,7 @@ class Connections:
                 conn.sendall(head)
             elif file is None:
                 conn.sendall(head + response.body)
-            elif length <= _SMALL:
+            elif length <= SMALL_BODY:
                 data = file.read(response.start, response.end)
                 conn.sendall(head + data)
                 return len(data) == length
@@ -245,8 +241,8 @@ def _linger(conn: socket.socket) -> None:
     moment. Closing with unread input would reset the connection, and the client could lose
     the response (an error it is owed) before reading it."""
     conn.shutdown(socket.SHUT_WR)
-    deadline, drained = time.monotonic() + _LINGER, 0
-    while drained < _LINGER_BYTES and (left := deadline - time.monotonic()) > 0:
+    deadline, drained = time.monotonic() + LINGER_SECONDS, 0
+    while drained < LINGER_BYTES and (left := deadline - time.monotonic()) > 0:
         conn.settimeout(left)
         data = conn.recv(65536)
         if not data:
@@ -281,10 +277,10 @@ def _send_file(conn: socket.socket, response: Response) -> int:
         with open(file.fileno, "rb", buffering=0, closefd=False) as f:
             return conn.sendfile(f, start, end - start)
     sent = 0
-    for offset in range(start, end, _PIECE):
-        data = file.read(offset, min(offset + _PIECE, end))
+    for offset in range(start, end, SERVE_PIECE_BYTES):
+        data = file.read(offset, min(offset + SERVE_PIECE_BYTES, end))
         conn.sendall(data)
         sent += len(data)
-        if len(data) < min(_PIECE, end - offset):
+        if len(data) < min(SERVE_PIECE_BYTES, end - offset):
             break
     return sent

@@ -19,14 +19,13 @@ import numpy as np
 
 from ..errors import MissingDependencyError, NgShardError
 from ..kinds import IMAGE, SEGMENTATION, VOLUME_TYPES
+from ..limits import MAX_LAYERS
 from ..storage import Storage, open_storage
 from ..volume import open_volume
 from .layers import Layer
 
 #: What to install for the viewer, in the words of the one-line hint.
 INSTALL_HINT = "pip install 'ngshard[view]'"
-#: Layers put in the viewer's state at most (a tree of hundreds would be unreadable).
-MAX_LAYERS = 16
 #: Segments selected in a segmentation layer at first.
 SELECTED = 6
 # The part of the coarsest scale read to choose them: a plane of at most this many voxels a side.

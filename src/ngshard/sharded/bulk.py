@@ -21,16 +21,16 @@ import numpy as np
 
 from .._arrays import uint_dtype
 from ..destination import claim
+from ..limits import DEFAULT_BUFFER_BYTES, KEY_BLOCK
 from ..progress import progress_bar
 from ..storage import Storage, open_storage, remove_stale
 from ..threads import WORKERS, bounded_map
 from .infofile import as_spec, record_spec
 from .inputs import Values, value_arrays
-from .kv import DEFAULT_BUFFER_BYTES, ShardedKV, open_kv
+from .kv import ShardedKV, open_kv
 from .shard_writer import write_shard
 from .spec import ShardingSpec
 
-_BLOCK = 1 << 20
 # What writing a mapping through write_arrays costs per key: its keys, the list of its
 # values and their offsets (8 bytes each), the shard order and minishards
 _MAPPING_KEY_BYTES = 32  # keys hashed and sorted at a time (bounds the temporaries)
@@ -161,8 +161,8 @@ def _by_shard(spec: ShardingSpec, keys: np.ndarray
     n = len(keys)
     nums = np.empty(n, uint_dtype(spec.num_shards))
     minishards = np.empty(n, uint_dtype(spec.num_minishards))
-    for a in range(0, n, _BLOCK):
-        nums[a:a + _BLOCK], minishards[a:a + _BLOCK] = spec.locate(keys[a:a + _BLOCK])
+    for a in range(0, n, KEY_BLOCK):
+        nums[a:a + KEY_BLOCK], minishards[a:a + KEY_BLOCK] = spec.locate(keys[a:a + KEY_BLOCK])
     order = np.empty(n, np.int32 if n < 2**31 else np.int64)
     if spec.shard_bits > _COUNTING_SORT_BITS:  # too many shards to count: one big sort
         order[:] = np.argsort(nums, kind="stable")
@@ -172,12 +172,12 @@ def _by_shard(spec: ShardingSpec, keys: np.ndarray
         return order, ordered[runs[:, 0]].astype(np.uint64), runs, minishards
     # a counting sort: each block's positions go straight to their shard's place
     counts = np.zeros(spec.num_shards, np.int64)
-    for a in range(0, n, _BLOCK):
-        counts += np.bincount(nums[a:a + _BLOCK], minlength=spec.num_shards)
+    for a in range(0, n, KEY_BLOCK):
+        counts += np.bincount(nums[a:a + KEY_BLOCK], minlength=spec.num_shards)
     ends = np.cumsum(counts)
     cursor = ends - counts
-    for a in range(0, n, _BLOCK):
-        block = nums[a:a + _BLOCK]
+    for a in range(0, n, KEY_BLOCK):
+        block = nums[a:a + KEY_BLOCK]
         by_shard = np.argsort(block, kind="stable")  # by radix
         found = block[by_shard]
         here = np.bincount(block, minlength=spec.num_shards)

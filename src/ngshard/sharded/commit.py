@@ -20,8 +20,9 @@ from .reader import ShardReader, ShardState
 from .shard_writer import Laid, rewrite_shard, write_shard
 from .spec import ShardingSpec
 from .staging import Staging
+from .trailer import live_bytes
 from .unindexed import UnindexedSizes, unindexed_bytes
-from .update import append_update, live_bytes
+from .update import append_update
 
 
 def commit_staged(reader: ShardReader, staging: Staging, plan: CommitPlan | None, mode: str,

@@ -16,15 +16,13 @@ import numpy as np
 from .._arrays import member
 from ..compression import decode, gzip_compress
 from ..errors import CorruptDataError
+from ..limits import MAX_MINISHARD_INDEX_BYTES
 
 if TYPE_CHECKING:
     from .spec import ShardingSpec
 
 _U64 = np.dtype("<u8")
 _ZERO = np.uint64(0)
-#: The most bytes one minishard index may inflate to (a million keys in one minishard);
-#: beyond it the index is taken for a gzip bomb. Raise it for stranger stores.
-MAX_MINISHARD_INDEX_BYTES = 256 << 20
 
 
 # --- shard index ---------------------------------------------------------------------------

@@ -12,9 +12,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .._arrays import gather
+from ..limits import KEY_BLOCK, PAIR_BATCH, PAIR_BATCH_BYTES, PAIR_BATCH_FIRST
 from .spec import as_key_array
-
-_CHECK_BLOCK = 1 << 20
 
 
 class Values(NamedTuple):
@@ -110,8 +109,8 @@ def value_arrays(keys: Any, values: Any, offsets: Any = None) -> tuple[np.ndarra
         return keys, Values(buf[:0], None, 0)
     width = int(offsets[1]) - int(offsets[0])
     falls, even = False, True
-    for a in range(0, n, _CHECK_BLOCK):  # a block at a time: no temporary of n items
-        steps = np.diff(offsets[a:a + _CHECK_BLOCK + 1].astype(np.int64))
+    for a in range(0, n, KEY_BLOCK):  # a block at a time: no temporary of n items
+        steps = np.diff(offsets[a:a + KEY_BLOCK + 1].astype(np.int64))
         falls |= bool((steps < 0).any())
         even &= bool((steps == width).all())
     if offsets[0] < 0 or offsets[-1] > len(buf) or falls:
@@ -136,11 +135,6 @@ def as_bytes(value: Any, key: Any) -> bytes:
     raise TypeError(f"value of key {key} must be bytes, got {type(value).__name__}")
 
 
-# Pairs are taken a batch at a time: up to _BATCH of them, or about _BATCH_BYTES of values
-# (the first batch is small, until the values' size is known).
-_BATCH, _BATCH_FIRST, _BATCH_BYTES = 1 << 16, 64, 16 << 20
-
-
 def pair_batches(items: Mapping[int, bytes] | Iterable[tuple[int, bytes]]
              ) -> Iterator[tuple[np.ndarray, list[bytes]]]:
     """(keys, values) in batches, keys checked and converted at numpy speed. A batch is let go
@@ -153,7 +147,7 @@ def pair_batches(items: Mapping[int, bytes] | Iterable[tuple[int, bytes]]
         return
     it = iter(items)
     first, second = operator.itemgetter(0), operator.itemgetter(1)
-    count = _BATCH_FIRST
+    count = PAIR_BATCH_FIRST
     while True:
         batch = list(itertools.islice(it, count))
         if not batch:
@@ -162,8 +156,8 @@ def pair_batches(items: Mapping[int, bytes] | Iterable[tuple[int, bytes]]
         del batch
         if not set(map(type, values)) <= {bytes}:
             values = [as_bytes(v, k) for k, v in zip(keys, values)]
-        # the next batch holds about _BATCH_BYTES of values like these
+        # the next batch holds about PAIR_BATCH_BYTES of values like these
         mean = sum(map(len, values)) / len(values)
-        count = int(min(_BATCH, max(_BATCH_FIRST, _BATCH_BYTES // max(mean, 1))))
+        count = int(min(PAIR_BATCH, max(PAIR_BATCH_FIRST, PAIR_BATCH_BYTES // max(mean, 1))))
         yield as_key_array(keys), values
         del keys, values

@@ -15,6 +15,13 @@ import numpy as np
 
 from .._arrays import member
 from ..errors import InvalidKeyError, NgShardError, NotFoundError, ReadOnlyError, SpecError
+from ..limits import (
+    DEFAULT_CACHE_BYTES,
+    DEFAULT_MAX_VALUE_BYTES,
+    DEFAULT_READ_RETRIES,
+    DEFAULT_STAGED_BYTES,
+    ITEMS_BATCH,
+)
 from ..storage import Storage, open_storage, remove_stale
 from ..types import Mode, Strategy
 from . import commit as committing
@@ -22,18 +29,11 @@ from . import listing
 from .infofile import as_spec, check_recorded, record_spec, spec_from_info
 from .inputs import as_bytes, pair_batches, value_arrays
 from .plan import CommitPlan, plan_commit, with_pending
-from .reader import (
-    DEFAULT_CACHE_BYTES,
-    DEFAULT_MAX_VALUE_BYTES,
-    DEFAULT_READ_RETRIES,
-    ShardReader,
-)
+from .reader import ShardReader
 from .spec import ShardingSpec, as_key_array, check_key
 from .staging import DELETED, Staging
 from .unindexed import UnindexedSizes, read_with_unindexed, refuse_blind_writes
 
-DEFAULT_STAGED_BYTES = 1 << 30
-DEFAULT_BUFFER_BYTES = 192 << 20
 MODES: tuple[str, ...] = get_args(Mode)
 STRATEGIES: tuple[str, ...] = get_args(Strategy)
 
@@ -66,7 +66,8 @@ class ShardedKV(MutableMapping):
             raise NotFoundError(f"{storage.url}: no store here (mode 'a' or 'w' creates one)")
         self.storage, self.spec, self.mode = storage, spec, mode
         self.strategy, self.compact_ratio = strategy, compact_ratio
-        #: The reads and the index cache (``reader.cached_bytes``, ``reader.forget()``).
+        #: The reads, the index cache and the retry policy (``reader.cached_bytes``,
+        #: ``reader.forget()``, ``reader.stats()``).
         self.reader = ShardReader(storage, spec, cache_bytes, max_value_bytes, read_retries)
         #: ``unindexed(keys, values)``: lengths of the unindexed entries stored right before
         #: values, which rewrites and compactions keep.
@@ -179,7 +180,7 @@ class ShardedKV(MutableMapping):
         shards = listing.iter_shard_keys(self.reader, self.shard_names(), progress=progress)
         return shards if arrays else (k for keys in shards for k in keys.tolist())
 
-    def iter_items(self, *, batch: int = 1 << 14, progress: bool = False
+    def iter_items(self, *, batch: int = ITEMS_BATCH, progress: bool = False
                    ) -> Iterator[tuple[int, bytes]]:
         """(key, value) of every stored key, shard by shard in key order: memory is a few
         shards' indices and one batch of values. Staged changes are not included (commit
@@ -211,10 +212,15 @@ class ShardedKV(MutableMapping):
     def __len__(self) -> int:
         return len(self.keys_array())
 
-    def stats(self, *, progress: bool = False) -> list[dict]:
+    def stats(self, *, progress: bool = False) -> listing.StoreStats:
         """Per shard file present: name, size in bytes, number of keys, garbage fraction
-        (read a few shards at a time, in parallel)."""
-        return list(listing.iter_stats(self.reader, self.shard_names(), progress=progress))
+        (read a few shards at a time, in parallel), as a list; and as its ``reads``, the
+        figures of this store's reads so far (``reader.stats()``, which gives them alone
+        without reading every shard): ``cache_bytes``, ``cache_max_bytes``,
+        ``cache_entries``, ``cache_hits``, ``cache_misses``, ``cache_evictions`` of the
+        index cache, ``retries`` (reads run again after a shard changed under them) and
+        ``retries_gave_up``."""
+        return listing.store_stats(self.reader, self.shard_names(), progress=progress)
 
     # --- staged changes ----------------------------------------------------------------------
 
@@ -376,13 +382,13 @@ def open_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str | 
         or "auto". Appending leaves garbage; a shard whose garbage would pass
         ``compact_ratio`` is compacted instead (None: never).
     cache_bytes
-        Budget of the shard and minishard index cache.
+        Budget of the shard and minishard index cache (256 MiB by default).
     max_value_bytes
         The most a gzip-encoded value may inflate to (256 MiB by default): a value past it
         raises CorruptDataError rather than exhausting memory.
     read_retries
         How often one read may find a shard replaced under it (another writer committing)
-        before it gives up; retries back off with jitter.
+        before it gives up with ChangedError; retries back off with jitter.
     durable
         Local writes are fsynced (data before it is renamed into place or pointed at, the
         directory after a rename), so a power cut leaves every shard old or new; False skips

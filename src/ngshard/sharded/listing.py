@@ -7,28 +7,26 @@ are found by asking for the size of every shard name the spec allows, in one bat
 reported empty.
 
 Shards are read a few at a time on threads, each by a reader of its own (the store's index
-cache is neither used nor filled), and handed on in order one at a time: memory is a few
-shards' indices however large the store, and remote latency is overlapped.
+cache is neither used nor filled; its retry policy is shared), and handed on in order one at
+a time: memory is a few shards' indices however large the store, and remote latency is
+overlapped.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 
 from ..errors import UnlistableError
+from ..limits import MAX_PROBED_SHARDS
 from ..progress import progress_bar
 from ..storage import Storage
 from ..threads import WORKERS, bounded_map
 from . import legacy
 from .reader import ShardReader, ShardState
 from .spec import ShardingSpec
-from .update import live_bytes
-
-#: The most shard names probed (one size query each, all in one batch) to find the shards of
-#: a store on storage that cannot list: 2**12, i.e. shard_bits up to 12.
-MAX_PROBED_SHARDS = 4096
+from .trailer import live_bytes
 
 
 def shard_names(reader: ShardReader) -> list[str]:
@@ -77,7 +75,7 @@ def iter_full_shards(reader: ShardReader, names: list[str], *, progress: bool = 
     storage, spec = reader.storage, reader.spec
 
     def load(name: str) -> ShardState | None:
-        own = ShardReader(storage, spec, 0, reader.max_value_bytes, reader.read_retries)
+        own = ShardReader(storage, spec, 0, reader.max_value_bytes, retry=reader.retry)
         found = own.retrying(full_shards, own, [name])
         return found[0] if found else None
 
@@ -105,6 +103,22 @@ def keys_array(reader: ShardReader) -> np.ndarray:
     as tensorstore lists them: see ShardedKV.keys_array). O(keys) memory."""
     parts = list(iter_shard_keys(reader, shard_names(reader)))
     return np.concatenate(parts) if parts else np.zeros(0, np.uint64)
+
+
+class StoreStats(list):
+    """The per-shard dicts of :func:`store_stats`, with the reader's figures as ``reads``."""
+
+    def __init__(self, shards: Iterable[dict], reads: dict[str, int]) -> None:
+        super().__init__(shards)
+        self.reads = reads
+
+
+def store_stats(reader: ShardReader, names: list[str], *, progress: bool = False
+                ) -> StoreStats:
+    """:func:`iter_stats` of the named shards as a list, then the reader's figures: its
+    index cache's, and the retries of its reads and of this listing's."""
+    shards = list(iter_stats(reader, names, progress=progress))
+    return StoreStats(shards, reader.stats())
 
 
 def iter_stats(reader: ShardReader, names: list[str], *, progress: bool = False

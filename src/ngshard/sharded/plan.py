@@ -14,12 +14,13 @@ from typing import Any
 import numpy as np
 
 from .._arrays import member
+from ..limits import PLAN_GROUP_KEYS, PLAN_GROUP_SHARDS
 from . import listing
 from .changes import DELETED, ShardChanges
 from .format import Entries
 from .reader import ShardReader
 from .spec import ShardingSpec
-from .update import TRAILER_SIZE
+from .trailer import TRAILER_SIZE
 
 #: What a commit does to one shard file.
 ACTIONS = {
@@ -93,11 +94,6 @@ def plan_commit(reader: ShardReader, changes: Iterable[ShardChanges], *, mode: s
                       version)
 
 
-# Shard indices are read for this many shards (or keys) at once: remote stores then ask for
-# them together, while memory holds only that many shards' changes.
-_GROUP_SHARDS, _GROUP_KEYS = 64, 1 << 16
-
-
 def plan_shards(reader: ShardReader, changes: Iterable[ShardChanges], *, mode: str,
                 strategy: str, compact_ratio: float | None
                 ) -> Iterator[tuple[ShardPlan | None, ShardChanges]]:
@@ -123,7 +119,7 @@ def _groups(changes: Iterable[ShardChanges]) -> Iterator[list[ShardChanges]]:
     for c in changes:
         group.append(c)
         keys += len(c.keys)
-        if len(group) >= _GROUP_SHARDS or keys >= _GROUP_KEYS:
+        if len(group) >= PLAN_GROUP_SHARDS or keys >= PLAN_GROUP_KEYS:
             yield group
             group, keys = [], 0
     if group:

@@ -1,17 +1,16 @@
-"""Reading a sharded store: shard and minishard indices cached by shard generation, batched
-lookups, retries when a shard is replaced mid-read, and listing from the indices alone.
+"""Reading a sharded store: shard and minishard indices in the generation-tied index cache,
+batched lookups, the retry policy for shards replaced mid-read, and listing from the indices.
 
 A batch of keys costs one read per shard index, one per group of nearby minishard indices and
-one per group of nearby chunks, all issued together. The cache is bounded by bytes and every
-entry is tied to the generation of the file it was read from, so a shard replaced under an open
-store is read again rather than at stale offsets.
+one per group of nearby chunks, all issued together. The cache (``storage/index_cache.py``) is
+bounded by bytes and every entry is tied to the generation of the file it was read from, so a
+shard replaced under an open store is read again rather than at stale offsets; a read that
+meets such a replacement midway runs again under the retry policy (``storage/retry.py``).
 """
 
 from __future__ import annotations
 
-import random
 import time
-from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -19,8 +18,11 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..compression import decode
-from ..errors import CorruptDataError, NgShardError
+from ..errors import CorruptDataError
+from ..limits import DEFAULT_CACHE_BYTES, DEFAULT_MAX_VALUE_BYTES, DEFAULT_READ_RETRIES
 from ..storage import ObjectInfo, Storage
+from ..storage.index_cache import IndexCache, changed_lately
+from ..storage.retry import RetryPolicy
 from ..threads import pmap
 from . import legacy
 from .format import (
@@ -30,19 +32,11 @@ from .format import (
     decode_shard_index,
 )
 from .spec import ShardingSpec
-from .update import TRAILER_SIZE, indices_end, live_bytes, trailer_garbage
+from .trailer import TRAILER_SIZE, indices_end, live_bytes, trailer_garbage
 
-DEFAULT_CACHE_BYTES = 256 << 20
-#: The largest value a gzip-encoded chunk may inflate to, unless the store is told otherwise.
-DEFAULT_MAX_VALUE_BYTES = 256 << 20
+# Threads pay off on minishard indices only past this many bytes; on small ones the GIL
+# makes them cost.
 _PARALLEL_DECODE_BYTES = 2 << 20
-#: How many times one read may find a shard replaced under it before giving up (a writer
-#: committing to that shard without pause); retries back off, with jitter.
-DEFAULT_READ_RETRIES = 10
-_BACKOFF_FIRST, _BACKOFF_MAX = 0.001, 0.2  # seconds
-# Shards changed less than this many seconds ago may keep their generation through a change
-# on filesystems with coarse timestamps: their shard index is read again to confirm them.
-COARSE_TIMES = 2.0
 R = TypeVar("R")
 
 
@@ -55,7 +49,6 @@ class ShardState:
     generation: Any
     ranges: np.ndarray  # (num_minishards, 2) absolute [start, end) of each minishard index
     minishards: dict[int, MinishardIndex] = field(default_factory=dict)
-    nbytes: int = 0
     # Where the bytes after the shard index live: the shard file itself, or for the obsolete
     # two-file variant the <shard>.data file, which starts at the end of the shard index.
     data_name: str = ""
@@ -66,7 +59,6 @@ class ShardState:
     garbage: int = 0
     end: int = 0
     tail_known: bool = True  # False: a dead append's tail may follow (see ShardReader.settle)
-    recent: bool = False  # changed within the timestamp resolution: confirm before trusting
 
     def __post_init__(self) -> None:
         if not self.data_name:
@@ -82,53 +74,48 @@ class ShardState:
         return sum(len(i.keys) for i in self.minishards.values())
 
 
-class StaleShard(Exception):
-    """A shard file changed between reading its index and reading through it."""
-
-
 class ShardReader:
-    """Reads of the shards of one store, with the index cache. Not thread-safe."""
+    """Reads of the shards of one store, with the index cache. Not thread-safe.
+
+    ``retry``: the retry policy to share (the readers a listing runs on threads share their
+    store's); by default one of ``read_retries``."""
 
     def __init__(self, storage: Storage, spec: ShardingSpec,
                  cache_bytes: int = DEFAULT_CACHE_BYTES,
                  max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
-                 read_retries: int = DEFAULT_READ_RETRIES) -> None:
-        self.storage, self.spec, self.cache_bytes = storage, spec, cache_bytes
-        self.max_value_bytes, self.read_retries = max_value_bytes, read_retries
-        self._cache: OrderedDict[str, ShardState] = OrderedDict()
-        self._cached_bytes = 0
+                 read_retries: int = DEFAULT_READ_RETRIES, *,
+                 retry: RetryPolicy | None = None) -> None:
+        self.storage, self.spec, self.max_value_bytes = storage, spec, max_value_bytes
+        #: The shard states (indices) by shard file name.
+        self.cache: IndexCache[ShardState] = IndexCache(cache_bytes)
+        #: How reads that meet a shard replaced under them run again.
+        self.retry = retry if retry is not None else RetryPolicy(read_retries)
         self._names: dict[int, str] = {}  # shard number -> file name, for single-key reads
 
     @property
     def cached_bytes(self) -> int:
         """Bytes of shard and minishard indices held in the cache (at most ``cache_bytes``,
         beyond the shard in use)."""
-        return self._cached_bytes
+        return self.cache.nbytes
 
     @property
     def cached_shards(self) -> int:
         """Number of shards whose indices are cached."""
-        return len(self._cache)
+        return len(self.cache)
 
     def forget(self, name: str | None = None) -> None:
         """Drop one shard's cached indices (all, with no name)."""
-        if name is None:
-            self._cache.clear()
-            self._cached_bytes = 0
-            return
-        old = self._cache.pop(name, None)
-        if old is not None:
-            self._cached_bytes -= old.nbytes
+        self.cache.forget(name)
 
-    def _account(self, shard: ShardState, nbytes: int) -> None:
-        shard.nbytes += nbytes
-        self._cached_bytes += nbytes
-        while self._cached_bytes > self.cache_bytes and len(self._cache) > 1:
-            name = next(iter(self._cache))
-            if name == shard.name:
-                self._cache.move_to_end(name)
-                name = next(iter(self._cache))
-            self.forget(name)
+    def stats(self) -> dict[str, int]:
+        """The index cache's figures (:meth:`IndexCache.stats`) and the retry counts
+        (:meth:`RetryPolicy.stats`) since the reader was made."""
+        return {**self.cache.stats(), **self.retry.stats()}
+
+    def retrying(self, fn: Callable[..., R], *args: Any) -> R:
+        """``fn(*args)`` under the retry policy: run again after each shard found replaced
+        under it (see :meth:`RetryPolicy.run`)."""
+        return self.retry.run(fn, *args)
 
     def _stats(self, names: list[str]) -> list[tuple[ObjectInfo, ObjectInfo | None] | None]:
         """For each shard: (info, None) of its file, (index info, data info) of an obsolete
@@ -151,17 +138,15 @@ class ShardReader:
         todo = []
         now = time.time()
         for name, infos in zip(names, self._stats(names)):
-            cached = self._cache.get(name)
-            generation = infos and (infos[0].generation if infos[1] is None
-                                    else (infos[0].generation, infos[1].generation))
-            recent = infos is not None and any(
-                i is not None and i.modified is not None and now - i.modified < COARSE_TIMES
-                for i in infos)
             if infos is None:
-                self.forget(name)
+                self.cache.forget(name)
                 out[name] = None
-            elif cached is not None and cached.generation == generation and not recent:
-                self._cache.move_to_end(name)
+                continue
+            generation = infos[0].generation if infos[1] is None else \
+                (infos[0].generation, infos[1].generation)
+            recent = changed_lately(*infos, now=now)
+            cached = self.cache.get(name, generation, recent)
+            if cached is not None:
                 out[name] = cached
             else:
                 todo.append((name, infos, generation, recent))
@@ -183,16 +168,15 @@ class ShardReader:
         for index_name, (name, (info, data), generation, recent), (gen, chunks) in \
                 zip(index_names, todo, reads):
             if chunks is None or (gen is not None and gen != info.generation):
-                raise StaleShard(name)
+                raise self.cache.stale(name, self.storage.path(name))
             total = info.size + (data.size if data is not None else 0)
             if data is not None and info.size != size:
                 raise CorruptDataError(f"{self.storage.path(index_name)}: {info.size} bytes, "
                                        f"not the {size} of a shard index")
             ranges = decode_shard_index(chunks[0], self.spec.num_minishards, total,
                                         self.storage.path(index_name))
-            cached = self._cache.get(name)
-            self.forget(name)
-            shard = ShardState(name, total, generation, ranges, recent=recent)
+            cached = self.cache.peek(name)
+            shard = ShardState(name, total, generation, ranges)
             if cached is not None and cached.generation == generation and \
                     np.array_equal(cached.ranges, ranges):  # confirmed: keep what was decoded
                 shard.minishards, shard.garbage, shard.end, shard.tail_known = \
@@ -206,8 +190,9 @@ class ShardReader:
                     shard.garbage = recorded
                 else:  # only writers need to know: see settle
                     shard.tail_known = False
-            self._cache[name] = shard
-            self._account(shard, ranges.nbytes + sum(i.nbytes for i in shard.minishards.values()))
+            self.cache.put(name, shard, generation,
+                           ranges.nbytes + sum(i.nbytes for i in shard.minishards.values()),
+                           recent)
             out[name] = shard
         return out
 
@@ -274,47 +259,24 @@ class ShardReader:
                 shard.size, lambda i: f"{path} (minishard {missing[i]} index at offset "
                                       f"{int(shard.ranges[missing[i], 0])})")
 
-        # Threads pay off only on large indices; on small ones the GIL makes them cost.
         large = sum(len(c) for chunks in reads for c in chunks) > _PARALLEL_DECODE_BYTES
         jobs = zip(todo, reads)
         decoded = pmap(decode_job, jobs, min_items=2) if large else map(decode_job, jobs)
         for (shard, missing), indices in zip(todo, decoded):
             shard.minishards.update(zip(missing, indices))
-            self._account(shard, sum(index.nbytes for index in indices))
+            self.cache.grow(shard.name, shard, sum(index.nbytes for index in indices))
 
     def _check_read(self, shard: ShardState, ranges: np.ndarray, gen: Any,
                     chunks: list[bytes] | None) -> None:
-        """Raise StaleShard if the bytes were not read from the shard's cached generation, and
+        """Raise Stale if the bytes were not read from the shard's cached generation, and
         CorruptDataError if they were but the file ended early."""
         if chunks is None or (gen is not None and gen != shard.data_generation):
-            self.forget(shard.name)
-            raise StaleShard(shard.name)
+            raise self.cache.stale(shard.name, self.storage.path(shard.name))
         wanted = (ranges[:, 1] - ranges[:, 0]).tolist()
         if list(map(len, chunks)) != wanted:
             i = next(i for i, c in enumerate(chunks) if len(c) != wanted[i])
             raise CorruptDataError(f"{self.storage.path(shard.name)}: bytes [{int(ranges[i, 0])}, "
                                    f"{int(ranges[i, 1])}) lie past the end of the file")
-
-    def retrying(self, fn: Callable[..., R], *args: Any) -> R:
-        """Run a read, again after each shard found changed under it, backing off (jittered,
-        so readers beside a busy writer spread out); only a shard that changes more than
-        ``read_retries`` times during one read makes it give up."""
-        stale: Counter[str] | None = None
-        while True:
-            try:
-                return fn(*args)
-            except StaleShard as e:
-                name = str(e)
-                self.forget(name)
-                stale = stale or Counter()
-                stale[name] += 1
-                if stale[name] > self.read_retries:
-                    raise NgShardError(f"{self.storage.path(name)}: changed "
-                                       f"{self.read_retries} times during one read (a writer "
-                                       f"commits to it without pause; read_retries= allows "
-                                       f"more)") from None
-                pause = min(_BACKOFF_MAX, _BACKOFF_FIRST * 2 ** stale[name])
-                time.sleep(random.uniform(pause / 2, pause))
 
     # --- lookups ---------------------------------------------------------------------------
 
@@ -376,7 +338,7 @@ class ShardReader:
     def get_many(self, keys: np.ndarray) -> dict[int, bytes | memoryview]:
         """Stored values of unique uint64 ``keys``, absent keys left out; values may be views
         into the batch's read buffers."""
-        return self.retrying(self._get_many, keys)
+        return self.retry.run(self._get_many, keys)
 
     def _find_one(self, key: int) -> tuple[ShardState, int, int] | None:
         """(shard, start, end) of one key's chunk, None if absent: the single-key fast path."""
@@ -385,9 +347,7 @@ class ShardReader:
             shard_num, self.spec.shard_filename(shard_num))
         # Where reads report the generation they saw (local files), a cached index is used
         # without a stat first: a hit is confirmed by the read of its data, a miss by a stat.
-        shard = self._cache.get(name) if self.storage.reads_report_generation else None
-        if shard is not None and shard.recent:  # its generation alone may not tell: stat it
-            shard = None
+        shard = self.cache.unchecked(name) if self.storage.reads_report_generation else None
         fresh = shard is None
         if fresh:
             shard = self.shards([name])[name]
@@ -401,7 +361,7 @@ class ShardReader:
         pos = int(index.keys.searchsorted(k))
         if pos == len(index.keys) or index.keys[pos] != k:
             if not fresh and self.shards([name])[name] is not shard:
-                raise StaleShard(name)
+                raise self.cache.stale(name, self.storage.path(name))
             return None
         start = int(index.starts[pos])
         return shard, start, start + int(index.sizes[pos])
@@ -424,10 +384,10 @@ class ShardReader:
 
     def get_one(self, key: int) -> bytes | None:
         """The stored value of one key (a checked int), None if absent."""
-        return self.retrying(self._get_one, key)
+        return self.retry.run(self._get_one, key)
 
     def contains(self, key: int) -> bool:
         """Whether one key (a checked int) is stored."""
         if self.storage.reads_report_generation:  # a cached hit must be confirmed by a stat
-            self.retrying(self.shards, [self.spec.shard_filename(self.spec.locate_one(key)[0])])
-        return self.retrying(self._find_one, key) is not None
+            self.retry.run(self.shards, [self.spec.shard_filename(self.spec.locate_one(key)[0])])
+        return self.retry.run(self._find_one, key) is not None

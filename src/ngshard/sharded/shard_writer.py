@@ -31,6 +31,7 @@ import numpy as np
 
 from .._arrays import uint_dtype
 from ..compression import encode
+from ..limits import DEFAULT_BUFFER_BYTES
 from ..progress import progress_bar
 from ..storage import ANY, SPILL_PREFIX, FileSlice, Storage, owner_tag, write_buffers
 from ..threads import bounded_map, pmap
@@ -39,9 +40,6 @@ from .format import Entries, assemble_shard, decode_all
 from .inputs import Values
 from .spec import ShardingSpec
 from .unindexed import UnindexedSizes, kept_unindexed
-
-#: Values :class:`ShardWriter` holds before it spills them by shard.
-DEFAULT_BUFFER_BYTES = 256 << 20
 
 
 class Laid(NamedTuple):

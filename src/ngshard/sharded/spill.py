@@ -24,6 +24,7 @@ import numpy as np
 
 from .._arrays import gather, member
 from ..compression import encode
+from ..limits import SPILL_COPY_BYTES
 from ..storage import SPILL_PREFIX, FileSlice, coalesce, owner_tag, write_buffers
 from ..threads import pmap
 from .changes import DELETED, ShardChanges, views
@@ -31,7 +32,6 @@ from .shard_writer import newest_in_index_order
 from .spec import ShardingSpec
 
 RECORD = np.dtype([("key", "<u8"), ("length", "<i8")])
-_WINDOW = 8 << 20  # bytes of values copied at a time when a shard's data is put in order
 
 
 class SpillFiles:
@@ -102,8 +102,8 @@ class SpillFiles:
             fd = out.fileno()
             os.lseek(fd, self.header, os.SEEK_SET)
             ends = np.cumsum(sizes)
-            cuts = np.unique(np.searchsorted(ends, np.arange(_WINDOW, total, _WINDOW),
-                                             side="right"))
+            step = SPILL_COPY_BYTES
+            cuts = np.unique(np.searchsorted(ends, np.arange(step, total, step), side="right"))
             for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), len(sizes)]):
                 data = _read_values(src.fileno(), offsets[a:b], sizes[a:b])
                 if encoding == "raw":

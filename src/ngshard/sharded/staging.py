@@ -22,6 +22,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from .._arrays import gather, member, uint_dtype
+from ..limits import KEY_BLOCK
 from .changes import DELETED, ShardChanges, last_wins
 from .inputs import Values
 from .spec import ShardingSpec
@@ -30,7 +31,6 @@ from .spill import SpillFiles
 # Memory per staged key counted against the limit: its key and length, and the sorting that
 # spilling does.
 KEY_BYTES = 48
-_HASH_BLOCK = 1 << 20
 # Values of at least this many bytes on average are worth a Python step each: a batch of them
 # is laid out in shard order, and they are copied one slice each between blocks.
 LARGE_VALUE = 4096
@@ -279,9 +279,9 @@ class Staging:
         spec = self.spec
         out = np.empty(len(keys), uint_dtype(1 << (spec.shard_bits + spec.minishard_bits)))
         shift = np.uint64(spec.minishard_bits)
-        for a in range(0, len(keys), _HASH_BLOCK):
-            shard, minishard = spec.locate(keys[a:a + _HASH_BLOCK])
-            out[a:a + _HASH_BLOCK] = (shard << shift) | minishard
+        for a in range(0, len(keys), KEY_BLOCK):
+            shard, minishard = spec.locate(keys[a:a + KEY_BLOCK])
+            out[a:a + KEY_BLOCK] = (shard << shift) | minishard
         return out
 
     def clear(self) -> None:

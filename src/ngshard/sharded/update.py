@@ -1,8 +1,8 @@
 """How an existing shard changes by an append, pure: from old indices plus changes, the bytes to
 append at the end of the old file (new chunk data, then the new indices of the touched
-minishards) and a new shard index to write over the old one. Old bytes are never overwritten,
-so any mix of old and new shard index entries is a valid shard. (A shard rewritten whole is
-``shard_writer.rewrite_shard``'s.)
+minishards, then the trailer of ``trailer.py``) and a new shard index to write over the old
+one. Old bytes are never overwritten, so any mix of old and new shard index entries is a valid
+shard. (A shard rewritten whole is ``shard_writer.rewrite_shard``'s.)
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import numpy as np
 from .._arrays import member
 from .format import Entries, MinishardIndex, encode_minishard_indices, encode_shard_index
 from .spec import ShardingSpec
+from .trailer import TRAILER_SIZE, trailer
 
 Buffer = bytes | memoryview
 
@@ -26,34 +27,6 @@ class Append(NamedTuple):
     tail: list[Buffer]
     index: bytes
     empty: bool  # no key is left: delete the file instead
-
-
-# Appends end with a trailer recording the file's unreferenced bytes, so deciding when to
-# compact needs no pass over every minishard index. Readers ignore it (the format allows
-# unused bytes); a file without one (every other writer, our compactions) has no garbage.
-TRAILER_MAGIC = b"ngsh-gc1"
-TRAILER_SIZE = 16
-
-
-def trailer(garbage: int) -> bytes:
-    """The trailer recording ``garbage`` unreferenced bytes (its own 16 included)."""
-    return TRAILER_MAGIC + garbage.to_bytes(8, "little")
-
-
-def trailer_garbage(tail: bytes | memoryview, file_size: int) -> int | None:
-    """Unreferenced bytes recorded by a trailer (16 bytes), None if they are no trailer."""
-    tail = bytes(tail)
-    if len(tail) != TRAILER_SIZE or not tail.startswith(TRAILER_MAGIC):
-        return None
-    garbage = int.from_bytes(tail[8:], "little")
-    return garbage if garbage <= file_size else None
-
-
-def indices_end(ranges: np.ndarray, index_end: int) -> int:
-    """Where the last minishard index ends: an append's trailer follows it directly, so a
-    shard whose file goes on past that trailer holds the tail of an append that died."""
-    used = ranges[ranges[:, 1] > ranges[:, 0]]
-    return max(index_end, int(used[:, 1].max())) if len(used) else index_end
 
 
 def append_update(spec: ShardingSpec, file_size: int, garbage: int, ranges: np.ndarray,
@@ -93,10 +66,3 @@ def append_update(spec: ShardingSpec, file_size: int, garbage: int, ranges: np.n
                   encode_shard_index(new_ranges, spec.num_minishards),
                   bool(empty_now.all()))
 
-
-def live_bytes(spec: ShardingSpec, ranges: np.ndarray,
-               indices: dict[int, MinishardIndex]) -> int:
-    """Bytes of a shard file that its indices reference: shard index, minishard indices, chunks.
-    The rest of the file is garbage left by append updates."""
-    return (spec.shard_index_size + int((ranges[:, 1] - ranges[:, 0]).sum())
-            + sum(int(idx.sizes.sum()) for idx in indices.values()))

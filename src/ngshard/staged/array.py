@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ..limits import DEFAULT_STAGED_BYTES
 from .changes import ChangesPlan
 from .copy import copy_from_chunks, copy_slices
 from .geometry import BASE, FULL
@@ -30,8 +31,6 @@ from .resize import ResizePlan
 from .slabmap import SlabMap
 from .source import ChunkSource
 from .transfer import OUT, VALUE, TransferPlan
-
-DEFAULT_STAGED_BYTES = 1 << 30
 
 
 def memory_order(value: np.ndarray) -> str | None:

@@ -6,11 +6,13 @@ and staged; the source's own commit writes them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from ..limits import CHUNK_BATCH, CHUNK_BATCH_BYTES
 from .geometry import Geometry
 
 
@@ -37,6 +39,13 @@ class ChunkSource:
     fill_value: Any = 0
     clipped_edges: bool = False
     empty: bool = False
+
+    @property
+    def batch(self) -> int:
+        """How many chunks a source fetches and decodes, or encodes and stages, together:
+        about ``CHUNK_BATCH_BYTES`` of decoded chunks, at least one, at most ``CHUNK_BATCH``."""
+        nbytes = math.prod(self.geometry.chunks) * np.dtype(self.dtype).itemsize
+        return max(1, min(CHUNK_BATCH, CHUNK_BATCH_BYTES // max(1, nbytes)))
 
     def read(self, positions: np.ndarray,
              consume: Callable[[int, np.ndarray | None], None]) -> None:

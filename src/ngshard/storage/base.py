@@ -14,13 +14,12 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..errors import ConflictError
+from ..limits import MAX_GAP
 from ..threads import pmap
 
 #: ``if_generation`` value that skips the generation check.
 ANY = object()
 
-# Ranges closer than this are read as one; reading a few unused KiB beats another request.
-MAX_GAP = 4096
 
 
 def changed_on_storage(path: str, since: str = "it was read") -> ConflictError:

@@ -14,12 +14,12 @@ from typing import Any
 import numpy as np
 
 from ..errors import CorruptDataError, StorageWriteError
+from ..limits import COPY_PIECE_BYTES, READ_PIECE_BYTES
 from ..threads import pmap
 from .base import ANY, FileSlice, ObjectInfo, Storage, changed_on_storage, coalesce, split_merged
 from .tempnames import temp_name
 
 _IOV_MAX = 1024
-_PIECE = 4 << 20  # large reads go in pieces of this size over threads
 
 
 def _pread_merged(fd: int, merged: np.ndarray) -> list[bytes | memoryview]:
@@ -27,11 +27,11 @@ def _pread_merged(fd: int, merged: np.ndarray) -> list[bytes | memoryview]:
     buffer per range, so page faults and copies run on every core. A blob comes back short
     where the file ends."""
     spans = merged.tolist()
-    if int((merged[:, 1] - merged[:, 0]).sum()) < 2 * _PIECE:
+    if int((merged[:, 1] - merged[:, 0]).sum()) < 2 * READ_PIECE_BYTES:
         return [os.pread(fd, e - s, s) for s, e in spans]
     bufs = [bytearray(e - s) for s, e in spans]
-    pieces = [(i, o, memoryview(bufs[i])[o:o + _PIECE])
-              for i, (s, e) in enumerate(spans) for o in range(0, e - s, _PIECE)]
+    pieces = [(i, o, memoryview(bufs[i])[o:o + READ_PIECE_BYTES])
+              for i, (s, e) in enumerate(spans) for o in range(0, e - s, READ_PIECE_BYTES)]
     got = pmap(lambda p: os.preadv(fd, [p[2]], spans[p[0]][0] + p[1]), pieces, min_items=2)
     ends = [len(b) for b in bufs]
     for (i, o, view), n in zip(pieces, got):
@@ -50,7 +50,7 @@ def _copy_slice(fd: int, part: FileSlice, offset: int | None) -> None:
                 n = os.copy_file_range(src.fileno(), fd, n, part.offset + done,
                                        None if offset is None else offset + done)
             except (AttributeError, OSError):  # no copy_file_range here: through memory
-                chunk = os.pread(src.fileno(), min(n, 64 << 20), part.offset + done)
+                chunk = os.pread(src.fileno(), min(n, COPY_PIECE_BYTES), part.offset + done)
                 n = os.write(fd, chunk) if offset is None else \
                     os.pwrite(fd, chunk, offset + done)
             if n == 0:

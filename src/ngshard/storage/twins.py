@@ -17,12 +17,9 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from ..compression import TWINS, compress_twin, decompress_twin, split_twin
+from ..limits import DEFAULT_MAX_VALUE_BYTES
 from ..threads import pmap
 from .base import Storage
-
-#: Most bytes a twin may decode to where its reader knows no tighter bound (the default
-#: limit of a sharded value too).
-DEFAULT_LIMIT = 256 << 20
 
 
 class Twins:
@@ -38,7 +35,7 @@ class Twins:
     """
 
     def __init__(self, storage: Storage, limit: int | None = None) -> None:
-        self.storage, self.limit = storage, limit or DEFAULT_LIMIT
+        self.storage, self.limit = storage, limit or DEFAULT_MAX_VALUE_BYTES
         self._last: str | None = None  # the suffix found last: tried first next time
 
     def read_many(self, names: Sequence[str]) -> list[bytes | None]:

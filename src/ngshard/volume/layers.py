@@ -13,6 +13,7 @@ from ..compression import twin_suffix
 from ..destination import claim
 from ..errors import NotFoundError, SpecError
 from ..kinds import IMAGE, SEGMENTATION, VOLUME, kind_of
+from ..limits import DEFAULT_VOLUME_SHARD_BYTES
 from ..sharded.infofile import INFO, read_info, write_info
 from ..sharded.spec import ShardingSpec
 from ..staged import DEFAULT_STAGED_BYTES
@@ -20,7 +21,7 @@ from ..storage import Storage, open_source, open_storage, require_family
 from ..types import Compress, Encoding, LayerType, VolumeMode
 from .encodings import SEGMENTATION_ENCODINGS, require_codec
 from .info import VolumeInfo, chunk_nbytes
-from .sharding import DEFAULT_SHARD_BYTES, auto_sharding
+from .sharding import auto_sharding
 from .spec_scale import select_scale
 from .volume import Volume
 
@@ -136,7 +137,7 @@ def create_volume(url: str | os.PathLike | Storage, *, dtype: Any, shape: Sequen
                   encoding: Encoding = "raw", resolution: Sequence[float] = (1, 1, 1),
                   voxel_offset: Sequence[int] = (0, 0, 0), num_channels: int | None = None,
                   sharding: None | str | ShardingSpec | dict = None,
-                  shard_bytes: int = DEFAULT_SHARD_BYTES,
+                  shard_bytes: int = DEFAULT_VOLUME_SHARD_BYTES,
                   compressed_segmentation_block_size: Sequence[int] = (8, 8, 8),
                   compress: Compress | None = None, progress: bool = False,
                   staged_bytes: int = DEFAULT_STAGED_BYTES, overwrite: bool = False) -> Volume:

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..limits import DEFAULT_VOLUME_SHARD_BYTES, MAX_MINISHARD_BITS
 from ..sharded.spec import ShardingSpec
 from .grid import ChunkGrid
 
-DEFAULT_SHARD_BYTES = 2 << 30
-_MAX_MINISHARD_BITS = 11  # a shard index of at most 32 KiB
-
 
 def auto_sharding(size: Sequence[int], chunk_size: Sequence[int], chunk_bytes: int,
-                  shard_bytes: int = DEFAULT_SHARD_BYTES, encoding: str = "raw") -> ShardingSpec:
+                  shard_bytes: int = DEFAULT_VOLUME_SHARD_BYTES, encoding: str = "raw"
+                  ) -> ShardingSpec:
     """Sharding for a scale: identity hash over compressed Morton codes, so every shard is a
     box of chunks holding at most ``shard_bytes`` uncompressed (the largest power of two of
     chunks that fits); minishards of 8 consecutive codes (a 2x2x2 block where the grid has
@@ -28,7 +27,7 @@ def auto_sharding(size: Sequence[int], chunk_size: Sequence[int], chunk_bytes: i
     total_bits = sum(grid.bits)
     chunks_per_shard = max(1, shard_bytes // max(1, chunk_bytes))
     per_shard = min(total_bits, chunks_per_shard.bit_length() - 1)
-    preshift = max(min(3, per_shard), per_shard - _MAX_MINISHARD_BITS)
+    preshift = max(min(3, per_shard), per_shard - MAX_MINISHARD_BITS)
     return ShardingSpec(hash="identity", preshift_bits=preshift,
                         minishard_bits=per_shard - preshift, shard_bits=total_bits - per_shard,
                         minishard_index_encoding="gzip",

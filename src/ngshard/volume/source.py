@@ -25,8 +25,6 @@ from .encodings import decode_chunk, encode_chunk
 from .grid import ChunkGrid
 from .info import Scale, VolumeInfo
 
-BATCH = 256  # chunks fetched and decoded, or encoded and staged, together
-
 
 class ScaleChunks(ChunkSource):
     """The chunks of ``scale`` of the volume at ``storage``, through ``store``."""
@@ -52,8 +50,9 @@ class ScaleChunks(ChunkSource):
         self.store.with_grid(self.grid)
 
     def _bar(self, n: int, desc: str):
-        return progress_bar(range(0, n, BATCH), desc=desc, unit="batch", total=-(-n // BATCH),
-                            enabled=self.progress and n > BATCH)
+        batch = self.batch
+        return progress_bar(range(0, n, batch), desc=desc, unit="batch",
+                            total=-(-n // batch), enabled=self.progress and n > batch)
 
     # --- chunks ----------------------------------------------------------------------------
 
@@ -61,9 +60,9 @@ class ScaleChunks(ChunkSource):
              consume: Callable[[int, np.ndarray | None], None]) -> None:
         extents = None  # decoded shapes, worked out once a chunk is present
         positions = positions[:, :3]
-        block = self.scale.compressed_segmentation_block_size
+        block, batch = self.scale.compressed_segmentation_block_size, self.batch
         for first in self._bar(len(positions), "reading chunks"):
-            part = positions[first:first + BATCH]
+            part = positions[first:first + batch]
             blobs = self.store.get(part)
             present = [i for i, blob in enumerate(blobs) if blob is not None]
             if len(present) < len(blobs) and getattr(self._reads, "strict", False):
@@ -112,14 +111,14 @@ class ScaleChunks(ChunkSource):
             # raw chunks of stable Fortran-ordered memory (slabs being dropped) go as views
             return encode_chunk(chunk, self.scale.encoding, block_size=block, copy=not stable)
 
-        done, blobs = 0, []
+        done, blobs, batch = 0, [], self.batch
         for first in self._bar(len(positions), "writing chunks"):
-            blobs += pmap(one, chunks[first:first + BATCH], min_items=2)
+            blobs += pmap(one, chunks[first:first + batch], min_items=2)
             # stable raw chunks are views: staged all at once, the store lays them out in
             # the order its commit writes them (one run per shard, written without a copy)
-            if not stable or first + BATCH >= len(positions):
-                self.store.put(positions[done:first + BATCH], blobs)
-                done, blobs = first + BATCH, []
+            if not stable or first + batch >= len(positions):
+                self.store.put(positions[done:first + batch], blobs)
+                done, blobs = first + batch, []
 
     def delete(self, positions: np.ndarray) -> None:
         self.store.delete(positions[:, :3])

@@ -21,6 +21,7 @@ import numpy as np
 
 from ..chunkgrid import EncodedChunks
 from ..errors import ReadOnlyError, SpecError
+from ..limits import CHUNK_SLACK, CHUNK_SLACK_BYTES
 from ..sharded import ShardedKV
 from ..staged import DEFAULT_STAGED_BYTES, ChangesPlan, StagedChangesArray, normalize
 from ..storage import Storage
@@ -85,7 +86,7 @@ class Volume:
 
     def _max_chunk_bytes(self, scale: Scale) -> int:
         raw = chunk_nbytes(scale.chunk_size, self.info.num_channels, self.dtype)
-        return raw if scale.encoding == "raw" else 4 * raw + (64 << 10)
+        return raw if scale.encoding == "raw" else CHUNK_SLACK * raw + CHUNK_SLACK_BYTES
 
     def max_chunk_bytes(self) -> int:
         """The most bytes one encoded chunk can take: a gzip-wrapped chunk inflating past it

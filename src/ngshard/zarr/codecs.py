@@ -18,10 +18,7 @@ import numpy as np
 
 from ..compression import gzip_compress, gzip_decompress, zstd_compress, zstd_decompress
 from ..errors import CorruptDataError, MissingDependencyError, SpecError
-
-# A compressor whose output size cannot be known (one after another) may inflate to this
-# multiple of the chunk's raw size, plus a little: anything past it is a bomb.
-SLACK, SLACK_BYTES = 4, 1 << 20
+from ..limits import CHUNK_SLACK, CHUNK_SLACK_BYTES
 
 
 class Codec:
@@ -283,7 +280,7 @@ class CodecPipeline:
             known = sizes[-1] is not None and hasattr(codec, "encoded_size")
             sizes.append(codec.encoded_size(sizes[-1]) if known else None)
         for codec, expected in zip(reversed(self.bytes_codecs), reversed(sizes[:-1])):
-            limit = expected if expected is not None else SLACK * raw + SLACK_BYTES
+            limit = expected if expected is not None else CHUNK_SLACK * raw + CHUNK_SLACK_BYTES
             data = codec.decode(data, where, limit)
         chunk = self.array_bytes.decode(data, inner, dtype, fill, where)
         for codec in reversed(self.array):

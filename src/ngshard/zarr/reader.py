@@ -1,33 +1,28 @@
 """Reading a zarr array's stored chunks: encoded granules (inner chunks of a sharded array, or
 chunk objects) by grid position, in batches, and the positions present.
 
-A batch reads each shard index it needs once, through a cache tied to the shard's generation
-(so a replaced shard is never read at stale offsets), then only the inner chunks' byte
-ranges, coalesced by the storage, every shard's requests issued together. A shard replaced
-between its index and its data is read again.
+A batch reads each shard index it needs once, through the generation-tied index cache of
+``storage/index_cache.py`` (so a replaced shard is never read at stale offsets), then only the
+inner chunks' byte ranges, coalesced by the storage, every shard's requests issued together.
+A shard replaced between its index and its data is read again under the retry policy of
+``storage/retry.py``: the precomputed reader's cache rules and retries, and its ChangedError.
 """
 
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Hashable
-from typing import Any, TypeVar
+from collections.abc import Hashable
 
 import numpy as np
 
 from ..errors import CorruptDataError
-from ..sharded.reader import COARSE_TIMES, DEFAULT_READ_RETRIES, StaleShard
+from ..limits import DEFAULT_CACHE_BYTES
 from ..storage import Storage
+from ..storage.index_cache import IndexCache, changed_lately
+from ..storage.retry import RetryPolicy
 from ..threads import pmap
 from .metadata import ArrayMetadata
 from .shard_index import ShardIndex
-
-DEFAULT_CACHE_BYTES = 64 << 20
-# the precomputed reader's rules: as many tries, the same coarse-timestamp window (an index
-# of a shard changed within it is read again rather than trusted), the same signal
-READ_RETRIES = DEFAULT_READ_RETRIES
-R = TypeVar("R")
 
 
 class ChunkReader:
@@ -36,9 +31,11 @@ class ChunkReader:
 
     def __init__(self, storage: Storage, meta: ArrayMetadata,
                  cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
-        self.storage, self.meta, self.cache_bytes = storage, meta, cache_bytes
-        self._cache: OrderedDict[str, tuple[Hashable, ShardIndex]] = OrderedDict()
-        self._cached_bytes = 0
+        self.storage, self.meta = storage, meta
+        #: Shard indices by shard object name.
+        self.cache: IndexCache[ShardIndex] = IndexCache(cache_bytes)
+        #: How reads that meet a shard replaced under them run again.
+        self.retry = RetryPolicy()
 
     # --- names ------------------------------------------------------------------------------
 
@@ -62,18 +59,12 @@ class ChunkReader:
 
     def forget(self, name: str | None = None) -> None:
         """Drop one shard's cached index (all, with no name)."""
-        if name is None:
-            self._cache.clear()
-            self._cached_bytes = 0
-        elif name in self._cache:
-            self._cached_bytes -= self._cache.pop(name)[1].nbytes
+        self.cache.forget(name)
 
-    def _remember(self, name: str, generation: Hashable, index: ShardIndex) -> None:
-        self.forget(name)
-        self._cache[name] = (generation, index)
-        self._cached_bytes += index.nbytes
-        while self._cached_bytes > self.cache_bytes and len(self._cache) > 1:
-            self.forget(next(iter(self._cache)))
+    def stats(self) -> dict[str, int]:
+        """The index cache's figures and the retry counts since the reader was made (as
+        ``ShardedKV.reader.stats()``)."""
+        return {**self.cache.stats(), **self.retry.stats()}
 
     def indices(self, names: list[str]) -> list[tuple[Hashable, ShardIndex] | None]:
         """(generation, index) of each named shard, None where there is no shard; every
@@ -83,15 +74,15 @@ class ChunkReader:
         out: list = [None] * len(names)
         todo = []
         now = time.time()
+        recent = [False] * len(names)
         for i, (name, info) in enumerate(zip(names, infos)):
             if info is None:
-                self.forget(name)
+                self.cache.forget(name)
                 continue
-            cached = self._cache.get(name)
-            recent = info.modified is not None and now - info.modified < COARSE_TIMES
-            if cached is not None and cached[0] == info.generation and not recent:
-                self._cache.move_to_end(name)
-                out[i] = cached
+            recent[i] = changed_lately(info, now=now)
+            cached = self.cache.get(name, info.generation, recent[i])
+            if cached is not None:
+                out[i] = (info.generation, cached)
                 continue
             if info.size < sharding.index_nbytes:
                 raise CorruptDataError(f"{self.storage.path(name)}: {info.size} bytes, "
@@ -103,9 +94,9 @@ class ChunkReader:
         for i, (generation, chunks) in zip(todo, reads):
             info = infos[i]
             if chunks is None or (generation is not None and generation != info.generation):
-                raise StaleShard(names[i])
+                raise self.cache.stale(names[i], self.storage.path(names[i]))
             index = sharding.decode_index(chunks[0], info.size, self.storage.path(names[i]))
-            self._remember(names[i], info.generation, index)
+            self.cache.put(names[i], index, info.generation, index.nbytes, recent[i])
             out[i] = (info.generation, index)
         return out
 
@@ -116,21 +107,7 @@ class ChunkReader:
         positions = np.asarray(positions, np.int64).reshape(-1, len(self.meta.shape))
         if self.meta.sharding is None:
             return self.storage.read_many(self.meta.key_encoding.keys(positions))
-        return self._retrying(self._get_sharded, positions)
-
-    def _retrying(self, read: Callable[..., R], *args: Any) -> R:
-        """``read(*args)``, again (backing off) after each shard found changed under it;
-        CorruptDataError if it is still changing after READ_RETRIES reads."""
-        for attempt in range(READ_RETRIES):
-            if attempt:
-                time.sleep(0.001 * 2 ** (attempt - 1))
-            try:
-                return read(*args)
-            except StaleShard as e:
-                stale = str(e)
-                self.forget(stale)
-        raise CorruptDataError(f"{self.storage.path(stale)}: changed under every one of "
-                               f"{READ_RETRIES} reads")
+        return self.retry.run(self._get_sharded, positions)
 
     def _get_sharded(self, positions: np.ndarray) -> list[bytes | memoryview | None]:
         shard_pos, ids = self.shard_of(positions)
@@ -151,18 +128,17 @@ class ChunkReader:
                 plans.append((rows[present].tolist(), found[0], ranges))
         for (name, _), (rows, generation, ranges), (read_gen, chunks) in zip(
                 requests, plans, self.storage.read_ranges(requests)):
-            if chunks is None or (read_gen is not None and read_gen != generation):
-                raise StaleShard(name)
             sizes = (ranges[:, 1] - ranges[:, 0]).tolist()
-            if any(len(c) != n for c, n in zip(chunks, sizes)):
-                raise StaleShard(name)  # shorter than its index said: the file changed
+            if chunks is None or (read_gen is not None and read_gen != generation) or \
+                    any(len(c) != n for c, n in zip(chunks, sizes)):  # shorter: it changed
+                raise self.cache.stale(name, self.storage.path(name))
             for row, chunk in zip(rows, chunks):
                 out[row] = chunk
         return out
 
     def read_shard(self, name: str) -> tuple[Hashable, bytes] | None:
         """A whole shard (or chunk object) and its generation, None if absent."""
-        return self._retrying(self._read_whole, name)
+        return self.retry.run(self._read_whole, name)
 
     def _read_whole(self, name: str) -> tuple[Hashable, bytes] | None:
         info = self.storage.stat(name)
@@ -171,7 +147,7 @@ class ChunkReader:
         generation, data = self.storage.read_range(name, 0, info.size)
         if data is None or (generation is not None and generation != info.generation) \
                 or len(data) != info.size:
-            raise StaleShard(name)
+            raise self.cache.stale(name, self.storage.path(name))
         return info.generation, data
 
     # --- listing ----------------------------------------------------------------------------
@@ -205,7 +181,7 @@ class ChunkReader:
             keys = keys[((keys * cps) < grid).all(axis=1)]
             names = self.meta.key_encoding.keys(keys)
             parts = [np.zeros((0, ndim), np.int64)]
-            for shard, found in zip(keys, self._retrying(self.indices, names)):
+            for shard, found in zip(keys, self.retry.run(self.indices, names)):
                 if found is not None:
                     ids = np.flatnonzero(~found[1].empty)
                     parts.append(shard * cps + np.stack(np.unravel_index(ids, tuple(cps)), 1))

@@ -22,8 +22,6 @@ from .metadata import ArrayMetadata
 from .reader import ChunkReader
 from .writer import ChunkWriter
 
-BATCH = 1024  # granules fetched and decoded, or encoded and staged, together
-
 
 def memory_order(meta: ArrayMetadata) -> str:
     """"F" where the granule's codecs begin by reversing its axes, else "C"."""
@@ -55,14 +53,15 @@ class ZarrChunks(ChunkSource):
         return self.reader.meta
 
     def _bar(self, n: int, desc: str):
-        return progress_bar(range(0, n, BATCH), desc=desc, unit="batch", total=-(-n // BATCH),
-                            enabled=self.progress and n > BATCH)
+        batch = self.batch
+        return progress_bar(range(0, n, batch), desc=desc, unit="batch",
+                            total=-(-n // batch), enabled=self.progress and n > batch)
 
     def read(self, positions: np.ndarray,
              consume: Callable[[int, np.ndarray | None], None]) -> None:
-        meta, codecs = self.meta, self.meta.chunk_codecs
+        meta, codecs, batch = self.meta, self.meta.chunk_codecs, self.batch
         for first in self._bar(len(positions), "reading chunks"):
-            part = positions[first:first + BATCH]
+            part = positions[first:first + batch]
             blobs = self.writer.get(part)  # what was written back before the commit too
             present = [i for i, blob in enumerate(blobs) if blob is not None]
             for i in (i for i, blob in enumerate(blobs) if blob is None):
@@ -89,10 +88,11 @@ class ZarrChunks(ChunkSource):
 
     def write(self, positions: np.ndarray, chunks: Sequence[np.ndarray], *,
               stable: bool = False) -> None:
+        batch = self.batch
         for first in self._bar(len(positions), "writing chunks"):
-            blobs = pmap(lambda c: self.encode(c, not stable), chunks[first:first + BATCH],
+            blobs = pmap(lambda c: self.encode(c, not stable), chunks[first:first + batch],
                          min_items=2)
-            part = positions[first:first + BATCH]
+            part = positions[first:first + batch]
             gone = np.array([b is None for b in blobs], bool)
             self.writer.delete(part[gone])
             self.writer.put(part[~gone], [b for b in blobs if b is not None])

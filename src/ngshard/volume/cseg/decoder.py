@@ -8,12 +8,12 @@ import math
 import numpy as np
 
 from ...errors import CorruptDataError
+from ...limits import CSEG_SLAB_VOXELS
 from .scratch import scratch
 
 _VALID_BITS = np.zeros(256, bool)
 _VALID_BITS[[0, 1, 2, 4, 8, 16, 32]] = True
 _MASKS = np.array([(1 << b) - 1 for b in range(33)], np.uint64)
-_SLAB = 1 << 20  # voxels per step of the numpy decoder
 
 
 def decode(data: bytes | memoryview, shape: tuple[int, ...], dt: np.dtype,
@@ -171,7 +171,7 @@ def _decode_voxels(words, start, xyz, bs, grid, table, bits, values, table_size,
     bxy = xs // bx + grid[0] * (ys // by)
     lxy = xs % bx + bx * (ys % by)
     out = np.empty(xyz, dt, order="F")
-    step = max(1, _SLAB // (x * y))
+    step = max(1, CSEG_SLAB_VOXELS // (x * y))
     for z0 in range(0, z, step):
         zs = np.arange(z0, min(z, z0 + step))[None, None, :]
         blk = bxy + grid[0] * grid[1] * (zs // bz)

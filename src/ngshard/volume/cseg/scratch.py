@@ -7,7 +7,8 @@ import threading
 
 import numpy as np
 
-_SCRATCH_MAX = 16 << 20  # bytes of one reused per-thread buffer
+from ...limits import CSEG_SCRATCH_BYTES
+
 _local = threading.local()
 
 
@@ -16,7 +17,7 @@ def scratch(slot: str, shape: tuple[int, ...], dtype) -> np.ndarray:
     for every large temporary costs a page fault per 4 KiB, a third of the encoding time.
     Only for temporaries: nothing returned may live in one."""
     n = math.prod(shape) * np.dtype(dtype).itemsize
-    if n > _SCRATCH_MAX:
+    if n > CSEG_SCRATCH_BYTES:
         return np.empty(shape, dtype)
     buf = getattr(_local, slot, None)
     if buf is None or len(buf) < n:

@@ -1,0 +1,168 @@
+"""The budgets of ngshard, in one place: every bound on memory, request size, batch, time,
+retry and hostile input that the package tunes, each with one value and one line on what it
+bounds and why that value.
+
+``DEFAULT_*`` names are the defaults of public parameters (``cache_bytes=``,
+``staged_bytes=``, ``buffer_bytes=``, ``shard_bytes=``, ...) that a caller may change per call;
+the other names are fixed bounds. Modules import them from here (their old homes re-export
+them by import, so ``ngshard.staged.DEFAULT_STAGED_BYTES`` and the like still work).
+
+Not here: format sizes and magic numbers (they are facts, kept with their format), crossover
+points of one algorithm (when threads or a vectorized path pay off, measured for that code and
+kept beside it), and the number of worker threads (``threads.WORKERS``, from the machine).
+This module imports nothing: everything may import it.
+"""
+
+from __future__ import annotations
+
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+
+# --- reads and the index cache -------------------------------------------------------------
+
+#: Bytes of decoded shard indices one open store or array keeps (an index of ~1 MiB per
+#: shard of a large volume: a few hundred shards stay warm without the process growing much).
+DEFAULT_CACHE_BYTES = 256 * MiB
+#: Most bytes one stored value (or file twin) decodes to when nothing tighter is known: past
+#: it a gzip value is taken for a bomb rather than exhausting memory.
+DEFAULT_MAX_VALUE_BYTES = 256 * MiB
+#: Most bytes one minishard index may inflate to (a million keys in one minishard); past it
+#: the index is taken for a gzip bomb.
+MAX_MINISHARD_INDEX_BYTES = 256 * MiB
+#: Ranges of one object closer than this are read as one: a few unused KiB cost less than
+#: another request.
+MAX_GAP = 4 * KiB
+#: Large local reads go in pieces of this size over threads (page faults on every core).
+READ_PIECE_BYTES = 4 * MiB
+#: Most shard names probed (one stat each, in one batch) on storage that cannot list:
+#: shard_bits up to 12.
+MAX_PROBED_SHARDS = 4096
+#: Seconds within which a file on a filesystem with coarse timestamps may change again
+#: without a new generation (whole seconds on some, plus clock skew): read it again.
+COARSE_TIMES = 2.0
+
+# --- retries (storage/retry.py) ------------------------------------------------------------
+
+#: Times one object may be found changed under one read before the read gives up (a writer
+#: committing to it without pause); with the backoff below that is about a second.
+DEFAULT_READ_RETRIES = 10
+#: First and longest pause between tries, seconds (doubling, jittered): the first retry is
+#: almost immediate, a busy writer is not hammered.
+BACKOFF_FIRST, BACKOFF_MAX = 0.001, 0.2
+#: Seconds all the tries of one operation may take: a read that cannot finish within a
+#: minute of retries is reported rather than hanging a viewer or a task.
+RETRY_SECONDS = 60.0
+
+# --- staging and writing -------------------------------------------------------------------
+
+#: Memory of the changes an open store or staged array holds before spilling or writing
+#: back: large enough that whole shards commit at once, small beside a worker's RAM.
+DEFAULT_STAGED_BYTES = 1 * GiB
+#: Memory of the values a bulk writer (write_kv, meshes, skeletons, annotations) holds
+#: before it spills them by shard: spilling is cheap (a local spill file becomes the shard).
+DEFAULT_BUFFER_BYTES = 192 * MiB
+#: Keys hashed, located or checked per vectorized step: bounds the temporaries to a few
+#: tens of MiB whatever the number of keys.
+KEY_BLOCK = 1 << 20
+#: Pairs taken from an iterable per batch: at most this many, about this many bytes of
+#: values, and a first batch this small until the values' size is known.
+PAIR_BATCH, PAIR_BATCH_BYTES, PAIR_BATCH_FIRST = 1 << 16, 16 * MiB, 64
+#: Shards (or keys) whose indices a commit plan reads at once: remote stores ask for them
+#: together, memory holds only that many shards' changes.
+PLAN_GROUP_SHARDS, PLAN_GROUP_KEYS = 64, 1 << 16
+#: Values read per batch when iterating over a store's items.
+ITEMS_BATCH = 1 << 14
+#: Bytes of values copied at a time when a spilled shard's data is put in order.
+SPILL_COPY_BYTES = 8 * MiB
+#: Bytes moved per step of a vectorized gather of many small values (a cache-sized window).
+GATHER_BYTES = 4 * MiB
+#: Bytes of a local file copied at a time where copy_file_range is missing.
+COPY_PIECE_BYTES = 64 * MiB
+#: Output bytes inflated per step of a decompression (its limit checked in between).
+INFLATE_PIECE_BYTES = 8 * MiB
+#: Compressed input read per step of a streamed decompression.
+STREAM_STEP_BYTES = 64 * KiB
+
+# --- chunks, layers, conversion ------------------------------------------------------------
+
+#: Chunks (zarr granules) fetched and decoded, or encoded and staged, per batch: at most
+#: this many (Python work per chunk) and about this many decoded bytes (256 chunks of 64^3
+#: uint8: enough to fill the threads and coalesce reads; few large chunks fit in memory).
+CHUNK_BATCH, CHUNK_BATCH_BYTES = 1024, 64 * MiB
+#: An encoded chunk (or a codec's output of unknown size) may take this multiple of the
+#: chunk's raw size plus these bytes (tables and headers of tiny chunks); past it: a bomb.
+CHUNK_SLACK, CHUNK_SLACK_BYTES = 4, 1 * MiB
+#: Segment ids written per batch as files of their own (unsharded layers).
+UNSHARDED_BATCH = 4096
+#: Skeletons encoded per batch, and encoded before "auto" sharding is chosen from their size.
+SKELETON_BATCH = 1024
+#: Segments meshed and Draco-encoded per batch (their fragments spread over every core).
+MESH_BATCH = 64
+#: Rows per step of the mesh batch's in-place passes.
+MESH_ROWS = 1 << 16
+#: Encoded values gzipped per run on a worker while the next run is encoded.
+GZIP_RUN_BYTES = 8 * MiB
+#: Bytes of annotations encoded per batch before they are streamed into the store.
+ANNOTATION_BATCH_BYTES = 8 * MiB
+#: Most annotations per spatial cell by default (a chunk of ~100 KiB of points).
+DEFAULT_ANNOTATIONS_PER_CELL = 5000
+#: Annotation spatial index: an annotation meeting more cells of the next level than this
+#: stays in the current one (a large box among small cells); levels at most.
+MAX_CELLS, MAX_LEVELS = 64, 24
+#: A query touching more cells of one level lists the level's stored cells instead.
+MAX_QUERY_CELLS = 1 << 16
+#: Bytes of one compressed_segmentation scratch buffer a thread reuses; larger ones are fresh.
+CSEG_SCRATCH_BYTES = 16 * MiB
+#: Voxels per step of the numpy compressed_segmentation decoder.
+CSEG_SLAB_VOXELS = 1 << 20
+#: Draco guard: declared faces (or vertices) per byte of a fragment decoded in this process,
+#: plus a little for tiny fragments; the address space a child may add for the outliers.
+DRACO_RATIO, DRACO_SLACK, DRACO_ISOLATED_BYTES = 16, 4096, 1 * GiB
+#: Uncompressed bytes of one volume shard under "auto" sharding (igneous aims at 3.5 GB;
+#: a conversion task holds one shard's chunks at a time).
+DEFAULT_VOLUME_SHARD_BYTES = 2 * GiB
+#: Encoded bytes of one segment-layer shard under "auto" sharding (meshes, skeletons).
+DEFAULT_SEGMENT_SHARD_BYTES = 1 * GiB
+#: Minishards per shard at most: the shard index readers fetch whole stays at most 32 KiB.
+MAX_MINISHARD_BITS = 11
+#: Segment layers' "auto" sharding: ids per minishard (a ~1.5 KiB minishard index), ids per
+#: shard at most (several shards to build in parallel), the count assumed for an iterator.
+IDS_PER_MINISHARD, MAX_IDS_PER_SHARD, UNKNOWN_COUNT = 64, 1 << 14, 1 << 20
+#: Values smaller than this on average (single annotations) are stored raw by "auto".
+SMALL_VALUE = 128
+#: Uncompressed bytes of one conversion task's output (a shard, a box of chunk files).
+DEFAULT_TASK_BYTES = 128 * MiB
+#: Voxel bytes a conversion task reads from its source at a time.
+SLAB_BYTES = 64 * MiB
+
+# --- hostile input -------------------------------------------------------------------------
+
+#: JSON nesting deeper than any real info holds: deeper is hostile and would exhaust the stack.
+MAX_JSON_DEPTH = 100
+#: An info file past this size is not a layer's (the server does not read it whole).
+MAX_INFO_BYTES = 16 * MiB
+
+# --- the server ----------------------------------------------------------------------------
+
+#: Most connections served at once; more are answered 503 and closed.
+MAX_CONNECTIONS = 256
+#: Seconds a connection may stay idle between requests.
+IDLE_TIMEOUT = 60.0
+#: Seconds a client has to deliver a whole request head once it has begun.
+HEAD_TIMEOUT = 20.0
+#: Largest request body read (and discarded); larger ones are refused with 413.
+MAX_BODY = 64 * KiB
+#: Longest request target (path and query) accepted; longer ones get 414.
+MAX_TARGET = 8 * KiB
+#: Longest request head (request line and header fields) accepted; longer ones get 431.
+MAX_HEAD = 32 * KiB
+#: Most header fields in one request; more get 431.
+MAX_FIELDS = 100
+#: Response bodies up to this size go with the head in one call; larger ones stream in
+#: pieces of SERVE_PIECE_BYTES.
+SMALL_BODY, SERVE_PIECE_BYTES = 256 * KiB, 1 * MiB
+#: Seconds, and bytes of input, a closing connection drains before it closes.
+LINGER_SECONDS, LINGER_BYTES = 2.0, 1 * MiB
+#: Folder levels below the served root searched for layers, and folders looked at in all.
+LAYER_SEARCH_DEPTH, MAX_FOLDERS = 3, 200
+#: Layers put in the viewer's state at most (a tree of hundreds would be unreadable).
+MAX_LAYERS = 16
