@@ -10,8 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from .array import StagedZarrArray, ZarrArray, create_array, open_array
+from .handle import ArrayHandle
 
-__all__ = ["PrecomputedStore", "StagedZarrArray", "ZarrArray", "create_array", "open_array"]
+__all__ = ["ArrayHandle", "PrecomputedStore", "StagedZarrArray", "ZarrArray", "create_array",
+           "open_array"]
 
 
 def __getattr__(name: str) -> Any:
