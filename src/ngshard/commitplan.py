@@ -12,6 +12,7 @@ sharded store, unencoded by its data encoding; gzip only shrinks them), indices 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,6 +81,16 @@ class CommitPlan:
     then: tuple[str, ...] = ()
     changes: Any = field(default=None, repr=False, compare=False)
     staged_version: int = field(default=-1, repr=False)  # of the changes it was made for
+
+    @classmethod
+    def files(cls, url: str, sizes: Mapping[str, int | None], unit: str = "file"
+              ) -> CommitPlan:
+        """The plan of writing files whole (``{name: bytes}``) and deleting others (``{name:
+        None}``), in name order."""
+        return cls(url, "", tuple(
+            ShardPlan(name, -1, "write", sets=1, keys_after=1, write_bytes=size)
+            if size is not None else ShardPlan(name, -1, "delete", deletes=1)
+            for name, size in sorted(sizes.items())), unit=unit)
 
     @property
     def write_bytes(self) -> int:

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..commitplan import CommitPlan, ShardPlan
+from ..commitplan import CommitPlan
 from .geometry import Geometry
 
 
@@ -120,13 +120,10 @@ class MemoryChunks(ChunkSource):
         self._staged.update(dict.fromkeys(map(tuple, positions.tolist())))
 
     def plan(self, positions, nbytes) -> CommitPlan:
-        sizes = {key: None if chunk is None else chunk.nbytes
+        sizes = {str(key): None if chunk is None else chunk.nbytes
                  for key, chunk in self._staged.items()}
-        sizes.update(dict.fromkeys(map(tuple, positions.tolist()), nbytes))
-        return CommitPlan("memory", "", tuple(
-            ShardPlan(str(key), -1, "write", sets=1, write_bytes=size) if size is not None
-            else ShardPlan(str(key), -1, "delete", deletes=1)
-            for key, size in sorted(sizes.items())), unit="chunk")
+        sizes.update(dict.fromkeys(map(str, map(tuple, positions.tolist())), nbytes))
+        return CommitPlan.files("memory", sizes, unit="chunk")
 
     def commit(self) -> None:
         for key, chunk in self._staged.items():

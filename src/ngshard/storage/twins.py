@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from ..commitplan import CommitPlan, ShardPlan
+from ..commitplan import CommitPlan
 from ..compression import TWINS, compress_twin, decompress_twin, split_twin, twin_suffix
 from ..errors import ReadOnlyError
 from ..threads import pmap
@@ -129,7 +129,6 @@ class Twins:
         """Whether a twin was read from this store."""
         return self._last is not None
 
-
     # --- writing ------------------------------------------------------------------------------
 
     def put_many(self, items: Iterable[tuple[str, bytes | memoryview]]) -> None:
@@ -163,14 +162,8 @@ class Twins:
     def plan(self, names: Iterable[str] = (), nbytes: int = 0) -> CommitPlan:
         """What :meth:`commit` would do, with files ``names`` (about ``nbytes`` each) staged
         too: one entry per file written or deleted, in name order."""
-        pending = dict.fromkeys(names, nbytes)
-        sizes = {**{n: None if b is None else len(b) for n, b in self.staged.items()},
-                 **pending}
-        return CommitPlan(self.storage.url, "", tuple(
-            ShardPlan(n + self.suffix, -1, "write", sets=1, keys_after=1, write_bytes=size)
-            if size is not None else ShardPlan(n, -1, "delete", deletes=1)
-            for n, size in sorted(sizes.items())), unit="file")
-
+        sizes = {n: None if b is None else len(b) for n, b in self.staged.items()}
+        return CommitPlan.files(self.storage.url, {**sizes, **dict.fromkeys(names, nbytes)})
 
 def plain_names(names: Iterable[str]) -> list[str]:
     """The plain names of stored file names (twin suffixes removed), sorted, once each."""

@@ -35,13 +35,8 @@ class ScaleStore(ChunkStore):
     def __init__(self, grid: ChunkGrid, dtype: np.dtype, encoding: str) -> None:
         self.grid, self.dtype, self.encoding = grid, np.dtype(dtype), encoding
 
-    @property
-    def shape(self) -> tuple[int, int, int]:
-        return self.grid.size
-
-    @property
-    def chunks(self) -> tuple[int, int, int]:
-        return self.grid.chunk_size
+    shape = property(lambda self: self.grid.size, doc="The scale's size (x, y, z).")
+    chunks = property(lambda self: self.grid.chunk_size, doc="The chunk size (x, y, z).")
 
     def resize(self, shape: Sequence[int]) -> None:
         self.grid = ChunkGrid(tuple(shape), self.grid.chunk_size, self.grid.voxel_offset)

@@ -155,14 +155,9 @@ class ScaleHandle:
         return (f"ScaleHandle({self.storage.url!r}, scale={self.scale.key!r}, "
                 f"mode={self.mode!r})")
 
-    @property
-    def url(self) -> str:
-        return self.storage.url
-
-    @property
-    def grid(self) -> ChunkGrid:
-        """The chunk grid (of the size a staged resize gave the scale)."""
-        return self.store.grid
+    url = property(lambda self: self.storage.url, doc="The layer's URL.")
+    grid = property(lambda self: self.store.grid,
+                    doc="The chunk grid (of the size a staged resize gave the scale).")
 
     def max_chunk_bytes(self) -> int:
         """The most bytes one encoded chunk can take: a gzip-wrapped chunk inflating past it

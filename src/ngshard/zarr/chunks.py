@@ -125,11 +125,9 @@ class ZarrChunkStore(ChunkStore):
 
         if meta.sharding is None:
             names = meta.key_encoding.keys(list(staged))
-            return CommitPlan(storage.url, "", tuple(sorted(
-                (ShardPlan(n, -1, "write", sets=1, keys_after=1, write_bytes=size(b))
-                 if b is not None else ShardPlan(n, -1, "delete", deletes=1)
-                 for n, b in zip(names, staged.values())), key=lambda p: p.name)),
-                unit="chunk")
+            return CommitPlan.files(storage.url, {
+                n: None if b is None else size(b) for n, b in zip(names, staged.values())},
+                unit="chunk object")
         shards = self._shards(staged)
         names = meta.key_encoding.keys([s for s, _ in shards])
         grid = tuple(-(-g // c) for g, c in zip(meta.grid, meta.sharding.chunks_per_shard))
