@@ -200,7 +200,9 @@ class ZarrArray:
         """The encoded granules by grid position: the one
         :class:`~ngshard.chunkstore.ChunkStore` this array reads and writes through, for
         moving granules between formats without decoding them. Puts there are staged until
-        its ``commit()``, or the next assignment, writes them with the assigned values."""
+        its ``commit()``, or the next assignment, writes them with the assigned values (an
+        array just created reads as the fill value until its first commit: it reads nothing
+        stored before then)."""
         return self.handle.store
 
     def chunk_positions(self) -> np.ndarray:

@@ -100,7 +100,7 @@ class ZarrChunkStore(ChunkStore):
     def _shards(self, staged: Staged) -> list[tuple[tuple[int, ...], dict[int, Any]]]:
         """Granules by shard: (shard position, {inner id: blob or None}), in C order."""
         keys = list(staged)
-        positions = np.array(keys, np.int64).reshape(len(keys), -1)
+        positions = np.array(keys, np.int64).reshape(len(keys), len(self.shape))
         shard_pos, ids = self.reader.shard_of(positions)
         groups: dict[tuple[int, ...], dict[int, Any]] = {}
         for key, shard, i in zip(keys, map(tuple, shard_pos.tolist()), ids.tolist()):
