@@ -207,7 +207,8 @@ class Volume:
         :class:`~ngshard.chunkstore.ChunkStore` this volume reads and writes through, for
         moving chunks between formats without decoding them. Chunks put there are staged with
         the volume's other changes and written by the same commit (an assignment staged
-        here, in voxels, to the same chunk wins over them)."""
+        here, in voxels, to the same chunk wins over them; a scale just created reads as 0
+        until its first commit: it reads nothing stored before then)."""
         return self.handle.store
 
     # --- writing -------------------------------------------------------------------------
