@@ -5,7 +5,8 @@ codec (the scale's encoding, Fortran order, edge chunks clipped).
 ``Volume`` is numpy indexing over a handle; conversion tasks, the Dask writer, the command
 line, the server and ``PrecomputedStore`` use handles directly. A handle pickles as its URL,
 scale and mode: the copy reopens the scale (nothing staged travels), so a task that carries
-one stays a few hundred bytes.
+one stays a few hundred bytes. A copy of one opened "r+" is a writer too: one writer per
+sharded scale at a time (conversion tasks open theirs "r" and write whole shards).
 """
 
 from __future__ import annotations
