@@ -35,6 +35,9 @@ if TYPE_CHECKING:
     import dask.dataframe as dd
     import pandas as pd
 
+    from .volume.grid import ChunkGrid
+    from .volume.handle import ScaleCodec
+
 _SEQ_BITS = 40  # positions within a partition; the partition number goes above them
 _ANNOTATED = {"key": "u8", "value": object, "_shard": "i8", "_seq": "i8"}
 _WRITTEN = {"shard": object, "keys": "i8", "bytes": "i8"}
@@ -223,27 +226,23 @@ def write_chunks(url: str | os.PathLike | Storage, collection: Any, *, scale: in
     ValueError
         A chunk whose shape is not its place's in the grid.
     """
-    vol = open_volume(url, scale)
-    if vol.scale.sharding is None:
-        raise SpecError(f"{vol.storage.url}: scale {vol.scale.key} is not sharded; write its "
-                        f"chunks with open_volume(..., mode='r+')")
-    layout = (vol.scale.size, vol.scale.chunk_size, vol.scale.encoding, str(vol.dtype),
-              vol.info.num_channels, vol.scale.compressed_segmentation_block_size)
-    pairs = collection.map_partitions(_encode_chunks, layout)
-    write_kv(vol.storage.child(vol.scale.key), vol.scale.sharding, pairs,
-             npartitions=npartitions, info=False, durable=durable, overwrite=True)
-    return open_volume(vol.storage, vol.scale.key)
+    from .volume.handle import ScaleHandle
+
+    handle = ScaleHandle.open(url, scale)
+    if handle.scale.sharding is None:
+        raise SpecError(f"{handle.storage.url}: scale {handle.scale.key} is not sharded; write "
+                        f"its chunks with open_volume(..., mode='r+')")
+    # the grid and the codec travel to the workers (small values: no info read there)
+    pairs = collection.map_partitions(_encode_chunks, handle.grid, handle.codec)
+    write_kv(handle.chunk_storage, handle.scale.sharding, pairs, npartitions=npartitions,
+             info=False, durable=durable, overwrite=True)
+    return open_volume(handle.storage, handle.scale.key)
 
 
-def _encode_chunks(items: list, layout: tuple) -> list[tuple[int, bytes]]:
+def _encode_chunks(items: list, grid: ChunkGrid, codec: ScaleCodec) -> list[tuple[int, bytes]]:
     """One bag partition of (position, chunk) as (Morton code, encoded chunk) pairs."""
-    from .volume.encodings import encode_chunk
-    from .volume.grid import ChunkGrid
-
-    size, chunk_size, encoding, dtype, channels, block = layout
     if not items:
         return []
-    grid = ChunkGrid(size, chunk_size)
     positions = np.array([p for p, _ in items], np.int64).reshape(-1, 3)
     codes = grid.morton(positions).tolist()
     starts, stops = grid.bounds(positions)
@@ -251,10 +250,9 @@ def _encode_chunks(items: list, layout: tuple) -> list[tuple[int, bytes]]:
     for code, (pos, chunk), lo, hi in zip(codes, items, starts.tolist(), stops.tolist()):
         chunk = np.asarray(chunk)
         chunk = chunk[..., None] if chunk.ndim == 3 else chunk
-        shape = (*(b - a for a, b in zip(lo, hi)), channels)
+        shape = (*(b - a for a, b in zip(lo, hi)), *codec.inner)
         if chunk.shape != shape:
             raise ValueError(f"chunk at grid position {tuple(pos)} has shape {chunk.shape}, "
                              f"not the {shape} of its place in the grid")
-        out.append((code, encode_chunk(chunk.astype(dtype, copy=False), encoding,
-                                       block_size=block)))
+        out.append((code, codec.encode(chunk.astype(codec.dtype, copy=False))))
     return out

@@ -27,7 +27,8 @@ from .layers.skeletons import write_skeletons
 from .sharded import ShardingSpec
 from .types import Encoding
 from .volume import create_volume
-from .volume.layers import scale_key, write_volume_info
+from .volume.handle import write_volume_info
+from .volume.layers import scale_key
 
 DEMO_SPEC = ShardingSpec(hash="murmurhash3_x86_128", preshift_bits=0, minishard_bits=4,
                          shard_bits=3, minishard_index_encoding="gzip", data_encoding="gzip")
@@ -297,7 +298,7 @@ def make_demo(path: str | os.PathLike, shape: tuple[int, int, int] = (256, 256, 
         extra = {MARKER: "sample data; `ngshard demo` replaces it"}
         if layer == SEGMENTATION:
             extra["skeletons"] = "skeletons"
-        vol.info = replace(vol.info, extra={**vol.info.extra, **extra})
+        vol.handle.info = replace(vol.info, extra={**vol.info.extra, **extra})
         write_volume_info(vol.storage, vol.info)
         with vol:
             vol[:] = data

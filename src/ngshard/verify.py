@@ -14,7 +14,8 @@ from .sharded.format import Entries, decode_all, decode_shard_index
 from .sharded.trailer import live_bytes
 from .threads import WORKERS, bounded_map
 from .volume import Volume
-from .volume.encodings import decode_chunk, require_codec
+from .volume.encodings import require_codec
+from .volume.handle import ScaleHandle
 
 
 @dataclass
@@ -139,7 +140,7 @@ def _read_shard(kv: ShardedKV, name: str) -> bytes | None:
     return data
 
 
-def verify_volume(vol: Volume, *, progress: bool = False) -> VerifyReport:
+def verify_volume(vol: Volume | ScaleHandle, *, progress: bool = False) -> VerifyReport:
     """Check one scale of a volume: its shards as :func:`verify_kv` does, that every stored
     chunk belongs to the grid, and that every chunk decodes to its clipped shape, and that
     no conversion into the layer left tasks of this scale undone (its resume records say
@@ -150,29 +151,29 @@ def verify_volume(vol: Volume, *, progress: bool = False) -> VerifyReport:
     scale's chunk files cannot be listed (an unsharded scale over HTTP without listings)."""
     from .convert.resume import unfinished
 
-    require_codec(vol.scale.encoding, writing=False)
-    left = unfinished(vol.storage, vol.scale.key)
-    chunks = vol.chunks
+    handle = vol.handle if isinstance(vol, Volume) else vol
+    require_codec(handle.scale.encoding, writing=False)
+    left = unfinished(handle.storage, handle.scale.key)
+    chunks = handle.store
     if chunks.kv is not None:
         report, codes = _verify_shards(chunks.kv, progress)
         report.keys = 0
-        inside = vol.grid.codes_in_grid(codes)
+        inside = handle.grid.codes_in_grid(codes)
         report.problems += [f"{chunks.kv.storage.url}: chunk {int(k)} lies outside the "
-                            f"{vol.grid.shape} chunk grid" for k in codes[~inside][:10]]
-        positions = vol.grid.unmorton(codes[inside])
+                            f"{handle.grid.shape} chunk grid" for k in codes[~inside][:10]]
+        positions = handle.grid.unmorton(codes[inside])
     else:
         report, found = VerifyReport(), []
         for name in chunks.storage.list():
             try:
-                found.append(vol.grid.parse_chunk_name(split_twin(name)[0]))
+                found.append(handle.grid.parse_chunk_name(split_twin(name)[0]))
             except NgShardError:
                 report.problems.append(f"{chunks.storage.path(name)}: not a chunk of the "
-                                       f"{vol.grid.shape} chunk grid")
+                                       f"{handle.grid.shape} chunk grid")
         # a chunk stored both plain and as a twin is read (as readers read it) once
         positions = np.unique(np.array(found, np.int64).reshape(-1, 3), axis=0)
-    starts, stops = vol.grid.bounds(positions)
-    shapes = [(*s, vol.info.num_channels) for s in (stops - starts).tolist()]
-    block = vol.scale.compressed_segmentation_block_size
+    starts, stops = handle.grid.bounds(positions)
+    shapes = [(*s, handle.info.num_channels) for s in (stops - starts).tolist()]
     batches = range(0, len(positions), 256)
     for first in progress_bar(batches, desc="decoding", unit="batch", enabled=progress):
         batch = positions[first:first + 256]
@@ -186,8 +187,7 @@ def verify_volume(vol: Volume, *, progress: bool = False) -> VerifyReport:
             if blob is None:
                 continue
             try:
-                decode_chunk(blob, vol.scale.encoding, shapes[i], vol.dtype, block_size=block,
-                             where=chunks.where(positions[i].tolist()))
+                handle.codec.decode(blob, shapes[i], chunks.where(positions[i].tolist()))
                 report.keys += 1
             except NgShardError as e:
                 report.problems.append(str(e))

@@ -178,7 +178,7 @@ def test_compaction_rewrites_only_the_shards_with_garbage(tmp_path):
     assert len(generations) == 4
     kv = ngshard.open_kv(path, mode="r+", unindexed=unindexed_sizes, strategy="append",
                          compact_ratio=None)
-    assert kv.compact().shards == []
+    assert kv.compact().shards == ()
     assert _generations(path) == generations
     del kv[6]
     kv.commit()
@@ -199,7 +199,7 @@ def test_compacting_igneous_shards_keeps_their_fragments(tmp_path):
     before = _all(ngshard.open(path))
     kv = ngshard.open_kv(path, mode="r+", unindexed=unindexed_sizes, strategy="append",
                          compact_ratio=None)
-    assert kv.compact().shards == []  # igneous leaves no garbage
+    assert kv.compact().shards == ()  # igneous leaves no garbage
     del kv[11]
     kv.commit()
     assert len(kv.compact().shards) == 1

@@ -130,7 +130,7 @@ def test_a_dead_appends_tail_is_counted_and_cut_off(tmp_path, committed_trailer)
     (stat,) = kv.stats()
     assert round(stat["garbage"] * stat["bytes"]) >= len(dead)
     plan = ngshard.open_kv(tmp_path, mode="r+", compact_ratio=None).plan  # nothing staged
-    assert plan().shards == []
+    assert plan().shards == ()
     with ngshard.open_kv(tmp_path, mode="r+", strategy="append", compact_ratio=None) as kv:
         kv[1] = b"x"
     items[1] = b"x"

@@ -254,13 +254,13 @@ class VolumeMachine(ModelMachine):
         self.staged = InCoordinates(self.vol)
         self.budget = self.vol.array.staged_bytes
         self.model = np.zeros((*size, channels), self.dtype)
-        self.spills, spill = 0, self.vol.chunks.spill
+        self.spills, spill = 0, self.vol.encoded().spill
 
         def counted_spill():  # called after staged slabs go back to the store
             self.spills += 1
             spill()
 
-        self.vol.chunks.spill = counted_spill
+        self.vol.encoded().spill = counted_spill
         if data.draw(st.booleans()):
             first = np.random.default_rng(1).integers(0, 9, self.model.shape).astype(self.dtype)
             self.vol[...] = first

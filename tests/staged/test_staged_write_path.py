@@ -109,18 +109,18 @@ def test_volume_slices_committed_through_stable_views_read_back_exactly(tmp_path
     vol = create_volume(tmp_path, dtype="uint8", shape=shape, chunk_size=(8, 8, 8),
                         sharding=spec)
     puts = collections.Counter()
-    original = vol.chunks.put
+    original = vol.encoded().put
 
     def counted(positions, chunks):
         puts["calls"] += 1
         puts["chunks"] += len(positions)
         return original(positions, chunks)
 
-    vol.chunks.put = counted
+    vol.encoded().put = counted
     for z in range(shape[2]):
         vol[:, :, z] = data[:, :, z]
     vol.commit()
-    assert isinstance(vol.chunks, ShardedChunks)
+    assert isinstance(vol.encoded(), ShardedChunks)
     assert puts == {"calls": 1, "chunks": 12 * 10 * 3}  # > one batch of 256, one put
     np.testing.assert_array_equal(open_volume(tmp_path)[...], data)
     theirs = ts.open({"driver": "neuroglancer_precomputed",

@@ -134,7 +134,7 @@ def test_twins_cost_three_batched_reads_at_most(tmp_path, http_server):
     make(http_server.root / "v", "zstd")
     vol = ngshard.open_volume(f"{http_server.base}/v")
     calls = []
-    storage = vol.chunks.storage
+    storage = vol.encoded().storage
     original = storage.read_many
     storage.read_many = lambda names: calls.append(list(names)) or original(names)
     np.testing.assert_array_equal(np.asarray(vol), DATA)
@@ -146,7 +146,7 @@ def test_twins_cost_three_batched_reads_at_most(tmp_path, http_server):
         os.remove(http_server.root / "v" / "1_1_1" / name)
     http_server.requests.clear()
     vol = ngshard.open_volume(f"{http_server.base}/v")
-    storage = vol.chunks.storage
+    storage = vol.encoded().storage
     original = storage.read_many
     storage.read_many = lambda names: calls.append(list(names)) or original(names)
     calls.clear()

@@ -1,4 +1,4 @@
-"""A precomputed scale as EncodedChunks: (x, y, z) grid, channels inside the chunk, the
+"""A precomputed scale's chunk store (vol.encoded()): (x, y, z) grid, channels inside the chunk, the
 encoding token of raw scales, encoded chunks got, put and listed, sharded or not."""
 
 from __future__ import annotations

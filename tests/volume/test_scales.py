@@ -45,9 +45,9 @@ def test_add_scale_on_a_sparse_volume_touches_only_what_the_data_reaches(
 
     # the one coarse chunk the data reaches, and nothing else: no all-zero chunks stored
     expected = lo // f // CHUNK
-    np.testing.assert_array_equal(coarse.chunks.list_positions(), [expected])
+    np.testing.assert_array_equal(coarse.encoded().list_positions(), [expected])
     reopened = open_volume(tmp_path, 1)
-    np.testing.assert_array_equal(reopened.chunks.list_positions(), [expected])
+    np.testing.assert_array_equal(reopened.encoded().list_positions(), [expected])
     assert traffic["put"] == {coarse.grid.shape: 1}
     # reads: at most the fine chunks under that coarse chunk (8 for 2x2x2, 4 for 2x2x1), not
     # the 8,192 of the grid
@@ -73,5 +73,5 @@ def test_add_scale_on_a_sparse_volume_touches_only_what_the_data_reaches(
     coarse = open_volume(tmp_path).add_scale(factor)
     assert sum(traffic["put"].values()) <= 1
     assert sum(traffic["get"].values()) <= int(np.prod(f))
-    assert len(coarse.chunks.list_positions()) <= 1  # zeroed in place, or removed
+    assert len(coarse.encoded().list_positions()) <= 1  # zeroed in place, or removed
     assert not open_volume(tmp_path, 1)[window].any()

@@ -12,7 +12,7 @@ from peers import PEER_TIMEOUT
 
 import ngshard
 import ngshard.progress
-from ngshard.volume import VolumeInfo, create_volume, open_volume
+from ngshard.volume import ScaleHandle, VolumeInfo, create_volume, open_volume
 from ngshard.volume.downsample import downsample_mode
 
 IDENTITY = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "identity", "preshift_bits": 1,
@@ -133,8 +133,9 @@ def test_several_scales_by_index_and_key(tmp_path):
     coarse = dict(info["scales"][0], key="coarse", size=[19, 11, 6], resolution=[8, 8, 80])
     info["scales"].append(coarse)
     (tmp_path / "info").write_text(json.dumps(info))
-    with ngshard.volume.Volume(ngshard.storage.open_storage(str(tmp_path)),
-                               VolumeInfo.from_json(info), "coarse", "r+") as vol:
+    handle = ScaleHandle(ngshard.storage.open_storage(str(tmp_path)),
+                         VolumeInfo.from_json(info), "coarse", "r+")
+    with ngshard.volume.Volume(handle) as vol:
         vol[:] = 3
     assert open_volume(tmp_path, 1).shape == (19, 11, 6, 1)
     assert (open_volume(tmp_path, "coarse")[:] == 3).all()

@@ -51,7 +51,7 @@ def test_z_slices_read_each_chunk_once_and_encode_it_once(tmp_path, traffic, enc
     assert not traffic["put"]  # nothing encoded before the commit
     np.testing.assert_array_equal(vol[...], data)
     plan = str(vol.plan())
-    assert plan.startswith("ChangesPlan<encode 18 chunks") and "create" in plan
+    assert "encode 18 chunks" in plan and "create" in plan
     vol.commit()
     assert traffic["put"] == dict.fromkeys(grid, 1)
     assert [name for name in os.listdir(tmp_path / "1_1_1") if name.endswith(".shard")]
@@ -168,7 +168,7 @@ def test_staged_chunks_stay_within_the_budget_and_spill(tmp_path, traffic, monke
     vol = create_volume(tmp_path, dtype="uint8", shape=data.shape, chunk_size=(16, 16, 16),
                         sharding=IDENTITY, staged_bytes=8 * chunk)
     peak = []
-    original = vol.chunks.spill
+    original = vol.encoded().spill
 
     def spill():
         peak.append(vol.array.nbytes_staged)
@@ -177,7 +177,7 @@ def test_staged_chunks_stay_within_the_budget_and_spill(tmp_path, traffic, monke
         original()
 
     spills: list = []
-    monkeypatch.setattr(vol.chunks, "spill", spill)
+    monkeypatch.setattr(vol.encoded(), "spill", spill)
     for z in range(64):  # 16 chunks per slice layer, twice the budget
         vol[:, :, z] = data[:, :, z]
         assert vol.array.nbytes_staged <= 8 * chunk

@@ -16,7 +16,8 @@ from ..progress import progress_bar
 from ..sharded import ShardedKV
 from ..sharded.spec import check_key
 from ..verify import verify_kv, verify_volume
-from ..volume import Bounds, Volume
+from ..volume import Bounds
+from ..volume.handle import ScaleHandle
 from .layers import cmd_get_layer, cmd_info_layer, typed_layer
 from .targets import emit, progress_wanted, require_present, scale_indices, targets, volume_at
 from .zarr_info import cmd_info_zarr, is_zarr
@@ -116,7 +117,7 @@ def cmd_info(args: argparse.Namespace) -> None:
             target = found.get(storage.child(s.key).url)
             if target is not None:
                 describe_store(target.kv, indent="  ", progress=progress)
-                shard = target.volume.grid.shard_shape(s.sharding)
+                shard = target.handle.grid.shard_shape(s.sharding)
                 print(f"  {'shard box':<13}"
                       f"{'not a box (hashed)' if shard is None else f'{shard} chunks'}")
             else:
@@ -143,14 +144,14 @@ def cmd_ls(args: argparse.Namespace) -> None:
     found = targets(args)
     progress = progress_wanted(args)
     for target in found:
-        if target.volume is None:
+        if target.handle is None:
             require_present(target)
         if len(found) > 1:
             print(f"# {target.label}")
         # shard by shard (a few shards' indices in memory); --sort needs every key at once
         shards = [target.kv.keys_array()] if args.sort else \
             target.kv.iter_keys(arrays=True, progress=progress)
-        grid = target.volume.grid if args.chunks and target.volume is not None else None
+        grid = target.handle.grid if args.chunks and target.handle is not None else None
         for keys in shards:
             if args.sort:
                 keys.sort()
@@ -255,7 +256,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         ok = True
         for i in scale_indices(args, info, writing=False):
             try:
-                report = verify_volume(Volume(storage, info, i), progress=progress)
+                report = verify_volume(ScaleHandle(storage, info, i), progress=progress)
             except UnlistableError as e:  # never OK about what could not be seen
                 print(f"scale {info.scales[i].key}: not verified: {e}")
                 ok = False

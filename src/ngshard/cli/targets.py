@@ -16,16 +16,17 @@ from ..sharded import ShardedKV, open_kv
 from ..sharded.infofile import read_info
 from ..storage import Storage
 from ..types import Mode, Strategy
-from ..volume import Volume, VolumeInfo
+from ..volume import VolumeInfo
+from ..volume.handle import ScaleHandle
 
 
 @dataclass
 class Target:
-    """One store a command works on; ``volume`` is set for a volume scale."""
+    """One store a command works on; ``handle`` is set for a volume scale."""
 
     label: str
     kv: ShardedKV
-    volume: Volume | None = None
+    handle: ScaleHandle | None = None
 
 
 def progress_wanted(args: argparse.Namespace) -> bool:
@@ -90,8 +91,8 @@ def targets(args: argparse.Namespace, mode: Mode = "r", *, every_scale: bool = F
                     raise SpecError(f"{args.url}: scale {scale.key} is unsharded (one file per "
                                     f"chunk): there is no sharded store to work on")
                 continue
-            vol = Volume(storage, info, i, "r" if mode == "r" else "r+")
-            out.append(Target(f"{storage.path(scale.key)}", vol.chunks.kv, vol))
+            handle = ScaleHandle(storage, info, i, "r" if mode == "r" else "r+")
+            out.append(Target(f"{storage.path(scale.key)}", handle.store.kv, handle))
         if not out:
             raise SpecError(f"{args.url}: a volume with no sharded scale (one file per chunk)")
         return out

@@ -16,11 +16,16 @@ def is_zarr(storage: Storage) -> bool:
     return any(storage.stat(name) is not None for name in _METADATA)
 
 
-def _array_doc(arr) -> dict:
-    fill = arr.fill_value.item() if hasattr(arr.fill_value, "item") else arr.fill_value
-    return {"zarr_format": arr.zarr_format, "dtype": str(arr.dtype), "shape": arr.shape,
-            "dimension_names": arr.dimension_names, "chunks": arr.chunks,
-            "shards": arr.shards, "codecs": [c["name"] for c in arr.inner_codecs],
+def _array_doc(storage: Storage) -> dict:
+    """What the metadata of the array at ``storage`` says (its handle: nothing else read)."""
+    from ..zarr import ArrayHandle
+
+    meta = ArrayHandle.open(storage).meta
+    fill = meta.fill_value.item() if hasattr(meta.fill_value, "item") else meta.fill_value
+    return {"zarr_format": meta.zarr_format, "dtype": str(meta.dtype), "shape": meta.shape,
+            "dimension_names": meta.dimension_names, "chunks": meta.chunks,
+            "shards": meta.chunk_shape if meta.sharding else None,
+            "codecs": [c["name"] for c in meta.chunk_codecs.to_json()],
             "fill_value": fill if isinstance(fill, (int, float, bool)) else str(fill)}
 
 
@@ -37,12 +42,11 @@ def _array_rows(doc: dict) -> list[tuple[str, str]]:
 
 def cmd_info_zarr(args: argparse.Namespace, storage: Storage) -> None:
     """Describe the zarr array, or every level of the OME-Zarr group, at ``storage``."""
-    from ..zarr import open_array
     from ..zarr.ome import read_group
 
     group = read_group(storage)
     if group is None:
-        doc = _array_doc(open_array(storage))
+        doc = _array_doc(storage)
         if args.json:
             print(json.dumps({"url": storage.url, **doc}, indent=1))
             return
@@ -52,7 +56,7 @@ def cmd_info_zarr(args: argparse.Namespace, storage: Storage) -> None:
         return
     axes = ", ".join(f"{a.name} ({a.type or '?'}{', ' + a.unit if a.unit else ''})"
                      for a in group.axes)
-    levels = [(level, _array_doc(open_array(storage.child(level.path))))
+    levels = [(level, _array_doc(storage.child(level.path)))
               for level in group.levels]
     if args.json:
         print(json.dumps({"url": storage.url, "ome": group.version, "axes": axes, "levels": [

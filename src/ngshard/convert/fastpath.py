@@ -21,27 +21,31 @@ import numpy as np
 from ..compression import encode, gzip_decompress, zstd_decompress
 from ..errors import CorruptDataError
 from ..threads import pmap
+from ..volume.info import Scale
+from ..zarr.handle import ArrayHandle
 from .plan import Task
 from .sources import ZarrSource, open_scale, open_zarr
 from .to_precomputed import write_shard
 
 
-def eligible(array, roles: dict[str, int], scale, dtype: np.dtype) -> bool:
+def eligible(array: ArrayHandle, roles: dict[str, int], scale: Scale, dtype: np.dtype
+             ) -> bool:
     """Whether the chunks of ``array`` (axes per ``roles``) can be carried into ``scale``
     (a sharded raw scale of ``dtype``) as bytes."""
     if scale.sharding is None or scale.encoding != "raw" or "t" in roles:
         return False
+    meta = array.meta
     order = [roles[a] for a in ("c", "z", "y", "x") if a in roles]
-    if order != list(range(array.ndim)):  # (c,) z, y, x
+    if order != list(range(len(meta.shape))):  # (c,) z, y, x
         return False
-    if "c" in roles and array.chunks[0] != array.shape[0]:
+    if "c" in roles and meta.chunks[0] != meta.shape[0]:
         return False
-    if tuple(array.chunks[-3:][::-1]) != tuple(scale.chunk_size):
+    if tuple(meta.chunks[-3:][::-1]) != tuple(scale.chunk_size):
         return False
-    fill = np.asarray(array.fill_value if array.fill_value is not None else 0)
+    fill = np.asarray(meta.fill_value if meta.fill_value is not None else 0)
     if fill.size != 1 or fill.item() != 0:
         return False
-    token = array.encoded().encoding.split()
+    token = array.store.encoding.split()
     if len(token) != 3 or token[0] not in _INFLATE or token[1] != "C":
         return False
     stored = np.dtype(token[2])
@@ -61,16 +65,15 @@ def fill_fast(task: Task) -> dict:
     """Run a fast-path task: the chunks of the box [lo, hi) of a sharded raw scale carried
     from the zarr array of ``task.source``."""
     source: ZarrSource = task.source
-    vol = open_scale(task.url, task.scale)
-    grid, spec = vol.grid, vol.scale.sharding
-    array = open_zarr(source.url)
-    chunks = array.encoded()
+    scale = open_scale(task.url, task.scale)
+    grid, spec, dtype = scale.grid, scale.scale.sharding, scale.dtype
+    chunks = open_zarr(source.url).store
     compression = chunks.encoding.split()[0]
     inflate = _INFLATE[compression]
-    channels = vol.info.num_channels
+    channels = scale.info.num_channels
     cs = np.array(grid.chunk_size)
     whole = (*grid.chunk_size, channels)
-    expected = math.prod(whole) * vol.dtype.itemsize
+    expected = math.prod(whole) * dtype.itemsize
     positions = grid.positions_in(np.multiply(task.lo, cs), np.multiply(task.hi, cs))
     zpos = positions[:, ::-1]
     if "c" in source.role:
@@ -96,7 +99,7 @@ def fill_fast(task: Task) -> dict:
             raise CorruptDataError(f"{where}: decodes to {len(raw)} bytes, not {expected}")
         if not interior[i]:
             ex, ey, ez = extents[i]
-            cut = np.frombuffer(raw, vol.dtype).reshape(whole, order="F")[:ex, :ey, :ez]
+            cut = np.frombuffer(raw, dtype).reshape(whole, order="F")[:ex, :ey, :ez]
             if not cut.any():
                 return None
             raw = cut.tobytes(order="F")
@@ -105,7 +108,7 @@ def fill_fast(task: Task) -> dict:
     stored = pmap(carry, range(len(blobs)), min_items=2)
     keep = [i for i, b in enumerate(stored) if b is not None]
     keys = grid.morton(positions[keep]) if keep else np.zeros(0, np.uint64)
-    written = write_shard(vol.storage.child(vol.scale.key), spec, task.shard, keys,
+    written = write_shard(scale.chunk_storage, spec, task.shard, keys,
                           [stored[i] for i in keep])
     return {"chunks": len(keep), "bytes": written}
 

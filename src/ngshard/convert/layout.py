@@ -22,9 +22,11 @@ from ..limits import DEFAULT_TASK_BYTES
 from ..sharded.infofile import as_spec
 from ..storage import Storage, open_storage
 from ..volume.grid import ChunkGrid
+from ..volume.handle import read_volume_info, write_volume_info
 from ..volume.info import DATA_TYPES, Scale, VolumeInfo, chunk_nbytes
-from ..volume.layers import read_volume_info, scale_key, write_volume_info
+from ..volume.layers import scale_key
 from ..volume.sharding import auto_sharding
+from ..zarr.handle import ArrayHandle
 from ..zarr.ome import axis_roles, multiscales_05, read_group, to_nm
 from . import fastpath
 from .plan import Task, precomputed_tasks, task_box, zarr_tasks
@@ -55,14 +57,12 @@ class _Level:
 
 def _zarr_levels(src: str, axes: str | None) -> list[_Level]:
     """The arrays of a zarr source, finest first, with their axis roles and placement."""
-    from ..zarr import open_array
-
     ms = read_group(src)
     if ms is None:
-        array = open_array(src)
-        names = array.dimension_names if array.dimension_names and \
-            None not in array.dimension_names else None
-        return [_Level(src, axis_roles(array.ndim, names, axes, src), (1.0, 1.0, 1.0),
+        meta = ArrayHandle.open(src).meta
+        names = meta.dimension_names if meta.dimension_names and \
+            None not in meta.dimension_names else None
+        return [_Level(src, axis_roles(len(meta.shape), names, axes, src), (1.0, 1.0, 1.0),
                        (0, 0, 0))]
     roles = axis_roles(len(ms.axes), ms.axes, axes, src)
     levels = []
@@ -112,11 +112,10 @@ def zarr_to_precomputed(src: str, dst: str, *, scales=None, chunk_size=None, enc
                         sharding: Any = "auto", axes: str | None = None,
                         downsample: bool | int = False, task_bytes: int = DEFAULT_TASK_BYTES
                         ) -> Plan:
-    from ..zarr import open_array
-
     levels = _zarr_levels(src, axes)
     chosen = _pick(levels, scales, src)
-    first = open_array(levels[chosen[0]].url)
+    first_array = ArrayHandle.open(levels[chosen[0]].url)
+    first = first_array.meta
     dtype_name = _DTYPES.get(first.dtype.name, first.dtype.name)
     if dtype_name not in DATA_TYPES:
         raise SpecError(f"{src}: data type {first.dtype} has no precomputed equivalent "
@@ -138,8 +137,8 @@ def zarr_to_precomputed(src: str, dst: str, *, scales=None, chunk_size=None, enc
     scale_list, sources, used = [], [], set()
     for i in chosen:
         level = levels[i]
-        array = first if i == chosen[0] else open_array(level.url)
-        size = tuple(int(array.shape[level.roles[a]]) for a in "xyz")
+        array = first_array if i == chosen[0] else ArrayHandle.open(level.url)
+        size = tuple(int(array.meta.shape[level.roles[a]]) for a in "xyz")
         key = scale_key(level.resolution)
         key = key if key not in used else f"s{i}"
         used.add(key)
@@ -170,8 +169,8 @@ def zarr_to_precomputed(src: str, dst: str, *, scales=None, chunk_size=None, enc
     first_stage, fast = [], []
     for scale, (array, source) in zip(scale_list, sources):
         grid = ChunkGrid(scale.size, scale.chunk_size, scale.voxel_offset)
-        quick = array.dtype == dtype and fastpath.eligible(array, dict(source.roles), scale,
-                                                           dtype)
+        quick = array.meta.dtype == dtype and \
+            fastpath.eligible(array, dict(source.roles), scale, dtype)
         fast.append(quick)
         first_stage += precomputed_tasks(dst, scale.key, grid, scale.sharding, source,
                                          chunk_bytes, task_bytes, quick)

@@ -3,7 +3,9 @@ whether it comes from a zarr array in its own axis order, a precomputed scale, o
 precomputed scale downsampled on the fly.
 
 Sources are small picklable values (URLs and axis roles), so a task can travel to another
-process or a Dask worker; each process opens an array once (``_open_*``, cached).
+process or a Dask worker; each process opens an array's handle once (``open_*``, cached), and
+reads boxes of it through a staged array over the handle's chunk store and codec (``voxels``),
+never a Volume or ZarrArray.
 """
 
 from __future__ import annotations
@@ -14,23 +16,35 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import SpecError
-from ..types import VolumeMode
+from ..staged import StagedChangesArray
+from ..staged.stored import StoredChunks
+from ..volume.handle import ScaleHandle
+from ..zarr.handle import ArrayHandle
 
 
 @functools.lru_cache(maxsize=32)
-def open_zarr(url: str):
-    """The zarr array at ``url``, opened once per process."""
-    from ..zarr import open_array
-
-    return open_array(url)
+def open_zarr(url: str) -> ArrayHandle:
+    """The handle of the zarr array at ``url``, opened once per process."""
+    return ArrayHandle.open(url)
 
 
 @functools.lru_cache(maxsize=32)
-def open_scale(url: str, scale: str, mode: VolumeMode = "r"):
-    """A precomputed scale, opened once per process (mode "r")."""
-    from ..volume import open_volume
+def open_scale(url: str, scale: str) -> ScaleHandle:
+    """The handle of a precomputed scale, opened once per process for reading."""
+    return ScaleHandle.open(url, scale)
 
-    return open_volume(url, scale, mode)
+
+@functools.lru_cache(maxsize=32)
+def voxels(handle: ScaleHandle | ArrayHandle) -> StagedChangesArray:
+    """Numpy indexing (0-based) over the chunks of ``handle``, for reading boxes (absent
+    chunks read as the fill value); cached with the handle."""
+    return StagedChangesArray(StoredChunks(handle.store, handle.codec, handle))
+
+
+def forget_opened() -> None:
+    """Close what this process holds open (the arrays of another job may have changed)."""
+    for cached in (open_zarr, open_scale, voxels):
+        cached.cache_clear()
 
 
 @dataclass(frozen=True)
@@ -47,7 +61,7 @@ class ZarrSource:
         return dict(self.roles)
 
     def read(self, lo, hi) -> np.ndarray:
-        array = open_zarr(self.url)
+        array = voxels(open_zarr(self.url))
         role = self.role
         index: list = [slice(None)] * array.ndim
         for d, axis in enumerate("xyz"):
@@ -70,7 +84,8 @@ class PrecomputedSource:
     magnification = 1
 
     def read(self, lo, hi) -> np.ndarray:
-        return open_scale(self.url, self.scale).translate_to[0].read_box(lo, hi)
+        box = tuple(slice(int(a), int(b)) for a, b in zip(lo, hi))
+        return voxels(open_scale(self.url, self.scale))[box]
 
 
 @dataclass(frozen=True)

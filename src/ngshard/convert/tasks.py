@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from . import resume
 from .plan import Task
-from .sources import open_scale, open_zarr
+from .sources import forget_opened
 
 _job: str | None = None  # the job whose arrays this process holds open
 
@@ -16,8 +16,7 @@ def run_task(task: Task, root: str, job: str) -> tuple[str, dict]:
     what it wrote (``chunks``, ``bytes``)."""
     global _job
     if job != _job:  # arrays opened for another job may have changed since
-        open_zarr.cache_clear()
-        open_scale.cache_clear()
+        forget_opened()
         _job = job
     if task.kind == "zarr":
         from .to_zarr import fill_zarr as fill

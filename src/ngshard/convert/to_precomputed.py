@@ -18,23 +18,22 @@ from .sources import as_dtype, open_scale
 
 def store_chunks(task: Task, positions: np.ndarray, blobs: list) -> dict:
     """Store a task's encoded chunks (scale-encoded, not data-encoded yet)."""
-    vol = open_scale(task.url, task.scale)
-    spec = vol.scale.sharding
-    storage = vol.storage.child(vol.scale.key)
+    handle = open_scale(task.url, task.scale)
+    spec, storage = handle.scale.sharding, handle.chunk_storage
     if spec is None:
-        storage.write_many(list(zip(vol.grid.chunk_names(positions), blobs)))
+        storage.write_many(list(zip(handle.grid.chunk_names(positions), blobs)))
         return {"chunks": len(blobs), "bytes": sum(map(len, blobs))}
     if spec.data_encoding != "raw":
         blobs = pmap(lambda b: encode(b, spec.data_encoding), blobs, min_items=2)
-    keys = vol.grid.morton(positions) if len(positions) else np.zeros(0, np.uint64)
+    keys = handle.grid.morton(positions) if len(positions) else np.zeros(0, np.uint64)
     return {"chunks": len(blobs), "bytes": write_shard(storage, spec, task.shard, keys, blobs)}
 
 
 def fill(task: Task) -> dict:
     """Run a (decoding) precomputed task: the chunks of its box from its source."""
-    vol = open_scale(task.url, task.scale)
-    grid, scale = vol.grid, vol.scale
-    where = f"{vol.storage.path(scale.key)} ({task.name})"
+    handle = open_scale(task.url, task.scale)
+    grid, scale, dtype = handle.grid, handle.scale, handle.dtype
+    where = f"{handle.storage.path(scale.key)} ({task.name})"
 
     def encoded(data: np.ndarray, lo: np.ndarray, positions: np.ndarray):
         starts, stops = grid.bounds(positions)
@@ -51,22 +50,22 @@ def fill(task: Task) -> dict:
     if task.positions is not None:  # chunks scattered over the grid: one at a time
         for pos in task.positions:
             lo, hi = grid.bounds(pos[None])
-            data = as_dtype(task.source.read(lo[0], hi[0]), vol.dtype, where)
+            data = as_dtype(task.source.read(lo[0], hi[0]), dtype, where)
             p, b = encoded(data, lo[0], pos[None])
             found_pos.append(p)
             found += b
     else:
         lo, hi = np.array(task.lo), np.array(task.hi)
         cs = np.array(grid.chunk_size)
-        layer = int(np.prod((hi - lo)[:2] * cs[:2])) * int(cs[2]) * vol.info.num_channels * \
-            vol.dtype.itemsize * task.source.magnification
+        layer = int(np.prod((hi - lo)[:2] * cs[:2])) * int(cs[2]) * \
+            handle.info.num_channels * dtype.itemsize * task.source.magnification
         step = max(1, SLAB_BYTES // max(1, layer))
         for z in range(lo[2], hi[2], step):
             a, b = np.array([lo[0], lo[1], z]), np.array([hi[0], hi[1], min(z + step, hi[2])])
             v_lo = a * cs
             v_hi = np.minimum(b * cs, scale.size)
             positions = grid.positions_in(v_lo, v_hi)
-            data = as_dtype(task.source.read(v_lo, v_hi), vol.dtype, where)
+            data = as_dtype(task.source.read(v_lo, v_hi), dtype, where)
             p, blobs = encoded(data, v_lo, positions)
             found_pos.append(p)
             found += blobs

@@ -94,7 +94,8 @@ def open_layer(url: str | os.PathLike | dict | Storage, **kwargs: Any) -> Any:
         return _open_zarr(storage, **kwargs)
     kind = layer_kind(doc, storage)
     if kind == VOLUME:
-        from ..volume.layers import open_volume, read_volume_info
+        from ..volume.handle import read_volume_info
+        from ..volume.layers import open_volume
         from ..volume.spec_scale import select_scale
 
         scale = select_scale(read_volume_info(storage), source, kwargs.pop("scale", 0),

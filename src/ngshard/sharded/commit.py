@@ -9,13 +9,14 @@ from typing import Any
 
 import numpy as np
 
+from ..commitplan import CommitPlan, ShardPlan
 from ..errors import NgShardError
 from ..progress import progress_bar
 from ..storage import ANY, Storage, changed_on_storage
 from ..threads import WORKERS, bounded_map
 from . import legacy, listing
 from .changes import ShardChanges
-from .plan import CommitPlan, ShardPlan, obsolete_shards, plan_shards
+from .plan import obsolete_shards, plan_shards
 from .reader import ShardReader, ShardState
 from .shard_writer import Laid, rewrite_shard, write_shard
 from .spec import ShardingSpec
@@ -71,8 +72,8 @@ def commit_staged(reader: ShardReader, staging: Staging, plan: CommitPlan | None
     for p in done:
         reader.forget(p.name)
     if plan is None:
-        plan = CommitPlan(storage.url, strategy, sorted(done, key=lambda p: p.shard),
-                          staging.version)
+        plan = CommitPlan(storage.url, strategy, tuple(sorted(done, key=lambda p: p.shard)),
+                          staged_version=staging.version)
     return plan
 
 
@@ -199,4 +200,4 @@ def compact(reader: ShardReader, names: Iterable[str], *, progress: bool = False
         pass
     for p in plans:
         reader.forget(p.name)
-    return CommitPlan(reader.storage.url, "compact", plans)
+    return CommitPlan(reader.storage.url, "compact", tuple(plans))

@@ -16,10 +16,12 @@ dropped; an assignment that alone would take more than half of it runs in pieces
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
+from ..commitplan import CommitPlan
 from ..limits import DEFAULT_STAGED_BYTES
 from .changes import ChangesPlan
 from .copy import copy_from_chunks, copy_slices
@@ -304,12 +306,12 @@ class StagedChangesArray:
             self.source.write(np.concatenate(positions), views, stable=True)
         self._run(plan)
 
-    def plan(self) -> ChangesPlan:
-        """What :meth:`commit` will do: the chunks it encodes and, if the source can tell,
-        what the source's commit then writes."""
-        plan = self._changes_plan()
-        plan.store = self.source.plan(plan.positions[plan.dirty], self.chunk_nbytes)
-        return plan
+    def plan(self) -> CommitPlan:
+        """What :meth:`commit` will do: the chunks it encodes (``changes``: which, on which
+        slabs), then what the source's commit writes."""
+        changes = self._changes_plan()
+        plan = self.source.plan(changes.positions[changes.dirty], self.chunk_nbytes)
+        return replace(plan, encode=changes.encode_count, changes=changes)
 
     def commit(self) -> None:
         """Encode every changed chunk, in batches on threads, and have the source store

@@ -9,8 +9,6 @@ which gives their memory back (seed 003, "Reclaiming memory").
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from .geometry import BASE, Geometry
@@ -19,8 +17,8 @@ from .slabmap import SlabMap
 
 
 class ChangesPlan(Plan):
-    """Writing back the chunks of staged ``slabs``; ``store`` is what the source's commit
-    would then do, when the plan is made for a commit and the source can tell."""
+    """Writing back the chunks of staged ``slabs`` (at a commit: all of them; the commit's
+    :class:`~ngshard.commitplan.CommitPlan` holds it as ``changes``)."""
 
     name = "ChangesPlan"
 
@@ -36,7 +34,6 @@ class ChangesPlan(Plan):
         self.positions = geometry.positions(self.ids)
         self.drops = sorted(slabs)
         self.updates = (self.ids, BASE, geometry.base_offsets(self.ids), False)
-        self.store: Any = None
 
     @property
     def encode_count(self) -> int:
@@ -66,7 +63,3 @@ class ChangesPlan(Plan):
                        f"{shown}{more}; {int(mine.sum()) - len(dirty)} clean")
             out.append(f"slabs[{slab}] = None")
         return out
-
-    def __str__(self) -> str:
-        text = super().__str__()
-        return text if self.store is None else f"{text}\nthen the store:\n{self.store}"

@@ -1,7 +1,9 @@
 """ChunkSource: the small interface between a staged-changes array and where its chunks are
-stored (a precomputed scale, a zarr array, memory). The array never knows the format: it asks
-for decoded chunks by grid position, in batches, and hands decoded chunks back to be encoded
-and staged; the source's own commit writes them.
+stored. The array never knows the format: it asks for decoded chunks by grid position, in
+batches, and hands decoded chunks back to be encoded and staged; the source's own commit
+writes them. Stored arrays go through one implementation, :class:`~ngshard.staged.stored.
+StoredChunks` (any chunk store and codec); :class:`MemoryChunks`, a dict of numpy arrays, is
+the test double.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ..commitplan import CommitPlan
 from ..limits import CHUNK_BATCH, CHUNK_BATCH_BYTES
 from .geometry import Geometry
 
@@ -75,10 +78,10 @@ class ChunkSource:
     def spill(self) -> None:
         """Move staged encoded chunks out of memory if the store can (spill files)."""
 
-    def plan(self, positions: np.ndarray, nbytes: int) -> Any:
+    def plan(self, positions: np.ndarray, nbytes: int) -> CommitPlan:
         """What :meth:`commit` would write if the chunks at ``positions`` (about ``nbytes``
-        each, encoded) were staged too; printable. None if the source cannot say."""
-        return None
+        each, encoded) were staged too."""
+        raise NotImplementedError
 
     def commit(self) -> None:
         """Store the staged chunks, deletions and shape."""
@@ -124,6 +127,12 @@ class MemoryChunks(ChunkSource):
 
     def delete(self, positions) -> None:
         self._staged.update(dict.fromkeys(map(tuple, positions.tolist())))
+
+    def plan(self, positions, nbytes) -> CommitPlan:
+        sizes = {str(key): None if chunk is None else chunk.nbytes
+                 for key, chunk in self._staged.items()}
+        sizes.update(dict.fromkeys(map(str, map(tuple, positions.tolist())), nbytes))
+        return CommitPlan.files("memory", sizes, unit="chunk")
 
     def commit(self) -> None:
         for key, chunk in self._staged.items():

@@ -1,5 +1,6 @@
 """Unsharded files read and written with their compressed twins, for every layer in one place:
-volume chunks, skeleton, mesh and annotation files.
+volume chunks, skeleton, mesh and annotation files. :class:`Twins` is the one store of files
+by name: read in batches, written staged (reads see what is staged) and stored on commit.
 
 cloud-files (under cloud-volume and igneous) stores a file ``name`` written with ``compress=``
 as ``name.gz``, ``name.br``, ``name.zstd``, ``name.xz`` or ``name.bz2`` on file systems, and
@@ -16,7 +17,9 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from ..compression import TWINS, compress_twin, decompress_twin, split_twin
+from ..commitplan import CommitPlan
+from ..compression import TWINS, compress_twin, decompress_twin, split_twin, twin_suffix
+from ..errors import ReadOnlyError
 from ..limits import DEFAULT_MAX_VALUE_BYTES
 from ..threads import pmap
 from .base import Storage
@@ -24,7 +27,14 @@ from .base import Storage
 
 class Twins:
     """The files of ``storage`` by plain name, each read from the plain file or, failing
-    that, from its compressed twin, decoded to at most ``limit`` bytes.
+    that, from its compressed twin, decoded to at most ``limit`` bytes; writes staged until
+    :meth:`commit`, which writes each file as its ``compress`` twin.
+
+    Files are written whole, so a written file replaces what was there. On a local store, or
+    one where a twin was read, the other variants of a written file are removed after it is
+    written (the plain file would hide a new twin from every reader); object stores written
+    by cloud-files record compression as a Content-Encoding, not by name, so elsewhere that
+    costs no requests.
 
     Parameters
     ----------
@@ -32,24 +42,37 @@ class Twins:
         The directory of the files.
     limit
         The most bytes a file may hold: a twin decoding past it is corrupt.
+    compress
+        The twin files are written as: None (plain files), "gzip", "br", "zstd", ...
+    writable
+        False: staging a change is a ReadOnlyError.
     """
 
-    def __init__(self, storage: Storage, limit: int | None = None) -> None:
+    def __init__(self, storage: Storage, limit: int | None = None,
+                 compress: str | None = None, *, writable: bool = True) -> None:
         self.storage, self.limit = storage, limit or DEFAULT_MAX_VALUE_BYTES
+        self.suffix, self.writable = twin_suffix(compress), writable
         self._last: str | None = None  # the suffix found last: tried first next time
+        self.staged: dict[str, bytes | memoryview | None] = {}  # None: a deletion
 
-    def read_many(self, names: Sequence[str]) -> list[bytes | None]:
-        """The content of each file, None where neither it nor a twin exists.
+    def read_many(self, names: Sequence[str]) -> list[bytes | memoryview | None]:
+        """The content of each file (as staged, where it is), None where neither it nor a
+        twin exists.
 
         Raises
         ------
         CorruptDataError
             A twin that does not decode, or decodes past the limit (the message names it).
         """
-        out: list = list(self.storage.read_many(names))
-        for i, content in self._twins(names, [i for i, b in enumerate(out) if b is None]):
-            out[i] = content
-        return out
+        staged = self.staged
+        todo = [n for n in names if n not in staged] if staged else list(names)
+        found: list = list(self.storage.read_many(todo))
+        for i, content in self._twins(todo, [i for i, b in enumerate(found) if b is None]):
+            found[i] = content
+        if not staged:
+            return found
+        stored = dict(zip(todo, found))
+        return [staged[n] if n in staged else stored[n] for n in names]
 
     def read_ranges(self, requests: Sequence[tuple[str, int, int]]
                     ) -> list[bytes | memoryview | None]:
@@ -86,8 +109,11 @@ class Twins:
         return [(i, content) for (i, _), content in zip(items, decoded)]
 
     def list(self) -> list[str]:
-        """The plain names of the files present, sorted (a twin counts as its file)."""
-        return plain_names(self.storage.list())
+        """The plain names of the files present, stored or staged, sorted (a twin counts as
+        its file)."""
+        names = set(plain_names(self.storage.list()))
+        names |= {n for n, b in self.staged.items() if b is not None}
+        return sorted(names - {n for n, b in self.staged.items() if b is None})
 
     def stored(self, names: Sequence[str], keep: str | None = None) -> list[str]:
         """The files present among ``names`` and their twins, less the ``keep`` variant
@@ -100,6 +126,41 @@ class Twins:
         """Whether a twin was read from this store."""
         return self._last is not None
 
+    # --- writing ------------------------------------------------------------------------------
+
+    def put_many(self, items: Iterable[tuple[str, bytes | memoryview]]) -> None:
+        """Stage ``(name, content)`` files; reads see them at once."""
+        self._writable().update(items)
+
+    def delete_many(self, names: Iterable[str]) -> None:
+        """Stage the removal of the named files (and their twins); absent ones are ignored."""
+        self._writable().update(dict.fromkeys(names))
+
+    def _writable(self) -> dict:
+        if not self.writable:
+            raise ReadOnlyError(f"{self.storage.url}: open for reading only")
+        return self.staged
+
+    def abort(self) -> None:
+        """Drop what is staged."""
+        self.staged = {}
+
+    def commit(self) -> None:
+        """Write the staged files (each as its twin), then remove deleted files and the
+        stale variants of written ones; then nothing is staged."""
+        staged, self.staged = self.staged, {}
+        written = [(n, b) for n, b in staged.items() if b is not None]
+        write_twins(self.storage, written, self.suffix)
+        stale = self.stored([n for n, b in staged.items() if b is None])
+        if written and (self.storage.local_root is not None or self.seen_twins):
+            stale += self.stored([n for n, _ in written], keep=self.suffix)
+        pmap(self.storage.delete, stale, min_items=4)
+
+    def plan(self, names: Iterable[str] = (), nbytes: int = 0) -> CommitPlan:
+        """What :meth:`commit` would do, with files ``names`` (about ``nbytes`` each) staged
+        too: one entry per file written or deleted, in name order."""
+        sizes = {n: None if b is None else len(b) for n, b in self.staged.items()}
+        return CommitPlan.files(self.storage.url, {**sizes, **dict.fromkeys(names, nbytes)})
 
 def plain_names(names: Iterable[str]) -> list[str]:
     """The plain names of stored file names (twin suffixes removed), sorted, once each."""

@@ -1,6 +1,12 @@
-"""Chunk stores: grid positions -> encoded chunk bytes, whether the chunks live in a sharded
-key-value store (keyed by compressed Morton code) or as one file per chunk. Volumes read and
-write through this one small interface, in batches; writes are staged until ``commit``."""
+"""A precomputed scale's chunk stores: (x, y, z) grid positions -> encoded chunk bytes, whether
+the chunks live in a sharded key-value store (keyed by compressed Morton code) or as one file
+per chunk (named after its voxel box). Both are :class:`~ngshard.chunkstore.ChunkStore`.
+
+The channels live inside each chunk (a raw chunk is x, y, z, channel in Fortran order), so the
+grid has three axes. ``get`` hands out a chunk as the scale encodes it, with a sharded
+``data_encoding: gzip`` (or a ``.gz`` chunk file) already undone: a raw scale's encoding token
+is ``"raw F <dtype>"``; other encodings (compressed_segmentation, jpeg, png...) have none.
+"""
 
 from __future__ import annotations
 
@@ -8,77 +14,49 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..compression import twin_suffix
+from ..chunkstore import Blob, ChunkStore
+from ..commitplan import CommitPlan
 from ..errors import NgShardError
 from ..sharded import ShardedKV
 from ..storage import Storage
-from ..storage.twins import Twins, write_twins
-from ..threads import pmap
+from ..storage.twins import Twins
 from .grid import ChunkGrid
 
 
-class ChunkStore:
-    """Encoded chunks by grid position, read in batches, written on commit."""
+class ScaleStore(ChunkStore):
+    """What both layouts of a scale share: the grid (which a resize replaces), clipped
+    edges."""
 
-    grid: ChunkGrid
+    clipped_edges = True
     #: The sharded store holding the chunks (keyed by Morton code), None for a file per chunk.
     kv: ShardedKV | None = None
+    storage: Storage
 
-    def get(self, positions: np.ndarray) -> list[bytes | memoryview | None]:
-        """The encoded chunk at each (n, 3) position (bytes-like), None where absent."""
-        raise NotImplementedError
+    def __init__(self, grid: ChunkGrid, dtype: np.dtype, encoding: str) -> None:
+        self.grid, self.dtype, self.encoding = grid, np.dtype(dtype), encoding
 
-    def put(self, positions: np.ndarray, chunks: Sequence[bytes]) -> None:
-        """Stage chunks; reads see them at once, storage on :meth:`commit`."""
-        raise NotImplementedError
+    shape = property(lambda self: self.grid.size, doc="The scale's size (x, y, z).")
+    chunks = property(lambda self: self.grid.chunk_size, doc="The chunk size (x, y, z).")
 
-    def delete(self, positions: np.ndarray) -> None:
-        """Stage the removal of chunks (absent ones are ignored)."""
-        raise NotImplementedError
-
-    def commit(self, *, progress: bool = False) -> None:
-        raise NotImplementedError
-
-    def abort(self) -> None:
-        """Drop what is staged."""
-        raise NotImplementedError
-
-    def spill(self) -> None:
-        """Move staged chunks out of memory where the store can (sharded: its spill files)."""
-
-    def plan(self, positions: np.ndarray, nbytes: int) -> object:
-        """What :meth:`commit` would do with the chunks at ``positions`` staged too (about
-        ``nbytes`` each); printable."""
-        raise NotImplementedError
-
-    def with_grid(self, grid: ChunkGrid) -> None:
-        """Name chunks after ``grid`` from now on (a resized scale)."""
-        self.grid = grid
-
-    def where(self, position: Sequence[int]) -> str:
-        """The chunk's location, for error messages."""
-        raise NotImplementedError
-
-    def list_positions(self) -> np.ndarray:
-        """(n, 3) grid positions of the chunks present (stored or staged), from the shard
-        indices or the file listing; entries that name no chunk of the grid are left out
-        (``verify`` reports them)."""
-        raise NotImplementedError
+    def resize(self, shape: Sequence[int]) -> None:
+        self.grid = ChunkGrid(tuple(shape), self.grid.chunk_size, self.grid.voxel_offset)
 
 
-class ShardedChunks(ChunkStore):
+class ShardedChunks(ScaleStore):
     """Chunks in a sharded store, keyed by the compressed Morton code of their position."""
 
-    def __init__(self, kv: ShardedKV, grid: ChunkGrid) -> None:
-        self.kv, self.grid = kv, grid
+    def __init__(self, kv: ShardedKV, grid: ChunkGrid, dtype: np.dtype, encoding: str = ""
+                 ) -> None:
+        super().__init__(grid, dtype, encoding)
+        self.kv, self.storage = kv, kv.storage
 
-    def get(self, positions: np.ndarray) -> list[bytes | memoryview | None]:
+    def get(self, positions: np.ndarray) -> list[Blob | None]:
         keys = self.grid.morton(positions)
         found = self.kv.get_many(keys, copy=False)
         return [found.get(k) for k in keys.tolist()]
 
-    def put(self, positions: np.ndarray, chunks: Sequence[bytes]) -> None:
-        self.kv.set_many(self.grid.morton(positions), list(chunks))
+    def put(self, positions: np.ndarray, blobs: Sequence[Blob]) -> None:
+        self.kv.set_many(self.grid.morton(positions), list(blobs))
 
     def delete(self, positions: np.ndarray) -> None:
         if len(positions):
@@ -93,8 +71,8 @@ class ShardedChunks(ChunkStore):
     def spill(self) -> None:
         self.kv.spill()
 
-    def plan(self, positions: np.ndarray, nbytes: int) -> object:
-        keys = self.grid.morton(positions)
+    def plan(self, positions: np.ndarray | None = None, nbytes: int = 0) -> CommitPlan:
+        keys = self.grid.morton(np.zeros((0, 3), np.int64) if positions is None else positions)
         return self.kv.plan(pending=(keys, np.full(len(keys), nbytes, np.int64)))
 
     def list_positions(self) -> np.ndarray:
@@ -104,63 +82,41 @@ class ShardedChunks(ChunkStore):
     def where(self, position: Sequence[int]) -> str:
         key = int(self.grid.morton(np.array([position]))[0])
         shard = self.kv.spec.shard_filename(self.kv.spec.locate_one(key)[0])
-        return f"{self.kv.storage.path(shard)} chunk {key} at grid position {tuple(position)}"
+        return f"{self.storage.path(shard)} chunk {key} at grid position {tuple(position)}"
 
 
-class FileChunks(ChunkStore):
+class FileChunks(ScaleStore):
     """One file per chunk, named ``x0-x1_y0-y1_z0-z1``, or its compressed twin (``.gz``,
-    ``.br``, ``.zstd``, ``.xz``, ``.bz2``) as cloud-volume writes them with ``compress=``.
+    ``.br``, ``.zstd``, ``.xz``, ``.bz2``) as cloud-volume writes them with ``compress=``;
+    read, staged and written through ``files`` (see :class:`~ngshard.storage.twins.Twins`)."""
 
-    Writes go to the ``compress`` twin (None: the plain file). On a local store, or one
-    where a twin was read, the other variants of a written chunk are removed after it is
-    written (the plain file would hide a new twin from every reader); object stores written
-    by cloud-files record compression as a Content-Encoding, not by name, so elsewhere that
-    costs no requests.
-    """
+    def __init__(self, files: Twins, grid: ChunkGrid, dtype: np.dtype, encoding: str = ""
+                 ) -> None:
+        super().__init__(grid, dtype, encoding)
+        self.files, self.storage = files, files.storage
 
-    def __init__(self, storage: Storage, grid: ChunkGrid, max_chunk_bytes: int | None = None,
-                 compress: str | None = None) -> None:
-        self.storage, self.grid, self.max_chunk_bytes = storage, grid, max_chunk_bytes
-        self.suffix = twin_suffix(compress)
-        self.files = Twins(storage, max_chunk_bytes)
-        self._staged: dict[str, bytes | None] = {}  # None: a deletion
+    def get(self, positions: np.ndarray) -> list[Blob | None]:
+        return self.files.read_many(self.grid.chunk_names(positions))
 
-    def get(self, positions: np.ndarray) -> list[bytes | None]:
-        names = self.grid.chunk_names(positions)
-        todo = [n for n in names if n not in self._staged]
-        found = dict(zip(todo, self.files.read_many(todo)))
-        return [self._staged[n] if n in self._staged else found[n] for n in names]
-
-    def put(self, positions: np.ndarray, chunks: Sequence[bytes]) -> None:
-        self._staged.update(zip(self.grid.chunk_names(positions), chunks))
+    def put(self, positions: np.ndarray, blobs: Sequence[Blob]) -> None:
+        self.files.put_many(zip(self.grid.chunk_names(positions), blobs))
 
     def delete(self, positions: np.ndarray) -> None:
-        self._staged.update(dict.fromkeys(self.grid.chunk_names(positions)))
+        self.files.delete_many(self.grid.chunk_names(positions))
 
     def commit(self, *, progress: bool = False) -> None:
-        staged, self._staged = self._staged, {}
-        written = [(n, b) for n, b in staged.items() if b is not None]
-        write_twins(self.storage, written, self.suffix)
-        stale = self.files.stored([n for n, b in staged.items() if b is None])
-        if written and (self.storage.local_root is not None or self.files.seen_twins):
-            stale += self.files.stored([n for n, _ in written], keep=self.suffix)
-        pmap(self.storage.delete, stale, min_items=4)
+        self.files.commit()
 
     def abort(self) -> None:
-        self._staged = {}
+        self.files.abort()
 
-    def plan(self, positions: np.ndarray, nbytes: int) -> object:
-        names = set(self.grid.chunk_names(positions))
-        writes = len(names | {n for n, b in self._staged.items() if b is not None})
-        deletes = len({n for n, b in self._staged.items() if b is None} - names)
-        return (f"write {writes} chunk files to {self.storage.url} (about "
-                f"{writes * nbytes} B), delete {deletes}")
+    def plan(self, positions: np.ndarray | None = None, nbytes: int = 0) -> CommitPlan:
+        names = [] if positions is None else self.grid.chunk_names(positions)
+        return self.files.plan(names, nbytes)
 
     def list_positions(self) -> np.ndarray:
         found = []
-        stored = set(self.files.list())
-        for name in (stored | set(self._staged)) - {n for n, b in self._staged.items()
-                                                      if b is None}:
+        for name in self.files.list():
             try:
                 found.append(self.grid.parse_chunk_name(name))
             except NgShardError:

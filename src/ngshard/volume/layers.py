@@ -1,65 +1,33 @@
-"""A precomputed layer's ``info`` on storage, in one place: reading it, writing it, and opening
-or creating the volume it describes."""
+"""Opening or creating a precomputed volume (the info on storage is read and written by
+``handle.py``)."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any, get_args
+from typing import Any
 
 import numpy as np
 
 from ..compression import twin_suffix
 from ..destination import claim
-from ..errors import NotFoundError, SpecError
-from ..kinds import IMAGE, SEGMENTATION, VOLUME, kind_of
+from ..errors import SpecError
+from ..kinds import IMAGE, SEGMENTATION
 from ..limits import DEFAULT_VOLUME_SHARD_BYTES
-from ..sharded.infofile import INFO, read_info, write_info
 from ..sharded.spec import ShardingSpec
 from ..staged import DEFAULT_STAGED_BYTES
-from ..storage import Storage, open_source, open_storage, require_family
+from ..storage import Storage, open_storage
 from ..types import Compress, Encoding, LayerType, VolumeMode
 from .encodings import SEGMENTATION_ENCODINGS, require_codec
+from .handle import ScaleHandle, write_volume_info
 from .info import VolumeInfo, chunk_nbytes
 from .sharding import auto_sharding
-from .spec_scale import select_scale
 from .volume import Volume
 
 
 def scale_key(resolution: Sequence[float]) -> str:
     """The conventional key of a scale: its resolution, e.g. ``8_8_40``."""
     return "_".join(f"{r:g}" for r in resolution)
-
-
-def read_volume_info(storage: Storage) -> VolumeInfo:
-    """The validated info of the volume at ``storage``.
-
-    Raises
-    ------
-    NotFoundError
-        No info file there.
-    SpecError
-        An info that is not a volume's, or is invalid (the message names the member).
-    """
-    doc = read_info(storage)
-    if doc is None:
-        raise NotFoundError(f"{storage.path(INFO)}: no info file: not a precomputed layer")
-    if kind_of(doc) != VOLUME:
-        raise SpecError(f"{storage.path(INFO)}: not a volume (no scales)")
-    return VolumeInfo.from_json(doc, storage.path(INFO))
-
-
-def volume_info_or_none(storage: Storage) -> VolumeInfo | None:
-    """The validated info if ``storage`` holds a volume (an info with scales), else None."""
-    doc = read_info(storage)
-    if kind_of(doc) != VOLUME:
-        return None
-    return VolumeInfo.from_json(doc, storage.path(INFO))
-
-
-def write_volume_info(storage: Storage, info: VolumeInfo) -> None:
-    """Write a volume's info atomically."""
-    write_info(storage, info.to_json())
 
 
 def open_volume(url: str | os.PathLike | dict | Storage, scale: int | str = 0,
@@ -120,16 +88,9 @@ def open_volume(url: str | os.PathLike | dict | Storage, scale: int | str = 0,
     >>> vol[1000:1512, 2000:2512, 100, 0].shape        # doctest: +SKIP
     (512, 512)
     """
-    if mode not in get_args(VolumeMode):
-        raise SpecError(f"mode must be 'r' or 'r+', got {mode!r}")
-    storage, source = open_source(url)
-    require_family(source, url, "precomputed")
-    info = read_volume_info(storage)
-    scale = select_scale(info, source, scale, storage.url)
-    # a layer whose chunks cannot be decoded here is refused now, naming what to install
-    require_codec(info.scale(scale).encoding, writing=mode != "r")
-    return Volume(storage, info, scale, mode, progress=progress, fill_missing=fill_missing,
-                  staged_bytes=staged_bytes, compress=compress)
+    handle = ScaleHandle.open(url, scale, mode, compress=compress, staged_bytes=staged_bytes)
+    return Volume(handle, progress=progress, fill_missing=fill_missing,
+                  staged_bytes=staged_bytes)
 
 
 def create_volume(url: str | os.PathLike | Storage, *, dtype: Any, shape: Sequence[int],
@@ -221,5 +182,5 @@ def create_volume(url: str | os.PathLike | Storage, *, dtype: Any, shape: Sequen
     storage = open_storage(url, expect="precomputed")
     claim(storage, overwrite=overwrite, into=[storage.child(scale["key"])])
     write_volume_info(storage, info)
-    return Volume(storage, info, 0, "r+", progress=progress, staged_bytes=staged_bytes,
-                  new=True, compress=compress)
+    handle = ScaleHandle(storage, info, 0, "r+", compress=compress, staged_bytes=staged_bytes)
+    return Volume(handle, progress=progress, staged_bytes=staged_bytes, new=True)

@@ -17,8 +17,9 @@ from ..progress import progress_bar
 from ..sharded.spec import ShardingSpec
 from ..threads import WORKERS, pmap
 from .downsample import downsample_mean, downsample_mode
+from .handle import ScaleHandle, read_volume_info, write_volume_info
 from .info import Scale, chunk_nbytes
-from .layers import read_volume_info, scale_key, write_volume_info
+from .layers import scale_key
 from .sharding import auto_sharding
 from .volume import Volume
 
@@ -33,7 +34,7 @@ def coarse_positions(fine: Volume, factor: np.ndarray, coarse: Volume) -> np.nda
     hi = np.minimum(((present + 1) * cs - 1) // factor // cs, grid_max)
     reach = [lo + off for off in itertools.product((0, 1), repeat=3)]
     reach = np.concatenate([r[(r <= hi).all(axis=1)] for r in reach] +
-                           [coarse.chunks.list_positions()])
+                           [coarse.handle.store.list_positions()])
     return np.unique(reach, axis=0) if len(reach) else reach.reshape(0, 3)
 
 
@@ -85,12 +86,12 @@ def add_scale(vol: Volume, factor: Sequence[int] = (2, 2, 2), *, overwrite: bool
     if existing is None:  # a new scale: its folder must not hold chunks of another
         claim(storage.child(scale.key), overwrite=overwrite)
     info = layer.with_scale(scale)
-    coarse = Volume(storage, info, scale.key, "r+", new=existing is None,
-                    compress=vol.compress)
+    coarse = Volume(ScaleHandle(storage, info, scale.key, "r+", compress=vol.compress),
+                    new=existing is None)
     reduce = downsample_mode if info.type == SEGMENTATION else downsample_mean
     f = np.asarray(factor)
     positions = coarse_positions(vol, f, coarse)
-    stored = {tuple(p) for p in coarse.chunks.list_positions().tolist()}
+    stored = {tuple(p) for p in coarse.handle.store.list_positions().tolist()}
     starts, stops = coarse.grid.bounds(positions)
     channels = info.num_channels
     # blocks of factor voxels from each scale's origin (as igneous makes them): 0-based views
@@ -105,7 +106,7 @@ def add_scale(vol: Volume, factor: Sequence[int] = (2, 2, 2), *, overwrite: bool
     if existing is None:  # the info last, as stored now (another scale may have come)
         info = read_volume_info(storage).with_scale(scale)
         write_volume_info(storage, info)
-    vol.info = coarse.info = info
+    vol.handle.info = coarse.handle.info = info
     return coarse
 
 

@@ -19,18 +19,15 @@ from typing import Any
 
 import numpy as np
 
-from ..chunkgrid import EncodedChunks
-from ..errors import ReadOnlyError, SpecError
-from ..limits import CHUNK_SLACK, CHUNK_SLACK_BYTES
-from ..sharded import ShardedKV
-from ..staged import DEFAULT_STAGED_BYTES, ChangesPlan, StagedChangesArray, normalize
-from ..storage import Storage
-from ..types import Compress, Mode, VolumeMode
-from .chunks import ChunkStore, FileChunks, ShardedChunks
+from ..commitplan import CommitPlan
+from ..errors import ReadOnlyError
+from ..staged import DEFAULT_STAGED_BYTES, StagedChangesArray, normalize
+from ..staged.stored import StoredChunks
+from .chunks import ScaleStore
 from .coords import Bounds, TranslateTo, array_index
 from .grid import ChunkGrid
-from .info import Scale, VolumeInfo, chunk_nbytes
-from .source import ScaleChunks
+from .handle import ScaleHandle
+from .info import Scale
 from .vectors import Vec3
 
 
@@ -42,66 +39,51 @@ def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
 
 
 class Volume:
-    """One scale of a precomputed volume. Open with :func:`open_volume` or make one with
-    :func:`create_volume`.
+    """One scale of a precomputed volume, over its :class:`ScaleHandle` (info, grid, chunk
+    store, codec). Open with :func:`open_volume` or make one with :func:`create_volume`.
 
     Indexed in the layer's voxel coordinates (:attr:`bounds`); ``fill_missing``: absent
-    chunks read as 0 (True) or raise NotFoundError (False; writes are unaffected)."""
+    chunks read as 0 (True) or raise NotFoundError (False; writes are unaffected); ``new``:
+    the scale was just created, so nothing stored is read until the first commit."""
 
-    def __init__(self, storage: Storage, info: VolumeInfo, scale: int | str = 0,
-                 mode: VolumeMode = "r", *, progress: bool = False, fill_missing: bool = True,
-                 staged_bytes: int = DEFAULT_STAGED_BYTES, new: bool = False,
-                 compress: Compress | None = None) -> None:
-        self.storage, self.info, self.mode = storage, info, mode
+    def __init__(self, handle: ScaleHandle, *, progress: bool = False,
+                 fill_missing: bool = True, staged_bytes: int = DEFAULT_STAGED_BYTES,
+                 new: bool = False) -> None:
+        #: The scale's metadata, chunk store and codec (what this volume writes through).
+        self.handle = handle
         self.progress = progress  # progress bars on reads, writes and commits of many chunks
         self.fill_missing = fill_missing
         self._origin: Vec3 | None = None  # a translated view's origin (None: voxel_offset)
-        scale = info.scale(scale)
-        self.dtype = np.dtype(info.data_type)
-        scale_storage = storage.child(scale.key)
-        grid = ChunkGrid(scale.size, scale.chunk_size, scale.voxel_offset)
-        limit = self._max_chunk_bytes(scale)
-        if scale.sharding is not None and compress is not None:
-            raise SpecError(f"{scale_storage.url}: compress= is for a file per chunk; a sharded "
-                            f"scale compresses as its sharding spec's data_encoding says")
-        #: The twin unsharded chunks are written as (None: plain files), see FileChunks.
-        self.compress = compress
-        if scale.sharding is not None:
-            kv_mode: Mode = "r" if mode == "r" else "a"
-            self.chunks: ChunkStore = ShardedChunks(
-                ShardedKV(scale_storage, scale.sharding, kv_mode, max_value_bytes=limit,
-                          staged_bytes=staged_bytes), grid)
-        else:
-            self.chunks = FileChunks(scale_storage, grid, limit, compress)
         # a new scale with nothing stored under it reads no chunk until its first commit
-        empty = new and not scale_storage.list()
-        self._source = ScaleChunks(storage, info, scale, self.chunks, progress=progress,
-                                   empty=empty)
+        empty = new and not handle.chunk_storage.list()
+        self._source = StoredChunks(handle.store, handle.codec, handle, progress=progress,
+                                    empty=empty)
         #: The staged-changes array holding the voxels (its ``_*_plan`` methods print plans).
         self.array = StagedChangesArray(self._source, staged_bytes)
+
+    storage = property(lambda self: self.handle.storage, doc="The layer's storage.")
+    info = property(lambda self: self.handle.info, doc="The layer's info.")
+    mode = property(lambda self: self.handle.mode, doc='"r" or "r+".')
+    dtype = property(lambda self: self.handle.dtype)
+    compress = property(lambda self: self.handle.compress,
+                        doc="The twin unsharded chunks are written as (None: plain files).")
 
     def __repr__(self) -> str:
         return (f"Volume({self.storage.url!r}, scale={self.scale.key!r}, shape={self.shape}, "
                 f"bounds={self.bounds}, dtype={self.dtype}, mode={self.mode!r})")
 
-    def _max_chunk_bytes(self, scale: Scale) -> int:
-        raw = chunk_nbytes(scale.chunk_size, self.info.num_channels, self.dtype)
-        return raw if scale.encoding == "raw" else CHUNK_SLACK * raw + CHUNK_SLACK_BYTES
-
     def max_chunk_bytes(self) -> int:
-        """The most bytes one encoded chunk can take: a gzip-wrapped chunk inflating past it
-        is corrupt (raw chunks have exactly their voxels' size; the other encodings are
-        allowed a generous multiple, as tables and headers can outgrow the voxels)."""
-        return self._max_chunk_bytes(self.scale)
+        """The most bytes one encoded chunk can take (see :meth:`ScaleHandle.max_chunk_bytes`)."""
+        return self.handle.max_chunk_bytes()
 
     @property
     def scale(self) -> Scale:
         """This scale, with the size a staged resize gave it."""
-        return self._source.scale
+        return self.handle.scale
 
     @property
     def grid(self) -> ChunkGrid:
-        return self._source.grid
+        return self.handle.grid
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
@@ -217,17 +199,17 @@ class Volume:
     def chunk_positions(self) -> np.ndarray:
         """(n, 3) grid positions of the chunks present: stored, or staged and changed."""
         staged = self.array.changed_positions()[:, :3]
-        both = np.concatenate([self.chunks.list_positions(), staged])
+        both = np.concatenate([self.handle.store.list_positions(), staged])
         return np.unique(both, axis=0) if len(both) else both.reshape(0, 3)
 
-    def encoded(self) -> EncodedChunks:
-        """This scale's encoded chunks by (x, y, z) grid position, as
-        :class:`ngshard.chunkgrid.EncodedChunks` (``volume/encoded.py``): for moving chunks
-        between formats without decoding them. Chunks put there bypass this volume's staged
-        voxels: do not mix the two before a commit."""
-        from .encoded import ScaleEncodedChunks
-
-        return ScaleEncodedChunks(self)
+    def encoded(self) -> ScaleStore:
+        """This scale's encoded chunks by (x, y, z) grid position: the one
+        :class:`~ngshard.chunkstore.ChunkStore` this volume reads and writes through, for
+        moving chunks between formats without decoding them. Chunks put there are staged with
+        the volume's other changes and written by the same commit (an assignment staged
+        here, in voxels, to the same chunk wins over them; a scale just created reads as 0
+        until its first commit: it reads nothing stored before then)."""
+        return self.handle.store
 
     # --- writing -------------------------------------------------------------------------
 
@@ -307,10 +289,11 @@ class Volume:
 
         return add_scale(self, factor, overwrite=overwrite, progress=progress)
 
-    def plan(self) -> ChangesPlan:
+    def plan(self) -> CommitPlan:
         """What :meth:`commit` would do: the chunks it encodes, then what the chunk store
-        writes (for a sharded scale, each shard and how: create, append or rewrite; sizes of
-        chunks not encoded yet are counted at their decoded size)."""
+        writes (``.shards``: each shard or file and how: create, append, rewrite, write,
+        delete; sizes of chunks not encoded yet are counted at their decoded size), then the
+        info after a resize. ``print(vol.plan())`` shows a summary."""
         self._writable()
         return self.array.plan()
 

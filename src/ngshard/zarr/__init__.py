@@ -10,11 +10,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .array import StagedZarrArray, ZarrArray, create_array, open_array
+from .handle import ArrayHandle
 
 if TYPE_CHECKING:  # a subclass of zarr-python's Store: defined only once zarr is imported
     from .store import PrecomputedStore
 
-__all__ = ["PrecomputedStore", "StagedZarrArray", "ZarrArray", "create_array", "open_array"]
+__all__ = ["ArrayHandle", "PrecomputedStore", "StagedZarrArray", "ZarrArray", "create_array",
+           "open_array"]
 
 
 def __getattr__(name: str) -> Any:

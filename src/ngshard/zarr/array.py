@@ -15,53 +15,28 @@ assignments into one write of each shard, stage them::
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from ..commitplan import CommitPlan
 from ..destination import claim
-from ..errors import NotFoundError, ReadOnlyError, SpecError
-from ..staged import DEFAULT_STAGED_BYTES, ChangesPlan, StagedChangesArray
+from ..errors import ReadOnlyError, SpecError
+from ..staged import DEFAULT_STAGED_BYTES, StagedChangesArray
+from ..staged.stored import StoredChunks
 from ..storage import Storage, open_source, require_family
 from ..types import IndexLocation
+from .chunks import ZarrChunkStore
 from .codecs import Bytes
 from .dtypes import encode_fill, v3_name
-from .encoded import ZarrEncodedChunks
-from .metadata import V2_ATTRS, V2_NAME, V3_NAME, ArrayMetadata, parse_v2, parse_v3, v3_document
-from .source import ZarrChunks, write_metadata
+from .handle import ArrayHandle, write_metadata
+from .metadata import V3_NAME, parse_v3, v3_document
 
 DEFAULT_CODECS = [Bytes().to_json(), {"name": "zstd", "configuration": {"level": 0,
                                                                         "checksum": False}}]
 INDEX_CODECS = [Bytes().to_json(), {"name": "crc32c"}]
-
-
-def _json(storage: Storage, name: str) -> Any:
-    raw = storage.read(name)
-    if raw is None:
-        return None
-    try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise SpecError(f"{storage.path(name)}: malformed JSON ({e})") from None
-
-
-def read_metadata(storage: Storage, version: int | None = None) -> ArrayMetadata:
-    """The metadata of the array at ``storage``: ``zarr.json``, else ``.zarray`` (only the
-    one of ``version`` 2 or 3 when given)."""
-    doc = _json(storage, V3_NAME) if version != 2 else None
-    if doc is not None:
-        return parse_v3(doc, storage.path(V3_NAME))
-    doc = _json(storage, V2_NAME) if version != 3 else None
-    if doc is not None:
-        return parse_v2(doc, _json(storage, V2_ATTRS), storage.path(V2_NAME))
-    other = {2: V3_NAME, 3: V2_NAME}.get(version)
-    if other is not None and storage.stat(other) is not None:
-        raise SpecError(f"{storage.url}: Zarr v{version} was asked for, but only "
-                        f"{storage.path(other)} (Zarr v{5 - version}) is there")
-    raise NotFoundError(f"{storage.url}: no zarr.json or .zarray there: not a zarr array")
 
 
 def open_array(url: str | os.PathLike | dict | Storage, *,
@@ -86,10 +61,7 @@ def open_array(url: str | os.PathLike | dict | Storage, *,
     MissingDependencyError
         A blosc array without numcodecs.
     """
-    storage, source = open_source(url)
-    require_family(source, url, "zarr")
-    version = {"zarr2": 2, "zarr3": 3}.get(source.format)
-    return ZarrArray(storage, read_metadata(storage, version), staged_bytes=staged_bytes)
+    return ZarrArray(ArrayHandle.open(url), staged_bytes=staged_bytes)
 
 
 def create_array(url: str | os.PathLike | Storage, shape: Sequence[int], dtype: Any,
@@ -141,24 +113,25 @@ def create_array(url: str | os.PathLike | Storage, shape: Sequence[int], dtype: 
     meta = parse_v3(doc, storage.path(V3_NAME))
     claim(storage, overwrite=overwrite)
     write_metadata(storage, meta)
-    return ZarrArray(storage, meta, empty=True)
+    return ZarrArray(ArrayHandle(storage, meta), empty=True)
 
 
 class ZarrArray:
-    """A Zarr array: numpy basic and orthogonal indexing in its own axis order; assignment
-    writes at once. Open with :func:`open_array`, make one with :func:`create_array`."""
+    """A Zarr array over its :class:`ArrayHandle` (metadata, chunk store, codec): numpy basic
+    and orthogonal indexing in its own axis order; assignment writes at once. Open with
+    :func:`open_array`, make one with :func:`create_array`; ``empty``: nothing is stored
+    yet (a new array), so nothing is read until the first commit."""
 
-    def __init__(self, storage: Storage, meta: ArrayMetadata, *, empty: bool = False,
+    def __init__(self, handle: ArrayHandle, *, empty: bool = False,
                  staged_bytes: int = DEFAULT_STAGED_BYTES) -> None:
-        self.storage = storage
-        self._source = ZarrChunks(storage, meta, empty=empty)
+        #: The array's metadata, chunk store and codec (what this array writes through).
+        self.handle = handle
+        source = StoredChunks(handle.store, handle.codec, handle, empty=empty)
         #: The staged-changes array holding the values (its ``_*_plan`` methods print plans).
-        self.array = StagedChangesArray(self._source, staged_bytes)
+        self.array = StagedChangesArray(source, staged_bytes)
 
-    @property
-    def meta(self) -> ArrayMetadata:
-        return self._source.meta
-
+    storage = property(lambda self: self.handle.storage)
+    meta = property(lambda self: self.handle.meta, doc="The metadata (a staged resize's).")
     url = property(lambda self: self.storage.url)
     shape = property(lambda self: self.array.shape, doc="The shape (with a staged resize).")
     dtype = property(lambda self: self.meta.dtype)
@@ -224,17 +197,23 @@ class ZarrArray:
         self._writable()
         return StagedZarrArray(self)
 
-    def encoded(self) -> ZarrEncodedChunks:
-        """The encoded granules, for moving them between formats (``ngshard.chunkgrid``)."""
-        return ZarrEncodedChunks(self._source.reader)
+    def encoded(self) -> ZarrChunkStore:
+        """The encoded granules by grid position: the one
+        :class:`~ngshard.chunkstore.ChunkStore` this array reads and writes through, for
+        moving granules between formats without decoding them. Puts there are staged until
+        its ``commit()``, or the next assignment, writes them with the assigned values (an
+        array just created reads as the fill value until its first commit: it reads nothing
+        stored before then)."""
+        return self.handle.store
 
     def chunk_positions(self) -> np.ndarray:
-        """(n, ndim) grid positions of the granules stored."""
-        return self._source.reader.list_positions()
+        """(n, ndim) grid positions of the granules present (stored, or put through
+        :meth:`encoded` and not committed yet)."""
+        return self.handle.store.list_positions()
 
     def delete_chunks(self) -> None:
         """Remove every stored chunk object (or shard) of the array."""
-        reader = self._source.reader
+        reader = self.handle.store.reader
         names = reader.meta.key_encoding.keys(np.array(reader.stored_keys(), np.int64
                                                        ).reshape(-1, self.ndim))
         for name in names:
@@ -266,8 +245,9 @@ class StagedZarrArray:
         """Read every stored granule into memory."""
         self.array.load()
 
-    def plan(self) -> ChangesPlan:
-        """What :meth:`commit` will do: granules to encode, then shards to write and how."""
+    def plan(self) -> CommitPlan:
+        """What :meth:`commit` will do: granules to encode, then shards to write and how
+        (``.shards``), then the metadata after a resize."""
         return self.array.plan()
 
     def commit(self) -> None:

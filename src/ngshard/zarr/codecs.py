@@ -288,7 +288,7 @@ class CodecPipeline:
         return chunk
 
     def token(self, dtype: np.dtype) -> str:
-        """The EncodedChunks encoding token ("raw C <u2", "gzip C >f4", "zstd C <u1"), or
+        """The ChunkStore encoding token ("raw C <u2", "gzip C >f4", "zstd C <u1"), or
         "" where the bytes are not a plain compression of the C-order values."""
         if self.array or not isinstance(self.array_bytes, Bytes) or len(self.bytes_codecs) > 1:
             return ""

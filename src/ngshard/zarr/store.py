@@ -32,8 +32,9 @@ from ..errors import (
 from ..kinds import VOLUME, kind_of
 from ..sharded.infofile import INFO, read_info
 from ..storage import Storage, open_storage
-from ..volume import Volume, VolumeInfo
+from ..volume import VolumeInfo
 from ..volume.encodings import check_encoding, require_codec
+from ..volume.handle import ScaleHandle
 from .store_levels import Level, hidden_names, safe_key
 from .store_metadata import array_metadata, group_metadata, level_name, to_bytes
 
@@ -143,7 +144,7 @@ class PrecomputedStore(Store):
         for i, prefix in prefixes:
             meta = to_bytes(array_metadata(info, info.scales[i]))
             self._docs[f"{prefix}zarr.json"] = meta
-            self._levels.append(Level(Volume(self.storage, info, i, "r"), prefix, meta))
+            self._levels.append(Level(ScaleHandle(self.storage, info, i), prefix, meta))
         self._hidden = hidden_names(info)
 
     # --- identity --------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 generated metadata, the chunks of each scale, the layer's own files (which the Zarr view
 replaces, so they are hidden) and any other file of the directory (shown as stored).
 
-A scale's chunks are read in batches through the volume's chunk store (sharded or a file per
+A scale's chunks are read in batches through its handle's chunk store (sharded or a file per
 chunk) and handed out as whole Zarr chunks: a whole raw chunk as its stored bytes, anything
 else decoded and laid out as one (Fortran order over (x, y, z, c), little endian), edge chunks
 padded with the fill value 0 to the whole chunk shape, as Zarr's chunks always are.
@@ -17,8 +17,8 @@ from collections.abc import Iterator
 import numpy as np
 
 from ..threads import pmap
-from ..volume import Volume
-from ..volume.encodings import decode_chunk, encode_chunk
+from ..volume.encodings import encode_chunk
+from ..volume.handle import ScaleHandle
 from .store_metadata import SEPARATOR
 
 _INDEX = re.compile(r"0|[1-9][0-9]*")  # the canonical decimal integers zarr writes in keys
@@ -32,13 +32,13 @@ class Level:
     """One scale shown as a Zarr array: ``prefix`` + ``zarr.json`` and ``prefix`` +
     ``c/<x>/<y>/<z>/0``."""
 
-    def __init__(self, volume: Volume, prefix: str, metadata: bytes) -> None:
-        self.volume, self.prefix, self.metadata = volume, prefix, metadata
+    def __init__(self, handle: ScaleHandle, prefix: str, metadata: bytes) -> None:
+        self.handle, self.prefix, self.metadata = handle, prefix, metadata
         self.chunk_prefix = f"{prefix}c{SEPARATOR}"
-        self.grid = volume.grid
-        self.channels = volume.info.num_channels
+        self.grid = handle.grid
+        self.channels = handle.info.num_channels
         self.chunk_shape = (*self.grid.chunk_size, self.channels)
-        self.chunk_nbytes = int(np.prod(self.chunk_shape)) * volume.dtype.itemsize
+        self.chunk_nbytes = int(np.prod(self.chunk_shape)) * handle.dtype.itemsize
         # batches are read on the event loop's executor threads, and a sharded store's index
         # cache is not thread-safe: one batch's reads at a time (each batch's own reads run
         # concurrently, and decoding runs outside the lock)
@@ -55,13 +55,14 @@ class Level:
 
     def chunk_keys(self) -> Iterator[str]:
         """Keys of the chunks present (from shard indices or the file listing)."""
-        for x, y, z in self.volume.chunks.list_positions().tolist():
+        for x, y, z in self.handle.store.list_positions().tolist():
             yield f"{self.chunk_prefix}{x}/{y}/{z}/0"
 
     def read(self, positions: np.ndarray) -> list[bytes | memoryview | None]:
         """Whole Zarr chunks at (n, 3) positions, None where absent; one batch of reads
         through the chunk store, decoding on threads."""
-        store, scale = self.volume.chunks, self.volume.scale
+        store, codec = self.handle.store, self.handle.codec
+        raw = self.handle.scale.encoding == "raw"
         with self._lock:
             blobs = store.get(positions)
         starts, stops = self.grid.bounds(positions)
@@ -72,17 +73,16 @@ class Level:
             blob = blobs[i]
             if blob is None:
                 return None
-            if whole[i] and scale.encoding == "raw" and len(blob) == self.chunk_nbytes:
+            if whole[i] and raw and len(blob) == self.chunk_nbytes:
                 return blob  # already laid out as the transpose + bytes codecs say
-            arr = decode_chunk(blob, scale.encoding, (*extents[i], self.channels),
-                               self.volume.dtype,
-                               block_size=scale.compressed_segmentation_block_size,
-                               where=store.where(positions[i].tolist()))
+            arr = codec.decode(blob, (*extents[i], self.channels),
+                               store.where(positions[i].tolist()))
             if not whole[i]:
-                padded = np.zeros(self.chunk_shape, self.volume.dtype, order="F")
+                padded = np.zeros(self.chunk_shape, self.handle.dtype, order="F")
                 padded[:arr.shape[0], :arr.shape[1], :arr.shape[2]] = arr
                 arr = padded
-            return encode_chunk(arr, "raw", copy=False)
+            # a decoded whole chunk may lie in a buffer the next decode reuses: copied
+            return encode_chunk(arr, "raw", copy=whole[i])
 
         return pmap(one, range(len(blobs)), min_items=4)
 

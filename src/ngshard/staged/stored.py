@@ -1,0 +1,195 @@
+"""StoredChunks: the chunk source of a staged array over any chunk store, through a codec.
+
+A :class:`~ngshard.chunkstore.ChunkStore` holds encoded chunks by grid position; a
+:class:`ChunkCodec` turns a chunk's bytes into values and back (precomputed: the scale's
+encoding, Fortran order, edge chunks clipped; zarr: the codec pipeline, C order, whole edge
+chunks, chunks of only the fill value not stored). This adapter is the one place that fetches
+and decodes chunks in batches on threads, encodes and stages them, and commits. An owner (the
+array's handle) checks and adopts resizes and writes the array's metadata after the data.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..chunkstore import Blob, ChunkStore
+from ..commitplan import CommitPlan
+from ..errors import NotFoundError
+from ..progress import progress_bar
+from ..threads import pmap
+from .geometry import Geometry
+from .source import ChunkSource
+
+
+class ChunkCodec:
+    """How one format's chunks turn into values and back.
+
+    Attributes
+    ----------
+    order : str
+        The memory order the codec wants chunks in ("C" or "F"): encoding is then a copy.
+    fill_value
+        What an absent chunk holds.
+    inner : tuple of int
+        Trailing axes of the array held whole inside every chunk (a volume's channels),
+        which the store's grid does not have.
+    """
+
+    order = "C"
+    fill_value: Any = 0
+    inner: tuple[int, ...] = ()
+
+    def decode(self, blob: Blob, extent: Sequence[int], where: str) -> np.ndarray:
+        """The values of the chunk of shape ``extent`` (clipped at the array's edge) that
+        ``blob`` holds (a whole chunk where the format stores edge chunks whole); they may
+        lie in a buffer that this thread's next decode overwrites, for callers that copy
+        them out at once. CorruptDataError naming ``where`` if it does not decode."""
+        raise NotImplementedError
+
+    def encode(self, chunk: np.ndarray, copy: bool = True) -> Blob | None:
+        """The stored bytes of ``chunk`` (clipped at the array's edge), None where the
+        chunk is not stored (only the fill value); ``copy=False``: the bytes may be a view
+        of ``chunk``'s memory."""
+        raise NotImplementedError
+
+
+class Owner(Protocol):
+    """The array's metadata, as a staged resize changes it (a volume's or a zarr handle)."""
+
+    def check_resize(self, shape: tuple[int, ...]) -> None: ...
+
+    def resize(self, shape: tuple[int, ...]) -> None: ...
+
+    def describe_metadata(self) -> str: ...
+
+    def write_metadata(self) -> None: ...
+
+
+class StoredChunks(ChunkSource):
+    """The chunks of ``store``, decoded and encoded by ``codec``; ``owner`` hears of resizes
+    and writes the metadata after the data of a commit that changes the shape."""
+
+    def __init__(self, store: ChunkStore, codec: ChunkCodec, owner: Owner, *,
+                 progress: bool = False, empty: bool = False) -> None:
+        self.store, self.codec, self.owner = store, codec, owner
+        self.progress, self.empty = progress, empty
+        self.dtype, self.fill_value = store.dtype, codec.fill_value
+        self.clipped_edges = store.clipped_edges
+        self.ndim = len(store.shape)  # the store's axes: the array's, less the codec's inner
+        self.geometry = Geometry((*store.shape, *codec.inner), (*store.chunks, *codec.inner),
+                                 codec.order)
+        self.committed = self.geometry.shape
+        self._reads = threading.local()  # .strict: see strict_reads
+
+    def _bar(self, n: int, desc: str) -> Iterator[int]:
+        batch = self.batch
+        return progress_bar(range(0, n, batch), desc=desc, unit="batch", total=-(-n // batch),
+                            enabled=self.progress and n > batch)
+
+    # --- chunks ----------------------------------------------------------------------------
+
+    def read(self, positions: np.ndarray,
+             consume: Callable[[int, np.ndarray | None], None]) -> None:
+        codec, store, n, batch = self.codec, self.store, self.ndim, self.batch
+        for first in self._bar(len(positions), "reading chunks"):
+            part = positions[first:first + batch]
+            blobs = store.get(part[:, :n])
+            absent = [i for i, blob in enumerate(blobs) if blob is None]
+            if absent and getattr(self._reads, "strict", False):
+                self._missing(part, absent)
+            for i in absent:
+                consume(first + i, None)  # nothing to decode, no thread needed
+            present = [i for i, blob in enumerate(blobs) if blob is not None]
+            if not present:
+                continue
+            extents = self.geometry.extents(part[present]).tolist()
+
+            def one(j: int, first=first, part=part, blobs=blobs, present=present,
+                    extents=extents) -> None:
+                i = present[j]
+                consume(first + i, codec.decode(blobs[i], extents[j],
+                                                store.where(part[i, :n].tolist())))
+
+            pmap(one, range(len(present)), min_items=4)
+
+    @contextmanager
+    def strict_reads(self, strict: bool = True) -> Iterator[None]:
+        """Within it, absent chunks that this thread reads raise NotFoundError rather than
+        read as the fill value (a Volume's ``fill_missing=False``, for its reads but not for
+        the reads an assignment makes); per thread, as one array may be read on many."""
+        before = getattr(self._reads, "strict", False)
+        self._reads.strict = strict
+        try:
+            yield
+        finally:
+            self._reads.strict = before
+
+    def _missing(self, part: np.ndarray, absent: list[int]) -> None:
+        more = f" (and {len(absent) - 1} more chunks of this read)" if len(absent) > 1 else ""
+        raise NotFoundError(f"{self.store.where(part[absent[0], :self.ndim].tolist())}: the "
+                            f"chunk is absent{more}, and the volume was opened with "
+                            f"fill_missing=False")
+
+    def write(self, positions: np.ndarray, chunks: Sequence[np.ndarray], *,
+              stable: bool = False) -> None:
+        positions = positions[:, :self.ndim]
+        encode, batch = self.codec.encode, self.batch
+        done, blobs = 0, []
+        for first in self._bar(len(positions), "writing chunks"):
+            blobs += pmap(lambda c: encode(c, not stable), chunks[first:first + batch],
+                          min_items=2)
+            # stable chunks may be views of memory that stays: staged all at once, the store
+            # lays them out in the order its commit writes them (one run per shard)
+            if not stable or first + batch >= len(positions):
+                self._stage(positions[done:first + batch], blobs)
+                done, blobs = first + batch, []
+
+    def _stage(self, positions: np.ndarray, blobs: list[Blob | None]) -> None:
+        gone = np.fromiter((b is None for b in blobs), bool, len(blobs))
+        if gone.any():
+            self.store.delete(positions[gone])
+            positions, blobs = positions[~gone], [b for b in blobs if b is not None]
+        if len(blobs):
+            self.store.put(positions, blobs)
+
+    def delete(self, positions: np.ndarray) -> None:
+        self.store.delete(positions[:, :self.ndim])
+
+    # --- shape -----------------------------------------------------------------------------
+
+    def check_resize(self, shape: tuple[int, ...]) -> None:
+        self.owner.check_resize(shape)
+
+    def resize(self, shape: tuple[int, ...]) -> None:
+        self.owner.resize(shape)
+        self.geometry = self.geometry.resized(shape)
+
+    # --- committing ------------------------------------------------------------------------
+
+    def spill(self) -> None:
+        self.store.spill()
+
+    def plan(self, positions: np.ndarray, nbytes: int) -> CommitPlan:
+        plan = self.store.plan(positions[:, :self.ndim], nbytes)
+        if self.geometry.shape != self.committed:
+            plan = replace(plan, then=(*plan.then, self.owner.describe_metadata()))
+        return plan
+
+    def commit(self) -> None:
+        self.store.commit(progress=self.progress)
+        if self.geometry.shape != self.committed:
+            self.owner.write_metadata()  # last: the data it describes is stored
+        self.committed = self.geometry.shape
+        self.empty = False
+
+    def abort(self) -> None:
+        self.store.abort()
+        if self.geometry.shape != self.committed:
+            self.owner.resize(self.committed)
+            self.geometry = self.geometry.resized(self.committed)
