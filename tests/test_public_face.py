@@ -70,7 +70,7 @@ def test_public_functions_are_typed_for_type_checkers():
 
 
 def test_import_ngshard_imports_no_optional_package():
-    code = ("import sys, ngshard, ngshard.dask, ngshard.zarr, ngshard.convert\n"
+    code = ("import sys, ngshard, ngshard.dask, ngshard.zarr, ngshard.pipelines\n"
             f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=PEER_TIMEOUT).stdout
@@ -85,7 +85,7 @@ def test_literal_types_are_in_the_signatures_and_the_checks():
     assert create["encoding"] == ngshard.types.Encoding
     assert create["compress"] == ngshard.types.Compress | None
     assert typing.get_type_hints(ngshard.write_skeletons)["compress"] == create["compress"]
-    assert typing.get_type_hints(ngshard.convert.convert)["encoding"] == create["encoding"] | None
+    assert typing.get_type_hints(ngshard.convert)["encoding"] == create["encoding"] | None
     assert (typing.get_type_hints(ngshard.zarr.create_array)["index_location"]
             == ngshard.types.IndexLocation)
     spec = typing.get_type_hints(ngshard.ShardingSpec)

@@ -64,7 +64,7 @@ def make_source(path: str, shape: tuple[int, int, int], compressor: str) -> None
 
 
 def spec(shape: tuple[int, int, int], data_encoding: str) -> dict:
-    from ngshard.convert.layout import DEFAULT_TASK_BYTES
+    from ngshard.pipelines.layout import DEFAULT_TASK_BYTES
     from ngshard.volume.sharding import auto_sharding
 
     s = auto_sharding(shape[::-1], (CHUNK,) * 3, CHUNK**3, DEFAULT_TASK_BYTES)
@@ -107,7 +107,7 @@ def child_ngshard(src: str, dst: str, sharding: dict, dask: bool, fast: bool = T
     import ngshard
 
     if not fast:  # what the fast path buys: every chunk decoded, cut and encoded
-        from ngshard.convert import fastpath
+        from ngshard.pipelines import fastpath
 
         fastpath.eligible = lambda *args: False  # forked workers inherit it
 

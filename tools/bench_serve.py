@@ -32,10 +32,11 @@ import threading
 import time
 from pathlib import Path
 
-from ngshard.serve import serve
-from ngshard.serve.files import open_files
-from ngshard.serve.protocol import HttpError, format_head, head_end, parse_head
-from ngshard.serve.respond import error_response, respond
+from ngshard.server import serve
+
+from ngshard.server.files import open_files
+from ngshard.server.protocol import HttpError, format_head, head_end, parse_head
+from ngshard.server.respond import error_response, respond
 from ngshard.storage import open_storage
 
 

@@ -132,7 +132,7 @@ MUTATIONS = [
     Mutation(
         "fastpath-edges-uncut", "convert/fastpath.py",
         (("        if not interior[i]:\n", "        if False:\n"),),
-        ("tests/convert/test_to_precomputed.py",),
+        ("tests/pipelines/test_to_precomputed.py",),
         "the fast path stores zarr's padded edge chunks whole in precomputed"),
 ]
 

@@ -18,8 +18,7 @@ What is here (every ``url``: a path, an fsspec URL or a Neuroglancer source):
   :class:`SegmentProperties` (and ``open_skeletons``, ... for each).
 - :func:`open`: any layer by what is stored (a volume, a segment layer, a bare store, a
   zarr array).
-- ``convert(src, dst)``: zarr <-> precomputed (the ``convert`` package is callable);
-  ``serve(path)``: an HTTP server for Neuroglancer (the ``serve`` package is callable).
+- :func:`convert`: zarr <-> precomputed; :func:`serve`: an HTTP server for Neuroglancer.
 - Subpackages: ``ngshard.zarr`` (zarr v2/v3 arrays, ``PrecomputedStore``), ``ngshard.dask``
   (the writers on a Dask cluster), ``ngshard.types`` (the ``Literal`` types of the
   signatures).
@@ -38,7 +37,6 @@ function needs them.
 
 from importlib.metadata import PackageNotFoundError, version
 
-from . import convert, serve
 from . import dask as dask
 from . import types as types
 from . import zarr as zarr
@@ -77,6 +75,8 @@ from .layers import (
     write_skeletons,
 )
 from .layers import open_layer as open  # ngshard.open(url), as tarfile.open
+from .pipelines import convert
+from .server import serve
 from .sharded import ShardedKV, ShardingSpec, open_kv, write_kv
 from .volume import Bounds, Volume, create_volume, open_volume
 

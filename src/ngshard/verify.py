@@ -149,7 +149,7 @@ def verify_volume(vol: Volume | ScaleHandle, *, progress: bool = False) -> Verif
     Raises MissingDependencyError (rather than reporting every chunk as a problem) where the
     scale's encoding needs a package that is not installed; UnlistableError where the
     scale's chunk files cannot be listed (an unsharded scale over HTTP without listings)."""
-    from .convert.resume import unfinished
+    from .pipelines.resume import unfinished
 
     handle = vol.handle if isinstance(vol, Volume) else vol
     require_codec(handle.scale.encoding, writing=False)

@@ -1,7 +1,7 @@
 """``ngshard demo``: the sample layers are readable by tensorstore, the skeletons lie inside
 their segments, the image is smooth, a rerun replaces the demo (or an earlier version's) byte
 for byte, a folder of other things is left alone, and without the viewer the demo says in one
-line how to get it. (Viewing it: tests/serve/test_view.py and test_browser.py.)"""
+line how to get it. (Viewing it: tests/server/test_view.py and test_browser.py.)"""
 
 from __future__ import annotations
 

@@ -59,8 +59,8 @@ def _ints(text: str | None, what: str, n: int | None = None) -> tuple[int, ...] 
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from ..convert import convert
-    from ..convert.executors import dask_client
+    from ..pipelines import convert
+    from ..pipelines.executors import dask_client
 
     client = dask_client(args.dask) if args.dask else None
     try:

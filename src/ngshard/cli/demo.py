@@ -31,7 +31,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.no_view:
         print(f"look at it:  ngshard view {path}", flush=True)
         return 0
-    from ..serve.view import INSTALL_HINT, open_viewer
+    from ..server.view import INSTALL_HINT, open_viewer
     from .serve import show
 
     try:

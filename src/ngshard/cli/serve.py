@@ -9,9 +9,9 @@ import signal
 import sys
 import threading
 
-from ..serve import Server, serve
-from ..serve.protocol import Request
-from ..serve.respond import Response
+from ..server import Server, serve
+from ..server.protocol import Request
+from ..server.respond import Response
 
 _SHOWN = 40  # layers printed at most
 
@@ -72,7 +72,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_view(args: argparse.Namespace) -> int:
-    from ..serve.view import open_viewer
+    from ..server.view import open_viewer
 
     viewing = open_viewer(args.url, args.host, args.port, args.viewer_port)
     return show(viewing, args.url, browser=not args.no_browser)
@@ -81,7 +81,7 @@ def cmd_view(args: argparse.Namespace) -> int:
 def show(viewing, root: str, *, browser: bool) -> int:
     """Print where the data and the viewer are, open the viewer if asked and possible, and
     serve until interrupted."""
-    from ..serve.view import open_browser
+    from ..server.view import open_browser
 
     def announce() -> None:
         print_sources(viewing.server, root)

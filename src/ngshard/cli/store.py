@@ -264,7 +264,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
             _verify_report(info.scales[i].key, report)
             ok &= report.ok
         return 0 if ok else 1
-    from ..convert.resume import unfinished
+    from ..pipelines.resume import unfinished
 
     left = unfinished(storage)
     if left is not None:  # a conversion's destination, not a volume (yet): nothing is OK

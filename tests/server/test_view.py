@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import ngshard
-from ngshard.serve.files import LocalFiles
-from ngshard.serve.layers import find_layers
-from ngshard.serve.view import MAX_LAYERS, SELECTED, viewer_state
+from ngshard.server.files import LocalFiles
+from ngshard.server.layers import find_layers
+from ngshard.server.view import MAX_LAYERS, SELECTED, viewer_state
 from ngshard.storage import open_storage
 
 
@@ -70,7 +70,7 @@ def test_state_of_other_trees(tmp_path):
 
 def test_open_viewer_serves_the_client_with_the_state(demo_dir):
     pytest.importorskip("neuroglancer", reason="the view extra is not installed")
-    from ngshard.serve.view import open_viewer
+    from ngshard.server.view import open_viewer
 
     with open_viewer(demo_dir) as viewing:
         assert viewing.url.startswith("http://127.0.0.1:") and "/v/" in viewing.url
@@ -85,7 +85,7 @@ def test_open_viewer_serves_the_client_with_the_state(demo_dir):
 
 
 def test_without_neuroglancer_one_line_says_what_to_install(demo_dir, monkeypatch):
-    from ngshard.serve.view import open_viewer
+    from ngshard.server.view import open_viewer
 
     monkeypatch.setitem(sys.modules, "neuroglancer", None)
     with pytest.raises(ngshard.MissingDependencyError, match=r"pip install 'ngshard\[view\]'"):

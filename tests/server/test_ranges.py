@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ngshard.serve.ranges import Unsatisfiable, byte_range
+from ngshard.server.ranges import Unsatisfiable, byte_range
 
 
 @pytest.mark.parametrize(("header", "expected"), [

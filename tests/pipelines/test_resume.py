@@ -176,7 +176,7 @@ def test_verify_says_an_interrupted_conversion_has_not_finished(tmp_path, source
         assert "OK" not in out
         report = verify_volume(ngshard.open_volume(dst))
         assert not report.ok and "5 of 8 task(s) of 1_1_1 remain" in report.problems[-1]
-        from ngshard.convert.resume import unfinished
+        from ngshard.pipelines.resume import unfinished
 
         assert left in unfinished(str(dst))
         # served without directory listings: the records cannot be counted, but are there

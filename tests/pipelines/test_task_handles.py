@@ -14,7 +14,7 @@ import pytest
 from convert_helpers import read_precomputed
 
 import ngshard
-from ngshard.convert.layout import zarr_to_precomputed
+from ngshard.pipelines.layout import zarr_to_precomputed
 from ngshard.volume import ScaleHandle, Volume
 from ngshard.zarr import ArrayHandle, ZarrArray, create_array, open_array
 

@@ -1,22 +1,19 @@
 """Serving precomputed data over HTTP to Neuroglancer (``ngshard serve`` / ``ngshard view``).
 
 Depends only on ``storage`` (where the bytes are) and the layer readers (what the infos say).
-The module itself is callable: ``ngshard.serve(path)`` is :func:`serve`, whichever of the
-package and the function the name ``ngshard.serve`` was bound to last.
+``ngshard.serve(path)`` is :func:`serve`.
 """
 
 from __future__ import annotations
 
 import os
 import socket
-import sys
-import types
 
 from ..errors import NotFoundError
 from ..storage import Storage, open_storage
+from .connections import Connections, Log
 from .files import open_files
 from .layers import Layer, find_layers
-from .server import Connections, Log
 
 
 class Server:
@@ -60,7 +57,7 @@ class Server:
         self.close()
 
     def __repr__(self) -> str:
-        return f"<ngshard.serve.Server {self.files.url} at {self.url}>"
+        return f"<ngshard.server.Server {self.files.url} at {self.url}>"
 
 
 def serve(path_or_url: str | os.PathLike | Storage, host: str = "127.0.0.1", port: int = 0,
@@ -97,13 +94,5 @@ def serve(path_or_url: str | os.PathLike | Storage, host: str = "127.0.0.1", por
         The URL needs a package that is missing, or its scheme is unknown.
     """
     return Server(open_storage(path_or_url), host, port, listing=listing, log=log)
-
-
-class _CallableModule(types.ModuleType):
-    def __call__(self, *args, **kwargs) -> Server:
-        return serve(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
 
 __all__ = ["Layer", "Server", "find_layers", "serve"]

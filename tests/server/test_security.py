@@ -15,7 +15,7 @@ import pytest
 from wire import DATA, raw, request, status_of
 
 import ngshard
-from ngshard.serve.protocol import MAX_FIELDS, MAX_HEAD, MAX_TARGET
+from ngshard.server.protocol import MAX_FIELDS, MAX_HEAD, MAX_TARGET
 
 
 def still_serving(server) -> bool:
@@ -224,7 +224,7 @@ def _listening(port: int) -> list[str]:
 def test_connections_are_bounded(tree, monkeypatch):
     """Past MAX_CONNECTIONS open connections, a new one is answered 503 and closed; once
     one ends, the next is served."""
-    from ngshard.serve import server as front
+    from ngshard.server import connections as front
 
     monkeypatch.setattr(front, "MAX_CONNECTIONS", 3)
     with ngshard.serve(tree) as srv:
@@ -240,7 +240,7 @@ def test_connections_are_bounded(tree, monkeypatch):
 
 def test_slow_heads_are_timed_out(tree, monkeypatch):
     """A client that starts a request and never finishes it is answered 408 and dropped."""
-    from ngshard.serve import server as front
+    from ngshard.server import connections as front
 
     monkeypatch.setattr(front, "HEAD_TIMEOUT", 0.3)
     with ngshard.serve(tree) as srv, socket.create_connection((srv.host, srv.port), 5) as s:

@@ -24,7 +24,7 @@ def local_pool(workers: int | None = None) -> ProcessPoolExecutor:
         context = multiprocessing.get_context("fork")
     else:
         context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["ngshard.convert.tasks"])
+        context.set_forkserver_preload(["ngshard.pipelines.tasks"])
     return ProcessPoolExecutor(max_workers=workers or default_workers(), mp_context=context)
 
 

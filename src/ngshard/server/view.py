@@ -73,7 +73,7 @@ def viewer_state(layers: list[Layer], base_url: str, storage: Storage | None = N
     Parameters
     ----------
     layers
-        What :func:`~ngshard.serve.layers.find_layers` found.
+        What :func:`~ngshard.server.layers.find_layers` found.
     base_url
         The data server's URL.
     storage
@@ -181,7 +181,7 @@ def open_viewer(path_or_url: str | os.PathLike | Storage, host: str = "127.0.0.1
     MissingDependencyError
         The ``neuroglancer`` package is missing (before anything is started).
     NotFoundError, OSError
-        As for :func:`ngshard.serve.serve`.
+        As for :func:`ngshard.server.serve`.
     """
     from . import serve
 
