@@ -33,7 +33,6 @@ import time
 from pathlib import Path
 
 from ngshard.server import serve
-
 from ngshard.server.files import open_files
 from ngshard.server.protocol import HttpError, format_head, head_end, parse_head
 from ngshard.server.respond import error_response, respond
