@@ -42,15 +42,27 @@ COARSE_TIMES = 2.0
 
 # --- retries (storage/retry.py) ------------------------------------------------------------
 
-#: Times one object may be found changed under one read before the read gives up (a writer
-#: committing to it without pause); with the backoff below that is about a second.
+#: Times one object may be found changed under one read (a writer committing to it without
+#: pause), or one request may fail transiently, before the read or request gives up; with the
+#: backoff below that is about a second of changes, or half a minute of a failing server.
 DEFAULT_READ_RETRIES = 10
 #: First and longest pause between tries, seconds (doubling, jittered): the first retry is
 #: almost immediate, a busy writer is not hammered.
 BACKOFF_FIRST, BACKOFF_MAX = 0.001, 0.2
-#: Seconds all the tries of one operation may take: a read that cannot finish within a
-#: minute of retries is reported rather than hanging a viewer or a task.
+#: Seconds all the tries of one operation (or of one request) may take: a read that cannot
+#: finish within a minute of retries is reported rather than hanging a viewer or a task.
 RETRY_SECONDS = 60.0
+#: First and longest pause before a request that failed transiently (HTTP 408/429/5xx, a
+#: reset, a timeout) is sent again, seconds: a server that sheds load gets time to recover
+#: (the cloud SDKs start near 0.1 s and cap at tens of seconds), yet one dropped request
+#: among thousands costs a read little.
+REQUEST_BACKOFF_FIRST, REQUEST_BACKOFF_MAX = 0.05, 10.0
+#: Seconds one remote request may take before it counts as failed (and is tried again), and
+#: seconds to open its connection.
+REQUEST_TIMEOUT, CONNECT_TIMEOUT = 120.0, 10.0
+#: Requests one remote store keeps in flight at once: enough to hide 20-100 ms of latency
+#: behind a large batch, few enough not to be throttled or exhaust sockets.
+REQUEST_CONCURRENCY = 128
 
 # --- staging and writing -------------------------------------------------------------------
 

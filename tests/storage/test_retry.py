@@ -101,11 +101,11 @@ def test_a_read_runs_again_after_each_change_within_the_tries_of_each_object():
         return "value"
 
     assert policy.run(read) == "value"
-    assert policy.stats() == {"retries": 4, "retries_gave_up": 0}
+    assert policy.stats() == {"retries": 4, "retries_requests": 0, "retries_gave_up": 0}
     changes[:] = ["a"] * 3
     with pytest.raises(ChangedError, match=r"^store/a: changed under each of 3 tries"):
         policy.run(read)
-    assert policy.stats() == {"retries": 6, "retries_gave_up": 1}
+    assert policy.stats() == {"retries": 6, "retries_requests": 0, "retries_gave_up": 1}
 
 
 def test_retries_stop_at_the_time_budget():
