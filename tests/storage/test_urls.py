@@ -111,7 +111,8 @@ def test_unknown_scheme_inside_a_source(url):
                                           ("zarr://s3://bucket/a.zarr", "obstore"),
                                           ("az://container/a.zarr", "obstore")])
 def test_object_stores_without_their_package(url, package, monkeypatch):
-    monkeypatch.setitem(sys.modules, package, None)  # importing it fails
+    for name in [n for n in sys.modules if n.split(".")[0] == package] + [package]:
+        monkeypatch.setitem(sys.modules, name, None)  # importing it (or a part) fails
     with pytest.raises(ngshard.MissingDependencyError,
                        match=rf"pip install 'ngshard\[cloud\]'.*{package}") as e:
         open_storage(url)

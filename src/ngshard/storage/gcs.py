@@ -6,22 +6,38 @@ of two writers of one shard exactly one succeeds and the other gets ConflictErro
 tensorstore's GCS driver does. gcsfs (JSON API) rather than obstore (which speaks GCS's XML
 API): the GCS emulator the tests run (``gcp-storage-emulator``) answers the JSON API only, and
 a backend no test can reach is a backend nobody checked. gcsfs also retries 5xx responses
-itself (its count is not in ``stats()``); the store's policy retries on top.
+itself (its count is not in ``stats()``); the store's policy retries on top. The plain
+``gcsfs.core.GCSFileSystem`` is used, not the "extended" one recent gcsfs registers for
+``gs://``: that one first asks a gRPC control API what kind of bucket it is, which costs a
+minute of timeouts wherever that API is not reachable (emulators, firewalls).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 from urllib.parse import quote
 
 import fsspec.asyn
 
 from .base import ObjectInfo, changed_on_storage
+from .options import fsspec_options
 from .remote import FsspecStorage
+from .retry import RetryPolicy
 
 
 class GcsStorage(FsspecStorage):
     """:class:`~ngshard.storage.FsspecStorage` on gcsfs with ``ifGenerationMatch`` writes."""
+
+    def __init__(self, url: str, fs: Any = None, root: str | None = None, *,
+                 options: dict[str, Any] | None = None,
+                 retry: RetryPolicy | None = None) -> None:
+        if fs is None:
+            from gcsfs.core import GCSFileSystem
+
+            fs = GCSFileSystem(**fsspec_options(options or {}))
+            root = fs._strip_protocol(url)
+        super().__init__(url, fs, root, retry=retry)
 
     @staticmethod
     def _info(info: dict) -> ObjectInfo:
@@ -30,17 +46,27 @@ class GcsStorage(FsspecStorage):
                                               info.get("md5Hash") or info.get("etag")))
 
     def _put_if(self, name: str, data: bytes, if_generation: Any) -> None:
+        # The check first costs one request: it answers at once where a server ignores
+        # ifGenerationMatch (the emulator does); GCS itself decides by the precondition.
+        self._check(name, if_generation)
         bucket, key, _ = self.fs.split_path(self._full(name))
         match = "0" if if_generation is None else if_generation[0]
         url = f"{self.fs._location}/upload/storage/v1/b/{quote(bucket)}/o"
         sent = 0
 
+        # A multipart upload (metadata, then the bytes): the media upload of an empty
+        # object is refused by some servers.
+        body = (b"--==0==\nContent-Type: application/json; charset=UTF-8\n\n" +
+                json.dumps({"name": key}).encode() +
+                b"\n--==0==\nContent-Type: application/octet-stream\n\n" + data +
+                b"\n--==0==--")
+
         def upload() -> None:
             nonlocal sent
             sent += 1
-            fsspec.asyn.sync(self.fs.loop, self.fs._call, "POST", url, uploadType="media",
-                             name=key, ifGenerationMatch=match, data=data,
-                             headers={"Content-Type": "application/octet-stream"})
+            fsspec.asyn.sync(self.fs.loop, self.fs._call, "POST", url, uploadType="multipart",
+                             ifGenerationMatch=match, data=body,
+                             headers={"Content-Type": 'multipart/related; boundary="==0=="'})
 
         try:
             self._sync_request(upload, self.path(name))

@@ -30,6 +30,7 @@ between the check and the delete remains.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Any
 
@@ -236,8 +237,9 @@ class ObjectStorage(Storage):
         self._check(name, if_generation)
 
         async def delete() -> None:
-            await self._request(lambda: self._obs.delete_async(self._shared.store,
-                                                               self._key(name)), name)
+            with contextlib.suppress(FileNotFoundError):  # Azure says 404, S3 nothing
+                await self._request(lambda: self._obs.delete_async(self._shared.store,
+                                                                   self._key(name)), name)
 
         self._run(delete)
 
