@@ -241,6 +241,7 @@ def _encode_chunks(items: list, layout: tuple) -> list[tuple[int, bytes]]:
     from .volume.grid import ChunkGrid
 
     size, chunk_size, encoding, dtype, channels, block = layout
+    items = list(items)  # a partition of a mapped bag is an iterator: read it once
     if not items:
         return []
     grid = ChunkGrid(size, chunk_size)
