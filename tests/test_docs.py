@@ -14,8 +14,11 @@ that runs until Ctrl-C) is preceded by ``<!-- skip: why -->``.
 from __future__ import annotations
 
 import contextlib
+import doctest
+import importlib
 import io
 import os
+import pkgutil
 import re
 import shlex
 import shutil
@@ -138,3 +141,17 @@ def test_every_public_name_is_in_the_api_reference():
     assert public <= documented, sorted(public - documented)
     types_page = (ROOT / "docs" / "api" / "types.md").read_text()
     assert all(n in types_page for n in ngshard.types.__all__)
+
+
+def test_docstring_examples_run():
+    """The examples of the docstrings (the API reference shows them) pass as doctests; those
+    that need a bucket are marked ``# doctest: +SKIP``."""
+    tried = 0
+    for module in pkgutil.walk_packages(ngshard.__path__, "ngshard."):
+        if module.name.endswith("__main__"):  # runs the command line when imported
+            continue
+        result = doctest.testmod(importlib.import_module(module.name), report=True,
+                                 optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+        assert result.failed == 0, module.name
+        tried += result.attempted
+    assert tried >= 10
