@@ -18,11 +18,10 @@ from ..errors import InvalidKeyError, NgShardError, NotFoundError, ReadOnlyError
 from ..limits import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_MAX_VALUE_BYTES,
-    DEFAULT_READ_RETRIES,
     DEFAULT_STAGED_BYTES,
     ITEMS_BATCH,
 )
-from ..storage import Storage, open_storage, remove_stale
+from ..storage import Storage, StorageOptions, open_storage, remove_stale
 from ..types import Mode, Strategy
 from . import commit as committing
 from . import listing
@@ -50,7 +49,6 @@ class ShardedKV(MutableMapping):
                  staged_bytes: int = DEFAULT_STAGED_BYTES, spill_dir: str | None = None,
                  cache_bytes: int = DEFAULT_CACHE_BYTES, info: bool = False,
                  max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
-                 read_retries: int = DEFAULT_READ_RETRIES,
                  unindexed: UnindexedSizes | None = None) -> None:
         if mode not in MODES:
             raise SpecError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -68,7 +66,7 @@ class ShardedKV(MutableMapping):
         self.strategy, self.compact_ratio = strategy, compact_ratio
         #: The reads, the index cache and the retry policy (``reader.cached_bytes``,
         #: ``reader.forget()``, ``reader.stats()``).
-        self.reader = ShardReader(storage, spec, cache_bytes, max_value_bytes, read_retries)
+        self.reader = ShardReader(storage, spec, cache_bytes, max_value_bytes)
         #: ``unindexed(keys, values)``: lengths of the unindexed entries stored right before
         #: values, which rewrites and compactions keep.
         self.unindexed = unindexed
@@ -355,8 +353,8 @@ def open_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str | 
             staged_bytes: int = DEFAULT_STAGED_BYTES, spill_dir: str | None = None,
             cache_bytes: int = DEFAULT_CACHE_BYTES, info: bool = True,
             max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
-            read_retries: int = DEFAULT_READ_RETRIES, durable: bool = True,
-            unindexed: UnindexedSizes | None = None) -> ShardedKV:
+            durable: bool = True, unindexed: UnindexedSizes | None = None,
+            storage_options: StorageOptions | None = None) -> ShardedKV:
     """Open the sharded key-value store at ``url``.
 
     Parameters
@@ -386,9 +384,6 @@ def open_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str | 
     max_value_bytes
         The most a gzip-encoded value may inflate to (256 MiB by default): a value past it
         raises CorruptDataError rather than exhausting memory.
-    read_retries
-        How often one read may find a shard replaced under it (another writer committing)
-        before it gives up with ChangedError; retries back off with jitter.
     durable
         Local writes are fsynced (data before it is renamed into place or pointed at, the
         directory after a rename), so a power cut leaves every shard old or new; False skips
@@ -400,6 +395,12 @@ def open_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str | 
         their values: ``unindexed(keys, values)`` gives their lengths (the layer supplies
         it); every rewrite and compaction keeps them. A store of a layer kind that keeps
         them (:func:`ngshard.kinds.unindexed_entries`) is refused for writing without it.
+    storage_options
+        How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and how
+        often to retry: ``retries`` (10) is how many times a request that fails transiently
+        is sent again and how often one read may find a shard replaced under it (another
+        writer committing) before giving up; ``retry_seconds`` (60) bounds the time of all
+        tries. See :mod:`ngshard.storage.options`.
 
     Returns
     -------
@@ -422,7 +423,8 @@ def open_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str | 
     >>> open_kv("memory://doc-kv")[7]
     b'seven'
     """
-    storage = open_storage(url, durable=durable, expect="precomputed")
+    storage = open_storage(url, durable=durable, expect="precomputed",
+                           storage_options=storage_options)
     if spec is None:
         if mode == "w":
             raise SpecError("mode 'w' needs a sharding spec")
@@ -435,6 +437,6 @@ def open_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str | 
         refuse_blind_writes(storage)
     return ShardedKV(storage, spec, mode, strategy=strategy, compact_ratio=compact_ratio,
                      staged_bytes=staged_bytes, spill_dir=spill_dir, cache_bytes=cache_bytes,
-                     info=info, max_value_bytes=max_value_bytes, read_retries=read_retries,
+                     info=info, max_value_bytes=max_value_bytes,
                      unindexed=unindexed)
 

@@ -12,7 +12,14 @@ from .base import ANY, MAX_GAP, FileSlice, ObjectInfo, Storage, changed_on_stora
 from .gcs import GcsStorage
 from .local import LocalStorage, write_all, write_buffers
 from .objectstore import ObjectStorage
-from .options import OBJECT_STORE_SCHEMES, object_store, parse_option, split_options
+from .options import (
+    OBJECT_STORE_SCHEMES,
+    object_store,
+    options_for,
+    parse_option,
+    rooted_options,
+    split_options,
+)
 from .remote import FsspecStorage, RangesIgnoredWarning
 from .retry import RetryPolicy
 from .tempnames import SPILL_PREFIX, owner_tag, remove_stale
@@ -98,6 +105,8 @@ def _shown(url: object) -> str:
 def _open(url: str, durable: bool, given: object,
           storage_options: StorageOptions | None) -> Storage:
     """The storage at a plain storage URL; errors name the URL as the user gave it."""
+    if storage_options is None:
+        storage_options = options_for(url)
     retry, options = split_options(storage_options)
     if "://" not in url or url.startswith("file://"):
         if options:
@@ -109,7 +118,7 @@ def _open(url: str, durable: bool, given: object,
     scheme = url.split("://", 1)[0].lower()
     if scheme in OBJECT_STORE_SCHEMES:
         store, prefix = object_store(url, options, _shown(given))
-        return ObjectStorage(url, store, prefix, retry)
+        return ObjectStorage(url, store, prefix, retry, options=options)
     kind = GcsStorage if scheme in ("gs", "gcs") else FsspecStorage
     try:
         return kind(url, options=options, retry=retry)
@@ -134,8 +143,8 @@ _PACKAGES = {"http": "'ngshard[http]' (aiohttp)", "https": "'ngshard[http]' (aio
              "gs": "'ngshard[cloud]' (gcsfs)", "gcs": "'ngshard[cloud]' (gcsfs)"}
 
 
-__all__ = ["ANY", "FORMATS", "MAX_GAP", "FileSlice", "FsspecStorage", "GcsStorage",
-           "LocalStorage", "ObjectInfo", "ObjectStorage", "RangesIgnoredWarning", "RetryPolicy",
-           "SPILL_PREFIX", "Source", "Storage", "StorageOptions", "changed_on_storage",
-           "coalesce", "open_source", "open_storage", "owner_tag", "parse_option", "parse_url",
-           "remove_stale", "require_family", "source_of", "write_all", "write_buffers"]
+__all__ = ["ANY", "FORMATS", "MAX_GAP", "FileSlice", "FsspecStorage", "GcsStorage", "LocalStorage",
+           "ObjectInfo", "ObjectStorage", "RangesIgnoredWarning", "RetryPolicy", "SPILL_PREFIX",
+           "Source", "Storage", "StorageOptions", "changed_on_storage", "coalesce", "open_source",
+           "open_storage", "owner_tag", "parse_option", "parse_url", "remove_stale",
+           "require_family", "rooted_options", "source_of", "write_all", "write_buffers"]

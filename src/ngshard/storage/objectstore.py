@@ -46,10 +46,11 @@ from .transient import BodyLengthError
 
 class _Shared:
     """What a store and the stores derived from it (``child``, ``parent``) share: the
-    obstore store of the bucket, the retry policy and the bound on requests in flight."""
+    obstore store of the bucket, the options it was made with (to make it again in another
+    process), the retry policy and the bound on requests in flight."""
 
-    def __init__(self, store: Any, retry: RetryPolicy) -> None:
-        self.store, self.retry = store, retry
+    def __init__(self, store: Any, options: dict[str, Any], retry: RetryPolicy) -> None:
+        self.store, self.options, self.retry = store, options, retry
         self.loop = fsspec.asyn.get_loop()
         self._gate: asyncio.Semaphore | None = None
 
@@ -66,14 +67,19 @@ class ObjectStorage(Storage):
 
     reads_report_generation = True
 
-    def __init__(self, url: str, store: Any, prefix: str, retry: RetryPolicy,
-                 shared: _Shared | None = None) -> None:
+    def __init__(self, url: str, store: Any, prefix: str, retry: RetryPolicy, *,
+                 options: dict[str, Any] | None = None, shared: _Shared | None = None) -> None:
         import obstore
 
         self._obs = obstore
         self.url, self.prefix = url.rstrip("/"), prefix.strip("/")
-        self._shared = shared or _Shared(store, retry)
+        self._shared = shared or _Shared(store, options or {}, retry)
         self.retry = self._shared.retry
+
+    def __reduce__(self) -> tuple:
+        # Crosses process boundaries (pools, Dask) as what opens it again: the obstore
+        # store and the event loop stay behind.
+        return _reopen, (self.url, self._shared.options, self.retry)
 
     # --- plumbing --------------------------------------------------------------------------
 
@@ -261,10 +267,17 @@ class ObjectStorage(Storage):
 
     def child(self, name: str) -> ObjectStorage:
         return ObjectStorage(f"{self.url}/{name.strip('/')}", None,
-                             self._key(name.strip("/")), self.retry, self._shared)
+                             self._key(name.strip("/")), self.retry, shared=self._shared)
 
     def parent(self) -> ObjectStorage | None:
         if not self.prefix:
             return None
         return ObjectStorage(self.url.rpartition("/")[0], None,
-                             self.prefix.rpartition("/")[0], self.retry, self._shared)
+                             self.prefix.rpartition("/")[0], self.retry, shared=self._shared)
+
+
+def _reopen(url: str, options: dict[str, Any], retry: RetryPolicy) -> ObjectStorage:
+    from .options import object_store
+
+    store, prefix = object_store(url, options, url)
+    return ObjectStorage(url, store, prefix, retry, options=options)

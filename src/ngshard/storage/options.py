@@ -27,9 +27,11 @@ store filled.
 from __future__ import annotations
 
 import configparser
+import contextlib
 import json
 import os
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -53,6 +55,41 @@ _S3_ENV = ("AWS_ACCESS_KEY_ID", "AWS_PROFILE", "AWS_WEB_IDENTITY_TOKEN_FILE",
 _AZURE_ENV = ("AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_ACCESS_KEY", "AZURE_STORAGE_SAS_KEY",
               "AZURE_STORAGE_TOKEN", "AZURE_CLIENT_ID", "AZURE_STORAGE_CONNECTION_STRING",
               "AZURE_STORAGE_USE_EMULATOR")
+
+
+# Options given for whole trees (see rooted_options): root URL -> options.
+_ROOTED: dict[str, Mapping[str, Any]] = {}
+_ROOTED_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def rooted_options(roots: Mapping[str, Mapping[str, Any] | None]) -> Iterator[None]:
+    """While inside, a URL under one of ``roots`` (plain storage URLs) opened without
+    ``storage_options`` is opened with that root's options.
+
+    For pipelines (:func:`ngshard.convert`): their tasks carry URLs (small, picklable, the
+    same in every process), and every process a task runs in opens the URLs under the job's
+    source and destination as the caller asked, without each task and source carrying the
+    options (and credentials) along.
+    """
+    given = {root.rstrip("/"): dict(o) for root, o in roots.items() if o}
+    with _ROOTED_LOCK:
+        before = dict(_ROOTED)
+        _ROOTED.update(given)
+    try:
+        yield
+    finally:
+        with _ROOTED_LOCK:
+            _ROOTED.clear()
+            _ROOTED.update(before)
+
+
+def options_for(url: str) -> Mapping[str, Any] | None:
+    """The options :func:`rooted_options` gives ``url`` (a plain storage URL): those of the
+    longest root it lies under, None outside them all."""
+    with _ROOTED_LOCK:
+        roots = [r for r in _ROOTED if url == r or url.startswith(r + "/")]
+        return _ROOTED[max(roots, key=len)] if roots else None
 
 
 def split_options(options: Mapping[str, Any] | None) -> tuple[RetryPolicy, dict[str, Any]]:
