@@ -5,8 +5,9 @@ none exists, the object's generation number to replace it only while it has not 
 of two writers of one shard exactly one succeeds and the other gets ConflictError (412), as
 tensorstore's GCS driver does. gcsfs (JSON API) rather than obstore (which speaks GCS's XML
 API): the GCS emulator the tests run (``gcp-storage-emulator``) answers the JSON API only, and
-a backend no test can reach is a backend nobody checked. gcsfs also retries 5xx responses
-itself (its count is not in ``stats()``); the store's policy retries on top. The plain
+a backend no test can reach is a backend nobody checked. gcsfs's own retries (six tries,
+pauses of 1 to 32 s, uncounted) are taken off: the store's policy retries every request, with
+its budget, and counts them in ``stats()``. The plain
 ``gcsfs.core.GCSFileSystem`` is used, not the "extended" one recent gcsfs registers for
 ``gs://``: that one first asks a gRPC control API what kind of bucket it is, which costs a
 minute of timeouts wherever that API is not reachable (emulators, firewalls).
@@ -33,9 +34,7 @@ class GcsStorage(FsspecStorage):
                  options: dict[str, Any] | None = None,
                  retry: RetryPolicy | None = None) -> None:
         if fs is None:
-            from gcsfs.core import GCSFileSystem
-
-            fs = GCSFileSystem(**fsspec_options(options or {}))
+            fs = _filesystem()(**fsspec_options(options or {}))
             root = fs._strip_protocol(url)
         super().__init__(url, fs, root, retry=retry)
 
@@ -75,3 +74,29 @@ class GcsStorage(FsspecStorage):
                 return  # an earlier try landed; its answer was lost
             since = "it was found absent" if if_generation is None else "it was read"
             raise changed_on_storage(self.path(name), since) from None
+
+
+_ONE_TRY: type | None = None
+
+
+def _filesystem() -> type:
+    """gcsfs' plain filesystem, each request sent once (the store's policy retries)."""
+    global _ONE_TRY
+    if _ONE_TRY is None:
+        from gcsfs.core import GCSFileSystem
+
+        class OneTryGCSFileSystem(GCSFileSystem):
+            _request = GCSFileSystem._request.__wrapped__  # without gcsfs' retry_request
+
+        OneTryGCSFileSystem.__module__ = __name__  # pickled by name (see __getattr__)
+        OneTryGCSFileSystem.__qualname__ = "OneTryGCSFileSystem"
+        _ONE_TRY = OneTryGCSFileSystem
+    return _ONE_TRY
+
+
+def __getattr__(name: str) -> type:
+    # gcsfs is imported only when a gs:// URL is opened: the class is made then, and found
+    # by name when a pickled store is opened in another process
+    if name == "OneTryGCSFileSystem":
+        return _filesystem()
+    raise AttributeError(name)
