@@ -10,7 +10,10 @@ less, is the whole object, and the range is sliced out of it. Reads stay correct
 warns once (:class:`RangesIgnoredWarning`) because each read now downloads whole files, and from
 then on asks for each object once per batch instead of once per group of nearby ranges. (An
 error instead would leave no way to read such a server at all, and for small stores served
-from a laptop the whole-file reads cost little.)
+from a laptop the whole-file reads cost little.) A body of neither the range's length nor the
+object's (an error page answered with 200) is CorruptDataError naming the object; one shorter
+than the range where the object holds more (cut short on the way) is asked for again, as a
+transient failure.
 
 Listing over HTTP rests on the server's directory pages (``python3 -m http.server``, nginx
 with autoindex, ``ngshard serve --listing``); a server without them answers a folder with 404
@@ -53,12 +56,13 @@ import fsspec
 import fsspec.asyn
 import numpy as np
 
-from ..errors import ReadOnlyError, RequestError, UnlistableError
+from ..errors import CorruptDataError, ReadOnlyError, RequestError, UnlistableError
 from ..limits import REQUEST_CONCURRENCY
 from ..threads import pmap
 from .base import ANY, MAX_GAP, FileSlice, ObjectInfo, Storage, coalesce, split_merged
 from .options import fsspec_options
 from .retry import RetryPolicy
+from .transient import BodyLengthError
 
 # Protocols with no way to write (fsspec's HTTP filesystem would try a POST).
 _READ_ONLY_PROTOCOLS = frozenset({"http", "https"})
@@ -270,9 +274,26 @@ class FsspecStorage(Storage):
             raise blob
         expected = max(0, min(end, size) - start)
         if len(blob) > end - start or (len(blob) == size != expected):
+            if len(blob) != size:  # neither the range nor the object: an error page?
+                raise CorruptDataError(
+                    f"{self.path(name)}: the server sent {len(blob)} bytes for bytes "
+                    f"[{start}, {end}) of an object of {size} bytes (an error page, or a "
+                    f"proxy that rewrites answers?)")
             self._ranges_ignored()
             return blob[start:end]
+        if len(blob) < expected:  # cut short on the way: ask again, under the policy
+            return self._sync_request(lambda: self._range_of(name, start, end, expected, size),
+                                      self.path(name))
         return blob
+
+    def _range_of(self, name: str, start: int, end: int, expected: int, size: int) -> bytes:
+        """Bytes [start, end) of an object of ``size`` bytes, asked for again after a body
+        came cut short; one cut short again is BodyLengthError (transient)."""
+        blob = self.fs.cat_file(self._full(name), start, end)
+        if len(blob) < expected:
+            raise BodyLengthError(f"{self.path(name)}: {len(blob)} bytes came for bytes "
+                                  f"[{start}, {end}) of an object of {size} bytes")
+        return self._range_body(blob, start, end, size, name)
 
     def _ranges_ignored(self) -> None:
         if self._max_gap != _WHOLE:
