@@ -4,8 +4,9 @@ Microsoft's Azurite (npm; ``.ci/run`` installs it into ``.ci/node_modules``, or 
 ``azurite-blob`` in ``NGSHARD_AZURITE``).
 
 A server that cannot start fails the tests that need it: in CI a missing server must not
-pass as a skip. ``NGSHARD_CLOUD_SKIP=1`` turns that into a skip, for a machine where the
-servers cannot be installed.
+pass as a skip. Only Azurite may be missing for a reason a test run cannot help, no npm to
+install it with: those tests then skip, saying so. ``NGSHARD_CLOUD_SKIP=1`` turns every
+failure to start into a skip, for a machine where the servers cannot be installed.
 """
 
 from __future__ import annotations
@@ -138,6 +139,9 @@ def start_azure() -> ObjectServer:
     """Azurite's blob service, its data in a temporary folder, with the test container."""
     binary = azurite_binary()
     if binary is None:
+        if shutil.which("npm") is None:
+            pytest.skip("no Azurite, and no npm to install it with (.ci/run installs both "
+                        "where it can)")
         unavailable("no Azurite: .ci/run installs it (npm install --prefix .ci azurite@3), "
                     "or give its azurite-blob in NGSHARD_AZURITE")
     port = free_port()

@@ -16,6 +16,7 @@ import cloud_workers as w
 import numpy as np
 import pytest
 from faultproxy import FaultProxy
+from objectstores import BUCKET
 from peers import PEER_TIMEOUT
 
 import ngshard
@@ -199,3 +200,27 @@ def test_a_long_lived_reader_reopens_what_another_process_rewrote(kind, request)
     assert reader[5] == bytes([9]) * 45
     again = ngshard.open_kv(url, storage_options=server.options)
     assert again.get_many(range(300)) == {k: bytes([9]) * (40 + k % 13) for k in range(300)}
+
+
+# --- anonymous access ------------------------------------------------------------------------
+
+def test_a_public_bucket_reads_without_credentials(s3_server, monkeypatch):
+    import boto3
+
+    for name in [v for v in os.environ if v.startswith("AWS_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
+    url = s3_server.url()
+    ngshard.write_kv(url, SPEC, items(20), storage_options=s3_server.options)
+    anonymous = {"endpoint_url": s3_server.endpoint}  # no keys: requests go unsigned
+    with pytest.raises(ngshard.RequestError) as e:  # private objects: refused
+        ngshard.open_kv(url, storage_options=anonymous)
+    assert e.value.status == 403 and url in str(e.value)
+    client = boto3.client("s3", endpoint_url=s3_server.endpoint, aws_access_key_id="testing",
+                          aws_secret_access_key="testing", region_name="us-east-1")
+    prefix = url.split(f"{BUCKET}/", 1)[1]
+    for o in client.list_objects_v2(Bucket=BUCKET, Prefix=prefix)["Contents"]:
+        client.put_object_acl(Bucket=BUCKET, Key=o["Key"], ACL="public-read")
+    for options in (anonymous, {**anonymous, "anon": True}):
+        assert ngshard.open_kv(url, storage_options=options).get_many(list(items(20))) == \
+            items(20)
