@@ -212,8 +212,8 @@ class ObjectStoreBackend(Backend):
 
 class GcsBackend(ObjectStoreBackend):
     """The GCS emulator sends no ``x-goog-generation`` with its reads, which tensorstore's
-    gcs driver needs to read within a shard ("Malformed StorageGeneration"): its read-back
-    of whole objects is in tests/storage/test_objectstores.py."""
+    gcs driver needs to read within a shard ("Malformed StorageGeneration"): no peer
+    read-back here (tensorstore's GCS requests are those of real GCS, not the emulator's)."""
 
     peer_reads = False
 
