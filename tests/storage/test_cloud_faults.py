@@ -224,3 +224,23 @@ def test_a_public_bucket_reads_without_credentials(s3_server, monkeypatch):
     for options in (anonymous, {**anonymous, "anon": True}):
         assert ngshard.open_kv(url, storage_options=options).get_many(list(items(20))) == \
             items(20)
+
+
+# --- options that travel -------------------------------------------------------------------
+
+def test_storage_options_reach_conversion_workers_and_pickled_handles(s3_server, tmp_path):
+    import pickle
+
+    from ngshard.zarr import create_array
+
+    data = np.arange(40 * 30 * 20, dtype=np.uint16).reshape(20, 30, 40)  # z, y, x
+    create_array(tmp_path / "a.zarr", data.shape, "uint16", (16, 16, 16))[...] = data
+    url = s3_server.url()
+    # the options exist only here: a worker process that did not get them reaches no server
+    stats = ngshard.convert(str(tmp_path / "a.zarr"), url, workers=1, progress=False,
+                            storage_options=s3_server.options)
+    assert stats["run"] == stats["tasks"] > 0
+    # a scale's handle (what a task ships) crosses a process boundary with its options
+    handle = ngshard.open_volume(url, storage_options=s3_server.options).handle
+    vol = ngshard.open_volume(pickle.loads(pickle.dumps(handle)).storage)
+    np.testing.assert_array_equal(vol[:, :, :, 0], data.T)
