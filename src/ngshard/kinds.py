@@ -137,13 +137,14 @@ def layer_kind(doc: dict | None, storage: Any) -> str:
 
 def is_segmentation(doc: dict | None) -> bool:
     """Whether an info describes a segmentation volume (its ``type``)."""
-    return kind_of(doc) == VOLUME and doc.get("type") == SEGMENTATION
+    return doc is not None and kind_of(doc) == VOLUME and doc.get("type") == SEGMENTATION
 
 
 def unindexed_entries(doc: dict | None) -> str | None:
     """What the unindexed entries in the shards of the layer ``doc`` describes are (for
     messages), None for a layer whose shards keep none."""
-    return UNINDEXED.get(kind_of(doc))
+    kind = kind_of(doc)
+    return None if kind is None else UNINDEXED.get(kind)
 
 
 def stores(doc: dict | None) -> dict[str, dict | None]:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import CorruptDataError, SpecError
+from ..types import Blob
 
 TYPES = ("point", "line", "axis_aligned_bounding_box", "ellipsoid", "polyline")
 # type -> (numpy type, alignment group, components)
@@ -274,7 +275,7 @@ def encode_single(records: Records, relations: list[tuple[np.ndarray, np.ndarray
     return words.view(_U8), offsets * 4
 
 
-def decode_single(schema: Schema, buf: bytes | memoryview, where: str) -> Decoded:
+def decode_single(schema: Schema, buf: Blob, where: str) -> Decoded:
     """One by_id value: its record and relationship id lists (exact length checked)."""
     buf = memoryview(buf)
     decoded, offset = decode_records(schema, buf, 0, 1, where)
@@ -320,7 +321,7 @@ def encode_multiple(records: Records, ids: np.ndarray, groups: np.ndarray,
     return words.view(_U8), offsets * 4
 
 
-def decode_multiple(schema: Schema, buf: bytes | memoryview, where: str) -> Decoded:
+def decode_multiple(schema: Schema, buf: Blob, where: str) -> Decoded:
     """A list of annotations (relationship or spatial index value), exact length checked."""
     buf = memoryview(buf)
     if len(buf) < 8:

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..errors import CorruptDataError, SpecError
+from ..types import Blob
 
 ATTRIBUTE_TYPES = ("float32", "int8", "uint8", "int16", "uint16", "int32", "uint32")
 _HEAD = np.dtype("<u4")
@@ -154,7 +155,7 @@ def _ids(spec: Sequence[VertexAttribute]) -> set[str]:
     return {a.id for a in spec}
 
 
-def decode_skeleton(buf: bytes | memoryview, spec: Sequence[VertexAttribute], where: str
+def decode_skeleton(buf: Blob, spec: Sequence[VertexAttribute], where: str
                     ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
     """(vertices ``(n, 3)`` float32, edges ``(m, 2)`` uint32, {attribute id: array}).
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
-from typing import Any, get_args
+from typing import Any, Literal, get_args, overload
 
 import numpy as np
 
@@ -23,7 +23,7 @@ from ..limits import (
     ITEMS_BATCH,
 )
 from ..storage import Storage, open_storage, remove_stale
-from ..types import Mode, Strategy
+from ..types import Blob, Mode, Strategy
 from . import commit as committing
 from . import listing
 from .infofile import as_spec, check_recorded, record_spec, spec_from_info
@@ -79,7 +79,7 @@ class ShardedKV(MutableMapping):
             os.makedirs(local, exist_ok=True)
             spill_dir = local
         if mode != "r":  # what killed writers left behind
-            for folder in {spill_dir, local} - {None}:
+            for folder in {f for f in (spill_dir, local) if f is not None}:
                 remove_stale(folder)
         self._staging = None if mode == "r" else Staging(spec, staged_bytes, spill_dir)
 
@@ -89,32 +89,33 @@ class ShardedKV(MutableMapping):
     # --- reads -----------------------------------------------------------------------------
 
     def get_many(self, keys: Iterable[int] | np.ndarray, *, copy: bool = True
-                 ) -> dict[int, bytes | memoryview]:
+                 ) -> dict[int, Blob]:
         """Values of many keys at once, as {key: value}; absent keys are left out.
 
         ``copy=False`` may return memoryviews into the batch's read buffers instead of bytes,
         saving a copy of every value (they keep those buffers alive)."""
-        keys = np.unique(as_key_array(keys))
-        out: dict[int, bytes | memoryview] = {}
+        wanted = np.unique(as_key_array(keys))
+        out: dict[int, Blob] = {}
         if self._staging:
-            staged = self._staging.lookup_many(keys)
+            staged = self._staging.lookup_many(wanted)
             out.update((k, v) for k, v in staged.items() if v is not None)
-            keys = keys[~member(keys, np.sort(np.fromiter(staged, np.uint64, len(staged))))]
+            wanted = wanted[~member(wanted, np.sort(np.fromiter(staged, np.uint64,
+                                                                len(staged))))]
         if self.mode != "w":
-            out.update(self.reader.get_many(keys))
+            out.update(self.reader.get_many(wanted))
         if copy:
             out = {k: v if type(v) is bytes else bytes(v) for k, v in out.items()}
         return out
 
     def get_many_with_unindexed(self, keys: Iterable[int] | np.ndarray,
                                 span: Callable[[int, bytes], tuple[int, int]] | None = None
-                                ) -> dict[int, tuple[bytes | memoryview, bytes | memoryview]]:
+                                ) -> dict[int, tuple[Blob, Blob]]:
         """Stored values with bytes from right before them, as {key: (before, value)}:
         ``span(key, value)`` gives ``(begin, end)`` relative to the value's start (by
         default the unindexed entry before it). See :func:`.unindexed.read_with_unindexed`."""
         return read_with_unindexed(self.reader, as_key_array(keys), span, self.unindexed)
 
-    def _get(self, k: int) -> bytes | None:
+    def _get(self, k: int) -> Blob | None:
         if self._staging:
             staged, value = self._staging.lookup(k)
             if staged:
@@ -159,6 +160,14 @@ class ShardedKV(MutableMapping):
         staged, lengths = self._staging.status()
         stored = stored[~member(stored, staged)]
         return np.concatenate([stored, staged[lengths != DELETED]])
+
+    @overload
+    def iter_keys(self, *, arrays: Literal[False] = False, progress: bool = False
+                  ) -> Iterator[int]: ...
+
+    @overload
+    def iter_keys(self, *, arrays: Literal[True], progress: bool = False
+                  ) -> Iterator[np.ndarray]: ...
 
     def iter_keys(self, *, arrays: bool = False, progress: bool = False
                   ) -> Iterator[int] | Iterator[np.ndarray]:

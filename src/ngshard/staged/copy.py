@@ -48,10 +48,10 @@ def copy_slices(src: np.ndarray, dst: np.ndarray, plan: TransferPlan, *,
             _fancy(src, dst, plan, np.flatnonzero(small))
             if small.all():
                 return
-            rows = np.flatnonzero(~small)
-            plan = TransferPlan(plan.src, plan.dst, plan.src_start[rows],
-                                plan.dst_start[rows], plan.count[rows], plan.src_step[rows],
-                                plan.dst_step[rows])
+            big = np.flatnonzero(~small)
+            plan = TransferPlan(plan.src, plan.dst, plan.src_start[big],
+                                plan.dst_start[big], plan.count[big], plan.src_step[big],
+                                plan.dst_step[big])
     src_slices = _slices(plan.src_start, plan.count, plan.src_step)
     dst_slices = _slices(plan.dst_start, plan.count, plan.dst_step)
 
@@ -76,7 +76,7 @@ def _copy_tiling(src: np.ndarray, dst: np.ndarray, plan: TransferPlan) -> bool:
     side in the selection, and on their slab in C order, as an assignment's new slab holds
     them). False, copying nothing, for rows that do not."""
     count, box = plan.count, plan.box
-    if (count != count[0]).any() or (plan.src_step != plan.src_step[0]).any() or \
+    if box is None or (count != count[0]).any() or (plan.src_step != plan.src_step[0]).any() or \
             (plan.dst_step != plan.dst_step[0]).any():
         return False
     index = box_indices(box)  # the rows' chunk index in the box

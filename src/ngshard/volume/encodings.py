@@ -21,6 +21,7 @@ from types import MappingProxyType
 import numpy as np
 
 from ..errors import CorruptDataError, SpecError
+from ..types import Blob
 from . import cseg, images, jxl, label_codecs
 from .images import Corrupt, decode_image, encode_image
 
@@ -77,7 +78,7 @@ def check_encoding(encoding: str, dtype, num_channels: int | None = None) -> np.
     return dt
 
 
-def decode_chunk(data: bytes | memoryview, encoding: str, shape: tuple[int, int, int, int],
+def decode_chunk(data: Blob, encoding: str, shape: tuple[int, int, int, int],
                  dtype, *, block_size: Sequence[int] | None = None, where: str = "",
                  reuse: bool = False) -> np.ndarray:
     """Decode one chunk to an array of ``shape`` (x, y, z, channels: the clipped chunk shape).
@@ -104,7 +105,7 @@ def decode_chunk(data: bytes | memoryview, encoding: str, shape: tuple[int, int,
 
 
 def encode_chunk(array: np.ndarray, encoding: str, *, block_size: Sequence[int] | None = None,
-                 quality: int = 90, copy: bool = True) -> bytes | memoryview:
+                 quality: int = 90, copy: bool = True) -> Blob:
     """Encode an (x, y, z, channels) array; jpeg is lossy with ``quality`` in 0..100.
 
     ``copy=False``: a raw chunk already laid out as stored (Fortran order, little endian) comes

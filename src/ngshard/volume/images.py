@@ -11,6 +11,7 @@ import zlib
 import numpy as np
 
 from ..errors import MissingDependencyError, SpecError
+from ..types import Blob
 
 
 class Corrupt(Exception):
@@ -171,7 +172,7 @@ _PNG_KNOWN = _PNG_ONCE | {b"PLTE", b"IDAT", b"IEND", b"tEXt", b"zTXt", b"iTXt", 
 _PNG_LENGTH = {b"gAMA": 4, b"sRGB": 1, b"cHRM": 32, b"pHYs": 9, b"oFFs": 9, b"tIME": 7}
 
 
-def _check_png(data: bytes | memoryview) -> bytes:
+def _check_png(data: Blob) -> bytes:
     """The PNG reduced to IHDR, PLTE and its image data, after libpng's checks up to the end of
     the image data (which must be one zlib stream inflating to exactly the image's rows)."""
     view = memoryview(data)

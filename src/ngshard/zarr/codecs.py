@@ -19,6 +19,7 @@ import numpy as np
 from ..compression import gzip_compress, gzip_decompress, zstd_compress, zstd_decompress
 from ..errors import CorruptDataError, MissingDependencyError, SpecError
 from ..limits import CHUNK_SLACK, CHUNK_SLACK_BYTES
+from ..types import Blob
 
 
 class Codec:
@@ -77,7 +78,7 @@ class Bytes(Codec):
     def encoded_size(self, shape: tuple[int, ...], dtype: np.dtype) -> int:
         return math.prod(shape) * dtype.itemsize
 
-    def encode(self, chunk: np.ndarray, fill: Any) -> bytes | memoryview:
+    def encode(self, chunk: np.ndarray, fill: Any) -> Blob:
         stored = self.stored(chunk.dtype)
         if chunk.dtype != stored and chunk.dtype.itemsize > 1:
             chunk = chunk.astype(stored)
@@ -260,7 +261,7 @@ class CodecPipeline:
             size = codec.encoded_size(size)
         return size
 
-    def encode(self, chunk: np.ndarray, fill: Any) -> bytes | memoryview:
+    def encode(self, chunk: np.ndarray, fill: Any) -> Blob:
         for codec in self.array:
             chunk = codec.encode(chunk)
         data = self.array_bytes.encode(chunk, fill)

@@ -21,6 +21,7 @@ from ..storage import Storage
 from ..storage.index_cache import IndexCache, changed_lately
 from ..storage.retry import RetryPolicy
 from ..threads import pmap
+from ..types import Blob
 from .metadata import ArrayMetadata
 from .shard_index import ShardIndex
 
@@ -102,14 +103,14 @@ class ChunkReader:
 
     # --- granules ---------------------------------------------------------------------------
 
-    def get(self, positions: np.ndarray) -> list[bytes | memoryview | None]:
+    def get(self, positions: np.ndarray) -> list[Blob | None]:
         """The encoded granule at each (k, ndim) grid position, None where absent."""
         positions = np.asarray(positions, np.int64).reshape(-1, len(self.meta.shape))
         if self.meta.sharding is None:
             return self.storage.read_many(self.meta.key_encoding.keys(positions))
         return self.retry.run(self._get_sharded, positions)
 
-    def _get_sharded(self, positions: np.ndarray) -> list[bytes | memoryview | None]:
+    def _get_sharded(self, positions: np.ndarray) -> list[Blob | None]:
         shard_pos, ids = self.shard_of(positions)
         shards, inverse = np.unique(shard_pos, axis=0, return_inverse=True)
         inverse = inverse.reshape(-1)

@@ -32,6 +32,7 @@ from ..errors import (
 from ..kinds import VOLUME, kind_of
 from ..sharded.infofile import INFO, read_info
 from ..storage import Storage, open_storage
+from ..types import Blob
 from ..volume import VolumeInfo
 from ..volume.encodings import check_encoding, require_codec
 from ..volume.handle import ScaleHandle
@@ -50,8 +51,6 @@ try:
 except ImportError as e:
     raise MissingDependencyError(f"PrecomputedStore is a zarr-python Store: pip install "
                                  f"'ngshard[zarr]' ({e})") from None
-
-Blob = bytes | memoryview
 
 
 class PrecomputedStore(Store):

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from ..threads import pmap
+from ..types import Blob
 from ..volume.encodings import encode_chunk
 from ..volume.handle import ScaleHandle
 from .store_metadata import SEPARATOR
@@ -58,7 +59,7 @@ class Level:
         for x, y, z in self.handle.store.list_positions().tolist():
             yield f"{self.chunk_prefix}{x}/{y}/{z}/0"
 
-    def read(self, positions: np.ndarray) -> list[bytes | memoryview | None]:
+    def read(self, positions: np.ndarray) -> list[Blob | None]:
         """Whole Zarr chunks at (n, 3) positions, None where absent; one batch of reads
         through the chunk store, decoding on threads."""
         store, codec = self.handle.store, self.handle.codec
@@ -69,7 +70,7 @@ class Level:
         extents = (stops - starts).tolist()
         whole = (stops - starts == np.array(self.grid.chunk_size)).all(axis=1).tolist()
 
-        def one(i: int) -> bytes | memoryview | None:
+        def one(i: int) -> Blob | None:
             blob = blobs[i]
             if blob is None:
                 return None
