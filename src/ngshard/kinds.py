@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from .compression import split_twin
 from .errors import NotFoundError, SpecError
@@ -26,7 +26,8 @@ VOLUME = "volume"
 STORE = "store"
 #: The ``@type`` of a volume's info (image or segmentation), and the volume types (``type``).
 VOLUME_TYPE = "neuroglancer_multiscale_volume"
-IMAGE, SEGMENTATION = "image", "segmentation"
+IMAGE: Final = "image"
+SEGMENTATION: Final = "segmentation"
 VOLUME_TYPES = (IMAGE, SEGMENTATION)
 SKELETONS = "neuroglancer_skeletons"
 MESHES = "neuroglancer_multilod_draco"

@@ -118,7 +118,7 @@ def encode_chunk(array: np.ndarray, encoding: str, *, block_size: Sequence[int] 
     if encoding == "raw":
         array = np.asarray(array, dt.newbyteorder("<"))
         if not copy and array.flags.f_contiguous:
-            return memoryview(array.ravel(order="F")).cast("B")
+            return array.ravel(order="F").data.cast("B")
         if not (array.flags.c_contiguous or array.flags.f_contiguous):
             # A box cut from a larger array: gathering it first (contiguous runs) makes the
             # transposing copy below run in cache, about 3x faster than doing both at once.
@@ -178,7 +178,7 @@ def _block_size(block_size) -> tuple[int, int, int]:
 
 # --- raw ---------------------------------------------------------------------------------------
 
-def _decode_raw(data: bytes, shape: tuple[int, ...], dt: np.dtype) -> np.ndarray:
+def _decode_raw(data: Blob, shape: tuple[int, ...], dt: np.dtype) -> np.ndarray:
     expected = math.prod(shape) * dt.itemsize
     if len(data) != expected:
         raise Corrupt(f"raw chunk has {len(data)} bytes, expected {expected} for shape "

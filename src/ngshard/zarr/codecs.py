@@ -23,7 +23,8 @@ from ..types import Blob
 
 
 class Codec:
-    """One codec: ``kind`` is "array" (array -> array), "array_bytes" or "bytes"."""
+    """One codec: ``kind`` is "array" (array -> array), "array_bytes" or "bytes"; each kind
+    is a subclass below, with the methods the pipeline calls."""
 
     kind = "bytes"
     name = ""
@@ -36,14 +37,73 @@ class Codec:
         return {"name": self.name, "configuration": config} if config else {"name": self.name}
 
 
+class ArrayArrayCodec(Codec):
+    """array -> array."""
+
+    kind = "array"
+
+    def encoded_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def encode(self, chunk: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def decode(self, chunk: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+
+class ArrayBytesCodec(Codec):
+    """array -> bytes: the one codec between the array codecs and the bytes codecs."""
+
+    kind = "array_bytes"
+
+    def encoded_size(self, shape: tuple[int, ...], dtype: np.dtype) -> int | None:
+        """Bytes of a chunk of ``shape`` encoded, None where it varies."""
+        return None
+
+    def encode(self, chunk: np.ndarray, fill: Any) -> Blob:
+        raise NotImplementedError
+
+    def decode(self, data: Any, shape: tuple[int, ...], dtype: np.dtype, fill: Any,
+               where: str) -> np.ndarray:
+        raise NotImplementedError
+
+
+class BytesBytesCodec(Codec):
+    """bytes -> bytes."""
+
+    kind = "bytes"
+
+    def encoded_size(self, size: int) -> int | None:
+        """Bytes ``size`` bytes encode to, None where it varies."""
+        return None
+
+    def encode(self, data: Any) -> Blob:
+        raise NotImplementedError
+
+    def decode(self, data: Any, where: str, limit: int) -> Blob:
+        """The bytes ``data`` encodes, at most ``limit`` of them; CorruptDataError naming
+        ``where`` if it does not decode."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class _Leveled(BytesBytesCodec):
+    """A compression configured by its level alone."""
+
+    level: int
+
+    def configuration(self) -> dict:
+        return {"level": self.level}
+
+
 # --- array -> array ---------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Transpose(Codec):
+class Transpose(ArrayArrayCodec):
     """Permute the axes: encoded axis ``i`` is decoded axis ``order[i]``."""
 
     order: tuple[int, ...]
-    kind = "array"
     name = "transpose"
 
     def configuration(self) -> dict:
@@ -62,11 +122,10 @@ class Transpose(Codec):
 # --- array -> bytes ---------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Bytes(Codec):
+class Bytes(ArrayBytesCodec):
     """The values in C order, little or big endian (None: one byte per value)."""
 
     endian: str | None = "little"
-    kind = "array_bytes"
     name = "bytes"
 
     def configuration(self) -> dict:
@@ -82,7 +141,7 @@ class Bytes(Codec):
         stored = self.stored(chunk.dtype)
         if chunk.dtype != stored and chunk.dtype.itemsize > 1:
             chunk = chunk.astype(stored)
-        return memoryview(np.ascontiguousarray(chunk).reshape(-1).view(np.uint8))
+        return np.ascontiguousarray(chunk).reshape(-1).view(np.uint8).data
 
     def decode(self, data: Any, shape: tuple[int, ...], dtype: np.dtype, fill: Any,
                where: str) -> np.ndarray:
@@ -97,7 +156,7 @@ class Bytes(Codec):
 # --- bytes -> bytes ---------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Crc32c(Codec):
+class Crc32c(BytesBytesCodec):
     """A CRC32C of the bytes appended to them (4 bytes, little endian)."""
 
     name = "crc32c"
@@ -121,22 +180,19 @@ class Crc32c(Codec):
 
 
 @dataclass(frozen=True)
-class Gzip(Codec):
+class Gzip(_Leveled):
     level: int = 6
     name = "gzip"
 
-    def configuration(self) -> dict:
-        return {"level": self.level}
-
-    def encode(self, data: Any) -> bytes:
+    def encode(self, data: Any) -> Blob:
         return gzip_compress(bytes(data), self.level)
 
-    def decode(self, data: Any, where: str, limit: int) -> bytes:
+    def decode(self, data: Any, where: str, limit: int) -> Blob:
         return gzip_decompress(data, where, limit)
 
 
 @dataclass(frozen=True)
-class Zstd(Codec):
+class Zstd(_Leveled):
     level: int = 0
     checksum: bool = False
     name = "zstd"
@@ -152,14 +208,11 @@ class Zstd(Codec):
 
 
 @dataclass(frozen=True)
-class Zlib(Codec):
+class Zlib(_Leveled):
     """A zlib stream (Zarr v2's ``zlib`` compressor)."""
 
     level: int = 1
     name = "zlib"
-
-    def configuration(self) -> dict:
-        return {"level": self.level}
 
     def encode(self, data: Any) -> bytes:
         return zlib.compress(bytes(data), self.level)
@@ -182,7 +235,7 @@ SHUFFLES = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}
 
 
 @dataclass(frozen=True)
-class Blosc(Codec):
+class Blosc(BytesBytesCodec):
     """Blosc, through numcodecs (the ``zarr`` extra)."""
 
     cname: str = "zstd"
@@ -237,9 +290,9 @@ class CodecPipeline:
     """Array -> array codecs, one array -> bytes codec, bytes -> bytes codecs, applied in
     that order when encoding (and the reverse when decoding)."""
 
-    array: tuple[Codec, ...]
-    array_bytes: Codec
-    bytes_codecs: tuple[Codec, ...]
+    array: tuple[ArrayArrayCodec, ...]
+    array_bytes: ArrayBytesCodec
+    bytes_codecs: tuple[BytesBytesCodec, ...]
 
     def to_json(self) -> list[dict]:
         return [c.to_json() for c in (*self.array, self.array_bytes, *self.bytes_codecs)]
@@ -251,41 +304,37 @@ class CodecPipeline:
 
     def encoded_size(self, shape: tuple[int, ...], dtype: np.dtype) -> int | None:
         """Bytes of an encoded chunk where every codec's output size is fixed, else None."""
-        size = getattr(self.array_bytes, "encoded_size", None)
-        if size is None:
-            return None
-        size = size(self.encoded_shape(shape), dtype)
+        size = self.array_bytes.encoded_size(self.encoded_shape(shape), dtype)
         for codec in self.bytes_codecs:
-            if not hasattr(codec, "encoded_size"):
+            if size is None:
                 return None
             size = codec.encoded_size(size)
         return size
 
     def encode(self, chunk: np.ndarray, fill: Any) -> Blob:
-        for codec in self.array:
-            chunk = codec.encode(chunk)
+        for a in self.array:
+            chunk = a.encode(chunk)
         data = self.array_bytes.encode(chunk, fill)
-        for codec in self.bytes_codecs:
-            data = codec.encode(data)
+        for b in self.bytes_codecs:
+            data = b.encode(data)
         return data
 
     def decode(self, data: Any, shape: tuple[int, ...], dtype: np.dtype, fill: Any,
                where: str) -> np.ndarray:
         """The chunk of ``shape`` encoded in ``data``; CorruptDataError naming ``where``."""
         inner = self.encoded_shape(shape)
-        size = getattr(self.array_bytes, "encoded_size", None)
         raw = math.prod(shape) * dtype.itemsize
         # the size each bytes codec's output must have, where it can be known
-        sizes = [size(inner, dtype) if size is not None else None]
-        for codec in self.bytes_codecs:
-            known = sizes[-1] is not None and hasattr(codec, "encoded_size")
-            sizes.append(codec.encoded_size(sizes[-1]) if known else None)
-        for codec, expected in zip(reversed(self.bytes_codecs), reversed(sizes[:-1])):
+        sizes = [self.array_bytes.encoded_size(inner, dtype)]
+        for b in self.bytes_codecs:
+            size = sizes[-1]
+            sizes.append(None if size is None else b.encoded_size(size))
+        for b, expected in zip(reversed(self.bytes_codecs), reversed(sizes[:-1])):
             limit = expected if expected is not None else CHUNK_SLACK * raw + CHUNK_SLACK_BYTES
-            data = codec.decode(data, where, limit)
+            data = b.decode(data, where, limit)
         chunk = self.array_bytes.decode(data, inner, dtype, fill, where)
-        for codec in reversed(self.array):
-            chunk = codec.decode(chunk)
+        for a in reversed(self.array):
+            chunk = a.decode(chunk)
         return chunk
 
     def token(self, dtype: np.dtype) -> str:
@@ -319,7 +368,8 @@ def _int(config: dict, key: str, default: Any, where: str, name: str) -> int:
     return value
 
 
-def parse_codec(codec: Any, dtype: np.dtype, shape: tuple[int, ...], where: str) -> Codec:
+def parse_codec(codec: Any, dtype: np.dtype, shape: tuple[int, ...], where: str
+                ) -> ArrayArrayCodec | ArrayBytesCodec | BytesBytesCodec:
     """One codec from its JSON; SpecError naming the codec and ``where`` for one ngshard
     does not know or a bad configuration."""
     name, config = _config(codec, where)
@@ -367,16 +417,18 @@ def parse_pipeline(codecs: Any, dtype: np.dtype, shape: tuple[int, ...], where: 
     """A pipeline from the ``codecs`` JSON list of a chunk of ``shape``."""
     if not isinstance(codecs, list) or not codecs:
         raise SpecError(f"{where}: codecs must be a non-empty list, got {codecs!r}")
-    array, array_bytes, after = [], None, []
+    array: list[ArrayArrayCodec] = []
+    array_bytes: ArrayBytesCodec | None = None
+    after: list[BytesBytesCodec] = []
     for item in codecs:
         codec = parse_codec(item, dtype, shape, where)
-        if codec.kind == "array":
+        if isinstance(codec, ArrayArrayCodec):
             if array_bytes is not None:
                 raise SpecError(f"{where}: array -> array codec {codec.name} after the array "
                                 f"-> bytes codec")
             array.append(codec)
             shape = codec.encoded_shape(shape)
-        elif codec.kind == "array_bytes":
+        elif isinstance(codec, ArrayBytesCodec):
             if array_bytes is not None:
                 raise SpecError(f"{where}: two array -> bytes codecs ({array_bytes.name}, "
                                 f"{codec.name})")

@@ -20,6 +20,7 @@ from ..threads import pmap
 from ..types import Blob
 from ..volume.encodings import encode_chunk
 from ..volume.handle import ScaleHandle
+from ..volume.vectors import xyz
 from .store_metadata import SEPARATOR
 
 _INDEX = re.compile(r"0|[1-9][0-9]*")  # the canonical decimal integers zarr writes in keys
@@ -51,7 +52,7 @@ class Level:
         parts = key[len(self.chunk_prefix):].split(SEPARATOR)
         if len(parts) != 4 or parts[3] != "0" or not all(_INDEX.fullmatch(p) for p in parts):
             return None
-        pos = tuple(int(p) for p in parts[:3])
+        pos = xyz(int(p) for p in parts[:3])
         return pos if all(p < n for p, n in zip(pos, self.grid.shape)) else None
 
     def chunk_keys(self) -> Iterator[str]:
