@@ -29,6 +29,7 @@ from .sharded.kv import ShardedKV, open_kv
 from .sharded.shard_writer import write_shard
 from .sharded.spec import ShardingSpec, as_key_array
 from .storage import Storage, open_storage, remove_stale
+from .types import Blob
 from .volume import Volume, open_volume
 
 if TYPE_CHECKING:
@@ -239,7 +240,7 @@ def write_chunks(url: str | os.PathLike | Storage, collection: Any, *, scale: in
     return open_volume(handle.storage, handle.scale.key)
 
 
-def _encode_chunks(items: list, grid: ChunkGrid, codec: ScaleCodec) -> list[tuple[int, bytes]]:
+def _encode_chunks(items: list, grid: ChunkGrid, codec: ScaleCodec) -> list[tuple[int, Blob]]:
     """One bag partition of (position, chunk) as (Morton code, encoded chunk) pairs."""
     if not items:
         return []

@@ -117,6 +117,7 @@ def cmd_info(args: argparse.Namespace) -> None:
             print(f"  {'bounds':<13}{box} (voxel coordinates, as a volume is indexed)")
             target = found.get(storage.child(s.key).url)
             if target is not None:
+                assert target.handle is not None  # a volume's targets carry their scale
                 describe_store(target.kv, indent="  ", progress=progress)
                 shard = target.handle.grid.shard_shape(s.sharding)
                 print(f"  {'shard box':<13}"

@@ -129,7 +129,7 @@ def _by_id(schema: Schema, records: Records, ids: np.ndarray,
 
 
 def _split(keys: Any, data: np.ndarray, offsets: np.ndarray) -> Iterator[tuple[Any, bytes]]:
-    view = memoryview(data)
+    view = data.data
     for key, o0, o1 in zip(keys.tolist() if hasattr(keys, "tolist") else keys,
                            offsets[:-1].tolist(), offsets[1:].tolist()):
         yield key, bytes(view[o0:o1])
@@ -286,10 +286,10 @@ def write_annotations(url: str | os.PathLike | Storage, kind: str, geometry: Any
         cells = level.cells
         spec = spec_for(len(cells), mean * len(level.annotations) / max(1, len(cells))
                         if mean else None)
-        keys = morton(cells, level.level.grid_shape).tolist() if spec else \
+        names = morton(cells, level.level.grid_shape).tolist() if spec else \
             ["_".join(map(str, c)) for c in cells.tolist()]
         _write(storage.child(f"spatial{i}"), spec,
-               _lists(records, ids, keys, level.annotations, level.bounds), progress, twin)
+               _lists(records, ids, names, level.annotations, level.bounds), progress, twin)
         spatial_info.append({"key": f"spatial{i}",
                              "grid_shape": level.level.grid_shape.tolist(),
                              "chunk_size": level.level.chunk_size.tolist(), "limit": limit,

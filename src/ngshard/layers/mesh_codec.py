@@ -113,7 +113,7 @@ def decode_fragment(buf: Blob, where: str) -> tuple[np.ndarray, np.ndarray]:
     declared counts vetted against its size first (:mod:`.draco_guard`); an empty fragment (a
     node without triangles of its own) is an empty mesh."""
     size = np.array([len(buf)])
-    out = decoder([buf], in_bounds(heads(buf, [0], size), size))(0)
+    out = decoder([buf], in_bounds(heads(buf, np.zeros(1, np.int64), size), size))(0)
     if isinstance(out, str):
         raise CorruptDataError(f"{where}: Draco fragment does not decode ({out})")
     points, faces = out

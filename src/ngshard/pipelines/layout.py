@@ -239,6 +239,6 @@ def precomputed_to_zarr(src: str, dst: str, *, scales=None, encoding=None,
                 [open_storage(a[0]) for a in arrays])
 
 
-def is_precomputed(url: str) -> bool:
+def is_precomputed(url: str | Storage) -> bool:
     """Whether ``url`` holds a precomputed layer (an ``info`` file) rather than zarr."""
     return open_storage(url).read("info") is not None

@@ -108,7 +108,7 @@ class ShardedKV(MutableMapping):
         return out
 
     def get_many_with_unindexed(self, keys: Iterable[int] | np.ndarray,
-                                span: Callable[[int, bytes], tuple[int, int]] | None = None
+                                span: Callable[[int, Blob], tuple[int, int]] | None = None
                                 ) -> dict[int, tuple[Blob, Blob]]:
         """Stored values with bytes from right before them, as {key: (before, value)}:
         ``span(key, value)`` gives ``(begin, end)`` relative to the value's start (by
