@@ -165,8 +165,7 @@ def write_annotations(url: str | os.PathLike | Storage, kind: str, geometry: Any
                       dimensions: Mapping[str, Any] | None = None,
                       sharding: None | str | dict | ShardingSpec = "auto",
                       lower_bound: Any = None, upper_bound: Any = None,
-                      limit: int | None = None, seed: int = 0,
-                      progress: bool = False,
+                      limit: int | None = None, seed: int = 0, progress: bool = False,
                       durable: bool = True, overwrite: bool = False,
                       compress: Compress | None = None) -> Annotations:
     """Write an annotation collection: by_id, relationship and spatial indices and the info.
@@ -202,14 +201,8 @@ def write_annotations(url: str | os.PathLike | Storage, kind: str, geometry: Any
         level of one cell).
     seed
         The spatial index's sampling is pseudo-random: the same seed writes the same bytes.
-    progress, durable
-        As for :func:`ngshard.write_kv` (``durable=False`` skips the fsyncs: scratch work).
-    overwrite
-        Replace a layer or store already at ``url`` (all it owns is removed first); by
-        default such a destination is refused.
-    compress
-        With ``sharding=None``: every file written as its compressed twin, as cloud-files'
-        ``compress=`` does: None (plain), "gzip", "br" or "zstd".
+    progress, durable, overwrite, compress
+        As for :func:`ngshard.write_skeletons`.
 
     Returns
     -------
@@ -218,6 +211,8 @@ def write_annotations(url: str | os.PathLike | Storage, kind: str, geometry: Any
 
     Raises
     ------
+    SpecError
+        An unknown ``kind``, or ``compress`` given with sharding.
     ExistsError
         ``url`` holds a layer or store, and not ``overwrite``.
     """
