@@ -25,7 +25,8 @@ from .destination import claim
 from .errors import MissingDependencyError, SpecError
 from .sharded.infofile import as_spec, record_spec
 from .sharded.inputs import as_bytes
-from .sharded.kv import ShardedKV, open_kv
+from .sharded.kv import ShardedKV
+from .sharded.opener import open_kv
 from .sharded.shard_writer import write_shard
 from .sharded.spec import ShardingSpec, as_key_array
 from .storage import Storage, open_storage, remove_stale
