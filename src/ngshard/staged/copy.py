@@ -89,14 +89,20 @@ def _copy_tiling(src: np.ndarray, dst: np.ndarray, plan: TransferPlan) -> bool:
         if (start != start[0] + index @ units).any():
             return False
         views.append(_tiling_view(arr, start[0], units, count[0], step, box))
-    _copy_runs(views[1], views[0])
+    copy_runs(views[1], views[0])
     return True
 
 
-def _copy_runs(dst: np.ndarray, src: np.ndarray) -> None:
+def copy_runs(dst: np.ndarray, src: np.ndarray) -> None:
     """``dst[...] = src``; where both hold many short contiguous runs along one axis (a
     tiling of chunks: rows of a chunk, 64 bytes say), each run copied as one item of a wider
-    dtype: numpy's cost per run of a strided copy is then a fraction of what it was."""
+    dtype: numpy's cost per run of a strided copy is then a fraction of what it was.
+
+    Parameters
+    ----------
+    dst, src
+        Arrays of one shape and dtype (``src`` may be a broadcast view).
+    """
     item = dst.itemsize
     for a, (n, d, s) in enumerate(zip(dst.shape, dst.strides, src.strides)):
         if d == s == item and n > 1 and dst.size >= MANY_RUNS * n:
