@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import SpecError
+from .codec_json import parse_pipeline
 from .codecs import (
     Blosc,
     Bytes,
@@ -24,7 +25,6 @@ from .codecs import (
     Transpose,
     Zlib,
     Zstd,
-    parse_pipeline,
 )
 from .dtypes import decode_fill, v2_dtype, v3_dtype
 from .sharding import ShardingCodec

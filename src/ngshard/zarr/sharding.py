@@ -13,7 +13,8 @@ import numpy as np
 
 from ..errors import CorruptDataError, SpecError
 from ..types import IndexLocation
-from .codecs import ArrayBytesCodec, CodecPipeline, parse_pipeline
+from .codec_json import parse_pipeline
+from .codecs import ArrayBytesCodec, CodecPipeline
 from .dtypes import is_fill
 from .shard_index import ShardIndex, decode_index, encode_index, index_nbytes, index_range, lay_out
 
