@@ -117,3 +117,50 @@ def test_dask_clusters_of_tests_and_tools_take_no_fixed_port():
         if port is not None and not (isinstance(port, ast.Constant) and port.value == 0):
             fixed.append(f"{path}:{line}: LocalCluster with a fixed scheduler_port")
     assert not fixed, "\n".join(fixed)
+
+
+def _private(part: str) -> bool:
+    return part.startswith("_") and not part.startswith("__")
+
+
+def _private_uses(source: str) -> list[tuple[int, str]]:
+    """The private names of ngshard a module's code imports or reads: a dotted name with an
+    underscore-prefixed part (``ngshard._arrays``, ``from ngshard.x import _y``), or such an
+    attribute of a name imported from ngshard (``kv_module._y``)."""
+    tree = ast.parse(source)
+    found, imported = [], set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            dotted = [(a.name, a.asname or a.name.split(".")[0]) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            dotted = [(f"{node.module}.{a.name}", a.asname or a.name) for a in node.names]
+        else:
+            continue
+        for name, bound in dotted:
+            if name.split(".")[0] == "ngshard":
+                imported.add(bound)
+                if any(_private(p) for p in name.split(".")):
+                    found.append((node.lineno, name))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr):
+            root = node.value
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in imported:
+                found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+def test_tests_use_no_private_name_of_ngshard():
+    """Tests go through the public names: a private one may change or vanish in any
+    refactoring, and a test of it pins the code, not the behaviour."""
+    assert _private_uses("from ngshard.staged.copy import _copy_runs\n"
+                         "import ngshard.sharded.kv as kv\nkv._x\nimport ngshard._arrays\n"
+                         "from ngshard import errors\nerrors.NgShardError._y\n"
+                         "from ngshard import __version__\n") == [
+        (1, "ngshard.staged.copy._copy_runs"), (4, "ngshard._arrays"), (3, "kv._x"),
+        (6, "errors.NgShardError._y")]
+    used = [f"{path.relative_to(ROOT)}:{line}: {name}"
+            for path in sorted((ROOT / "tests").rglob("*.py"))
+            for line, name in _private_uses(path.read_text())]
+    assert not used, "\n".join(used)

@@ -39,6 +39,7 @@ import numpy as np
 
 from ..errors import CorruptDataError, RequestError
 from ..limits import MAX_GAP, REQUEST_CONCURRENCY
+from ..types import Blob
 from .base import ANY, FileSlice, ObjectInfo, Storage, changed_on_storage, coalesce, split_merged
 from .retry import RetryPolicy
 from .transient import BodyLengthError
@@ -171,13 +172,15 @@ class ObjectStorage(Storage):
         return self._every(one, names)
 
     def read_ranges(self, requests: Sequence[tuple[str, np.ndarray]]
-                    ) -> list[tuple[Hashable | None, list[bytes | memoryview] | None]]:
-        plans, asks = [], []
+                    ) -> list[tuple[Hashable | None, list[Blob] | None]]:
+        plans = []
+        asks: list[tuple[str, tuple[int, int] | None]] = []
         for name, ranges in requests:
             ranges = np.asarray(ranges, np.int64).reshape(-1, 2)
             merged, assignment = coalesce(ranges, MAX_GAP)
             plans.append((len(asks), merged, ranges, assignment))
-            spans = [(s, e) for s, e in merged.tolist() if e > s] or [None]  # None: a HEAD
+            spans: list[tuple[int, int] | None] = \
+                [(s, e) for s, e in merged.tolist() if e > s] or [None]  # None: a HEAD
             asks += [(name, span) for span in spans]
 
         async def one(ask: tuple[str, tuple[int, int] | None]) -> Any:
@@ -188,7 +191,7 @@ class ObjectStorage(Storage):
             return await self._get(name, *span)
 
         got = self._every(one, asks)
-        results: list[tuple[Hashable | None, list[bytes | memoryview] | None]] = []
+        results: list[tuple[Hashable | None, list[Blob] | None]] = []
         for i, (first, merged, ranges, assignment) in enumerate(plans):
             end = plans[i + 1][0] if i + 1 < len(plans) else len(asks)
             mine = got[first:end]
@@ -232,11 +235,12 @@ class ObjectStorage(Storage):
         got = await self._get(name)
         return got is not None and got[1] == data
 
-    def write(self, name: str, parts: Sequence[bytes], if_generation: Any = ANY) -> None:
+    def write(self, name: str, parts: Sequence[Blob | FileSlice], if_generation: Any = ANY
+              ) -> None:
         data = b"".join(p.read() if isinstance(p, FileSlice) else p for p in parts)
         self._run(self._put, name, data, if_generation)
 
-    def write_many(self, items: Sequence[tuple[str, bytes]]) -> None:
+    def write_many(self, items: Sequence[tuple[str, Blob]]) -> None:
         self._every(lambda item: self._put(item[0], bytes(item[1]), ANY), items)
 
     def delete(self, name: str, if_generation: Any = ANY) -> None:

@@ -33,7 +33,7 @@ import os
 import threading
 from collections.abc import Iterator, Mapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from ..errors import MissingDependencyError, SpecError
 from ..limits import CONNECT_TIMEOUT, DEFAULT_READ_RETRIES, REQUEST_TIMEOUT, RETRY_SECONDS
@@ -152,8 +152,8 @@ def object_store(url: str, options: dict[str, Any], where: str) -> tuple[Any, st
     # retries would also repeat a refused precondition for seconds.
     retry_config = {"max_retries": 0, "retry_timeout": timedelta(seconds=REQUEST_TIMEOUT)}
     try:
-        store = from_url(f"{scheme}://{bucket}", config=config, client_options=client,
-                         retry_config=retry_config)
+        store = from_url(f"{scheme}://{bucket}", config=cast(Any, config),
+                         client_options=cast(Any, client), retry_config=cast(Any, retry_config))
     except BaseError as e:
         raise SpecError(f"{where}: storage_options {sorted(options)}: "
                         f"{str(e).splitlines()[0]}") from None

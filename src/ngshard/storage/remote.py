@@ -59,6 +59,7 @@ import numpy as np
 from ..errors import CorruptDataError, ReadOnlyError, RequestError, UnlistableError
 from ..limits import REQUEST_CONCURRENCY
 from ..threads import pmap
+from ..types import Blob
 from .base import ANY, MAX_GAP, FileSlice, ObjectInfo, Storage, coalesce, split_merged
 from .options import fsspec_options
 from .retry import RetryPolicy
@@ -96,7 +97,8 @@ class FsspecStorage(Storage):
                  retry: RetryPolicy | None = None) -> None:
         if fs is None:
             fs, root = fsspec.core.url_to_fs(url, **fsspec_options(options or {}))
-        assert root is not None
+        elif root is None:  # the path in fs that url names
+            root = fs._strip_protocol(url)
         self.fs, self.root, self.url = fs, root.rstrip("/"), url.rstrip("/")
         self.retry = retry if retry is not None else RetryPolicy()
         protocols = {fs.protocol} if isinstance(fs.protocol, str) else set(fs.protocol)
@@ -215,10 +217,10 @@ class FsspecStorage(Storage):
 
         return self._all_at_once(one, names, self.read)
 
-    def write_many(self, items: Sequence[tuple[str, bytes]]) -> None:
+    def write_many(self, items: Sequence[tuple[str, Blob]]) -> None:
         self._writable()
 
-        async def one(item: tuple[str, bytes]) -> None:
+        async def one(item: tuple[str, Blob]) -> None:
             await self._request(self.fs._pipe_file, item[0], self._full(item[0]), item[1])
 
         self._all_at_once(one, items, lambda item: self.write(item[0], [item[1]]))
@@ -233,8 +235,9 @@ class FsspecStorage(Storage):
             return e
 
     def read_ranges(self, requests: Sequence[tuple[str, np.ndarray]]
-                    ) -> list[tuple[Hashable | None, list[bytes | memoryview] | None]]:
-        asks, plans = [], []
+                    ) -> list[tuple[Hashable | None, list[Blob] | None]]:
+        asks: list[tuple[str, int, int]] = []
+        plans = []
         for name, ranges in requests:
             ranges = np.asarray(ranges, np.int64).reshape(-1, 2)
             merged, assignment = coalesce(ranges, self._max_gap)
@@ -253,7 +256,7 @@ class FsspecStorage(Storage):
         # Range reads cannot say which version they read, so ask afterwards: a generation
         # that still matches the caller's means the bytes came from that version.
         infos = self.stat_many([name for name, _ in requests])
-        results: list[tuple[Hashable | None, list[bytes | memoryview] | None]] = []
+        results: list[tuple[Hashable | None, list[Blob] | None]] = []
         for (name, _), (first, merged, ranges, assignment), info in zip(requests, plans, infos):
             mine = blobs[first:first + len(merged)]
             if info is None or any(isinstance(b, FileNotFoundError) for b in mine):
@@ -302,7 +305,8 @@ class FsspecStorage(Storage):
                 f"{self.url}: the server ignores Range requests and sends whole files; reads "
                 f"stay right, but each one downloads whole shard files"), stacklevel=2)
 
-    def write(self, name: str, parts: Sequence[bytes], if_generation: Any = ANY) -> None:
+    def write(self, name: str, parts: Sequence[Blob | FileSlice], if_generation: Any = ANY
+              ) -> None:
         self._writable()
         data = b"".join(p.read() if isinstance(p, FileSlice) else p for p in parts)
         if if_generation is ANY:

@@ -37,6 +37,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import tenacity
+import tenacity.stop
 
 from ..errors import ChangedError, RequestError
 from ..limits import (
@@ -61,6 +62,19 @@ class Stale(Exception):
     def __init__(self, name: str, where: str) -> None:
         super().__init__(where)
         self.name, self.where = name, where
+
+
+class _TooOften(tenacity.stop.stop_base):
+    """Stop once one object has been found changed ``retries + 1`` times."""
+
+    def __init__(self, retries: int) -> None:
+        self.retries = retries
+        self.changes: Counter[str] = Counter()
+
+    def __call__(self, state: tenacity.RetryCallState) -> bool:
+        where = state.outcome.exception().where  # type: ignore[union-attr]
+        self.changes[where] += 1
+        return self.changes[where] > self.retries
 
 
 class RetryPolicy:
@@ -128,13 +142,7 @@ class RetryPolicy:
                 raise first.pop()
             return fn(*args)
 
-        changes: Counter[str] = Counter()
-
-        def too_often(state: tenacity.RetryCallState) -> bool:
-            where = state.outcome.exception().where  # type: ignore[union-attr]
-            changes[where] += 1
-            return changes[where] > self.retries
-
+        too_often = _TooOften(self.retries)
         try:
             return tenacity.Retrying(
                 retry=tenacity.retry_if_exception_type(Stale),
@@ -145,7 +153,7 @@ class RetryPolicy:
             self._give_up()
             stale = e.last_attempt.exception()
             assert isinstance(stale, Stale)
-            n = changes[stale.where]
+            n = too_often.changes[stale.where]
             why = "" if n > self.retries else f" in the {self.budget:g} s retry budget"
             raise ChangedError(f"{stale.where}: changed under each of {n} tries of one "
                                f"read{why} (another writer commits to it without "
