@@ -81,10 +81,10 @@ _ONE_TRY: type | None = None
 
 def _filesystem() -> type:
     """gcsfs' plain filesystem, each request sent once (the store's policy retries)."""
+    from gcsfs.core import GCSFileSystem  # ImportError where gcsfs is missing, every time
+
     global _ONE_TRY
     if _ONE_TRY is None:
-        from gcsfs.core import GCSFileSystem
-
         class OneTryGCSFileSystem(GCSFileSystem):
             _request = GCSFileSystem._request.__wrapped__  # without gcsfs' retry_request
 
