@@ -7,8 +7,9 @@ Why obstore here and fsspec elsewhere (measured against a local S3 server, moto:
 GETs in batches of 50): a range GET costs this process 0.6-0.75 ms of CPU through this store
 (obstore under the retry policy) against about 3 ms through s3fs' ``cat_ranges``, so a
 thousand-key read is bound by the network rather than by Python; and obstore's ``PutMode``
-sends ``If-None-Match: *`` (create) and ``If-Match: <ETag>`` (update) on S3 and Azure alike, where s3fs would need botocore keyword
-pass-through for the update and adlfs its own condition objects. obstore keeps no listing or
+sends ``If-None-Match: *`` (create) and ``If-Match: <ETag>`` (update) on S3 and Azure alike,
+where s3fs would need botocore keyword pass-through for the update and adlfs its own
+condition objects. obstore keeps no listing or
 metadata cache, so every size, ETag and listing comes from a response of this moment.
 
 Freshness: every read reports the generation (size and ETag) it read, taken from the headers
