@@ -120,10 +120,12 @@ class StagedChangesArray:
 
     # --- plans, without running them --------------------------------------------------------
 
-    def _getitem_plan(self, index: Any) -> GetItemPlan:
+    def getitem_plan(self, index: Any) -> GetItemPlan:
+        """What reading ``index`` will do: the chunks read and the copies, printable."""
         return GetItemPlan(self.geometry, self.map, normalize(index, self.shape), self.orders)
 
-    def _setitem_plan(self, index: Any, value: Any = None) -> SetItemPlan:
+    def setitem_plan(self, index: Any, value: Any = None) -> SetItemPlan:
+        """What assigning ``value`` at ``index`` will do (``value`` decides the memory order)."""
         selection = normalize(index, self.shape)
         order = None if value is None else memory_order(selection.value(np.asarray(value)))
         return SetItemPlan(self.geometry, self.map, selection, self.orders, order,
@@ -133,11 +135,13 @@ class StagedChangesArray:
         """Wholly selected chunks from which an assignment writes them through."""
         return max(1, -(-self.write_through_bytes // self.chunk_nbytes))
 
-    def _resize_plan(self, shape: tuple[int, ...]) -> ResizePlan:
+    def resize_plan(self, shape: tuple[int, ...]) -> ResizePlan:
+        """What resizing to ``shape`` will do: edge chunks read, filled, deleted."""
         return ResizePlan(self.geometry, self.map, tuple(int(n) for n in shape), self.orders,
                           self.source.clipped_edges)
 
-    def _load_plan(self) -> LoadPlan:
+    def load_plan(self) -> LoadPlan:
+        """What loading every stored chunk into staging will do."""
         return LoadPlan(self.geometry, self.map, self.orders)
 
     def _changes_plan(self, slabs: list[int] | None = None) -> ChangesPlan:
@@ -264,13 +268,13 @@ class StagedChangesArray:
         if len(shape) != self.ndim:
             raise ValueError(f"new shape {shape} needs {self.ndim} axes")
         self.source.check_resize(shape)
-        self._run(self._resize_plan(shape))
+        self._run(self.resize_plan(shape))
         self._keep_in_budget()
 
     def load(self) -> None:
         """Bring every stored chunk into memory (as staged chunks that a commit does not
         write unless they change)."""
-        self._run(self._load_plan())
+        self._run(self.load_plan())
         self._keep_in_budget()
 
     def read_chunks(self, positions: Any) -> list[np.ndarray]:
