@@ -244,3 +244,24 @@ def test_storage_options_reach_conversion_workers_and_pickled_handles(s3_server,
     handle = ngshard.open_volume(url, storage_options=s3_server.options).handle
     vol = ngshard.open_volume(pickle.loads(pickle.dumps(handle)).storage)
     np.testing.assert_array_equal(vol[:, :, :, 0], data.T)
+
+
+ZARR_REWRITE = ("import sys, numpy as np; from ngshard.zarr import create_array; "
+                "a = create_array(sys.argv[1], (16, 16), 'uint8', (4, 4), shards=(16, 16), "
+                "overwrite=True, storage_options={options!r}); "
+                "a[...] = np.arange(256, dtype=np.uint8).reshape(16, 16)")
+
+
+def test_a_long_lived_zarr_reader_after_another_process_rewrote_the_array(s3_server):
+    from ngshard.zarr import create_array, open_array
+
+    url = s3_server.url()
+    create_array(url, (16, 16), "uint8", (4, 4), shards=(16, 16),
+                 storage_options=s3_server.options)[:8] = 7  # half the chunks stored
+    reader = open_array(url, storage_options=s3_server.options)
+    assert (reader[:8] == 7).all() and (reader[8:] == 0).all()
+    subprocess.run([sys.executable, "-c", ZARR_REWRITE.format(options=s3_server.options),
+                    url], check=True, timeout=PEER_TIMEOUT)
+    want = np.arange(256, dtype=np.uint8).reshape(16, 16)
+    np.testing.assert_array_equal(reader[...], want)  # the shard's new offsets, not the old
+    np.testing.assert_array_equal(open_array(url, storage_options=s3_server.options)[...], want)
