@@ -31,7 +31,7 @@ from ..limits import (
     SERVE_PIECE_BYTES,
     SMALL_BODY,
 )
-from .files import File, LocalFiles, RemoteFiles
+from .files import File, Files
 from .protocol import HttpError, Request, format_head, head_end, parse_head
 from .respond import Response, error_response, respond
 
@@ -42,7 +42,7 @@ Log = Callable[[Request | None, Response], None]
 class Connections:
     """Accepts connections on a listening socket and serves each on its own thread."""
 
-    def __init__(self, files: LocalFiles | RemoteFiles, sock: socket.socket, *,
+    def __init__(self, files: Files, sock: socket.socket, *,
                  listing: bool = False, log: Log | None = None) -> None:
         self.files, self.sock, self.listing, self.log = files, sock, listing, log
         self._lock = threading.Lock()

@@ -32,7 +32,7 @@ from ..kinds import (
     parse_info,
 )
 from ..limits import LAYER_SEARCH_DEPTH, MAX_FOLDERS, MAX_INFO_BYTES
-from .files import File, LocalFiles, RemoteFiles
+from .files import File, Files
 
 #: What each layer kind is served as (volumes: image or segmentation, by their type).
 _SERVED = {SKELETONS: "skeletons", MESHES: "mesh", LEGACY_MESHES: "mesh",
@@ -60,7 +60,7 @@ class Layer(NamedTuple):
         return f"{self.format}://{url}"
 
 
-def read_small(files: LocalFiles | RemoteFiles, name: str, limit: int = MAX_INFO_BYTES
+def read_small(files: Files, name: str, limit: int = MAX_INFO_BYTES
                ) -> bytes | None:
     """A whole file of at most ``limit`` bytes, None if absent, not a file, or larger."""
     found = files.open(name)
@@ -88,7 +88,7 @@ def classify(info: dict) -> str | None:
 _LABEL_DTYPES = {"uint32", "uint64", "int64", "<u4", "<u8", "<i8", "|u4", "|u8"}
 
 
-def _json_object(files: LocalFiles | RemoteFiles, name: str) -> dict | None:
+def _json_object(files: Files, name: str) -> dict | None:
     """The JSON object in the small file ``name``, None if absent or not one."""
     raw = read_small(files, name)
     try:
@@ -98,7 +98,7 @@ def _json_object(files: LocalFiles | RemoteFiles, name: str) -> dict | None:
     return found if isinstance(found, dict) else None
 
 
-def _zarr_layer(files: LocalFiles | RemoteFiles, path: str) -> Layer | None:
+def _zarr_layer(files: Files, path: str) -> Layer | None:
     """The zarr array or OME-Zarr multiscale group at ``path``, None if there is none (a
     plain group is searched further, like a folder)."""
     def meta(name: str) -> dict | None:
@@ -119,7 +119,7 @@ def _zarr_layer(files: LocalFiles | RemoteFiles, path: str) -> Layer | None:
     return _zarr_kind(files, path, {}, attrs, ".zarray") if attrs.get("multiscales") else None
 
 
-def _zarr_kind(files: LocalFiles | RemoteFiles, path: str, metadata: dict, ome: dict,
+def _zarr_kind(files: Files, path: str, metadata: dict, ome: dict,
                array_file: str) -> Layer:
     """A segmentation layer for OME label images (``image-label`` in their metadata) and
     label-like integer types (of the first level of a multiscale group), an image layer
@@ -147,7 +147,7 @@ def _attached(path: str, info: dict) -> dict[str, str]:
     return found
 
 
-def find_layers(files: LocalFiles | RemoteFiles) -> list[Layer]:
+def find_layers(files: Files) -> list[Layer]:
     """The layers under the root, breadth first (see the module docstring).
 
     Parameters

@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 from ..errors import CorruptDataError
 from .conditional import http_date, precondition, range_applies
-from .files import DIRECTORY, File, LocalFiles, RemoteFiles
+from .files import DIRECTORY, File, Files
 from .paths import parse_target
 from .protocol import REASONS, HttpError, Request
 from .ranges import Unsatisfiable, byte_range
@@ -62,7 +62,7 @@ def error_response(status: int, reason: str, *, close: bool = False,
     return Response(status, headers, body, close=close)
 
 
-def respond(files: LocalFiles | RemoteFiles, request: Request, *,
+def respond(files: Files, request: Request, *,
             listing: bool = False) -> Response:
     """The response to ``request`` for the files under ``files``' root.
 
@@ -102,7 +102,7 @@ def _options(request: Request) -> Response:
     return Response(204, headers)
 
 
-def _get(files: LocalFiles | RemoteFiles, request: Request, listing: bool) -> Response:
+def _get(files: Files, request: Request, listing: bool) -> Response:
     target = parse_target(request.target)
     found, twin = files.open(target.name), ""
     if found is None and target.name and not target.directory:
@@ -223,7 +223,7 @@ def _chain(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
     yield from rest
 
 
-def _listing(files: LocalFiles | RemoteFiles, name: str, send_body: bool) -> Response:
+def _listing(files: Files, name: str, send_body: bool) -> Response:
     entries = files.listdir(name)
     if entries is None:
         raise HttpError(404, "no such directory")
