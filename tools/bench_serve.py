@@ -1,10 +1,10 @@
 """Load on ``ngshard serve``: many concurrent Range requests on 127.0.0.1, beside nginx serving
-the same files, and the same request handling behind an asyncio front end (the measurement
-behind the server's choice of threads).
+the same files, and the same request handling with other front ends (the measurement behind
+the server's event loops: ``loopsN``, and asyncio's streams).
 
     python tools/bench_serve.py [--seconds 3] [--rounds 1] [--connections 32]
                                 [--client auto|wrk|python] [--data DIR]
-                                [--servers threads,asyncio,nginx]
+                                [--servers ngshard,loops1,asyncio,nginx]
 
 Each server gets the same randomly drawn requests: byte ranges of 1 B to 64 KiB inside the
 shard files of the demo data (written to a temporary folder unless ``--data``), as Neuroglancer
@@ -124,8 +124,18 @@ class AsyncioConnections:
 
 
 def start_ngshard(root: str, model: str):
-    """(base URL, stop) of the server over ``root`` with the threads or asyncio front end."""
-    if model == "threads":
+    """(base URL, stop) of the server over ``root``: as shipped ("ngshard"), with
+    ``loopsN`` event loops, or behind the asyncio front end."""
+    if model.startswith("loops"):
+        from ngshard.server import connections
+
+        shipped, connections.SERVE_LOOPS = connections.SERVE_LOOPS, int(model[5:])
+        try:
+            server = serve(root)
+        finally:
+            connections.SERVE_LOOPS = shipped
+        return server.url, server.close
+    if model == "ngshard":
         server = serve(root)
         return server.url, server.close
     sock = socket.create_server(("127.0.0.1", 0), backlog=128)
@@ -305,7 +315,8 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--client", choices=("auto", "wrk", "python"), default="auto")
     parser.add_argument("--data", help="a folder of shard files (default: the demo data)")
-    parser.add_argument("--servers", default="threads,asyncio,nginx")
+    parser.add_argument("--servers", default="ngshard,nginx",
+                        help="ngshard, loopsN (N event loops), asyncio, nginx")
     args = parser.parse_args()
     client = args.client if args.client != "auto" else \
         "wrk" if shutil.which("wrk") else "python"
@@ -346,13 +357,14 @@ def main() -> None:
             rates = [r["requests"] / r["seconds"] for r in rounds]
             r = sorted(rounds, key=lambda r: r["requests"] / r["seconds"])[len(rounds) // 2]
             rate[name] = r["requests"] / r["seconds"]
-            label = {"threads": "ngshard (threads)", "asyncio": "ngshard (asyncio)"}.get(
-                name, name)
+            label = {"asyncio": "ngshard (asyncio)"}.get(name, name)
             spread = "   " + " ".join(f"{x:.0f}" for x in rates) if args.rounds > 1 else ""
             print(f"{label:<18}{rate[name]:>12.0f}{r['p50']:>9.2f}{r['p90']:>9.2f}"
                   f"{r['p99']:>9.2f}{sum(x['errors'] for x in rounds):>8}{spread}")
-        if "nginx" in rate and "threads" in rate:
-            print(f"ngshard (threads) / nginx requests/s: {rate['threads'] / rate['nginx']:.2f}")
+        for name in rate:
+            if "nginx" in rate and name != "nginx":
+                print(f"{name} / nginx requests/s: {rate[name] / rate['nginx']:.2f}")
+        print(f"load average after: {os.getloadavg()[0]:.1f}")
         sys.stdout.flush()
 
 

@@ -222,19 +222,34 @@ def _listening(port: int) -> list[str]:
 
 
 def test_connections_are_bounded(tree, monkeypatch):
-    """Past MAX_CONNECTIONS open connections, a new one is answered 503 and closed; once
-    one ends, the next is served."""
+    """Past MAX_CONNECTIONS open connections, the one idle the longest is closed to make room
+    for a new one (idle clients lock no one out); when every connection is busy with a
+    request, a new one is answered 503 and closed; once one ends, the next is served."""
     from ngshard.server import connections as front
 
     monkeypatch.setattr(front, "MAX_CONNECTIONS", 3)
     with ngshard.serve(tree) as srv:
-        held = [socket.create_connection((srv.host, srv.port)) for _ in range(3)]
-        time.sleep(0.2)
-        assert status_of(raw(srv, b"GET /data HTTP/1.1\r\n\r\n")) == 503
-        held.pop().close()
+        idle = [socket.create_connection((srv.host, srv.port), 5) for _ in range(3)]
         time.sleep(0.2)
         assert still_serving(srv)
-        for s in held:
+        closed = 0
+        for s in idle:  # one idle connection made room
+            s.settimeout(2)
+            with contextlib.suppress(TimeoutError):
+                closed += s.recv(10) == b""
+        assert closed == 1
+        for s in idle:
+            s.close()
+        time.sleep(0.2)
+        busy = [socket.create_connection((srv.host, srv.port)) for _ in range(3)]
+        for s in busy:
+            s.sendall(b"GET /da")  # a head begun: not idle
+        time.sleep(0.2)
+        assert status_of(raw(srv, b"GET /data HTTP/1.1\r\n\r\n")) == 503
+        busy.pop().close()
+        time.sleep(0.2)
+        assert still_serving(srv)
+        for s in busy:
             s.close()
 
 
