@@ -19,11 +19,14 @@ is idle is the new one answered 503.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import resource
 import selectors
 import socket
+import struct
 import sys
+import termios
 import threading
 import time
 import traceback
@@ -59,6 +62,7 @@ _READING, _BUSY, _WRITING, _LINGERING, _CLOSED = range(5)
 _SWEEP = 0.1  # seconds between looks at the deadlines
 _TURN = 32  # pipelined requests answered per connection before the others get a turn
 _WAKE = object()
+_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 seconds: close with a reset
 
 
 class _Conn:
@@ -196,14 +200,18 @@ class _Loop:
             self._selector.modify(conn.sock, mask, conn)
         conn.mask = mask
 
-    def _drop(self, conn: _Conn) -> None:
-        """Close a connection at once, and release what its response held."""
+    def _drop(self, conn: _Conn, *, abort: bool = False) -> None:
+        """Close a connection at once, and release what its response held; ``abort`` resets
+        it, so that what the kernel holds unsent is dropped too (a slow reader's)."""
         if self.conns.pop(conn.fd, None) is None:
             return
         conn.state = _CLOSED
         if conn.mask:
             self._selector.unregister(conn.sock)
             conn.mask = 0
+        if abort:
+            with contextlib.suppress(OSError):
+                conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
         conn.sock.close()
         self._release(conn)
 
@@ -225,8 +233,9 @@ class _Loop:
             self._accepting = True
         for conn in list(self.conns.values()):
             if conn.state == _WRITING:
-                if now > conn.send_start + SEND_TIMEOUT + conn.sent / MIN_SEND_RATE:
-                    self._drop(conn)
+                taken = conn.sent - _unsent(conn.sock)
+                if now > conn.send_start + SEND_TIMEOUT + taken / MIN_SEND_RATE:
+                    self._drop(conn, abort=True)
             elif conn.state != _BUSY and now > conn.deadline:
                 if conn.state == _READING and conn.head_started:
                     self._respond(conn, None, error_response(
@@ -515,6 +524,15 @@ def _body_size(request: Request) -> int:
     if size > MAX_BODY:
         raise HttpError(413, "request bodies are not accepted", close=True)
     return size
+
+
+def _unsent(sock: socket.socket) -> int:
+    """Bytes sent to the kernel that the client has not taken yet (0 where unknown): the
+    send buffer holds megabytes, which must not count as taken."""
+    try:
+        return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0" * 4))[0]
+    except (OSError, AttributeError):
+        return 0
 
 
 def _failure(e: Exception) -> Response:
