@@ -4,7 +4,7 @@ the server's event loops: ``loopsN``, and asyncio's streams).
 
     python tools/bench_serve.py [--seconds 3] [--rounds 1] [--connections 32]
                                 [--client auto|wrk|python] [--data DIR]
-                                [--servers ngshard,loops1,asyncio,nginx]
+                                [--servers ngshard,loops1,asyncio,nginx] [--slow N]
 
 Each server gets the same randomly drawn requests: byte ranges of 1 B to 64 KiB inside the
 shard files of the demo data (written to a temporary folder unless ``--data``), as Neuroglancer
@@ -121,6 +121,60 @@ class AsyncioConnections:
             pass
         finally:
             writer.close()
+
+
+class SlowClients:
+    """``n`` clients holding connections without using them, from one thread: a third
+    connected and silent, a third sending a request head a byte every half second, a third
+    reading a large response 1 KiB every half second. Each reconnects when the server closes
+    it; ``reconnects`` counts those (slots the server took back)."""
+
+    def __init__(self, base: str, n: int, path: str) -> None:
+        host, port = base.split("//")[1].split(":")
+        self.address, self.path, self.n = (host, int(port)), path, n
+        self.reconnects, self._stop = 0, threading.Event()
+        self.socks: list[socket.socket | None] = [None] * n
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _connect(self, i: int) -> socket.socket:
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect(self.address)
+        s.setblocking(False)
+        if i % 3 == 2:
+            s.send(f"GET {self.path} HTTP/1.1\r\n\r\n".encode())
+        elif i % 3 == 1:
+            s.send(b"GET / HTTP/1.1\r\nX-Slow: ")
+        return s
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for i in range(self.n):
+                s = self.socks[i]
+                try:
+                    if s is None:
+                        self.socks[i] = self._connect(i)
+                        continue
+                    if i % 3 == 1:
+                        s.send(b"a")
+                    elif not s.recv(1024 if i % 3 == 2 else 1, socket.MSG_PEEK * (i % 3 == 0)):
+                        raise ConnectionResetError  # closed by the server
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    if s is not None:
+                        s.close()
+                        self.reconnects += 1
+                    self.socks[i] = None
+            self._stop.wait(0.5)
+
+    def close(self) -> None:
+        self._stop.set()
+        self.thread.join()
+        for s in self.socks:
+            if s is not None:
+                s.close()
 
 
 def start_ngshard(root: str, model: str):
@@ -315,6 +369,9 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--client", choices=("auto", "wrk", "python"), default="auto")
     parser.add_argument("--data", help="a folder of shard files (default: the demo data)")
+    parser.add_argument("--slow", type=int, default=0,
+                        help="of the connections, this many are slow or idle clients (see "
+                             "SlowClients); each server is also run without them")
     parser.add_argument("--servers", default="ngshard,nginx",
                         help="ngshard, loopsN (N event loops), asyncio, nginx")
     args = parser.parse_args()
@@ -343,10 +400,21 @@ def main() -> None:
                     continue
                 servers[name] = started
                 run(started[0], requests[:8], 0.5, args.connections)  # warm up
+            big = max(Path(root).rglob("*.shard"), key=lambda p: p.stat().st_size)
             for _ in range(args.rounds):
                 for name, (base, _) in servers.items():
                     results.setdefault(name, []).append(
-                        run(base, requests, args.seconds, args.connections))
+                        run(base, requests, args.seconds, args.connections - args.slow))
+                    if args.slow:
+                        slow = SlowClients(base, args.slow, "/" + str(big.relative_to(root)))
+                        time.sleep(1)
+                        try:
+                            results.setdefault(f"{name}+slow", []).append(
+                                run(base, requests, args.seconds, args.connections - args.slow))
+                        finally:
+                            slow.close()
+                        print(f"{name}: the server closed {slow.reconnects} slow or idle "
+                              f"connections (they reconnected)")
         finally:
             for _, stop in servers.values():
                 stop()
@@ -362,8 +430,11 @@ def main() -> None:
             print(f"{label:<18}{rate[name]:>12.0f}{r['p50']:>9.2f}{r['p90']:>9.2f}"
                   f"{r['p99']:>9.2f}{sum(x['errors'] for x in rounds):>8}{spread}")
         for name in rate:
-            if "nginx" in rate and name != "nginx":
+            if "nginx" in rate and name != "nginx" and "+slow" not in name:
                 print(f"{name} / nginx requests/s: {rate[name] / rate['nginx']:.2f}")
+            if f"{name}+slow" in rate:
+                print(f"{name} with {args.slow} slow or idle clients / without: "
+                      f"{rate[name + '+slow'] / rate[name]:.2f}")
         print(f"load average after: {os.getloadavg()[0]:.1f}")
         sys.stdout.flush()
 
