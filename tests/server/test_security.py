@@ -263,3 +263,24 @@ def test_slow_heads_are_timed_out(tree, monkeypatch):
         started = time.monotonic()
         assert status_of(s.recv(4096)) == 408
         assert time.monotonic() - started < 3
+
+
+def test_files_kept_open_are_checked_each_time(server, tree, tmp_path):
+    """The server keeps descriptors open between requests; a file replaced, changed, removed,
+    or moved behind a symbolic link out of the root is looked up afresh each time."""
+    (tree / "sub" / "kept").write_bytes(b"first")
+    assert request(server, "GET", "/sub/kept")[2] == b"first"
+    (tree / "sub" / "new").write_bytes(b"second!")
+    os.replace(tree / "sub" / "new", tree / "sub" / "kept")  # replaced by rename
+    assert request(server, "GET", "/sub/kept")[2] == b"second!"
+    with open(tree / "sub" / "kept", "r+b") as f:  # changed in place
+        f.write(b"THIRD!!")
+    assert request(server, "GET", "/sub/kept")[2] == b"THIRD!!"
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "kept").write_bytes(b"outside")
+    os.rename(tree / "sub", tmp_path / "moved")
+    os.symlink(outside, tree / "sub")  # the folder is now a link out of the root
+    assert request(server, "GET", "/sub/kept")[0] == 404
+    os.unlink(tree / "sub")
+    assert request(server, "GET", "/sub/kept")[0] == 404
