@@ -1,5 +1,6 @@
 /* Compiled kernels where numpy has no fast form: the byte transpose of a chunk into the
- * Fortran order that precomputed raw chunks are stored in.
+ * Fortran order that precomputed raw chunks are stored in (here), compressed_segmentation
+ * (_cseg.c).
  *
  * numpy copies a C-ordered block into Fortran order element by element along the output,
  * reading one byte every few KiB (4 KiB strides also alias in the L1 cache): about 50 MB/s
@@ -11,6 +12,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "_kernels.h"
 
 #define TILE 64
 #define MAX_DIMS 8
@@ -117,6 +120,12 @@ static PyObject *fortran_bytes(PyObject *self, PyObject *arg) {
 static PyMethodDef methods[] = {
     {"fortran_bytes", fortran_bytes, METH_O,
      "fortran_bytes(array) -> bytes: the array's items in Fortran order (any strides)."},
+    {"cseg_decode", cseg_decode, METH_VARARGS,
+     "cseg_decode(words, start, xyz, block, entry, out) -> -1, or a block indexing past its "
+     "table"},
+    {"cseg_encode", cseg_encode, METH_VARARGS,
+     "cseg_encode(array, block, lead) -> the channel's words after lead free ones (bytes), "
+     "or None if its offsets overflow 24 bits"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernels",

@@ -112,8 +112,6 @@ MAX_CELLS, MAX_LEVELS = 64, 24
 MAX_QUERY_CELLS = 1 << 16
 #: Bytes of one compressed_segmentation scratch buffer a thread reuses; larger ones are fresh.
 CSEG_SCRATCH_BYTES = 16 * MiB
-#: Voxels per step of the numpy compressed_segmentation decoder.
-CSEG_SLAB_VOXELS = 1 << 20
 #: Draco guard: declared faces (or vertices) per byte of a fragment decoded in this process,
 #: plus a little for tiny fragments; the address space a child may add for the outliers.
 DRACO_RATIO, DRACO_SLACK, DRACO_ISOLATED_BYTES = 16, 4096, 1 * GiB
