@@ -18,6 +18,35 @@ static inline uint32_t word_at(const char *w, Py_ssize_t i) {
     return v;
 }
 
+/* One block's voxels inside the volume, indices of B bits: bad = the block if one points
+ * past its table. */
+#define DECODE_BLOCK(B)                                                                    \
+    for (Py_ssize_t lz = 0; lz < ez && bad < 0; lz++)                                      \
+        for (Py_ssize_t ly = 0; ly < ey && bad < 0; ly++) {                               \
+            Py_ssize_t l = bx * (ly + by * lz);                                            \
+            Py_ssize_t o = kx * bx + X * (ky * by + ly + Y * (kz * bz + lz));              \
+            for (Py_ssize_t lx = 0; lx < ex; lx++, l++, o++) {                             \
+                uint32_t idx = 0;                                                          \
+                if (B) {                                                                   \
+                    Py_ssize_t bit = l * B;                                                \
+                    idx = (word_at(cw, values + (bit >> 5)) >> (bit & 31)) &               \
+                          (uint32_t)((1ull << B) - 1);                                     \
+                }                                                                          \
+                if (idx >= (uint64_t)tsize) {                                              \
+                    bad = block;                                                           \
+                    break;                                                                 \
+                }                                                                          \
+                if (entry == 1) {                                                          \
+                    uint32_t v = word_at(cw, table + idx);                                 \
+                    memcpy(out + 4 * o, &v, 4);                                            \
+                } else {                                                                   \
+                    uint64_t v = word_at(cw, table + 2 * (Py_ssize_t)idx) |                \
+                                 (uint64_t)word_at(cw, table + 2 * (Py_ssize_t)idx + 1) << 32; \
+                    memcpy(out + 8 * o, &v, 8);                                            \
+                }                                                                          \
+            }                                                                              \
+        }
+
 /* Decode one channel whose headers were validated: returns -1 on success, else the block
  * whose index points past its table inside the volume. */
 static Py_ssize_t decode_channel(const char *w, Py_ssize_t nwords, Py_ssize_t start,
@@ -35,33 +64,21 @@ static Py_ssize_t decode_channel(const char *w, Py_ssize_t nwords, Py_ssize_t st
                 Py_ssize_t table = h0 & 0xFFFFFF, values = h1 & 0xFFFFFF;
                 int bits = h0 >> 24;
                 Py_ssize_t tsize = (n - table) / entry;
-                uint32_t mask = bits == 32 ? 0xFFFFFFFFu : (1u << bits) - 1;
                 Py_ssize_t ex = X - kx * bx < bx ? X - kx * bx : bx;
                 Py_ssize_t ey = Y - ky * by < by ? Y - ky * by : by;
                 Py_ssize_t ez = Z - kz * bz < bz ? Z - kz * bz : bz;
-                for (Py_ssize_t lz = 0; lz < ez; lz++)
-                    for (Py_ssize_t ly = 0; ly < ey; ly++) {
-                        Py_ssize_t l = bx * (ly + by * lz);
-                        Py_ssize_t o = kx * bx + X * (ky * by + ly + Y * (kz * bz + lz));
-                        for (Py_ssize_t lx = 0; lx < ex; lx++, l++, o++) {
-                            uint32_t idx = 0;
-                            if (bits) {
-                                Py_ssize_t bit = l * bits;
-                                idx = (word_at(cw, values + (bit >> 5)) >> (bit & 31)) & mask;
-                            }
-                            if (idx >= (uint64_t)tsize)
-                                return block;
-                            if (entry == 1) {
-                                uint32_t v = word_at(cw, table + idx);
-                                memcpy(out + 4 * o, &v, 4);
-                            } else {
-                                uint64_t v = word_at(cw, table + 2 * (Py_ssize_t)idx) |
-                                             (uint64_t)word_at(cw, table + 2 * (Py_ssize_t)idx + 1)
-                                                 << 32;
-                                memcpy(out + 8 * o, &v, 8);
-                            }
-                        }
-                    }
+                Py_ssize_t bad = -1;
+                switch (bits) { /* a loop per width: shifts and masks of constants */
+                case 0: DECODE_BLOCK(0); break;
+                case 1: DECODE_BLOCK(1); break;
+                case 2: DECODE_BLOCK(2); break;
+                case 4: DECODE_BLOCK(4); break;
+                case 8: DECODE_BLOCK(8); break;
+                case 16: DECODE_BLOCK(16); break;
+                default: DECODE_BLOCK(32); break;
+                }
+                if (bad >= 0)
+                    return bad;
             }
     return -1;
 }
