@@ -255,9 +255,9 @@ def test_connections_are_bounded(tree, monkeypatch):
 
 def test_slow_heads_are_timed_out(tree, monkeypatch):
     """A client that starts a request and never finishes it is answered 408 and dropped."""
-    from ngshard.server import connections as front
+    from ngshard.server import exchange
 
-    monkeypatch.setattr(front, "HEAD_TIMEOUT", 0.3)
+    monkeypatch.setattr(exchange, "HEAD_TIMEOUT", 0.3)
     with ngshard.serve(tree) as srv, socket.create_connection((srv.host, srv.port), 5) as s:
         s.sendall(b"GET /data HTTP/1.1\r\n")
         started = time.monotonic()

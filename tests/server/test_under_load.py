@@ -62,9 +62,9 @@ def test_idle_and_slow_clients_lock_no_one_out(server):
 
 
 def test_idle_connections_are_closed_on_time(tree, monkeypatch):
-    from ngshard.server import connections as front
+    from ngshard.server import exchange
 
-    monkeypatch.setattr(front, "IDLE_TIMEOUT", 0.3)
+    monkeypatch.setattr(exchange, "IDLE_TIMEOUT", 0.3)
     with ngshard.serve(tree) as srv, socket.create_connection((srv.host, srv.port), 5) as s:
         s.sendall(b"GET /data HTTP/1.1\r\n\r\n")
         time.sleep(0.1)
