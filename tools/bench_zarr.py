@@ -48,7 +48,8 @@ def main() -> None:
             "codecs": [{"name": "sharding_indexed", "configuration": {
                 "chunk_shape": [c] * 3,
                 "codecs": [{"name": "bytes"}, {"name": "zstd", "configuration": {
-                    "level": 3}}]}}]}}).result()[...].write(data).result()
+                    "level": 3}}]}}]}}).result(timeout=PEER_TIMEOUT)[...].write(data).result(
+            timeout=PEER_TIMEOUT)
         boxes = []
         for _ in range(100):
             size = rng.integers(8, 41, 3)

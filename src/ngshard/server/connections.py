@@ -41,13 +41,10 @@ from ..limits import (
     SERVE_LOOPS,
     SERVE_THREADS,
 )
-from .exchange import BUSY, CLOSED, LINGERING, READ, READING, WRITING, Conn, Exchange
+from .exchange import BUSY, CLOSED, DRAINING, READ, READING, WRITING, Conn, Exchange, Log
 from .files import LocalFiles, RemoteFiles
-from .protocol import Request, format_head
-from .respond import Response, error_response
-
-#: ``log(request or None, response)``, called after each response is sent.
-Log = Callable[[Request | None, Response], None]
+from .protocol import format_head
+from .respond import error_response
 
 _SWEEP = 0.1  # seconds between looks at the deadlines
 _WAKE = object()
@@ -124,7 +121,7 @@ class _Loop(Exchange):
                         self._on_readable(conn)
                     elif conn.state == WRITING:
                         self._pump(conn)
-                    elif conn.state == LINGERING:
+                    elif conn.state == DRAINING:
                         self._on_linger(conn)
                 while self._posted:
                     self._posted.popleft()()
@@ -182,15 +179,6 @@ class _Loop(Exchange):
                 conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
         conn.sock.close()
         self._release(conn)
-
-    @staticmethod
-    def _release(conn: Conn) -> None:
-        if conn.response is not None and conn.response.file is not None:
-            conn.response.file.close()
-        if conn.pieces is not None and hasattr(conn.pieces, "close"):
-            with contextlib.suppress(Exception):
-                conn.pieces.close()
-        conn.response, conn.file, conn.pieces, conn.out = None, None, None, b""
 
     def _sweep(self, now: float) -> None:
         """Close what waited too long: idle connections, slow heads (408), slow readers."""

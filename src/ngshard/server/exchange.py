@@ -5,13 +5,17 @@ threads), and the graceful close."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import selectors
 import socket
 import sys
 import time
 import traceback
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
 
 from ..errors import NgShardError
 from ..limits import (
@@ -23,13 +27,16 @@ from ..limits import (
     SERVE_PIECE_BYTES,
     SMALL_BODY,
 )
-from .files import File
+from .files import File, LocalFiles, RemoteFiles
 from .protocol import HttpError, Request, format_head, head_end, parse_head
 from .respond import Response, error_response, respond
 
+#: ``log(request or None, response)``, called after each response is sent.
+Log = Callable[[Request | None, Response], None]
+
 READ, WRITE = selectors.EVENT_READ, selectors.EVENT_WRITE
 # Connection states: waiting for a request, waiting for the threads, sending, closing, closed.
-READING, BUSY, WRITING, LINGERING, CLOSED = range(5)
+READING, BUSY, WRITING, DRAINING, CLOSED = range(5)
 _TURN = 32  # pipelined requests answered per connection before the others get a turn
 
 
@@ -50,14 +57,51 @@ class Conn:
         self.file: File | None = None  # sent with sendfile from offset to end
         self.offset = self.end = 0
         self.pieces: Iterator[bytes] | None = None  # pulled on the threads
-        self.chunked, self.expected, self.body_sent = False, None, 0
+        self.chunked, self.body_sent = False, 0
+        self.expected: int | None = None
         self.sent, self.send_start, self.complete, self.drained = 0, now, True, 0
 
 
 
+class Front(Protocol):
+    """What the exchanges take from the server's front (``connections.Connections``)."""
+
+    local: bool
+    listing: bool
+    log: Log | None
+    pool: ThreadPoolExecutor
+    fd_room: int
+
+    def open_count(self) -> int: ...
+
+
 class Exchange:
     """The request and response side of an event loop (``connections._Loop``, which holds
-    the connections, the selector and the threads these methods use)."""
+    the connections, the selector and the threads, and defines the methods declared here)."""
+
+    front: Front
+    files: LocalFiles | RemoteFiles
+    conns: dict[int, Conn]
+    _ready: deque[Conn]
+
+    def _want(self, conn: Conn, mask: int) -> None:
+        raise NotImplementedError
+
+    def _drop(self, conn: Conn, *, abort: bool = False) -> None:
+        raise NotImplementedError
+
+    def _post(self, call: Callable[[], None]) -> None:
+        raise NotImplementedError
+
+    @staticmethod
+    def _release(conn: Conn) -> None:
+        """Release what a connection's response held (its file, its stream)."""
+        if conn.response is not None and conn.response.file is not None:
+            conn.response.file.close()
+        if conn.pieces is not None and hasattr(conn.pieces, "close"):
+            with contextlib.suppress(Exception):
+                conn.pieces.close()
+        conn.response, conn.file, conn.pieces, conn.out = None, None, None, b""
 
     # --- reading requests ----------------------------------------------------------------
 
@@ -90,7 +134,7 @@ class Exchange:
             if conn.state != READING:
                 return
             buffer = conn.buffer
-            if buffer[:1] in (b"\r", b"\n"):  # blank lines before a request (RFC 9112 2.2)
+            if buffer.startswith((b"\r", b"\n")):  # blank lines before a request (RFC 9112 2.2)
                 del buffer[:len(buffer) - len(buffer.lstrip(b"\r\n"))]
             request = None
             try:
@@ -180,9 +224,9 @@ class Exchange:
                         self._want(conn, WRITE)
                         return
                     conn.out = b""
-                if conn.file is not None and conn.offset < conn.end:
-                    n = os.sendfile(conn.fd, conn.file.fileno, conn.offset,
-                                    conn.end - conn.offset)
+                fd = conn.file.fileno if conn.file is not None else None
+                if fd is not None and conn.offset < conn.end:
+                    n = os.sendfile(conn.fd, fd, conn.offset, conn.end - conn.offset)
                     if n == 0:  # the file shrank under us
                         conn.complete, conn.file = False, None
                     conn.offset += n
@@ -205,8 +249,11 @@ class Exchange:
     def _pull(self, conn: Conn) -> None:
         """On a thread: the next piece of a streamed body (None at its end, or where it
         ended early)."""
+        pieces = conn.pieces
+        if pieces is None:  # pulled only while there are pieces
+            return
         try:
-            piece, failed = next(conn.pieces, None), False
+            piece, failed = next(pieces, None), False
         except NgShardError as e:
             print(f"ngshard serve: {e}", file=sys.stderr)
             piece, failed = None, True
@@ -233,6 +280,8 @@ class Exchange:
     def _finish(self, conn: Conn) -> None:
         """The response is sent: log it, then wait for the next request, or close."""
         request, response = conn.request, conn.response
+        if response is None:  # a response is being sent
+            return
         keep = conn.complete and not response.close and request is not None and \
             request.keep_alive
         self._release(conn)
@@ -261,7 +310,7 @@ class Exchange:
         except OSError:
             self._drop(conn)
             return
-        conn.state, conn.drained = LINGERING, 0
+        conn.state, conn.drained = DRAINING, 0
         conn.deadline = time.monotonic() + LINGER_SECONDS
         self._want(conn, READ)
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Literal, overload
 from urllib.parse import quote
 
 from ..errors import CorruptDataError
@@ -54,7 +55,7 @@ class Response:
 
 
 def error_response(status: int, reason: str, *, close: bool = False,
-                   extra: list[tuple[str, str]] = ()) -> Response:
+                   extra: Sequence[tuple[str, str]] = ()) -> Response:
     """A short plain-text error (with the CORS fields, so a viewer can read why)."""
     body = f"{status} {REASONS.get(status, '')}: {reason}\n".encode()
     headers = [*CORS, *extra, ("Content-Type", "text/plain; charset=utf-8"),
@@ -62,6 +63,12 @@ def error_response(status: int, reason: str, *, close: bool = False,
     return Response(status, headers, body, close=close)
 
 
+@overload
+def respond(files: LocalFiles | RemoteFiles, request: Request, *, listing: bool = False,
+            quick: Literal[False] = False) -> Response: ...
+@overload
+def respond(files: LocalFiles | RemoteFiles, request: Request, *, listing: bool = False,
+            quick: bool) -> Response | None: ...
 def respond(files: LocalFiles | RemoteFiles, request: Request, *,
             listing: bool = False, quick: bool = False) -> Response | None:
     """The response to ``request`` for the files under ``files``' root.
@@ -112,8 +119,8 @@ def _get(files: LocalFiles | RemoteFiles, request: Request, listing: bool,
     found, twin = files.open(target.name), ""
     if found is None and target.name and not target.directory:
         found, twin = open_twin(files, target.name) or (None, "")
-        if twin and quick and "range" in request.headers:
-            found.close()
+        if isinstance(found, File) and quick and "range" in request.headers:
+            found.close()  # a twin's range: decoded to find its size
             return None
     if found == DIRECTORY:
         if not listing:
@@ -121,7 +128,7 @@ def _get(files: LocalFiles | RemoteFiles, request: Request, listing: bool,
         if quick:
             return None
         return _listing(files, target.name, request.method == "GET")
-    if found is None or target.directory:
+    if not isinstance(found, File) or target.directory:  # None: no such file
         raise HttpError(404, "no such file")
     try:
         return _file(found, target.name, twin, request)
@@ -199,7 +206,7 @@ def _decoded(file: File, name: str, twin: str, request: Request,
             known = probe[1] if probe is not None and probe[1] < _UNBOUNDED else None
             size, whole = decoded_size(file, name, twin, known)
             try:
-                rng = byte_range(wanted, size if whole else known)
+                rng = byte_range(wanted, size if whole or known is None else known)
             except Unsatisfiable as e:
                 file.close()
                 return error_response(416, str(e), extra=[

@@ -9,13 +9,14 @@ import numpy as np
 
 from ..._kernels import cseg_decode
 from ...errors import CorruptDataError
+from ...types import Blob
 from .scratch import scratch
 
 _VALID_BITS = np.zeros(256, bool)
 _VALID_BITS[[0, 1, 2, 4, 8, 16, 32]] = True
 
 
-def decode(data: bytes | memoryview, shape: tuple[int, ...], dt: np.dtype,
+def decode(data: Blob, shape: tuple[int, ...], dt: np.dtype,
            bs: tuple[int, int, int], *, reuse: bool = False) -> np.ndarray:
     """An (x, y, z, channels) array of ``dt`` from a chunk; CorruptDataError on bad bytes.
 

@@ -26,7 +26,7 @@ def encode(array: np.ndarray, bs: tuple[int, int, int]) -> bytes:
 
 def _encode_channel(vol: np.ndarray, bs: tuple[int, int, int]) -> bytes:
     """One (x, y, z) channel -> its words: block headers, packed indices, tables."""
-    words = cseg_encode(vol, tuple(int(b) for b in bs), 0)
+    words = cseg_encode(vol, (int(bs[0]), int(bs[1]), int(bs[2])), 0)
     if words is None:
         raise SpecError(f"compressed_segmentation cannot encode this {vol.dtype.name} chunk "
                         f"with block size {tuple(bs)}: its offsets overflow 24 bits")
