@@ -124,8 +124,6 @@ MAX_CELLS, MAX_LEVELS = 64, 24
 MAX_QUERY_CELLS = 1 << 16
 #: Bytes of one compressed_segmentation scratch buffer a thread reuses; larger ones are fresh.
 CSEG_SCRATCH_BYTES = 16 * MiB
-#: Voxels per step of the numpy compressed_segmentation decoder.
-CSEG_SLAB_VOXELS = 1 << 20
 #: Draco guard: declared faces (or vertices) per byte of a fragment decoded in this process,
 #: plus a little for tiny fragments; the address space a child may add for the outliers.
 DRACO_RATIO, DRACO_SLACK, DRACO_ISOLATED_BYTES = 16, 4096, 1 * GiB
@@ -155,10 +153,26 @@ MAX_INFO_BYTES = 16 * MiB
 
 # --- the server ----------------------------------------------------------------------------
 
-#: Most connections served at once; more are answered 503 and closed.
-MAX_CONNECTIONS = 256
+#: Most connections open at once (fewer if the descriptor limit says so). Past it, the
+#: connection idle the longest is closed for a new one; if none is idle, the new one is
+#: answered 503 and closed.
+MAX_CONNECTIONS = 4096
 #: Seconds a connection may stay idle between requests.
 IDLE_TIMEOUT = 60.0
+#: A response must be taken by the client at SEND_TIMEOUT seconds plus one second per
+#: MIN_SEND_RATE bytes sent, or the connection is closed (a trickling reader holds no slot).
+SEND_TIMEOUT, MIN_SEND_RATE = 60.0, 64 * KiB
+#: Event loops (threads) of the server. One: two loops fight over the GIL (a waiting loop
+#: gets it after the 5 ms switch interval), 0.35x the requests/s of one at 256 connections
+#: (tools/bench_serve.py --servers loops1,loops2).
+SERVE_LOOPS = 1
+#: Threads for the server's blocking work: remote stores, decoding twins, listings.
+SERVE_THREADS = 8
+#: Local files the server keeps open between requests.
+OPEN_FILES = 256
+#: Decoded bytes of a compressed twin made per step while serving it (bounds the memory a
+#: connection holds, whatever the twin inflates to).
+TWIN_PIECE_BYTES = 64 * KiB
 #: Seconds a client has to deliver a whole request head once it has begun.
 HEAD_TIMEOUT = 20.0
 #: Largest request body read (and discarded); larger ones are refused with 413.

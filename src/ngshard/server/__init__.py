@@ -26,7 +26,7 @@ class Server:
             raise NotFoundError(f"{storage.local_root}: no such folder")
         self.files = open_files(storage)
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-        sock = socket.create_server((host, port), family=family, backlog=128)
+        sock = socket.create_server((host, port), family=family, backlog=1024)  # bursts of viewers
         port = sock.getsockname()[1]
         shown = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
         self.url = f"http://[{shown}]:{port}" if ":" in shown else f"http://{shown}:{port}"

@@ -72,8 +72,9 @@ class ScaleCodec(ChunkCodec):
                             where=where, reuse=True)
 
     def encode(self, chunk: np.ndarray, copy: bool = True) -> Blob:
-        if not (chunk.flags.f_contiguous or chunk.flags.c_contiguous):
-            chunk = chunk.copy(order="K")  # gathered first, in its own order
+        if self.encoding != "raw" and not (chunk.flags.f_contiguous or
+                                           chunk.flags.c_contiguous):
+            chunk = chunk.copy(order="K")  # gathered first (raw chunks transpose any strides)
         # raw chunks of stable Fortran-ordered memory (slabs being dropped) go as views
         return encode_chunk(chunk, self.encoding, block_size=self.block, copy=copy)
 
