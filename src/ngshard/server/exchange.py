@@ -27,7 +27,7 @@ from ..limits import (
     SERVE_PIECE_BYTES,
     SMALL_BODY,
 )
-from .files import File
+from .files import File, Files
 from .protocol import HttpError, Request, format_head, head_end, parse_head
 from .respond import Response, error_response, respond
 
