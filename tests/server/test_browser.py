@@ -177,7 +177,7 @@ def test_the_viewer_shows_the_demo(browser, demo_dir, tmp_path):
 
         # (b) ready, no source error, every visible chunk on the GPU, none failed
         layers = page.evaluate(LAYERS_JS)
-        assert [layer["name"] for layer in layers] == ["image", "segmentation"]
+        assert [layer["name"] for layer in layers] == ["image", "segmentation", "synapses"]
         assert all(layer["ready"] and layer["errors"] == [None] for layer in layers), layers
         assert settled(rows) and not any(r["failed"] for r in rows), rows
         for store in ("/image/8_8_40/", "/segmentation/8_8_40/", "/segmentation/skeletons/"):
@@ -202,8 +202,10 @@ def test_the_viewer_shows_the_demo(browser, demo_dir, tmp_path):
                 continue  # on a voxel boundary, or off the volume: ambiguous
             assert voxel[2] == 64, state  # the xy panel's plane through the centre
             assert state["values"]["image"]["value"] == int(image[voxel]), (voxel, state)
-            assert state["values"]["segmentation"]["value"] == str(labels[voxel]), \
-                (voxel, state)
+            # the segment's id, with its label and tags from the segment properties
+            segment = state["values"]["segmentation"]["value"]
+            assert segment["key"] == str(labels[voxel]), (voxel, state)
+            assert segment["label"].startswith("cell "), state
             checked += 1
         assert checked >= 2
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from .. import __version__
 from ..errors import NgShardError
 from .convert import add_command as add_convert_command
-from .demo import cmd_demo
+from .demo import add_command as add_demo_command
 from .serve import add_commands as add_serve_commands
 from .store import (
     KeyNotFound,
@@ -111,15 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "(every sharded scale of a volume)")
     store_args(p)
     quiet(p)
-    p = command("demo", cmd_demo, "write sample sharded image and segmentation layers (with "
-                "skeletons), then view them in Neuroglancer (as `ngshard view` does); Ctrl-C "
-                "stops")
-    p.add_argument("dir", nargs="?", default="ngshard-demo", help="where (default ./ngshard-demo)")
-    p.add_argument("--force", action="store_true", help="write into a folder that holds other "
-                   "things too, replacing its info and the files in its image and segmentation "
-                   "folders (a previous demo is replaced without --force)")
-    p.add_argument("--no-view", action="store_true", help="only write the data")
-    p.add_argument("--no-browser", action="store_true", help="only print the viewer's URL")
+    add_demo_command(command)
     add_convert_command(command)
     add_serve_commands(command)
     return parser

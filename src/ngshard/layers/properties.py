@@ -22,6 +22,7 @@ from ..kinds import PROPERTIES as KIND
 from ..sharded.infofile import INFO, read_info, write_info
 from ..sharded.spec import as_key_array
 from ..storage import Storage, open_storage
+from .attach import attach, check_segmentation
 from .info import layer_info
 from .lookup import ById
 
@@ -229,7 +230,8 @@ def write_segment_properties(url: str | os.PathLike | Storage, ids: Any, *,
                              numbers: Mapping[str, Any] | None = None,
                              tags: Sequence[Sequence[str]] | None = None,
                              tag_descriptions: Mapping[str, str] | None = None,
-                             key: str = "segment_properties", overwrite: bool = False
+                             key: str = "segment_properties", overwrite: bool = False,
+                             segmentation: str | os.PathLike | Storage | None = None
                              ) -> SegmentProperties:
     """Write inline segment properties.
 
@@ -254,6 +256,9 @@ def write_segment_properties(url: str | os.PathLike | Storage, ids: Any, *,
     overwrite
         Replace what is where the properties go (a layer, or properties attached before);
         by default that is refused.
+    segmentation
+        A segmentation volume to attach the layer to once it is written (its info, written
+        last, names it: see :func:`ngshard.attach`); None attaches it to none.
 
     Returns
     -------
@@ -270,13 +275,17 @@ def write_segment_properties(url: str | os.PathLike | Storage, ids: Any, *,
     doc = segment_properties_json(ids, labels=labels, descriptions=descriptions,
                                   strings=strings, numbers=numbers, tags=tags,
                                   tag_descriptions=tag_descriptions)
+    if segmentation is not None:
+        check_segmentation(segmentation)
     storage = open_storage(url)
     parent = read_info(storage)
-    attach = kind_of(parent) in (VOLUME, SKELETONS, MESHES, LEGACY_MESHES)
-    target = storage.child(key) if attach else storage
+    inside = kind_of(parent) in (VOLUME, SKELETONS, MESHES, LEGACY_MESHES)
+    target = storage.child(key) if inside else storage
     parsed = SegmentProperties(target, doc)  # the checks a reader makes, before writing
     claim(target, overwrite=overwrite)
     write_info(target, doc)
-    if attach:  # the link last: a layer never points at properties not yet there
+    if inside:  # the link last: a layer never points at properties not yet there
         write_info(storage, {**parent, "segment_properties": key})
+    if segmentation is not None:
+        attach(segmentation, segment_properties=target)
     return parsed
