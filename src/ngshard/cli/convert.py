@@ -5,9 +5,10 @@ or a Dask cluster."""
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 
-from ..errors import SpecError
+from ..errors import Interrupted, SpecError
 
 
 def add_command(command) -> None:
@@ -71,6 +72,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
                         executor=client.get_executor() if client else None,
                         progress=not args.quiet and sys.stderr.isatty(),
                         resume=not args.no_resume, overwrite=args.force)
+    except Interrupted as e:  # the command that resumes it (--no-resume would start afresh)
+        again = shlex.join(["ngshard", *(a for a in args.argv if a != "--no-resume")])
+        raise Interrupted(f"{e}: {again}") from None
     finally:
         if client is not None:
             client.close()

@@ -13,13 +13,13 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from ..destination import claim
-from ..errors import NgShardError, SpecError
+from ..errors import Interrupted, NgShardError, SpecError
 from ..layers.dispatch import checked_source
 from ..progress import progress_bar
 from ..storage import open_storage, remove_stale, source_of
 from ..types import Encoding
 from . import resume as records
-from .executors import in_flight, local_pool
+from .executors import in_flight, local_pool, stop_pool
 from .layout import (
     DEFAULT_TASK_BYTES,
     Plan,
@@ -156,15 +156,16 @@ def run_plan(plan: Plan, dst: str, *, executor: Executor | None = None,
     if not records.recorded(dst, record):  # not an unfinished run of this job
         claim(open_storage(dst), overwrite=overwrite, into=plan.dirs)
     done = records.start(dst, record, resume)
-    if not done:
-        plan.prepare()
     job = hashlib.sha256(json.dumps(plan.job, sort_keys=True).encode()).hexdigest()[:16]
     todo = [[t for t in stage if t.name not in done] for stage in plan.stages]
     stats = {"tasks": total, "run": 0, "skipped": total - sum(map(len, todo)), "chunks": 0,
              "bytes": 0}
-    own = executor is None
-    executor = local_pool(workers) if own else executor
+    pool = None  # our own, if no executor is given
     try:
+        if executor is None:
+            executor = pool = local_pool(workers)
+        if not done:
+            plan.prepare()
         bar = progress_bar(_results(executor, todo, dst, job), enabled=progress,
                            total=total, initial=stats["skipped"], desc="converting",
                            unit="task")
@@ -172,6 +173,15 @@ def run_plan(plan: Plan, dst: str, *, executor: Executor | None = None,
             stats["run"] += 1
             stats["chunks"] += result["chunks"]
             stats["bytes"] += result["bytes"]
+    except KeyboardInterrupt:
+        if pool is not None:  # at once: running tasks are killed, not waited for
+            stop_pool(pool)
+            pool = None
+        finished = stats["skipped"] + stats["run"]
+        raise Interrupted(
+            f"interrupted: {finished} of {total} tasks of converting to {dst} are done, "
+            f"{total - finished} left (recorded in {dst}/{records.PREFIX}/): run the same "
+            f"conversion again to resume") from None
     except BrokenProcessPool as e:
         raise NgShardError(
             f"converting to {dst}: a worker process died ({e}). Killed for memory? Try fewer "
@@ -180,8 +190,8 @@ def run_plan(plan: Plan, dst: str, *, executor: Executor | None = None,
             f"executor=concurrent.futures.ThreadPoolExecutor()). Run again to resume."
         ) from None
     finally:
-        if own:
-            executor.shutdown(cancel_futures=True)
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
     records.clear(dst)
     for d in plan.dirs:
         if d.local_root is not None:
@@ -197,6 +207,7 @@ def _results(executor: Executor, stages: list[list[Task]], dst: str, job: str
     window = in_flight(executor)
     for stage in stages:
         pending: deque[Future] = deque()
+        interrupted = False
         try:
             for task in stage:
                 pending.append(executor.submit(run_task, task, dst, job))
@@ -204,7 +215,11 @@ def _results(executor: Executor, stages: list[list[Task]], dst: str, job: str
                     yield pending.popleft().result()
             while pending:
                 yield pending.popleft().result()
+        except KeyboardInterrupt:
+            interrupted = True  # the caller stops the running tasks: no waiting for them
+            raise
         finally:
             for f in pending:
                 f.cancel()
-            wait(pending)
+            if not interrupted:
+                wait(pending)
