@@ -37,7 +37,9 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
             executor: Executor | None = None, workers: int | None = None,
             progress: bool = True, resume: bool = True, axes: str | None = None,
             downsample: bool | int = False, task_bytes: int = DEFAULT_TASK_BYTES,
-            overwrite: bool = False) -> dict[str, int]:
+            overwrite: bool = False, resolution: Sequence[float] | None = None,
+            offset: Sequence[int] | None = None, units: str | None = None
+            ) -> dict[str, int]:
     """Convert a zarr array or OME-Zarr group to a precomputed layer, or a precomputed layer
     to an OME-Zarr 0.5 group of Zarr v3 sharded arrays (which, by ``src``: a precomputed
     layer has an ``info``).
@@ -79,6 +81,13 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
         scale fits a chunk; an integer caps their number).
     task_bytes
         Uncompressed bytes per task (auto shard size): a worker's memory is about this.
+    resolution, offset, units
+        zarr -> precomputed, for sources whose metadata does not say (a plain array, an
+        OME-Zarr group without units or translations): the (x, y, z) voxel size of the
+        finest level in ``units`` (default nm; coarser OME levels keep their relative
+        scales), its (x, y, z) voxel offset, and the length unit (``nm``, ``um``,
+        ``micrometer``, ...) of ``resolution`` or of OME scales without units. Without
+        them such a source is taken as 1 nm voxels at the origin.
 
     Returns
     -------
@@ -102,7 +111,8 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
     dst = _destination(dst, "zarr" if to_zarr else "precomputed", src)
     _apart(src, dst)
     if to_zarr:
-        given = {"chunk_size": chunk_size, "axes": axes, "downsample": downsample or None}
+        given = {"chunk_size": chunk_size, "axes": axes, "downsample": downsample or None,
+                 "resolution": resolution, "offset": offset, "units": units}
         wrong = [k for k, v in given.items() if v is not None]
         if wrong or sharding not in ("auto", None):
             raise SpecError(f"{src} is precomputed: {', '.join(wrong or ['sharding'])} only "
@@ -112,7 +122,8 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
     else:
         plan = zarr_to_precomputed(src, dst, scales=scales, chunk_size=chunk_size,
                                    encoding=encoding, sharding=sharding, axes=axes,
-                                   downsample=downsample, task_bytes=task_bytes)
+                                   downsample=downsample, task_bytes=task_bytes,
+                                   resolution=resolution, offset=offset, units=units)
     return run_plan(plan, dst, executor=executor, workers=workers, progress=progress,
                     resume=resume, overwrite=overwrite)
 
