@@ -139,6 +139,12 @@ def viewer_state(layers: list[Layer], base_url: str, storage: Storage | None = N
                 entry["source"] = {"url": source, "transform": where.transform}
             if not where.known:
                 unplaced.append(name)
+        if layer.kind == SEGMENTATION and "/" not in layer.path and notices is not None \
+                and any(str(layer.info.get(k, "")).startswith("..") for k in _ATTACHABLE):
+            # Neuroglancer refuses a ".." that climbs to the top of the served tree
+            notices.append(f"{name}: its info names layers beside it (../), which "
+                           f"Neuroglancer resolves only below the served folder: serve its "
+                           f"parent folder instead")
         if layer.kind == SEGMENTATION and layer.format == "precomputed":
             entry["skeletonRendering"] = {"mode2d": "lines_and_points", "mode3d": "lines"}
             if storage is not None:
@@ -178,12 +184,14 @@ def _host(layer: Layer, segmentations: list[Layer]) -> Layer | None:
 
 def _link(entry: dict, info: dict, before: list[dict]) -> None:
     """An annotation layer whose info has relationships links them to the first
-    segmentation layer (listed before it)."""
+    segmentation layer (listed before it) and shows those of its selected segments (which
+    Neuroglancer then lists in the layer's panel)."""
     seg = next((e["name"] for e in before if e["type"] == "segmentation"), None)
     ids = [r["id"] for r in info.get("relationships") or [] if isinstance(r, dict)
            and isinstance(r.get("id"), str)]
     if seg is not None and ids:
         entry["linkedSegmentationLayer"] = dict.fromkeys(ids, seg)
+        entry["filterBySegmentation"] = ids  # those of the selected segments, listed
 
 
 def _framing(places: list[Placement]) -> dict:
