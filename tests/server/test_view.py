@@ -23,7 +23,8 @@ def test_state_of_the_demo(demo_dir):
     assert synapses == {"type": "annotation", "name": "synapses",
                         "source": f"precomputed://{srv.url}/synapses",
                         "linkedSegmentationLayer": {"pre_synaptic_cell": "segmentation",
-                                                    "post_synaptic_cell": "segmentation"}}
+                                                    "post_synaptic_cell": "segmentation"},
+                        "filterBySegmentation": ["pre_synaptic_cell", "post_synaptic_cell"]}
     assert image == {"type": "image", "name": "image",
                      "source": f"precomputed://{srv.url}/image"}
     assert seg["type"] == "segmentation" and seg["source"] == \
@@ -154,3 +155,49 @@ def test_zarr_arrays_and_groups_are_layers(tmp_path):
     assert layers["inner"]["source"] == "zarr://http://h:1/plain/inner"  # 1-D: as it is
     assert "segments" not in layers["v2.zarr"]
     assert [e["type"] for e in state["layers"]] == ["image"] * 3 + ["segmentation"] * 2
+
+
+def test_every_source_shares_one_space(tmp_path):
+    """A precomputed volume, zarr arrays named in any order (v3 dimension_names, v2
+    _ARRAY_DIMENSIONS, channels first) and an OME-Zarr group with units: one space of x, y,
+    z; each zarr array named and scaled by its source transform (at --resolution, else 1 nm
+    with a one-line notice), the OME group placed by its own metadata; the position is the
+    centre of all of them."""
+    zarr = pytest.importorskip("zarr")
+    from concurrent.futures import ThreadPoolExecutor
+
+    import ngshard.zarr
+
+    with ngshard.create_volume(tmp_path / "em", dtype="uint8", shape=(64, 32, 8),
+                               resolution=(8, 8, 40), voxel_offset=(64, 0, 0)) as vol:
+        vol[...] = 1
+    ngshard.zarr.create_array(tmp_path / "zyx.zarr", (8, 32, 64), "uint8", (8, 8, 8),
+                              dimension_names=("z", "y", "x"))
+    zarr.create_array(tmp_path / "xyz.zarr", shape=(64, 32, 8), chunks=(8, 8, 8),
+                      dtype="uint8", zarr_format=2,
+                      attributes={"_ARRAY_DIMENSIONS": ["x", "y", "z"]})
+    ngshard.zarr.create_array(tmp_path / "czyx.zarr", (2, 8, 32, 64), "uint8", (1, 8, 8, 8))
+    with ThreadPoolExecutor(1) as pool:
+        ngshard.convert(tmp_path / "em", tmp_path / "ome.zarr", executor=pool,
+                        progress=False)
+    layers = find_layers(LocalFiles(str(tmp_path)))
+    notices: list[str] = []
+    state = viewer_state(layers, "http://h:1", open_storage(tmp_path),
+                         resolution=(8, 8, 40), notices=notices)
+    by_name = {e["name"]: e for e in state["layers"]}
+    nm = {"x": [8e-9, "m"], "y": [8e-9, "m"], "z": [40e-9, "m"]}
+
+    def dims(name):
+        return by_name[name]["source"]["transform"]["outputDimensions"]
+
+    assert list(dims("zyx.zarr").items()) == [(a, nm[a]) for a in "zyx"]
+    assert list(dims("xyz.zarr").items()) == [(a, nm[a]) for a in "xyz"]
+    assert list(dims("czyx.zarr").items()) == [("c^", [1, ""])] + [(a, nm[a]) for a in "zyx"]
+    assert by_name["ome.zarr"]["source"] == "zarr://http://h:1/ome.zarr"  # units of its own
+    assert state["dimensions"] == nm
+    assert state["position"] == [64.5, 16.5, 4.5]  # x: [0, 128) voxels of them all
+    assert notices == ["no units in the metadata of czyx.zarr, xyz.zarr, zyx.zarr: shown at "
+                       "8,8,40 nm per voxel (x,y,z)"]
+    notices.clear()
+    viewer_state(layers, "http://h:1", open_storage(tmp_path), notices=notices)
+    assert len(notices) == 1 and "1,1,1 nm" in notices[0] and "--resolution" in notices[0]
