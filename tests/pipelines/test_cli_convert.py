@@ -66,7 +66,7 @@ def test_ctrl_c_stops_at_once_and_says_how_to_resume(tmp_path):
     while not (out / ".ngshard-convert" / "job.json").exists() and child.poll() is None \
             and time.monotonic() < deadline:
         time.sleep(0.02)  # the tasks are submitted once the job is recorded
-    assert child.poll() is None, child.communicate()
+    assert child.poll() is None, child.communicate(timeout=PEER_TIMEOUT)
     child.send_signal(signal.SIGINT)
     started = time.monotonic()
     _, err = child.communicate(timeout=PEER_TIMEOUT)

@@ -8,7 +8,7 @@ import json
 import os
 from collections import Counter, deque
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Executor, Future, wait
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
@@ -171,7 +171,7 @@ def run_plan(plan: Plan, dst: str, *, executor: Executor | None = None,
     todo = [[t for t in stage if t.name not in done] for stage in plan.stages]
     stats = {"tasks": total, "run": 0, "skipped": total - sum(map(len, todo)), "chunks": 0,
              "bytes": 0}
-    pool = None  # our own, if no executor is given
+    pool: ProcessPoolExecutor | None = None  # our own, if no executor is given
     try:
         if executor is None:
             executor = pool = local_pool(workers)

@@ -8,6 +8,7 @@ import os
 import signal
 import threading
 from concurrent.futures import Executor, ProcessPoolExecutor
+from multiprocessing.context import BaseContext
 
 from ..errors import MissingDependencyError
 
@@ -23,11 +24,13 @@ def local_pool(workers: int | None = None) -> ProcessPoolExecutor:
     none inherits a lock another thread held (it costs a new interpreter, about 0.5 s).
     Workers ignore SIGINT: a Ctrl-C in the terminal reaches the whole process group, and only
     this process decides what stops (:func:`stop_pool`)."""
+    context: BaseContext
     if "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1:
         context = multiprocessing.get_context("fork")
     else:
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["ngshard.pipelines.tasks"])
+        server = multiprocessing.get_context("forkserver")
+        server.set_forkserver_preload(["ngshard.pipelines.tasks"])
+        context = server
     return ProcessPoolExecutor(max_workers=workers or default_workers(), mp_context=context,
                                initializer=_ignore_sigint)
 

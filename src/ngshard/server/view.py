@@ -77,7 +77,7 @@ _ATTACHABLE = ("skeletons", "mesh", "segment_properties")
 
 
 def viewer_state(layers: list[Layer], base_url: str, storage: Storage | None = None, *,
-                 resolution: tuple[float, float, float] | None = None,
+                 resolution: tuple[float, ...] | None = None,
                  notices: list[str] | None = None) -> dict:
     """The Neuroglancer state (JSON) showing ``layers`` served at ``base_url``, as a user
     would set it up by hand.
@@ -117,9 +117,15 @@ def viewer_state(layers: list[Layer], base_url: str, storage: Storage | None = N
     segmentations = [layer for layer in found if layer.kind == SEGMENTATION]
     extra: dict[str, list[str]] = {}  # a segmentation's path -> further sources
     taken = {(seg.path, kind) for seg in segmentations for kind in seg.attached}
-    out, paths, names, places, unplaced = [], [], set(), [], []
+    out: list[dict] = []
+    paths: list[str] = []
+    names: set[str] = set()
+    places: list[Placement] = []
+    unplaced: list[str] = []
     for layer in found:
         source = layer.source(base_url)
+        if source is None:
+            continue
         host = _host(layer, segmentations) if layer.kind in _ATTACHABLE else None
         if host is not None and (host.path, layer.kind) not in taken:
             taken.add((host.path, layer.kind))  # one of each kind per segmentation
@@ -234,7 +240,7 @@ class Viewing:
 
 def open_viewer(path_or_url: str | os.PathLike | Storage, host: str = "127.0.0.1",
                 port: int = 0, viewer_port: int = 0, *,
-                resolution: tuple[float, float, float] | None = None) -> Viewing:
+                resolution: tuple[float, ...] | None = None) -> Viewing:
     """Serve a tree and a Neuroglancer client whose state already holds its layers.
 
     Parameters
