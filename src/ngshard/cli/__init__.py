@@ -16,6 +16,7 @@ from .attach import add_command as add_attach_command
 from .convert import add_command as add_convert_command
 from .demo import add_command as add_demo_command
 from .serve import add_commands as add_serve_commands
+from .storage_args import add_storage_args
 from .store import (
     KeyNotFound,
     cmd_compact,
@@ -41,11 +42,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, fn, help: str) -> argparse.ArgumentParser:
+    def command(name: str, fn, help: str, *, storage: bool = True,
+                source: bool = False) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help)
         p.set_defaults(fn=fn)
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                        help="show tracebacks of errors")
+        if storage:
+            add_storage_args(p, source=source)
         return p
 
     def store_args(p: argparse.ArgumentParser, scale: str) -> None:

@@ -27,7 +27,7 @@ def add_command(command) -> None:
     """The ``attach`` subcommand (``command(name, fn, help)`` makes one)."""
     p = command("attach", cmd_attach, "record meshes, skeletons and segment properties in a "
                 "segmentation's info (as paths relative to it), so that Neuroglancer shows "
-                "them with its segments")
+                "them with its segments", storage=False)
     p.add_argument("url", metavar="SEGMENTATION", help="the segmentation volume's folder")
     p.add_argument("--mesh", metavar="PATH|URL", help="a mesh layer (multi-resolution or "
                    "legacy)")

@@ -10,6 +10,7 @@ import sys
 
 from ..errors import Interrupted, SpecError
 from .serve import floats
+from .storage_args import storage_options
 
 
 def add_command(command) -> None:
@@ -17,7 +18,7 @@ def add_command(command) -> None:
     p = command("convert", cmd_convert, "convert a zarr array or OME-Zarr group to a "
                 "precomputed layer, or a precomputed layer to an OME-Zarr 0.5 group of "
                 "sharded Zarr v3 arrays (by what SRC holds); an interrupted conversion "
-                "resumes where it stopped")
+                "resumes where it stopped", source=True)
     p.add_argument("src", metavar="SRC", help="zarr array or group, or precomputed layer")
     p.add_argument("url", metavar="DST", help="where the result goes")
     p.add_argument("--axes", metavar="LETTERS",
@@ -81,6 +82,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
                         executor=client.get_executor() if client else None,
                         progress=not args.quiet and sys.stderr.isatty(),
                         resume=not args.no_resume, overwrite=args.force,
+                        storage_options=storage_options(args),
+                        src_storage_options=storage_options(args, source=True),
                         resolution=floats(args.resolution, "--resolution"),
                         offset=_ints(args.offset, "--offset", 3, signed=True),
                         units=args.units)

@@ -92,7 +92,7 @@ def add_command(command) -> None:
     p = command("demo", cmd_demo, "write sample layers (a sharded image; a segmentation with "
                 "multi-resolution meshes, skeletons and segment properties; synapse "
                 "annotations), then view them in Neuroglancer (as `ngshard view` does), "
-                "installing what that needs first; Ctrl-C stops")
+                "installing what that needs first; Ctrl-C stops", storage=False)
     p.add_argument("dir", nargs="?", default="ngshard-demo", help="where (default ./ngshard-demo)")
     p.add_argument("--force", action="store_true", help="write into a folder that holds other "
                    "things too, replacing its info and the files in its image, segmentation "

@@ -13,6 +13,7 @@ from ..errors import SpecError
 from ..server import Server, serve
 from ..server.protocol import Request
 from ..server.respond import Response
+from .storage_args import storage_options
 
 _SHOWN = 40  # layers printed at most
 
@@ -68,6 +69,7 @@ def run_until_interrupted(announce, close) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     server = serve(args.url, args.host, args.port, listing=args.listing,
+                   storage_options=storage_options(args),
                    log=_access_log if args.verbose else None)
     return run_until_interrupted(lambda: print_sources(server, args.url), server.close)
 
@@ -76,7 +78,8 @@ def cmd_view(args: argparse.Namespace) -> int:
     from ..server.view import open_viewer
 
     viewing = open_viewer(args.url, args.host, args.port, args.viewer_port,
-                          resolution=floats(args.resolution, "--resolution"))
+                          resolution=floats(args.resolution, "--resolution"),
+                          storage_options=storage_options(args))
     return show(viewing, args.url, browser=not args.no_browser)
 
 

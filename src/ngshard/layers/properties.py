@@ -21,7 +21,7 @@ from ..kinds import LEGACY_MESHES, MESHES, SKELETONS, VOLUME, kind_of
 from ..kinds import PROPERTIES as KIND
 from ..sharded.infofile import INFO, read_info, write_info
 from ..sharded.spec import as_key_array
-from ..storage import Storage, open_storage
+from ..storage import Storage, StorageOptions, open_storage
 from .attach import attach, check_segmentation
 from .info import layer_info
 from .lookup import ById
@@ -163,9 +163,10 @@ def _parse_property(p: Any, n: int, where: str) -> tuple[dict, Any]:
     return spec, values
 
 
-def open_segment_properties(url: str | os.PathLike | Storage) -> SegmentProperties:
+def open_segment_properties(url: str | os.PathLike | Storage,
+                            *, storage_options: StorageOptions | None = None) -> SegmentProperties:
     """Open the segment properties at ``url`` (their directory, holding the info)."""
-    storage = open_storage(url)
+    storage = open_storage(url, storage_options=storage_options)
     return SegmentProperties(storage, layer_info(storage, KIND), storage.path(INFO))
 
 
@@ -231,6 +232,7 @@ def write_segment_properties(url: str | os.PathLike | Storage, ids: Any, *,
                              tags: Sequence[Sequence[str]] | None = None,
                              tag_descriptions: Mapping[str, str] | None = None,
                              key: str = "segment_properties", overwrite: bool = False,
+                             storage_options: StorageOptions | None = None,
                              segmentation: str | os.PathLike | Storage | None = None
                              ) -> SegmentProperties:
     """Write inline segment properties.
@@ -256,6 +258,9 @@ def write_segment_properties(url: str | os.PathLike | Storage, ids: Any, *,
     overwrite
         Replace what is where the properties go (a layer, or properties attached before);
         by default that is refused.
+    storage_options
+        How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and the
+        ``retries`` and ``retry_seconds`` of its requests (see :mod:`ngshard.storage.options`).
     segmentation
         A segmentation volume to attach the layer to once it is written (its info, written
         last, names it: see :func:`ngshard.attach`); None attaches it to none.
@@ -277,7 +282,7 @@ def write_segment_properties(url: str | os.PathLike | Storage, ids: Any, *,
                                   tag_descriptions=tag_descriptions)
     if segmentation is not None:
         check_segmentation(segmentation)
-    storage = open_storage(url)
+    storage = open_storage(url, storage_options=storage_options)
     parent = read_info(storage)
     inside = kind_of(parent) in (VOLUME, SKELETONS, MESHES, LEGACY_MESHES)
     target = storage.child(key) if inside else storage

@@ -20,7 +20,7 @@ from ..kinds import SKELETONS as KIND
 from ..limits import SKELETON_BATCH
 from ..sharded.infofile import INFO, write_info
 from ..sharded.spec import ShardingSpec, as_key_array, check_key
-from ..storage import Storage, open_storage
+from ..storage import Storage, StorageOptions, open_storage
 from ..types import Blob, Compress
 from .attach import attach, check_segmentation
 from .info import apply_transform, layer_info, parse_sharding, parse_transform, transform_json
@@ -122,7 +122,8 @@ class Skeletons(InStore[Skeleton]):
         return {k: self._decode(k, v, transform) for k, v in found.items()}
 
 
-def open_skeletons(url: str | os.PathLike | Storage) -> Skeletons:
+def open_skeletons(url: str | os.PathLike | Storage,
+                   *, storage_options: StorageOptions | None = None) -> Skeletons:
     """Open the skeleton layer at ``url`` (the directory holding its ``info``).
 
     Raises
@@ -132,7 +133,7 @@ def open_skeletons(url: str | os.PathLike | Storage) -> Skeletons:
     SpecError
         An info that is not a valid ``neuroglancer_skeletons`` one (the member is named).
     """
-    storage = open_storage(url)
+    storage = open_storage(url, storage_options=storage_options)
     return Skeletons(storage, layer_info(storage, KIND))
 
 
@@ -174,6 +175,7 @@ def write_skeletons(url: str | os.PathLike | Storage,
                     buffer_bytes: int | None = None, progress: bool = False,
                     durable: bool = True, overwrite: bool = False,
                     compress: Compress | None = None,
+                    storage_options: StorageOptions | None = None,
                     segmentation: str | os.PathLike | Storage | None = None) -> Skeletons:
     """Write a skeleton layer at ``url``: its shards (or a file per segment) and its info.
 
@@ -205,6 +207,9 @@ def write_skeletons(url: str | os.PathLike | Storage,
     compress
         With ``sharding=None``: each file written as its compressed twin, as cloud-volume's
         ``compress=`` does: None (plain), "gzip" (``<id>.gz``), "br" or "zstd".
+    storage_options
+        How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and the
+        ``retries`` and ``retry_seconds`` of its requests (see :mod:`ngshard.storage.options`).
     segmentation
         A segmentation volume to attach the layer to once it is written (its info, written
         last, names it: see :func:`ngshard.attach`); None attaches it to none.
@@ -227,7 +232,7 @@ def write_skeletons(url: str | os.PathLike | Storage,
     twin = unsharded_twin(compress, sharding)
     if segmentation is not None:
         check_segmentation(segmentation)
-    storage = open_storage(url, durable=durable)
+    storage = open_storage(url, durable=durable, storage_options=storage_options)
     it = iter(pairs(items))
     head = list(itertools.islice(it, SKELETON_BATCH))
     spec = _attribute_spec(vertex_attributes, head[0][1] if head else None)

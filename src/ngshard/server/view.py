@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import MissingDependencyError, NgShardError
 from ..kinds import IMAGE, SEGMENTATION
 from ..limits import MAX_LAYERS
-from ..storage import Storage, open_storage
+from ..storage import Storage, StorageOptions, open_storage
 from ..volume import open_volume
 from .layers import Layer
 from .placement import Placement, place, unplaced_notice
@@ -240,7 +240,8 @@ class Viewing:
 
 def open_viewer(path_or_url: str | os.PathLike | Storage, host: str = "127.0.0.1",
                 port: int = 0, viewer_port: int = 0, *,
-                resolution: tuple[float, ...] | None = None) -> Viewing:
+                resolution: tuple[float, ...] | None = None,
+                storage_options: StorageOptions | None = None) -> Viewing:
     """Serve a tree and a Neuroglancer client whose state already holds its layers.
 
     Parameters
@@ -254,6 +255,9 @@ def open_viewer(path_or_url: str | os.PathLike | Storage, host: str = "127.0.0.1
     resolution
         x, y, z nm per voxel of layers whose metadata has no units (see
         :func:`viewer_state`).
+    storage_options
+        How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and the
+        ``retries`` and ``retry_seconds`` of its requests (see :mod:`ngshard.storage.options`).
 
     Returns
     -------
@@ -269,7 +273,7 @@ def open_viewer(path_or_url: str | os.PathLike | Storage, host: str = "127.0.0.1
     from . import serve
 
     neuroglancer = require_neuroglancer()
-    storage = open_storage(path_or_url)
+    storage = open_storage(path_or_url, storage_options=storage_options)
     server = serve(storage, host, port)
     try:
         notices: list[str] = []
