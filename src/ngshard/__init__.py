@@ -15,7 +15,8 @@ What is here (every ``url``: a path, an fsspec URL or a Neuroglancer source):
 - Segment layers: :func:`write_skeletons`, :func:`write_meshes`,
   :func:`write_legacy_meshes`, :func:`write_annotations`, :func:`write_segment_properties`;
   :class:`Skeletons`, :class:`Meshes`, :class:`LegacyMeshes`, :class:`Annotations`,
-  :class:`SegmentProperties` (and ``open_skeletons``, ... for each).
+  :class:`SegmentProperties` (and ``open_skeletons``, ... for each); :func:`attach` names
+  meshes, skeletons and segment properties in a segmentation's info.
 - :func:`open`: any layer by what is stored (a volume, a segment layer, a bare store, a
   zarr array).
 - :func:`convert`: zarr <-> precomputed; :func:`serve`: an HTTP server for Neuroglancer.
@@ -65,6 +66,7 @@ from .layers import (
     SegmentProperties,
     Skeleton,
     Skeletons,
+    attach,
     open_annotations,
     open_meshes,
     open_segment_properties,
@@ -116,6 +118,7 @@ __all__ = [
     "StorageWriteError",
     "UnlistableError",
     "Volume",
+    "attach",
     "convert",
     "create_volume",
     "open",

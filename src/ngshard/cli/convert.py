@@ -5,9 +5,11 @@ or a Dask cluster."""
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 
-from ..errors import SpecError
+from ..errors import Interrupted, SpecError
+from .serve import floats
 from .storage_args import storage_options
 
 
@@ -23,6 +25,12 @@ def add_command(command) -> None:
                    help="the source's axes in order, from x y z c t (e.g. czyx); default: "
                         "OME metadata or dimension names, else the last three are z y x and "
                         "a fourth from the end is channels")
+    p.add_argument("--resolution", metavar="X,Y,Z", help="the voxel size (of the finest "
+                   "level) where the source's metadata gives none, in --units (default nm)")
+    p.add_argument("--offset", metavar="X,Y,Z", help="the voxel offset (of the finest "
+                   "level) where the source's metadata gives none")
+    p.add_argument("--units", metavar="UNIT", help="the length unit of --resolution, or of "
+                   "OME scales without units: nm (default), um, mm, ...")
     p.add_argument("--chunk-size", metavar="X,Y,Z", help="precomputed chunk size (default: "
                    "the zarr inner chunk when it is between 8 and 512, else 64,64,64)")
     p.add_argument("--encoding", help="precomputed: raw, compressed_segmentation, jpeg, png "
@@ -46,16 +54,18 @@ def add_command(command) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
 
-def _ints(text: str | None, what: str, n: int | None = None) -> tuple[int, ...] | None:
+def _ints(text: str | None, what: str, n: int | None = None, signed: bool = False
+          ) -> tuple[int, ...] | None:
     if text is None:
         return None
     try:
         values = tuple(int(v) for v in text.split(","))
     except ValueError:
         values = ()
-    if not values or (n is not None and len(values) != n) or min(values) < 0:
-        raise SpecError(f"{what} must be {n or 'some'} comma-separated integers >= 0, "
-                        f"not {text!r}")
+    if not values or (n is not None and len(values) != n) or (min(values) < 0 and
+                                                              not signed):
+        raise SpecError(f"{what} must be {n or 'some'} comma-separated integers"
+                        f"{'' if signed else ' >= 0'}, not {text!r}")
     return values
 
 
@@ -73,7 +83,13 @@ def cmd_convert(args: argparse.Namespace) -> int:
                         progress=not args.quiet and sys.stderr.isatty(),
                         resume=not args.no_resume, overwrite=args.force,
                         storage_options=storage_options(args),
-                        src_storage_options=storage_options(args, source=True))
+                        src_storage_options=storage_options(args, source=True),
+                        resolution=floats(args.resolution, "--resolution"),
+                        offset=_ints(args.offset, "--offset", 3, signed=True),
+                        units=args.units)
+    except Interrupted as e:  # the command that resumes it (--no-resume would start afresh)
+        again = shlex.join(["ngshard", *(a for a in args.argv if a != "--no-resume")])
+        raise Interrupted(f"{e}: {again}") from None
     finally:
         if client is not None:
             client.close()

@@ -27,6 +27,7 @@ from ..storage import Storage, StorageOptions, open_storage
 from ..storage.twins import write_twins
 from ..threads import pmap
 from ..types import Compress
+from .attach import attach, check_segmentation
 from .info import transform_json
 from .mesh_codec import Manifest, encode_fragment, encode_legacy
 from .mesh_octree import fragments
@@ -104,7 +105,8 @@ def write_meshes(url: str | os.PathLike | Storage,
                  lod_scale_multiplier: float = 1.0, compression_level: int = 7,
                  buffer_bytes: int = DEFAULT_BUFFER_BYTES, durable: bool = True,
                  overwrite: bool = False, compress: Compress | None = None,
-                 storage_options: StorageOptions | None = None) -> Meshes:
+                 storage_options: StorageOptions | None = None,
+                 segmentation: str | os.PathLike | Storage | None = None) -> Meshes:
     """Write a multi-resolution (``neuroglancer_multilod_draco``) mesh layer at ``url``.
 
     Parameters
@@ -141,6 +143,9 @@ def write_meshes(url: str | os.PathLike | Storage,
     storage_options
         How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and the
         ``retries`` and ``retry_seconds`` of its requests (see :mod:`ngshard.storage.options`).
+    segmentation
+        A segmentation volume to attach the layer to once it is written (its info, written
+        last, names it: see :func:`ngshard.attach`); None attaches it to none.
 
     Returns
     -------
@@ -151,8 +156,12 @@ def write_meshes(url: str | os.PathLike | Storage,
     ------
     ExistsError
         ``url`` holds a layer or store, and not ``overwrite``.
+    SpecError
+        ``segmentation`` is not one (checked before anything is written).
     """
     twin = unsharded_twin(compress, sharding)
+    if segmentation is not None:
+        check_segmentation(segmentation)
     if vertex_quantization_bits not in (10, 16):
         raise SpecError(f"vertex_quantization_bits must be 10 or 16, got "
                         f"{vertex_quantization_bits}")
@@ -183,6 +192,8 @@ def write_meshes(url: str | os.PathLike | Storage,
     if spec is not None:
         info["sharding"] = spec.to_json()
     write_info(storage, info)
+    if segmentation is not None:
+        attach(segmentation, meshes=storage)
     return Meshes(storage, info)
 
 

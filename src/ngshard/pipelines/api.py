@@ -8,18 +8,18 @@ import json
 import os
 from collections import Counter, deque
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Executor, Future, wait
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from ..destination import claim
-from ..errors import NgShardError, SpecError
+from ..errors import Interrupted, NgShardError, SpecError
 from ..layers.dispatch import checked_source
 from ..progress import progress_bar
 from ..storage import StorageOptions, open_storage, remove_stale, rooted_options, source_of
 from ..types import Encoding
 from . import resume as records
-from .executors import in_flight, local_pool
+from .executors import in_flight, local_pool, stop_pool
 from .layout import (
     DEFAULT_TASK_BYTES,
     Plan,
@@ -38,7 +38,9 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
             progress: bool = True, resume: bool = True, axes: str | None = None,
             downsample: bool | int = False, task_bytes: int = DEFAULT_TASK_BYTES,
             overwrite: bool = False, storage_options: StorageOptions | None = None,
-            src_storage_options: StorageOptions | None = None) -> dict[str, int]:
+            src_storage_options: StorageOptions | None = None,
+            resolution: Sequence[float] | None = None, offset: Sequence[int] | None = None,
+            units: str | None = None) -> dict[str, int]:
     """Convert a zarr array or OME-Zarr group to a precomputed layer, or a precomputed layer
     to an OME-Zarr 0.5 group of Zarr v3 sharded arrays (which, by ``src``: a precomputed
     layer has an ``info``).
@@ -87,6 +89,13 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
     src_storage_options
         Options for ``src`` alone, where it needs others than ``dst`` (another bucket, a
         public one read with ``anon``); default ``storage_options``.
+    resolution, offset, units
+        zarr -> precomputed, for sources whose metadata does not say (a plain array, an
+        OME-Zarr group without units or translations): the (x, y, z) voxel size of the
+        finest level in ``units`` (default nm; coarser OME levels keep their relative
+        scales), its (x, y, z) voxel offset, and the length unit (``nm``, ``um``,
+        ``micrometer``, ...) of ``resolution`` or of OME scales without units. Without
+        them such a source is taken as 1 nm voxels at the origin.
 
     Returns
     -------
@@ -112,19 +121,22 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
         return _convert(src, dst, scales=scales, chunk_size=chunk_size, encoding=encoding,
                         sharding=sharding, executor=executor, workers=workers,
                         progress=progress, resume=resume, axes=axes, downsample=downsample,
-                        task_bytes=task_bytes, overwrite=overwrite, roots=roots)
+                        task_bytes=task_bytes, overwrite=overwrite, roots=roots,
+                        resolution=resolution, offset=offset, units=units)
 
 
 def _convert(src: str | os.PathLike, dst: str | os.PathLike, *, scales: Sequence[int] | None,
              chunk_size: Sequence[int] | None, encoding: Encoding | None, sharding: Any,
              executor: Executor | None, workers: int | None, progress: bool, resume: bool,
              axes: str | None, downsample: bool | int, task_bytes: int, overwrite: bool,
-             roots: dict) -> dict[str, int]:
+             roots: dict, resolution: Sequence[float] | None, offset: Sequence[int] | None,
+             units: str | None) -> dict[str, int]:
     src, to_zarr = _source(src)
     dst = _destination(dst, "zarr" if to_zarr else "precomputed", src)
     _apart(src, dst)
     if to_zarr:
-        given = {"chunk_size": chunk_size, "axes": axes, "downsample": downsample or None}
+        given = {"chunk_size": chunk_size, "axes": axes, "downsample": downsample or None,
+                 "resolution": resolution, "offset": offset, "units": units}
         wrong = [k for k, v in given.items() if v is not None]
         if wrong or sharding not in ("auto", None):
             raise SpecError(f"{src} is precomputed: {', '.join(wrong or ['sharding'])} only "
@@ -134,7 +146,8 @@ def _convert(src: str | os.PathLike, dst: str | os.PathLike, *, scales: Sequence
     else:
         plan = zarr_to_precomputed(src, dst, scales=scales, chunk_size=chunk_size,
                                    encoding=encoding, sharding=sharding, axes=axes,
-                                   downsample=downsample, task_bytes=task_bytes)
+                                   downsample=downsample, task_bytes=task_bytes,
+                                   resolution=resolution, offset=offset, units=units)
     return run_plan(plan, dst, executor=executor, workers=workers, progress=progress,
                     resume=resume, overwrite=overwrite, roots=roots)
 
@@ -180,21 +193,32 @@ def run_plan(plan: Plan, dst: str, *, executor: Executor | None = None,
     if not records.recorded(dst, record):  # not an unfinished run of this job
         claim(open_storage(dst), overwrite=overwrite, into=plan.dirs)
     done = records.start(dst, record, resume)
-    if not done:
-        plan.prepare()
     job = hashlib.sha256(json.dumps(plan.job, sort_keys=True).encode()).hexdigest()[:16]
     todo = [[t for t in stage if t.name not in done] for stage in plan.stages]
     stats = {"tasks": total, "run": 0, "skipped": total - sum(map(len, todo)), "chunks": 0,
              "bytes": 0}
-    pool = local_pool(workers) if executor is None else executor
+    pool: ProcessPoolExecutor | None = None  # our own, if no executor is given
     try:
-        bar = progress_bar(_results(pool, todo, dst, job, roots or {}), enabled=progress,
+        if executor is None:
+            executor = pool = local_pool(workers)
+        if not done:
+            plan.prepare()
+        bar = progress_bar(_results(executor, todo, dst, job, roots or {}), enabled=progress,
                            total=total, initial=stats["skipped"], desc="converting",
                            unit="task")
         for _, result in bar:
             stats["run"] += 1
             stats["chunks"] += result["chunks"]
             stats["bytes"] += result["bytes"]
+    except KeyboardInterrupt:
+        if pool is not None:  # at once: running tasks are killed, not waited for
+            stop_pool(pool)
+            pool = None
+        finished = stats["skipped"] + stats["run"]
+        raise Interrupted(
+            f"interrupted: {finished} of {total} tasks of converting to {dst} are done, "
+            f"{total - finished} left (recorded in {dst}/{records.PREFIX}/): run the same "
+            f"conversion again to resume") from None
     except BrokenProcessPool as e:
         raise NgShardError(
             f"converting to {dst}: a worker process died ({e}). Killed for memory? Try fewer "
@@ -203,7 +227,7 @@ def run_plan(plan: Plan, dst: str, *, executor: Executor | None = None,
             f"executor=concurrent.futures.ThreadPoolExecutor()). Run again to resume."
         ) from None
     finally:
-        if executor is None:  # our own pool
+        if pool is not None:
             pool.shutdown(cancel_futures=True)
     records.clear(dst)
     for d in plan.dirs:
@@ -220,6 +244,7 @@ def _results(executor: Executor, stages: list[list[Task]], dst: str, job: str, r
     window = in_flight(executor)
     for stage in stages:
         pending: deque[Future] = deque()
+        interrupted = False
         try:
             for task in stage:
                 pending.append(executor.submit(run_task, task, dst, job, roots))
@@ -227,7 +252,11 @@ def _results(executor: Executor, stages: list[list[Task]], dst: str, job: str, r
                     yield pending.popleft().result()
             while pending:
                 yield pending.popleft().result()
+        except KeyboardInterrupt:
+            interrupted = True  # the caller stops the running tasks: no waiting for them
+            raise
         finally:
             for f in pending:
                 f.cancel()
-            wait(pending)
+            if not interrupted:
+                wait(pending)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import threading
 from concurrent.futures import Executor, ProcessPoolExecutor
 from multiprocessing.context import BaseContext
@@ -20,7 +21,9 @@ def default_workers() -> int:
 def local_pool(workers: int | None = None) -> ProcessPoolExecutor:
     """A process pool of ``workers`` (default: one per core). Workers are forked while this
     process has one thread (they start at once); otherwise they come from a forkserver, so
-    none inherits a lock another thread held (it costs a new interpreter, about 0.5 s)."""
+    none inherits a lock another thread held (it costs a new interpreter, about 0.5 s).
+    Workers ignore SIGINT: a Ctrl-C in the terminal reaches the whole process group, and only
+    this process decides what stops (:func:`stop_pool`)."""
     context: BaseContext
     if "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1:
         context = multiprocessing.get_context("fork")
@@ -28,7 +31,24 @@ def local_pool(workers: int | None = None) -> ProcessPoolExecutor:
         server = multiprocessing.get_context("forkserver")
         server.set_forkserver_preload(["ngshard.pipelines.tasks"])
         context = server
-    return ProcessPoolExecutor(max_workers=workers or default_workers(), mp_context=context)
+    return ProcessPoolExecutor(max_workers=workers or default_workers(), mp_context=context,
+                               initializer=_ignore_sigint)
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def stop_pool(executor: ProcessPoolExecutor) -> None:
+    """Stop a local pool now: tasks not started are cancelled, running ones killed. Nothing
+    half-written becomes visible (every write is a temporary renamed into place); a killed
+    task's temporaries are removed when the job is run again."""
+    processes = list((getattr(executor, "_processes", None) or {}).values())
+    executor.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.join(1)
 
 
 def dask_client(address: str):

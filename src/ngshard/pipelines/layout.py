@@ -56,23 +56,42 @@ class _Level:
     offset: tuple[int, int, int]
 
 
-def _zarr_levels(src: str, axes: str | None) -> list[_Level]:
-    """The arrays of a zarr source, finest first, with their axis roles and placement."""
+def _zarr_levels(src: str, axes: str | None, resolution: Sequence[float] | None = None,
+                 offset: Sequence[int] | None = None, units: str | None = None
+                 ) -> list[_Level]:
+    """The arrays of a zarr source, finest first, with their axis roles and placement:
+    from OME metadata, or from ``resolution`` (x, y, z voxel size of the finest level, in
+    ``units``, default nm), ``offset`` (its voxel offset) and ``units`` (of OME scales
+    without units) where the source has none."""
     ms = read_group(src)
     if ms is None:
         meta = ArrayHandle.open(src).meta
         names = meta.dimension_names if meta.dimension_names and \
             None not in meta.dimension_names else None
-        return [_Level(src, axis_roles(len(meta.shape), names, axes, src), (1.0, 1.0, 1.0),
-                       (0, 0, 0))]
+        given = [to_nm(r, units or "nm", src) for r in resolution] if resolution \
+            else [1.0, 1.0, 1.0]
+        return [_Level(src, axis_roles(len(meta.shape), names, axes, src), xyz(given),
+                       xyz([int(o) for o in offset] if offset else [0, 0, 0]))]
     roles = axis_roles(len(ms.axes), ms.axes, axes, src)
+    spatial = [roles[a] for a in "xyz"]
+    if (resolution is not None or units) and all(ms.axes[i].unit for i in spatial):
+        raise SpecError(f"{src}: its OME metadata gives the units "
+                        f"({', '.join(str(ms.axes[i].unit) for i in spatial)}): "
+                        f"resolution and units apply to sources without")
+    if offset is not None and any(t for t in ms.levels[0].translation):
+        raise SpecError(f"{src}: its OME metadata gives a translation: offset applies to "
+                        f"sources without")
+    base = ms.levels[0]
     levels = []
     for level in ms.levels:
-        res, off = [], []
-        for a in "xyz":
-            i = roles[a]
-            res.append(to_nm(level.scale[i], ms.axes[i].unit, src))
-            off.append(int(np.floor(level.translation[i] / level.scale[i] + 0.5))
+        res: list[float] = []
+        off: list[int] = []
+        for k, i in enumerate(spatial):
+            ratio = level.scale[i] / base.scale[i] if base.scale[i] else 1.0
+            res.append(to_nm(resolution[k], units or "nm", src) * ratio if resolution
+                       is not None else to_nm(level.scale[i], ms.axes[i].unit or units, src))
+            off.append(int(np.floor(offset[k] / ratio)) if offset is not None else
+                       int(np.floor(level.translation[i] / level.scale[i] + 0.5))
                        if level.scale[i] else 0)
         levels.append(_Level(f"{src.rstrip('/')}/{level.path}", roles, xyz(res), xyz(off)))
     return levels
@@ -110,9 +129,11 @@ def _downsample_factors(size, chunk, steps: int) -> list[Vec3]:
 
 def zarr_to_precomputed(src: str, dst: str, *, scales=None, chunk_size=None, encoding=None,
                         sharding: Any = "auto", axes: str | None = None,
-                        downsample: bool | int = False, task_bytes: int = DEFAULT_TASK_BYTES
+                        downsample: bool | int = False, task_bytes: int = DEFAULT_TASK_BYTES,
+                        resolution: Sequence[float] | None = None,
+                        offset: Sequence[int] | None = None, units: str | None = None
                         ) -> Plan:
-    levels = _zarr_levels(src, axes)
+    levels = _zarr_levels(src, axes, resolution, offset, units)
     chosen = _pick(levels, scales, src)
     first_array = ArrayHandle.open(levels[chosen[0]].url)
     first = first_array.meta

@@ -54,7 +54,7 @@ class Layer(NamedTuple):
 
     def source(self, base_url: str) -> str | None:
         """The Neuroglancer data source, None for what Neuroglancer cannot open."""
-        if self.kind in (_SERVED[STORE], _SERVED[PROPERTIES]):
+        if self.kind == _SERVED[STORE]:
             return None
         url = f"{base_url.rstrip('/')}/{self.path}" if self.path else base_url.rstrip("/")
         return f"{self.format}://{url}"
@@ -137,13 +137,24 @@ def _zarr_kind(files: Files, path: str, metadata: dict, ome: dict,
 
 
 def _attached(path: str, info: dict) -> dict[str, str]:
-    """The sub-layers a volume's info points at (relative folder names only)."""
+    """The sub-layers a volume's info points at, relative to the root: relative paths
+    (``../meshes`` too, as Neuroglancer resolves them) that stay inside it."""
     found = {}
     for key in ("skeletons", "mesh", "segment_properties"):
         value = info.get(key)
-        if isinstance(value, str) and value and "://" not in value and \
-                not value.startswith("/") and ".." not in value.split("/"):
-            found[key] = f"{path}/{value}" if path else value
+        if not isinstance(value, str) or not value or "://" in value or \
+                value.startswith("/"):
+            continue
+        parts = path.split("/") if path else []
+        for part in value.strip("/").split("/"):
+            if part == "..":
+                if not parts:
+                    break  # outside the root
+                parts.pop()
+            elif part not in ("", "."):
+                parts.append(part)
+        else:
+            found[key] = "/".join(parts)
     return found
 
 
