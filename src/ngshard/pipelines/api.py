@@ -149,12 +149,15 @@ def run_plan(plan: Plan, dst: str, *, executor: Executor | None = None,
              overwrite: bool = False) -> dict[str, int]:
     """Run a plan's stages in order, skipping tasks done before (see :func:`convert`)."""
     total = sum(map(len, plan.stages))
-    # the tasks of each output (a scale's key or an array's name), for `verify` of a job
-    # that does not finish
+    # the tasks of each output (a scale's key or an array's name; keys joined by "+" for a
+    # task making several), for `verify` of a job that does not finish
     parts = Counter(t.name.split("/", 1)[0] for stage in plan.stages for t in stage)
     record = {**plan.job, "tasks": dict(sorted(parts.items()))}
     if not records.recorded(dst, record):  # not an unfinished run of this job
-        claim(open_storage(dst), overwrite=overwrite, into=plan.dirs)
+        if plan.claim is not None:
+            plan.claim(overwrite)
+        else:
+            claim(open_storage(dst), overwrite=overwrite, into=plan.dirs)
     done = records.start(dst, record, resume)
     if not done:
         plan.prepare()
@@ -182,6 +185,8 @@ def run_plan(plan: Plan, dst: str, *, executor: Executor | None = None,
     finally:
         if own:
             executor.shutdown(cancel_futures=True)
+    if plan.finish is not None:
+        plan.finish()
     records.clear(dst)
     for d in plan.dirs:
         if d.local_root is not None:

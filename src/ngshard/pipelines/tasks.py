@@ -6,19 +6,22 @@ from __future__ import annotations
 
 from . import resume
 from .plan import Task
+from .pyramid import PyramidTask
 from .sources import forget_opened
 
 _job: str | None = None  # the job whose arrays this process holds open
 
 
-def run_task(task: Task, root: str, job: str) -> tuple[str, dict]:
+def run_task(task: Task | PyramidTask, root: str, job: str) -> tuple[str, dict]:
     """Run ``task`` of the job ``job`` (a digest) writing under ``root``; returns its name and
     what it wrote (``chunks``, ``bytes``)."""
     global _job
     if job != _job:  # arrays opened for another job may have changed since
         forget_opened()
         _job = job
-    if task.kind == "zarr":
+    if task.kind == "pyramid":
+        from .to_pyramid import fill_pyramid as fill
+    elif task.kind == "zarr":
         from .to_zarr import fill_zarr as fill
     elif task.fast:
         from .fastpath import fill_fast as fill
