@@ -18,7 +18,8 @@ What is here (every ``url``: a path, an fsspec URL or a Neuroglancer source):
   :class:`SegmentProperties` (and ``open_skeletons``, ... for each).
 - :func:`open`: any layer by what is stored (a volume, a segment layer, a bare store, a
   zarr array).
-- :func:`convert`: zarr <-> precomputed; :func:`serve`: an HTTP server for Neuroglancer.
+- :func:`convert`: zarr <-> precomputed; :func:`downsample`: a pyramid in one pass;
+  :func:`serve`: an HTTP server for Neuroglancer.
 - Subpackages: ``ngshard.zarr`` (zarr v2/v3 arrays, ``PrecomputedStore``), ``ngshard.dask``
   (the writers on a Dask cluster), ``ngshard.types`` (the ``Literal`` types of the
   signatures).
@@ -75,7 +76,7 @@ from .layers import (
     write_skeletons,
 )
 from .layers import open_layer as open  # ngshard.open(url), as tarfile.open
-from .pipelines import convert
+from .pipelines import convert, downsample
 from .server import serve
 from .sharded import ShardedKV, ShardingSpec, open_kv, write_kv
 from .volume import Bounds, Volume, create_volume, open_volume
@@ -115,6 +116,7 @@ __all__ = [
     "UnlistableError",
     "Volume",
     "convert",
+    "downsample",
     "create_volume",
     "open",
     "open_annotations",

@@ -32,7 +32,8 @@ def add_command(command) -> None:
                         "a spec (JSON text or file)")
     p.add_argument("--scales", metavar="I,J,...", help="only these source levels")
     p.add_argument("--downsample", nargs="?", const=True, default=False, type=int,
-                   metavar="N", help="add coarser scales (at most N) to a single-level source")
+                   metavar="N", help="add coarser scales (at most N; near-isotropic factors, as "
+                   "`ngshard downsample`) to a single-level source")
     p.add_argument("--workers", type=int, metavar="N", help="local worker processes "
                    "(default: one per core)")
     p.add_argument("--dask", metavar="ADDRESS", help="run the tasks on the Dask scheduler "

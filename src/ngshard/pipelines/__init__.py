@@ -13,5 +13,6 @@ made from a segmentation join conversion here as they come: whole-shard tasks on
 from __future__ import annotations
 
 from .api import convert
+from .downsample import downsample
 
-__all__ = ["convert"]
+__all__ = ["convert", "downsample"]
