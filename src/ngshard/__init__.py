@@ -76,7 +76,7 @@ from .layers import (
     write_skeletons,
 )
 from .layers import open_layer as open  # ngshard.open(url), as tarfile.open
-from .pipelines import convert, downsample
+from .pipelines import convert, downsample, transfer
 from .server import serve
 from .sharded import ShardedKV, ShardingSpec, open_kv, write_kv
 from .volume import Bounds, Volume, create_volume, open_volume
@@ -117,6 +117,7 @@ __all__ = [
     "Volume",
     "convert",
     "downsample",
+    "transfer",
     "create_volume",
     "open",
     "open_annotations",

@@ -46,16 +46,18 @@ def add_command(command) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
 
-def _ints(text: str | None, what: str, n: int | None = None) -> tuple[int, ...] | None:
+def _ints(text: str | None, what: str, n: int | None = None, negative: bool = False
+          ) -> tuple[int, ...] | None:
     if text is None:
         return None
     try:
         values = tuple(int(v) for v in text.split(","))
     except ValueError:
         values = ()
-    if not values or (n is not None and len(values) != n) or min(values) < 0:
-        raise SpecError(f"{what} must be {n or 'some'} comma-separated integers >= 0, "
-                        f"not {text!r}")
+    if not values or (n is not None and len(values) != n) or \
+            (not negative and min(values) < 0):
+        raise SpecError(f"{what} must be {n or 'some'} comma-separated integers"
+                        f"{'' if negative else ' >= 0'}, not {text!r}")
     return values
 
 

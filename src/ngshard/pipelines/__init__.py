@@ -14,5 +14,6 @@ from __future__ import annotations
 
 from .api import convert
 from .downsample import downsample
+from .transfer import transfer
 
-__all__ = ["convert", "downsample"]
+__all__ = ["convert", "downsample", "transfer"]

@@ -85,13 +85,15 @@ class ZarrSource:
 @dataclass(frozen=True)
 class PrecomputedSource:
     """One scale (by key) of a precomputed volume; boxes are 0-based (from voxel_offset), as
-    the chunk grid and a zarr array count."""
+    the chunk grid and a zarr array count, moved by ``shift`` (where the box a task fills
+    begins in this scale: a transfer cut to a bounding box)."""
 
     url: str
     scale: str
+    shift: tuple[int, int, int] = (0, 0, 0)
 
     def read(self, lo, hi) -> np.ndarray:
-        box = tuple(slice(int(a), int(b)) for a, b in zip(lo, hi))
+        box = tuple(slice(int(a) + s, int(b) + s) for a, b, s in zip(lo, hi, self.shift))
         return voxels(open_scale(self.url, self.scale))[box]
 
 

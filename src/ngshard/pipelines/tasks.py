@@ -7,7 +7,7 @@ from __future__ import annotations
 from . import resume
 from .plan import Task
 from .pyramid import PyramidTask
-from .sources import forget_opened
+from .sources import PrecomputedSource, forget_opened
 
 _job: str | None = None  # the job whose arrays this process holds open
 
@@ -23,6 +23,8 @@ def run_task(task: Task | PyramidTask, root: str, job: str) -> tuple[str, dict]:
         from .to_pyramid import fill_pyramid as fill
     elif task.kind == "zarr":
         from .to_zarr import fill_zarr as fill
+    elif task.fast and isinstance(task.source, PrecomputedSource):
+        from .carry import fill_carried as fill
     elif task.fast:
         from .fastpath import fill_fast as fill
     else:
