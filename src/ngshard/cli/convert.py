@@ -12,11 +12,14 @@ from ..errors import SpecError
 
 def add_command(command) -> None:
     """The ``convert`` subcommand (``command(name, fn, help)`` makes one)."""
-    p = command("convert", cmd_convert, "convert a zarr array or OME-Zarr group to a "
-                "precomputed layer, or a precomputed layer to an OME-Zarr 0.5 group of "
-                "sharded Zarr v3 arrays (by what SRC holds); an interrupted conversion "
-                "resumes where it stopped")
-    p.add_argument("src", metavar="SRC", help="zarr array or group, or precomputed layer")
+    p = command("convert", cmd_convert, "convert a zarr array or OME-Zarr group, or a TIFF "
+                "stack, to a precomputed layer, or a precomputed layer to an OME-Zarr 0.5 "
+                "group of sharded Zarr v3 arrays (by what SRC holds); an interrupted "
+                "conversion resumes where it stopped")
+    p.add_argument("src", metavar="SRC", help="zarr array or group, precomputed layer, or a "
+                   "TIFF stack (a glob or folder of 2-D sections, or a multi-page TIFF)")
+    p.add_argument("--resolution", metavar="X,Y,Z", help="TIFF stacks: the voxel size in nm "
+                   "(default the OME-TIFF's, else 1,1,1)")
     p.add_argument("url", metavar="DST", help="where the result goes")
     p.add_argument("--axes", metavar="LETTERS",
                    help="the source's axes in order, from x y z c t (e.g. czyx); default: "
@@ -61,6 +64,18 @@ def _ints(text: str | None, what: str, n: int | None = None, negative: bool = Fa
     return values
 
 
+def _floats(text: str | None, what: str) -> tuple[float, ...] | None:
+    if text is None:
+        return None
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        values = ()
+    if len(values) != 3 or min(values) <= 0:
+        raise SpecError(f"{what} must be 3 comma-separated numbers > 0, not {text!r}")
+    return values
+
+
 def cmd_convert(args: argparse.Namespace) -> int:
     from ..pipelines import convert
     from ..pipelines.executors import dask_client
@@ -73,7 +88,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
                         downsample=args.downsample, workers=args.workers,
                         executor=client.get_executor() if client else None,
                         progress=not args.quiet and sys.stderr.isatty(),
-                        resume=not args.no_resume, overwrite=args.force)
+                        resume=not args.no_resume, overwrite=args.force,
+                        resolution=_floats(args.resolution, "--resolution"))
     finally:
         if client is not None:
             client.close()

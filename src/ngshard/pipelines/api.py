@@ -37,17 +37,21 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
             executor: Executor | None = None, workers: int | None = None,
             progress: bool = True, resume: bool = True, axes: str | None = None,
             downsample: bool | int = False, task_bytes: int = DEFAULT_TASK_BYTES,
-            overwrite: bool = False) -> dict[str, int]:
+            overwrite: bool = False, resolution: Sequence[float] | None = None
+            ) -> dict[str, int]:
     """Convert a zarr array or OME-Zarr group to a precomputed layer, or a precomputed layer
     to an OME-Zarr 0.5 group of Zarr v3 sharded arrays (which, by ``src``: a precomputed
-    layer has an ``info``).
+    layer has an ``info``), or a TIFF stack to a precomputed layer.
 
     Parameters
     ----------
     src, dst
         Local paths or fsspec URLs every worker can reach, or Neuroglancer sources
         (``zarr://...``, ``precomputed://...``, ``gs://b/p/|zarr3:``): a format named on
-        ``src`` says which way to convert, one named on ``dst`` must be the one made.
+        ``src`` says which way to convert, one named on ``dst`` must be the one made. A
+        local TIFF stack as ``src`` (a glob or a folder of 2-D sections, one per z in
+        natural order of their names, or one multi-page or OME-TIFF; needs
+        ``ngshard[tiff]``) becomes a precomputed layer, 64^3 chunks by default.
     scales
         Indices of the source levels to convert (default all).
     chunk_size
@@ -79,6 +83,8 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
         scale fits a chunk; an integer caps their number).
     task_bytes
         Uncompressed bytes per task (auto shard size): a worker's memory is about this.
+    resolution
+        TIFF stacks: the voxel size (x, y, z) in nm (default the OME-TIFF's, else 1, 1, 1).
 
     Returns
     -------
@@ -98,6 +104,26 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
     NgShardError
         A worker process died (the message says what to do).
     """
+    from .tiff import is_tiff
+
+    if is_tiff(src):
+        given = {"scales": scales, "axes": axes}
+        wrong = [k for k, v in given.items() if v is not None]
+        if wrong:
+            raise SpecError(f"{os.fspath(src)} is a TIFF stack: {', '.join(wrong)} do not "
+                            f"apply")
+        from .tiff import tiff_to_precomputed
+
+        dst = _destination(dst, "precomputed", os.fspath(src))
+        plan = tiff_to_precomputed(os.fspath(src), dst, chunk_size=chunk_size,
+                                   encoding=encoding, sharding=sharding,
+                                   resolution=resolution, downsample=downsample,
+                                   task_bytes=task_bytes)
+        return run_plan(plan, dst, executor=executor, workers=workers, progress=progress,
+                        resume=resume, overwrite=overwrite)
+    if resolution is not None:
+        raise SpecError("resolution applies to TIFF stacks only (zarr and precomputed "
+                        "sources carry their voxel size)")
     src, to_zarr = _source(src)
     dst = _destination(dst, "zarr" if to_zarr else "precomputed", src)
     _apart(src, dst)
