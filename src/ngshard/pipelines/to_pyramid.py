@@ -35,16 +35,17 @@ def fill_pyramid(task: PyramidTask) -> dict:
 def _write_level(handle: ScaleHandle, units: np.ndarray, data: np.ndarray,
                  origin: np.ndarray) -> dict:
     """Encode and write the shards (or chunk files) ``units`` of a level from ``data``,
-    whose first voxel is at absolute ``origin``."""
+    whose first voxel is at absolute ``origin``: shard by shard, or every chunk file in one
+    batch."""
     grid, scale = handle.grid, handle.scale
     unit = np.asarray(level_unit(grid, scale.sharding))
     at = origin - np.asarray(scale.voxel_offset)  # data's first voxel, 0-based in the grid
+    groups = [units] if scale.sharding is None else [u[None] for u in units]
     stats = {"chunks": 0, "bytes": 0}
-    for u in units:
-        lo = u * unit
-        hi = np.minimum(lo + unit, grid.shape)
-        positions = np.stack(np.meshgrid(*[np.arange(a, b) for a, b in zip(lo, hi)],
-                                         indexing="ij"), axis=-1).reshape(-1, 3)
+    for group in groups:
+        positions = np.concatenate([_box_positions(u * unit, np.minimum((u + 1) * unit,
+                                                                          grid.shape))
+                                    for u in group])
         starts, stops = grid.bounds(positions)
         views = [data[a[0]:b[0], a[1]:b[1], a[2]:b[2]] for a, b in
                  zip((starts - at).tolist(), (stops - at).tolist())]
@@ -53,8 +54,14 @@ def _write_level(handle: ScaleHandle, units: np.ndarray, data: np.ndarray,
             v, scale.encoding, block_size=scale.compressed_segmentation_block_size),
             [v for v, k in zip(views, keep) if k], min_items=2)
         shard = None if scale.sharding is None else \
-            int(grid.shard_of(lo[None], scale.sharding)[0][0])
+            int(grid.shard_of(positions[:1], scale.sharding)[0][0])
         written = write_chunks(handle, shard, positions[keep], blobs)
         stats["chunks"] += written["chunks"]
         stats["bytes"] += written["bytes"]
     return stats
+
+
+def _box_positions(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The (n, 3) grid positions of the box [lo, hi)."""
+    return np.stack(np.meshgrid(*[np.arange(a, b) for a, b in zip(lo, hi)], indexing="ij"),
+                    axis=-1).reshape(-1, 3)

@@ -144,7 +144,7 @@ def _mode(views: list[np.ndarray], sparse: bool) -> np.ndarray:
     """The mode of blocks of at most 16 voxels: each voxel counts its equals among the
     others, a whole array of such voxels at a time (for so few voxels this beats sorting
     every block)."""
-    views = [np.ascontiguousarray(v) for v in views]  # comparisons at memory speed
+    views = [v.copy(order="K") for v in views]  # contiguous: comparisons at memory speed
     counts = [np.ones(views[0].shape, np.uint8) for _ in views]
     for a, b in itertools.combinations(range(len(views)), 2):
         same = views[a] == views[b]
