@@ -189,3 +189,22 @@ def test_command_line(tmp_path, capsys):
     np.testing.assert_array_equal(out[...], source[-38:-10, -7:20, 5:20])
     assert main(["transfer", str(src), str(tmp_path / "out")]) == 1
     assert "--force" in capsys.readouterr().err
+
+
+def test_interrupt_and_resume(tmp_path, pool):
+    from convert_helpers import Interrupting
+
+    src = FIXTURES / "raw_plain"
+    kw = {"chunk_size": (8, 8, 8), "task_bytes": 16 * 16 * 16, "downsample": 1,
+          "progress": False}
+    ngshard.transfer(src, tmp_path / "ref", executor=pool, **kw)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        ngshard.transfer(src, tmp_path / "out", executor=Interrupting(pool, 3), **kw)
+    stats = ngshard.transfer(src, tmp_path / "out", executor=pool, **kw)
+    assert stats["skipped"] == 3 and stats["run"] == stats["tasks"] - 3
+
+    def files(root):
+        return {p.relative_to(root): p.read_bytes() for p in sorted(root.rglob("*"))
+                if p.is_file()}
+
+    assert files(tmp_path / "out") == files(tmp_path / "ref")
