@@ -1,4 +1,5 @@
-"""A 5-level pyramid of a sharded precomputed layer: ngshard (``ngshard.downsample`` on N
+"""A 5-level pyramid of a sharded precomputed layer, and a transfer of an unsharded layer to
+sharded. The pyramid: ngshard (``ngshard.downsample`` on N
 local worker processes: each task reads a box once and writes every level of it) against a
 tensorstore copy from its ``downsample`` driver, level by level (each level read back from
 the one written before, into the same scale geometry and sharding ngshard chose), and, when
@@ -13,7 +14,11 @@ Sources (scaled down from the issue's 4 GiB / 2 GiB, say so when reporting): a u
 of 1024 x 1024 x 512 (512 MiB) and a uint64 segmentation of 512 x 512 x 128 (256 MiB), 4 x 4
 x 40 nm, 64^3 chunks in ngshard's auto shards, raw (image) and compressed_segmentation
 (segmentation); every level by the factor 2 x 2 x 1 (igneous' default, so all three do the
-same work): mean for the image, mode for the segmentation. Each run is a child process on a
+same work): mean for the image, mode for the segmentation. The transfer: an unsharded raw
+uint8 layer of 1024 x 512 x 512 (256 MiB, 64^3 chunk files) into ngshard's auto shards:
+``ngshard.transfer`` (the chunks' bytes carried), a tensorstore copy (one transaction, the
+same spec) and igneous' ``create_image_shard_transfer_tasks`` (``igneous image xfer
+--sharded``). Each run is a child process on a
 fresh copy of the source; peak memory is the largest VmHWM of a worker process (tensorstore:
 its one process). The load average is printed before and after: the machine is shared.
 """
@@ -47,6 +52,17 @@ for mip in range(levels):
     tasks = tc.create_image_shard_downsample_tasks(f"file://{path}", mip=mip,
                                                   factor=(2, 2, 1))
     LocalTaskQueue(parallel=workers, progress=False).insert_all(tasks)
+print(json.dumps({"seconds": time.perf_counter() - t}))
+"""
+
+IGNEOUS_XFER = """
+import json, sys, time
+from taskqueue import LocalTaskQueue
+import igneous.task_creation as tc
+src, dst, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
+t = time.perf_counter()
+tasks = tc.create_image_shard_transfer_tasks(f"file://{src}", f"file://{dst}", mip=0)
+LocalTaskQueue(parallel=workers, progress=False).insert_all(tasks)
 print(json.dumps({"seconds": time.perf_counter() - t}))
 """
 
@@ -110,6 +126,81 @@ def child_tensorstore(path: str, reference: str) -> dict:
     return {"seconds": time.perf_counter() - t}
 
 
+def child_transfer(kind: str, src: str, dst: str, workers: int) -> dict:
+    import ngshard
+
+    t = time.perf_counter()
+    if kind == "ngshard":
+        ngshard.transfer(src, dst, workers=workers, progress=False, resume=False)
+        return {"seconds": time.perf_counter() - t}
+    import tensorstore as ts
+
+    from ngshard.volume.sharding import auto_sharding
+
+    context = ts.Context(benchlib.TS_CONTEXT)
+    source = ts.open({"driver": "neuroglancer_precomputed", "kvstore": f"file://{src}/"},
+                     context=context).result(timeout=PEER_TIMEOUT)
+    size = list(source.shape[:3])
+    spec = auto_sharding(size, (CHUNK,) * 3, CHUNK**3).to_json()
+    dest = ts.open({"driver": "neuroglancer_precomputed", "kvstore": f"file://{dst}/",
+                    "multiscale_metadata": {"type": "image", "data_type": "uint8",
+                                            "num_channels": 1},
+                    "scale_metadata": {"size": size, "resolution": [4, 4, 40],
+                                       "encoding": "raw", "chunk_size": [CHUNK] * 3,
+                                       "sharding": spec}},
+                   create=True, context=context).result(timeout=PEER_TIMEOUT)
+    with ts.Transaction() as txn:
+        dest.with_transaction(txn).write(source).result(timeout=PEER_TIMEOUT)
+    return {"seconds": time.perf_counter() - t}
+
+
+def transfer_row(scratch: str, workers: int, repeat: int, igneous: str | None,
+                 scale: float = 1.0) -> None:
+    import ngshard
+
+    shape = (int(1024 * scale), int(512 * scale), 512)
+    src = os.path.join(scratch, "xfer-src")
+    vol = ngshard.create_volume(src, shape=shape, dtype="uint8", chunk_size=(CHUNK,) * 3,
+                                resolution=(4, 4, 40))
+    rng = np.random.default_rng(0)
+    for z in range(0, shape[2], CHUNK):
+        vol[:, :, z:z + CHUNK] = rng.integers(90, 110, (*shape[:2], CHUNK), np.uint8)
+        vol.commit()
+    kinds = ["ngshard", "tensorstore"] + (["igneous"] if igneous else [])
+    runs: dict[str, list[dict]] = {k: [] for k in kinds}
+    for turn in range(repeat):
+        for kind in kinds[turn % len(kinds):] + kinds[:turn % len(kinds)]:
+            dst = os.path.join(scratch, "xfer-dst")
+            shutil.rmtree(dst, ignore_errors=True)
+            os.sync()
+            cmd = [igneous, "-c", IGNEOUS_XFER, src, dst, str(workers)] \
+                if kind == "igneous" else \
+                [sys.executable, __file__, "--child", f"xfer-{kind}", src, dst, str(workers)]
+            runs[kind].append(_measure(kind, cmd))
+            out = ngshard.open_volume(dst)
+            if out.scale.sharding is None or not np.array_equal(out[:, :, :64], vol[:, :, :64]):
+                raise SystemExit(f"{kind}: the transfer's result differs from the source")
+    mib = np.prod(shape) / 2**20
+    times = {k: [r["seconds"] for r in v] for k, v in runs.items()}
+    extra = {k: f"peak {max(r['peak'] for r in v) / 2**20:.0f} MiB per "
+                f"{'process' if k == 'tensorstore' else 'worker'}" for k, v in runs.items()}
+    benchlib.report(f"transfer uint8 {shape} ({mib:.0f} MiB) unsharded -> sharded", times,
+                    per=(mib, "MiB"), extra=extra)
+
+
+def _measure(kind: str, cmd: list[str]) -> dict:
+    """Run a child, its peak memory (a worker's, or tensorstore's process) with its result."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True)
+        own, peak = benchlib.watch(proc)
+        if proc.returncode:
+            err.seek(0)
+            raise SystemExit(f"{kind} failed:\n{err.read()[-3000:]}")
+        out.seek(0)
+        result = json.loads(out.read().strip().splitlines()[-1])
+    return {"peak": peak if kind != "tensorstore" else own, **result}
+
+
 def check(path: str, reference: str) -> None:
     """The coarsest level equals ngshard's (read by tensorstore)."""
     import tensorstore as ts
@@ -132,17 +223,10 @@ def run_child(kind: str, source: str, scratch: str, workers: int, reference: str
     else:
         cmd = [sys.executable, __file__, "--child", kind, path, reference or "",
                str(workers)]
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True)
-        own, peak = benchlib.watch(proc)
-        if proc.returncode:
-            err.seek(0)
-            raise SystemExit(f"{kind} failed:\n{err.read()[-3000:]}")
-        out.seek(0)
-        result = json.loads(out.read().strip().splitlines()[-1])
+    result = _measure(kind, cmd)
     if reference is not None and kind != "igneous":
         check(path, reference)
-    return {"peak": peak if kind != "tensorstore" else own, **result}
+    return result
 
 
 def main() -> None:
@@ -152,12 +236,17 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=1.0, help="scale the sources' x, y")
     parser.add_argument("--igneous", metavar="PYTHON", help="a python with igneous-pipeline")
     parser.add_argument("--dir", default=None, help="scratch directory (default: /tmp)")
+    parser.add_argument("--only", choices=("pyramid", "transfer"), help="one part only")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         kind, path, reference, workers = args.child
-        result = child_ngshard(path, int(workers)) if kind == "ngshard" else \
-            child_tensorstore(path, reference)
+        if kind.startswith("xfer-"):
+            result = child_transfer(kind[5:], path, reference, int(workers))
+        elif kind == "ngshard":
+            result = child_ngshard(path, int(workers))
+        else:
+            result = child_tensorstore(path, reference)
         print(json.dumps(result))
         return
     print(f"load average before: {os.getloadavg()}")
@@ -166,8 +255,9 @@ def main() -> None:
     scratch = tempfile.mkdtemp(prefix="bench-pyramid-", dir=args.dir)
     s = args.scale
     try:
-        for dtype, shape in (("uint8", (int(1024 * s), int(1024 * s), 512)),
-                             ("uint64", (int(512 * s), int(512 * s), 128))):
+        pyramids = (("uint8", (int(1024 * s), int(1024 * s), 512)),
+                    ("uint64", (int(512 * s), int(512 * s), 128)))
+        for dtype, shape in pyramids if args.only != "transfer" else ():
             source = os.path.join(scratch, f"src-{dtype}")
             make_source(source, shape, dtype)
             mib = np.prod(shape) * np.dtype(dtype).itemsize / 2**20
@@ -193,6 +283,8 @@ def main() -> None:
                      for k, v in runs.items()}
             benchlib.report(f"{dtype} {shape} ({mib:.0f} MiB) -> {LEVELS} levels",
                             times, per=(mib, "MiB"), extra=extra)
+        if args.only != "pyramid":
+            transfer_row(scratch, args.workers, args.repeat, args.igneous, s)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     print(f"load average after: {os.getloadavg()}")
