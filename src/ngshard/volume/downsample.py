@@ -87,7 +87,7 @@ def _reduce(data: np.ndarray, block: tuple[int, int, int], method: str, sparse: 
         return np.maximum.reduce(views)
     if method == "mean":
         return _mean(views, data.dtype)
-    return _mode(views, sparse) if len(views) <= 16 else _mode_sorted(views, sparse)
+    return _mode(views, sparse)
 
 
 def _mean(views: list[np.ndarray], dtype: np.dtype) -> np.ndarray:
@@ -141,10 +141,23 @@ def _mean_wide(views: list[np.ndarray], dtype: np.dtype) -> np.ndarray:
 
 
 def _mode(views: list[np.ndarray], sparse: bool) -> np.ndarray:
+    """The mode of blocks: a block whose voxels are all equal (most of a segmentation's)
+    is its value; the others alone are gathered and counted."""
+    best = views[0].copy(order="K")
+    mixed = np.zeros(best.shape, bool)
+    for v in views[1:]:
+        mixed |= best != v
+    if mixed.any():
+        picked = [v[mixed] for v in views]
+        best[mixed] = _mode_counted(picked, sparse) if len(views) <= 16 else \
+            _mode_sorted(picked, sparse)
+    return best
+
+
+def _mode_counted(views: list[np.ndarray], sparse: bool) -> np.ndarray:
     """The mode of blocks of at most 16 voxels: each voxel counts its equals among the
     others, a whole array of such voxels at a time (for so few voxels this beats sorting
     every block)."""
-    views = [v.copy(order="K") for v in views]  # contiguous: comparisons at memory speed
     counts = [np.ones(views[0].shape, np.uint8) for _ in views]
     for a, b in itertools.combinations(range(len(views)), 2):
         same = views[a] == views[b]
