@@ -7,6 +7,12 @@ Methods: ``mean`` (images; integers rounded half to even), ``mode`` (segmentatio
 frequent value, the smallest on ties), ``min``, ``max``, ``stride`` (a block's first voxel);
 ``sparse`` mode (igneous' ``--sparse``): zero, the background, wins a block only when the block
 holds nothing else, so one-voxel neurites survive.
+
+tinybrain (igneous' kernels) was measured against these: 10-20x faster per call on 2x2x1 and
+2x2x2 blocks, but its integer means truncate where tensorstore rounds half to even (a third
+of the voxels differ by one), its mode breaks ties otherwise, and on a pyramid task the
+kernels are a sixth of the time (the chunks' codecs are the rest), so it is not used; its
+sparse mode is the oracle of this one in the tests.
 """
 
 from __future__ import annotations
