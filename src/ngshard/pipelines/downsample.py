@@ -110,14 +110,14 @@ def plan_pyramid(url: str, info: VolumeInfo, src: Scale, factors: list[tuple[int
     ``url`` (its info ``info``), and the levels; the info naming them is written once every
     task is done (``write_info``; False when the caller writes it)."""
     voxel_bytes = np.dtype(info.data_type).itemsize * info.num_channels
-    levels, stages = plan_levels(src, factors, voxel_bytes, task_bytes, sharded)
+    levels, units, stages = plan_levels(src, factors, voxel_bytes, task_bytes, sharded)
     keys = [s.key for s in levels]
     if len(set(keys)) != len(keys) or src.key in keys:
         raise SpecError(f"{url}: the levels' keys {keys} are not distinct")
     full = info
     for level in levels:
         full = full.with_scale(level)
-    tasks = pyramid_tasks(url, full, src, levels, stages, factors, method, sparse)
+    tasks = pyramid_tasks(url, full, src, levels, units, stages, factors, method, sparse)
     storage = open_storage(url)
     dirs = [storage.child(k) for k in keys]
 

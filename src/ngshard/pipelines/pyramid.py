@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -44,14 +45,18 @@ class PyramidTask:
     factors: tuple[tuple[int, int, int], ...]
     method: str
     sparse: bool
+    unit_shapes: tuple[tuple[int, int, int], ...]  # per level: a unit's box of chunks
     units: tuple[np.ndarray, ...] = field(compare=False)
     kind: str = "pyramid"
 
 
-def level_unit(grid: ChunkGrid, spec: ShardingSpec | None) -> tuple[int, int, int]:
-    """The box of chunks a task writes whole: a shard, or one chunk file."""
+def level_unit(grid: ChunkGrid, spec: ShardingSpec | None, most: Sequence[int]
+               ) -> tuple[int, int, int]:
+    """The box of chunks a task writes whole: a shard, or (a file per chunk) the box of
+    at most ``most`` chunks, so a task holds a few units, not a unit per chunk."""
     if spec is None:
-        return (1, 1, 1)
+        return (min(most[0], grid.shape[0]), min(most[1], grid.shape[1]),
+                min(most[2], grid.shape[2]))
     shape = grid.shard_shape(spec)
     assert shape is not None, "pyramid levels have box shards"
     return shape
@@ -63,10 +68,13 @@ def _grid(scale: Scale) -> ChunkGrid:
 
 def plan_levels(source: Scale, factors: list[tuple[int, int, int]], voxel_bytes: int,
                 task_bytes: int, sharded: bool, chunk_size=None
-                ) -> tuple[list[Scale], list[tuple[int, list[int], np.ndarray]]]:
-    """The new levels' scales, and the stages: (index of the stage's source in
-    ``[source] + levels``, indices of the levels it makes, its task box in source voxels)."""
+                ) -> tuple[list[Scale], list[tuple[int, int, int]],
+                           list[tuple[int, list[int], np.ndarray]]]:
+    """The new levels' scales, the box of chunks each writes as a unit (a shard, or chunk
+    files), and the stages: (index of the stage's source in ``[source] + levels``, indices
+    of the levels it makes, its task box in source voxels)."""
     levels: list[Scale] = []
+    unit_shapes: list[tuple[int, int, int]] = []
     stages = []
     k = 0
     parent = source
@@ -94,19 +102,21 @@ def plan_levels(source: Scale, factors: list[tuple[int, int, int]], voxel_bytes:
         for i in made:
             cumulative = cumulative * np.asarray(factors[i])
             level = coarser_scale(parent, factors[i], None, chunk_size)
+            most = [max(1, int(b // (c * m))) if b < e else 1 << 62
+                    for b, c, m, e in zip(box, level.chunk_size, cumulative, extent)]
             if sharded:
-                most = [max(1, int(b // (c * m))) if b < e else 1 << 62
-                        for b, c, m, e in zip(box, level.chunk_size, cumulative, extent)]
                 level = coarser_scale(parent, factors[i], fitting_sharding(
                     level.size, level.chunk_size, most, level.encoding), chunk_size)
+            unit_shapes.append(level_unit(_grid(level), level.sharding, most))
             levels.append(level)
             parent = level
         stages.append((src_index, made, box))
-    return levels, stages
+    return levels, unit_shapes, stages
 
 
 def pyramid_tasks(url: str, info: VolumeInfo, source: Scale, levels: list[Scale],
-                  stages, factors, method: str, sparse: bool) -> list[list[PyramidTask]]:
+                  unit_shapes: list[tuple[int, int, int]], stages, factors, method: str,
+                  sparse: bool) -> list[list[PyramidTask]]:
     """The tasks of every stage (a stage needs the one before it done)."""
     text = json.dumps(info.to_json(), sort_keys=True)
     chain = [source] + levels
@@ -122,7 +132,7 @@ def pyramid_tasks(url: str, info: VolumeInfo, source: Scale, levels: list[Scale]
             cumulative = cumulative * np.asarray(factors[i])
             level = chain[i + 1]
             grid = _grid(level)
-            unit = np.asarray(level_unit(grid, level.sharding))
+            unit = np.asarray(unit_shapes[i])
             n = -(-np.asarray(grid.shape) // unit)
             units = np.stack(np.meshgrid(*[np.arange(a) for a in n], indexing="ij"),
                              axis=-1).reshape(-1, 3)
@@ -141,6 +151,7 @@ def pyramid_tasks(url: str, info: VolumeInfo, source: Scale, levels: list[Scale]
                 entry[-2] = np.minimum(entry[-2], first[mine].min(axis=0))
                 entry[-1] = np.maximum(entry[-1], last[mine].max(axis=0))
         keys = tuple(chain[i + 1].key for i in made)
+        shapes = tuple(tuple(int(v) for v in unit_shapes[i]) for i in made)
         stage_factors = tuple(tuple(int(v) for v in factors[i]) for i in made)
         tasks = []
         for r, entry in sorted(owned.items()):
@@ -150,6 +161,6 @@ def pyramid_tasks(url: str, info: VolumeInfo, source: Scale, levels: list[Scale]
             tasks.append(PyramidTask(
                 f"{'+'.join(keys)}/{'_'.join(map(str, r))}", url, text, src.key,
                 tuple(int(v) for v in lo), tuple(int(v) for v in hi), keys, stage_factors,
-                method, sparse, units))
+                method, sparse, shapes, units))
         out.append(tasks)
     return out

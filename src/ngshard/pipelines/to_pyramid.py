@@ -9,7 +9,7 @@ from ..threads import pmap
 from ..volume.downsample import downsample
 from ..volume.encodings import encode_chunk
 from ..volume.handle import ScaleHandle
-from .pyramid import PyramidTask, level_unit
+from .pyramid import PyramidTask
 from .sources import open_planned_scale, voxels
 from .to_precomputed import write_chunks
 
@@ -21,24 +21,24 @@ def fill_pyramid(task: PyramidTask) -> dict:
     data = voxels(source)[box]
     origin = np.asarray(task.lo) + np.asarray(source.scale.voxel_offset)
     stats = {"chunks": 0, "bytes": 0}
-    for key, factor, units in zip(task.levels, task.factors, task.units):
+    for key, factor, shape, units in zip(task.levels, task.factors, task.unit_shapes,
+                                         task.units):
         data = downsample(data, factor, task.method, origin=origin, sparse=task.sparse)
         origin = origin // np.asarray(factor)
         if len(units):
             level = open_planned_scale(task.url, task.info, key)
-            written = _write_level(level, units, data, origin)
+            written = _write_level(level, np.asarray(shape), units, data, origin)
             stats["chunks"] += written["chunks"]
             stats["bytes"] += written["bytes"]
     return stats
 
 
-def _write_level(handle: ScaleHandle, units: np.ndarray, data: np.ndarray,
+def _write_level(handle: ScaleHandle, unit: np.ndarray, units: np.ndarray, data: np.ndarray,
                  origin: np.ndarray) -> dict:
-    """Encode and write the shards (or chunk files) ``units`` of a level from ``data``,
-    whose first voxel is at absolute ``origin``: shard by shard, or every chunk file in one
-    batch."""
+    """Encode and write the shards (or boxes of chunk files) ``units``, each a box of
+    ``unit`` chunks, of a level from ``data``, whose first voxel is at absolute ``origin``:
+    shard by shard, or every chunk file in one batch."""
     grid, scale = handle.grid, handle.scale
-    unit = np.asarray(level_unit(grid, scale.sharding))
     at = origin - np.asarray(scale.voxel_offset)  # data's first voxel, 0-based in the grid
     groups = [units] if scale.sharding is None else [u[None] for u in units]
     stats = {"chunks": 0, "bytes": 0}
