@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import tensorstore as ts
 from convert_helpers import Interrupting
+from peers import PEER_TIMEOUT
 
 import ngshard
 from ngshard.volume.downsample import downsample
@@ -52,7 +53,7 @@ def _layer(path, data, *, offset, sharding, segmentation=False, chunk=(16, 16, 8
 
 def _ts_scale(path, i):
     return ts.open({"driver": "neuroglancer_precomputed", "kvstore": f"file://{path}/",
-                    "scale_index": i}).result()
+                    "scale_index": i}).result(timeout=PEER_TIMEOUT)
 
 
 def _check_levels(path, method):
@@ -64,7 +65,8 @@ def _check_levels(path, method):
         want = ts.downsample(_ts_scale(path, i - 1), factor + [1], method)
         got = _ts_scale(path, i)
         assert want.domain == got.domain, (scale.key, want.domain, got.domain)
-        np.testing.assert_array_equal(got.read().result(), want.read().result(), scale.key)
+        np.testing.assert_array_equal(got.read().result(timeout=PEER_TIMEOUT),
+                                      want.read().result(timeout=PEER_TIMEOUT), scale.key)
     return info
 
 

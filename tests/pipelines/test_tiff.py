@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 import tensorstore as ts
+from peers import PEER_TIMEOUT
 
 import ngshard
 
@@ -17,7 +18,7 @@ tifffile = pytest.importorskip("tifffile")
 
 def _ts(path, i=0):
     return ts.open({"driver": "neuroglancer_precomputed", "kvstore": f"file://{path}/",
-                    "scale_index": i}).result()
+                    "scale_index": i}).result(timeout=PEER_TIMEOUT)
 
 
 @pytest.fixture()
@@ -41,11 +42,11 @@ def test_folder_of_sections_with_pyramid(tmp_path, sections):
     vol = ngshard.open_volume(tmp_path / "out")
     assert vol.scale.key == "4_4_40" and vol.scale.sharding is not None
     want = data.transpose(2, 1, 0)[..., None]
-    np.testing.assert_array_equal(_ts(tmp_path / "out").read().result(), want)
+    np.testing.assert_array_equal(_ts(tmp_path / "out").read().result(timeout=PEER_TIMEOUT), want)
     assert [s.key for s in vol.info.scales] == ["4_4_40", "8_8_40", "16_16_40"]
     down = ts.downsample(_ts(tmp_path / "out"), [2, 2, 1, 1], "mean")
-    np.testing.assert_array_equal(_ts(tmp_path / "out", 1).read().result(),
-                                  down.read().result())
+    np.testing.assert_array_equal(_ts(tmp_path / "out", 1).read().result(timeout=PEER_TIMEOUT),
+                                  down.read().result(timeout=PEER_TIMEOUT))
 
 
 def test_glob_and_command_line(tmp_path, sections):

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorstore as ts
+from peers import PEER_TIMEOUT
 
 import ngshard
 
@@ -23,7 +24,7 @@ UNSHARDED = sorted(p.name for p in FIXTURES.iterdir() if (p / "info").exists() a
 
 def _ts(path, i=0):
     return ts.open({"driver": "neuroglancer_precomputed", "kvstore": f"file://{path}/",
-                    "scale_index": i}).result()
+                    "scale_index": i}).result(timeout=PEER_TIMEOUT)
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +43,8 @@ def test_unsharded_fixtures_to_sharded(tmp_path, name, pool):
     assert out.bounds == source.bounds and out.scale.encoding == source.scale.encoding
     np.testing.assert_array_equal(out[...], source[...])
     if source.scale.encoding in TENSORSTORE:  # (it reads no .br/.xz/.bz2 chunk files)
-        np.testing.assert_array_equal(_ts(tmp_path / "out").read().result(), source[...])
+        np.testing.assert_array_equal(
+            _ts(tmp_path / "out").read().result(timeout=PEER_TIMEOUT), source[...])
 
 
 def test_rechunk_reencode_box_and_pyramid(tmp_path, pool):
@@ -59,13 +61,13 @@ def test_rechunk_reencode_box_and_pyramid(tmp_path, pool):
     assert info.scales[0].chunk_size == (8, 8, 8) and info.scales[0].voxel_offset == \
         tuple(lo.tolist())
     want = source[lo[0]:hi[0], lo[1]:hi[1], lo[2]:hi[2]]  # (zstd files: no tensorstore)
-    np.testing.assert_array_equal(out.read().result(), want)
+    np.testing.assert_array_equal(out.read().result(timeout=PEER_TIMEOUT), want)
     for i in (1, 2):  # the pyramid: tensorstore's mode of the level above
         above, scale = info.scales[i - 1], info.scales[i]
         factor = [round(b / a) for a, b in zip(above.resolution, scale.resolution)]
         want = ts.downsample(_ts(tmp_path / "out", i - 1), factor + [1], "mode")
-        np.testing.assert_array_equal(_ts(tmp_path / "out", i).read().result(),
-                                      want.read().result())
+        np.testing.assert_array_equal(_ts(tmp_path / "out", i).read().result(timeout=PEER_TIMEOUT),
+                                      want.read().result(timeout=PEER_TIMEOUT))
 
 
 def test_sharded_back_to_files_and_a_scattered_spec(tmp_path, pool):
@@ -81,8 +83,8 @@ def test_sharded_back_to_files_and_a_scattered_spec(tmp_path, pool):
     assert ngshard.open_volume(tmp_path / "murmur").scale.sharding.hash == \
         "murmurhash3_x86_128"
     for out in ("files", "murmur"):
-        np.testing.assert_array_equal(_ts(tmp_path / out).read().result(),
-                                      _ts(src).read().result())
+        np.testing.assert_array_equal(_ts(tmp_path / out).read().result(timeout=PEER_TIMEOUT),
+                                      _ts(src).read().result(timeout=PEER_TIMEOUT))
 
 
 def test_a_damaged_raw_chunk_stops_the_carrying(tmp_path, pool):

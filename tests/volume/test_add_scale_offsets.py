@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tensorstore as ts
+from peers import PEER_TIMEOUT
 
 import ngshard
 
@@ -25,9 +26,10 @@ def test_odd_offset_equals_tensorstore(tmp_path, sharding):
 
     def scale(i):
         return ts.open({"driver": "neuroglancer_precomputed", "scale_index": i,
-                        "kvstore": f"file://{tmp_path}/img/"}).result()
+                        "kvstore": f"file://{tmp_path}/img/"}).result(timeout=PEER_TIMEOUT)
 
     want = ts.downsample(scale(0), [2, 2, 1, 1], "mean")
     assert scale(1).domain == want.domain
-    np.testing.assert_array_equal(scale(1).read().result(), want.read().result())
-    np.testing.assert_array_equal(coarse[...], want.read().result())
+    np.testing.assert_array_equal(scale(1).read().result(timeout=PEER_TIMEOUT),
+                                  want.read().result(timeout=PEER_TIMEOUT))
+    np.testing.assert_array_equal(coarse[...], want.read().result(timeout=PEER_TIMEOUT))

@@ -10,6 +10,7 @@ import pytest
 import tensorstore as ts
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from peers import PEER_TIMEOUT
 
 from ngshard.errors import SpecError
 from ngshard.volume.downsample import downsample
@@ -76,12 +77,12 @@ def test_equals_tensorstore(dtype, method, factor):
     want = ts.downsample(base, [*factor, 1], method)
     assert list(want.domain.inclusive_min[:3]) == [o // f for o, f in zip(origin, factor)]
     got = downsample(data, factor, method, origin=origin[:3])
-    np.testing.assert_array_equal(got, want.read().result())
+    np.testing.assert_array_equal(got, want.read().result(timeout=PEER_TIMEOUT))
 
 
 def test_stride_equals_tensorstore_from_aligned_origin():
     data = np.arange(7 * 5 * 3, dtype=np.uint32).reshape(7, 5, 3, 1)
-    want = ts.downsample(ts.array(data), [2, 3, 2, 1], "stride").read().result()
+    want = ts.downsample(ts.array(data), [2, 3, 2, 1], "stride").read().result(timeout=PEER_TIMEOUT)
     np.testing.assert_array_equal(downsample(data, (2, 3, 2), "stride"), want)
 
 
