@@ -22,12 +22,12 @@ from . import resume as records
 from .executors import in_flight, local_pool
 from .layout import (
     DEFAULT_TASK_BYTES,
+    AnyTask,
     Plan,
     is_precomputed,
     precomputed_to_zarr,
     zarr_to_precomputed,
 )
-from .plan import Task
 from .tasks import run_task
 
 
@@ -128,8 +128,9 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
     dst = _destination(dst, "zarr" if to_zarr else "precomputed", src)
     _apart(src, dst)
     if to_zarr:
-        given = {"chunk_size": chunk_size, "axes": axes, "downsample": downsample or None}
-        wrong = [k for k, v in given.items() if v is not None]
+        asked: dict[str, object] = {"chunk_size": chunk_size, "axes": axes,
+                                    "downsample": downsample or None}
+        wrong = [k for k, v in asked.items() if v is not None]
         if wrong or sharding not in ("auto", None):
             raise SpecError(f"{src} is precomputed: {', '.join(wrong or ['sharding'])} only "
                             f"apply to zarr -> precomputed")
@@ -191,10 +192,9 @@ def run_plan(plan: Plan, dst: str, *, executor: Executor | None = None,
     todo = [[t for t in stage if t.name not in done] for stage in plan.stages]
     stats = {"tasks": total, "run": 0, "skipped": total - sum(map(len, todo)), "chunks": 0,
              "bytes": 0}
-    own = executor is None
-    executor = local_pool(workers) if own else executor
+    pool = local_pool(workers) if executor is None else executor
     try:
-        bar = progress_bar(_results(executor, todo, dst, job), enabled=progress,
+        bar = progress_bar(_results(pool, todo, dst, job), enabled=progress,
                            total=total, initial=stats["skipped"], desc="converting",
                            unit="task")
         for _, result in bar:
@@ -209,8 +209,8 @@ def run_plan(plan: Plan, dst: str, *, executor: Executor | None = None,
             f"executor=concurrent.futures.ThreadPoolExecutor()). Run again to resume."
         ) from None
     finally:
-        if own:
-            executor.shutdown(cancel_futures=True)
+        if executor is None:  # our own pool
+            pool.shutdown(cancel_futures=True)
     if plan.finish is not None:
         plan.finish()
     records.clear(dst)
@@ -220,7 +220,7 @@ def run_plan(plan: Plan, dst: str, *, executor: Executor | None = None,
     return stats
 
 
-def _results(executor: Executor, stages: list[list[Task]], dst: str, job: str
+def _results(executor: Executor, stages: list[list[AnyTask]], dst: str, job: str
              ) -> Iterator[tuple[str, dict]]:
     """Results of every task, stage after stage, with a bounded number submitted at once;
     the first failure cancels what is not running yet, waits for what is (so nothing is

@@ -8,6 +8,7 @@ import os
 from collections.abc import Sequence
 from concurrent.futures import Executor
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -21,7 +22,7 @@ from ..volume.factors import pyramid_factors
 from ..volume.handle import read_volume_info, write_volume_info
 from ..volume.info import Scale, VolumeInfo
 from .api import run_plan
-from .layout import Plan
+from .layout import AnyTask, Plan
 from .pyramid import plan_levels, pyramid_tasks
 
 
@@ -31,7 +32,7 @@ def downsample(url: str | os.PathLike, *, levels: int | None = None,
                sharding: str = "auto", executor: Executor | None = None,
                workers: int | None = None, progress: bool = True, resume: bool = True,
                overwrite: bool = False, task_bytes: int = DEFAULT_TASK_BYTES
-               ) -> dict[str, int]:
+               ) -> dict[str, Any]:
     """Add coarser levels below a scale of the precomputed volume at ``url``, every level
     of a task's box made from one read of it (see :func:`plan_pyramid`).
 
@@ -117,7 +118,8 @@ def plan_pyramid(url: str, info: VolumeInfo, src: Scale, factors: list[tuple[int
     full = info
     for level in levels:
         full = full.with_scale(level)
-    tasks = pyramid_tasks(url, full, src, levels, units, stages, factors, method, sparse)
+    tasks: list[Sequence[AnyTask]] = [stage for stage in pyramid_tasks(
+        url, full, src, levels, units, stages, factors, method, sparse)]
     storage = open_storage(url)
     dirs = [storage.child(k) for k in keys]
 

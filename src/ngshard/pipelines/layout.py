@@ -27,12 +27,15 @@ from ..volume.handle import read_volume_info, write_volume_info
 from ..volume.info import DATA_TYPES, Scale, VolumeInfo, chunk_nbytes
 from ..volume.layers import scale_key
 from ..volume.sharding import auto_sharding
+from ..volume.vectors import xyz
 from ..zarr.handle import ArrayHandle
 from ..zarr.ome import axis_roles, multiscales_05, read_group, to_nm
 from . import fastpath
 from .plan import Task, precomputed_tasks, task_box, zarr_tasks
+from .pyramid import PyramidTask
 from .sources import PrecomputedSource, ZarrSource
 
+AnyTask = Task | PyramidTask  # what a worker runs (tasks.run_task)
 _DTYPES = {"bool": "uint8", "int64": "uint64"}  # what precomputed stores them as
 _LABELS = ("uint32", "uint64")
 
@@ -44,7 +47,7 @@ class Plan:
 
     job: dict
     prepare: Callable[[], None]
-    stages: list[list[Task]]
+    stages: list[Sequence[AnyTask]]
     dirs: list[Storage] = field(default_factory=list)  # where workers write objects
     # a job inside an existing layer (a pyramid): makes its folders ready instead of
     # refusing the layer (given ``overwrite``), and writes the info once every task is done
@@ -78,8 +81,7 @@ def _zarr_levels(src: str, axes: str | None) -> list[_Level]:
             res.append(to_nm(level.scale[i], ms.axes[i].unit, src))
             off.append(int(np.floor(level.translation[i] / level.scale[i] + 0.5))
                        if level.scale[i] else 0)
-        levels.append(_Level(f"{src.rstrip('/')}/{level.path}", roles, tuple(res),
-                             tuple(off)))
+        levels.append(_Level(f"{src.rstrip('/')}/{level.path}", roles, xyz(res), xyz(off)))
     return levels
 
 
@@ -130,7 +132,7 @@ def zarr_to_precomputed(src: str, dst: str, *, scales=None, chunk_size=None, enc
     for i in chosen:
         level = levels[i]
         array = first_array if i == chosen[0] else ArrayHandle.open(level.url)
-        size = tuple(int(array.meta.shape[level.roles[a]]) for a in "xyz")
+        size = xyz(int(array.meta.shape[level.roles[a]]) for a in "xyz")
         key = scale_key(level.resolution)
         key = key if key not in used else f"s{i}"
         used.add(key)
@@ -156,7 +158,7 @@ def zarr_to_precomputed(src: str, dst: str, *, scales=None, chunk_size=None, enc
         fast.append(quick)
         first_stage += precomputed_tasks(dst, scale.key, grid, scale.sharding, source,
                                          chunk_bytes, task_bytes, quick)
-    stages = [first_stage]
+    stages: list[Sequence[AnyTask]] = [first_stage]
     if factors:  # the pyramid below the last level, made as `ngshard downsample` makes it
         from .downsample import plan_pyramid
 
@@ -228,6 +230,6 @@ def precomputed_to_zarr(src: str, dst: str, *, scales=None, encoding=None,
                 [open_storage(a[0]) for a in arrays])
 
 
-def is_precomputed(url: str) -> bool:
+def is_precomputed(url: str | Storage) -> bool:
     """Whether ``url`` holds a precomputed layer (an ``info`` file) rather than zarr."""
     return open_storage(url).read("info") is not None

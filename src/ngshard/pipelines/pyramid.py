@@ -26,6 +26,7 @@ from ..volume.grid import ChunkGrid
 from ..volume.info import Scale, VolumeInfo
 from ..volume.scales import coarser_scale
 from ..volume.sharding import fitting_sharding
+from ..volume.vectors import xyz
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ def plan_levels(source: Scale, factors: list[tuple[int, int, int]], voxel_bytes:
     of the levels it makes, its task box in source voxels)."""
     levels: list[Scale] = []
     unit_shapes: list[tuple[int, int, int]] = []
-    stages = []
+    stages: list[tuple[int, list[int], np.ndarray]] = []
     k = 0
     parent = source
     while k < len(factors):
@@ -83,7 +84,8 @@ def plan_levels(source: Scale, factors: list[tuple[int, int, int]], voxel_bytes:
         extent = np.asarray(src.size)
         cs = np.asarray(chunk_size or src.chunk_size)
         cumulative = np.ones(3, np.int64)
-        made, box = [], None
+        made: list[int] = []
+        box = np.minimum(cs * np.asarray(factors[k]), extent)  # (the first level's, at least)
         while k < len(factors):
             f = np.asarray(factors[k])
             reach = np.minimum(cs * cumulative * f, extent)
@@ -151,16 +153,16 @@ def pyramid_tasks(url: str, info: VolumeInfo, source: Scale, levels: list[Scale]
                 entry[-2] = np.minimum(entry[-2], first[mine].min(axis=0))
                 entry[-1] = np.maximum(entry[-1], last[mine].max(axis=0))
         keys = tuple(chain[i + 1].key for i in made)
-        shapes = tuple(tuple(int(v) for v in unit_shapes[i]) for i in made)
-        stage_factors = tuple(tuple(int(v) for v in factors[i]) for i in made)
+        shapes = tuple(xyz(int(v) for v in unit_shapes[i]) for i in made)
+        stage_factors = tuple(xyz(int(v) for v in factors[i]) for i in made)
         tasks = []
         for r, entry in sorted(owned.items()):
-            units = tuple(u if u is not None else np.zeros((0, 3), np.int64)
-                          for u in entry[:-2])
+            mine = tuple(u if u is not None else np.zeros((0, 3), np.int64)
+                         for u in entry[:-2])
             lo, hi = entry[-2] - origin, entry[-1] - origin
             tasks.append(PyramidTask(
                 f"{'+'.join(keys)}/{'_'.join(map(str, r))}", url, text, src.key,
-                tuple(int(v) for v in lo), tuple(int(v) for v in hi), keys, stage_factors,
-                method, sparse, shapes, units))
+                xyz(int(v) for v in lo), xyz(int(v) for v in hi), keys, stage_factors,
+                method, sparse, shapes, mine))
         out.append(tasks)
     return out

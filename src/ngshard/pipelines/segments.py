@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..destination import claim
+from ..errors import NotFoundError
 from ..kinds import LEGACY_MESHES, MESHES, SKELETONS, kind_of
 from ..layers import open_layer
 from ..layers.mesh_writer import store_meshes, write_legacy_meshes
@@ -29,12 +30,14 @@ def transfer_segments(src: str, dst: str, *, sharding: Any = "auto", overwrite: 
     or a spec); see :func:`ngshard.transfer`. Returns ``segments`` and ``bytes``."""
     storage = open_storage(dst)
     doc = read_info(open_storage(src))
+    if doc is None:
+        raise NotFoundError(f"{src}: no info file: not a precomputed layer")
     kind = kind_of(doc)
     layer = open_layer(src)
     ids = np.sort(layer.keys_array())
     stats = {"tasks": 1, "run": 1, "skipped": 0, "chunks": len(ids), "bytes": 0}
-    batches = [ids[i:i + MESH_BATCH] for i in range(0, len(ids), MESH_BATCH)]
-    batches = progress_bar(batches, enabled=progress, desc="copying", unit="batch")
+    batches = progress_bar([ids[i:i + MESH_BATCH] for i in range(0, len(ids), MESH_BATCH)],
+                           enabled=progress, desc="copying", unit="batch")
     sharding = None if sharding in (None, "none") else sharding
     if kind == LEGACY_MESHES:
         write_legacy_meshes(storage, ((k, m) for b in batches for k, m in

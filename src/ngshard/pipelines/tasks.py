@@ -4,6 +4,8 @@ its worker died, or redone after an interruption, leaves nothing half-written.""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from . import resume
 from .plan import Task
 from .pyramid import PyramidTask
@@ -19,16 +21,30 @@ def run_task(task: Task | PyramidTask, root: str, job: str) -> tuple[str, dict]:
     if job != _job:  # arrays opened for another job may have changed since
         forget_opened()
         _job = job
-    if task.kind == "pyramid":
-        from .to_pyramid import fill_pyramid as fill
-    elif task.kind == "zarr":
-        from .to_zarr import fill_zarr as fill
-    elif task.fast and isinstance(task.source, PrecomputedSource):
-        from .carry import fill_carried as fill
-    elif task.fast:
-        from .fastpath import fill_fast as fill
+    if isinstance(task, PyramidTask):
+        from .to_pyramid import fill_pyramid
+
+        stats = fill_pyramid(task)
     else:
-        from .to_precomputed import fill
-    stats = fill(task)
+        stats = _filler(task)(task)
     resume.mark_done(root, task.name)
     return task.name, stats
+
+
+def _filler(task: Task) -> Callable[[Task], dict]:
+    """What runs a task of one output box, by what it reads and writes."""
+    if task.kind == "zarr":
+        from .to_zarr import fill_zarr
+
+        return fill_zarr
+    if task.fast and isinstance(task.source, PrecomputedSource):
+        from .carry import fill_carried
+
+        return fill_carried
+    if task.fast:
+        from .fastpath import fill_fast
+
+        return fill_fast
+    from .to_precomputed import fill
+
+    return fill

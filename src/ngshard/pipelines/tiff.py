@@ -11,6 +11,7 @@ import glob
 import os
 import re
 import xml.etree.ElementTree as ET
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -161,8 +162,9 @@ def tiff_to_precomputed(src: str, dst: str, *, chunk_size=None, encoding=None,
     from ..volume.handle import write_volume_info
     from ..volume.info import DATA_TYPES, Scale, VolumeInfo, chunk_nbytes
     from ..volume.layers import scale_key
+    from ..volume.vectors import xyz
     from .downsample import plan_pyramid
-    from .layout import Plan, _sharding
+    from .layout import AnyTask, Plan, _sharding
     from .plan import precomputed_tasks
 
     source, size, channels, dtype, ome = open_stack(src)
@@ -170,7 +172,7 @@ def tiff_to_precomputed(src: str, dst: str, *, chunk_size=None, encoding=None,
         raise SpecError(f"{source.files[0]}: data type {dtype} has no precomputed "
                         f"equivalent ({', '.join(DATA_TYPES)})")
     resolution = tuple(float(r) for r in (resolution or ome or (1, 1, 1)))
-    chunk = tuple(int(c) for c in chunk_size) if chunk_size else (64, 64, 64)
+    chunk = xyz(int(c) for c in chunk_size) if chunk_size else (64, 64, 64)
     labels = dtype.name in ("uint32", "uint64")
     encoding = encoding or ("compressed_segmentation" if labels else "raw")
     chunk_bytes = chunk_nbytes(chunk, channels, dtype)
@@ -182,8 +184,9 @@ def tiff_to_precomputed(src: str, dst: str, *, chunk_size=None, encoding=None,
     layer_type = "segmentation" if labels or encoding == "compressed_segmentation" \
         else "image"
     info = VolumeInfo(layer_type, dtype.name, channels, (scale,))
-    stages = [precomputed_tasks(dst, scale.key, ChunkGrid(size, chunk), scale.sharding,
-                                source, chunk_bytes, task_bytes)]
+    stages: list[Sequence[AnyTask]] = [precomputed_tasks(
+        dst, scale.key, ChunkGrid(size, chunk), scale.sharding, source, chunk_bytes,
+        task_bytes)]
     steps = None if downsample is True else int(downsample)
     factors = pyramid_factors(size, resolution, chunk, steps) if downsample else []
     if factors:

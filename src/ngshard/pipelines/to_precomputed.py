@@ -33,6 +33,8 @@ def write_chunks(handle: ScaleHandle, shard: int | None, positions: np.ndarray, 
     if spec.data_encoding != "raw":
         blobs = pmap(lambda b: encode(b, spec.data_encoding), blobs, min_items=2)
     keys = handle.grid.morton(positions) if len(positions) else np.zeros(0, np.uint64)
+    if shard is None:  # (every task of a sharded scale has its shard)
+        raise ValueError(f"{storage.url}: chunks of a sharded scale go a whole shard at a time")
     return {"chunks": len(blobs), "bytes": write_shard(storage, spec, shard, keys, blobs)}
 
 

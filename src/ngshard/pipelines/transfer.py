@@ -29,8 +29,9 @@ from ..volume.grid import ChunkGrid
 from ..volume.handle import read_volume_info, write_volume_info
 from ..volume.info import Scale, chunk_nbytes
 from ..volume.sharding import auto_sharding
+from ..volume.vectors import xyz
 from .api import _apart, _destination, _source, run_plan
-from .layout import Plan, _pick
+from .layout import AnyTask, Plan, _pick
 from .plan import precomputed_tasks
 from .sources import PrecomputedSource
 
@@ -107,7 +108,7 @@ def _box(bbox: Any, where: str) -> tuple[np.ndarray, np.ndarray] | None:
     try:
         lo, hi = (np.asarray([int(v) for v in corner], np.int64) for corner in bbox)
     except (TypeError, ValueError):
-        lo = hi = np.zeros(0)
+        lo = hi = np.zeros(0, np.int64)
     if lo.shape != (3,) or hi.shape != (3,) or (hi <= lo).any():
         raise SpecError(f"{where}: bbox must be ((x0, y0, z0), (x1, y1, z1)) with x0 < x1, "
                         f"..., got {bbox!r}")
@@ -144,7 +145,7 @@ def volume_transfer(src: str, dst: str, *, scales=None, bbox=None, chunk_size=No
     for i in chosen:
         s = source.scales[i]
         off, size = _cut(s, box, first, src)
-        chunk = tuple(int(c) for c in chunk_size) if chunk_size else s.chunk_size
+        chunk = xyz(int(c) for c in chunk_size) if chunk_size else s.chunk_size
         enc = encoding or s.encoding
         require_codec(enc, writing=True)
         chunk_bytes = chunk_nbytes(chunk, source.num_channels, dtype)
@@ -156,7 +157,7 @@ def volume_transfer(src: str, dst: str, *, scales=None, bbox=None, chunk_size=No
         scale = Scale(key=s.key, size=size, chunk_size=chunk, resolution=s.resolution,
                       voxel_offset=off, encoding=enc, sharding=spec,
                       compressed_segmentation_block_size=block, extra=s.extra)
-        shift = tuple(int(a - b) for a, b in zip(off, s.voxel_offset))
+        shift = xyz(int(a - b) for a, b in zip(off, s.voxel_offset))
         # chunks carried as bytes: the same grid (chunks and their origin) and encoding
         quick = chunk == s.chunk_size and enc == s.encoding and \
             block == s.compressed_segmentation_block_size and \
@@ -170,7 +171,7 @@ def volume_transfer(src: str, dst: str, *, scales=None, bbox=None, chunk_size=No
     # the meshes, skeletons and segment properties it links to are not copied along
     info = replace(source, scales=tuple(new_scales),
                    extra={k: v for k, v in source.extra.items() if k not in LINKS})
-    stages = [stage]
+    stages: list[Sequence[AnyTask]] = [stage]
     steps = None if downsample is True else int(downsample)
     factors = [] if not downsample else pyramid_factors(
         new_scales[-1].size, new_scales[-1].resolution, new_scales[-1].chunk_size, steps)

@@ -38,7 +38,8 @@ def check_method(method: str, sparse: bool = False) -> str:
 
 
 def downsample(data: np.ndarray, factor: Sequence[int], method: str = "mean", *,
-               origin: Sequence[int] = (0, 0, 0), sparse: bool = False) -> np.ndarray:
+               origin: Sequence[int] | np.ndarray = (0, 0, 0), sparse: bool = False
+               ) -> np.ndarray:
     """``data`` (x, y, z, channel) reduced by ``factor`` with ``method``.
 
     Parameters

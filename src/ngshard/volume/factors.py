@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..errors import SpecError
+from .vectors import xyz
 
 Factor = tuple[int, int, int]
 
@@ -61,23 +62,25 @@ def pyramid_factors(size: Sequence[int], resolution: Sequence[float],
     SpecError
         A factor that is not 3 positive integers, or a negative ``levels``.
     """
+    fixed: Factor = (1, 1, 1)
     if factor is not None:
-        fixed = tuple(int(f) for f in factor)
-        if len(fixed) != 3 or min(fixed) < 1:
+        given = tuple(int(f) for f in factor)
+        if len(given) != 3 or min(given) < 1:
             raise SpecError(f"a downsampling factor must be 3 positive integers, got "
                             f"{tuple(factor)}")
+        fixed = (given[0], given[1], given[2])
     if levels is not None and int(levels) < 0:
         raise SpecError(f"levels must be >= 0, got {levels}")
     cap = 32 if levels is None else int(levels)
     rule = near_isotropic_factors(resolution, cap) if factor is None else [fixed] * cap
-    size = np.asarray(size, np.int64)
+    now = [int(n) for n in size]
     out: list[Factor] = []
     for f in rule:
-        if levels is None and (size <= np.asarray(chunk_size)).all():
+        if levels is None and all(n <= c for n, c in zip(now, chunk_size)):
             break
-        f = tuple(k if n > 1 else 1 for k, n in zip(f, size.tolist()))
-        if f == (1, 1, 1):
+        step = xyz(k if n > 1 else 1 for k, n in zip(f, now))
+        if step == (1, 1, 1):
             break
-        out.append(f)
-        size = -(-size // f)
+        out.append(step)
+        now = [-(-n // k) for n, k in zip(now, step)]
     return out

@@ -22,6 +22,7 @@ from .handle import ScaleHandle, read_volume_info, write_volume_info
 from .info import Scale, chunk_nbytes
 from .layers import scale_key
 from .sharding import auto_sharding
+from .vectors import xyz
 from .volume import Volume
 
 
@@ -33,10 +34,10 @@ def coarser_scale(parent: Scale, factor: Sequence[int], sharding: ShardingSpec |
     and its end ``ceil(end / factor)``."""
     lo = [o // f for o, f in zip(parent.voxel_offset, factor)]
     hi = [-(-(o + n) // f) for o, n, f in zip(parent.voxel_offset, parent.size, factor)]
-    resolution = tuple(r * f for r, f in zip(parent.resolution, factor))
-    return Scale(key=scale_key(resolution), size=tuple(b - a for a, b in zip(lo, hi)),
-                 chunk_size=tuple(chunk_size or parent.chunk_size), resolution=resolution,
-                 voxel_offset=tuple(lo), encoding=parent.encoding, sharding=sharding,
+    resolution = xyz(r * f for r, f in zip(parent.resolution, factor))
+    return Scale(key=scale_key(resolution), size=xyz(b - a for a, b in zip(lo, hi)),
+                 chunk_size=xyz(chunk_size or parent.chunk_size), resolution=resolution,
+                 voxel_offset=xyz(lo), encoding=parent.encoding, sharding=sharding,
                  compressed_segmentation_block_size=parent.compressed_segmentation_block_size)
 
 
@@ -53,8 +54,8 @@ def coarse_positions(fine: Volume, factor: np.ndarray, coarse: Volume) -> np.nda
     last = (np.minimum((present + 1) * cs, fine.scale.size) - 1 + fine_off) // factor - \
         coarse_off
     lo, hi = first // cs, np.minimum(last // cs, grid_max)
-    reach = [lo + off for off in itertools.product((0, 1), repeat=3)]
-    reach = np.concatenate([r[(r <= hi).all(axis=1)] for r in reach] +
+    corners = [lo + off for off in itertools.product((0, 1), repeat=3)]
+    reach = np.concatenate([r[(r <= hi).all(axis=1)] for r in corners] +
                            [coarse.handle.store.list_positions()])
     return np.unique(reach, axis=0) if len(reach) else reach.reshape(0, 3)
 

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from ..limits import DEFAULT_VOLUME_SHARD_BYTES, MAX_MINISHARD_BITS
 from ..sharded.spec import ShardingSpec
 from .grid import ChunkGrid
+from .vectors import xyz
 
 
 def auto_sharding(size: Sequence[int], chunk_size: Sequence[int], chunk_bytes: int,
@@ -23,7 +24,7 @@ def auto_sharding(size: Sequence[int], chunk_size: Sequence[int], chunk_bytes: i
     targets 3.5e9 bytes) but puts every chunk of a shard in one minishard up to 4000 chunks,
     so each chunk read fetches a 12-50 KB minishard index (``tools/compare_auto_sharding.py``).
     """
-    grid = ChunkGrid(tuple(size), tuple(chunk_size))
+    grid = ChunkGrid(xyz(size), xyz(chunk_size))
     chunks_per_shard = max(1, shard_bytes // max(1, chunk_bytes))
     return _box_spec(grid, min(sum(grid.bits), chunks_per_shard.bit_length() - 1), encoding)
 
@@ -33,7 +34,7 @@ def fitting_sharding(size: Sequence[int], chunk_size: Sequence[int], most: Seque
     """Box sharding as :func:`auto_sharding` lays it out, with the largest shards whose box
     of chunks is at most ``most`` chunks along each axis (a pyramid's task writes whole
     shards of every level it makes: each level's shard must fit in the task's box)."""
-    grid = ChunkGrid(tuple(size), tuple(chunk_size))
+    grid = ChunkGrid(xyz(size), xyz(chunk_size))
     for bits in range(sum(grid.bits), -1, -1):
         spec = _box_spec(grid, bits, encoding)
         shape = grid.shard_shape(spec)
