@@ -8,6 +8,7 @@ import argparse
 import sys
 
 from ..errors import SpecError
+from .storage_args import storage_options
 
 
 def add_command(command) -> None:
@@ -15,7 +16,7 @@ def add_command(command) -> None:
     p = command("convert", cmd_convert, "convert a zarr array or OME-Zarr group, or a TIFF "
                 "stack, to a precomputed layer, or a precomputed layer to an OME-Zarr 0.5 "
                 "group of sharded Zarr v3 arrays (by what SRC holds); an interrupted "
-                "conversion resumes where it stopped")
+                "conversion resumes where it stopped", source=True)
     p.add_argument("src", metavar="SRC", help="zarr array or group, precomputed layer, or a "
                    "TIFF stack (a glob or folder of 2-D sections, or a multi-page TIFF)")
     p.add_argument("--resolution", metavar="X,Y,Z", help="TIFF stacks: the voxel size in nm "
@@ -89,7 +90,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
                         executor=client.get_executor() if client else None,
                         progress=not args.quiet and sys.stderr.isatty(),
                         resume=not args.no_resume, overwrite=args.force,
-                        resolution=_floats(args.resolution, "--resolution"))
+                        resolution=_floats(args.resolution, "--resolution"),
+                        storage_options=storage_options(args),
+                        src_storage_options=storage_options(args, source=True))
     finally:
         if client is not None:
             client.close()

@@ -8,6 +8,7 @@ import argparse
 import sys
 
 from .convert import _ints
+from .storage_args import storage_options
 
 
 def _pool_args(p: argparse.ArgumentParser, where: str) -> None:
@@ -50,7 +51,7 @@ def add_commands(command) -> None:
                 "or segmentation re-sharded, re-chunked, re-encoded, cut to a box, a subset "
                 "of its scales, then downsampled, in whole-shard tasks (encoded chunks "
                 "carried as they are where the chunk grid and encoding stay); skeletons "
-                "and meshes between a file per segment and shards")
+                "and meshes between a file per segment and shards", source=True)
     p.add_argument("src", metavar="SRC", help="a precomputed layer")
     p.add_argument("url", metavar="DST", help="the new layer")
     p.add_argument("--sharding", default="auto", metavar="auto|none|JSON",
@@ -98,7 +99,7 @@ def cmd_downsample(args: argparse.Namespace) -> int:
     stats = _run(downsample, args, url=args.url, levels=args.levels,
                  factor=_ints(args.factor, "--factor", 3), method=args.method,
                  sparse=args.sparse, scale=scale, sharding=args.sharding,
-                 overwrite=args.force)
+                 overwrite=args.force, storage_options=storage_options(args))
     print(f"downsampled {args.url}: levels {', '.join(stats['levels']) or 'none'}; "
           f"{_summary(stats)}")
     return 0
@@ -113,6 +114,7 @@ def cmd_transfer(args: argparse.Namespace) -> int:
                  chunk_size=_ints(args.chunk_size, "--chunk-size", 3),
                  encoding=args.encoding, sharding=args.sharding,
                  downsample=args.downsample, method=args.method, sparse=args.sparse,
-                 overwrite=args.force)
+                 overwrite=args.force, storage_options=storage_options(args),
+                 src_storage_options=storage_options(args, source=True))
     print(f"transferred {args.src} -> {args.url}: {_summary(stats)}")
     return 0

@@ -16,7 +16,14 @@ from ..destination import claim
 from ..errors import ExistsError, SpecError
 from ..kinds import SEGMENTATION
 from ..limits import DEFAULT_TASK_BYTES
-from ..storage import open_source, open_storage, require_family
+from ..storage import (
+    StorageOptions,
+    open_source,
+    open_storage,
+    require_family,
+    rooted_options,
+    source_of,
+)
 from ..volume.downsample import check_method
 from ..volume.factors import pyramid_factors
 from ..volume.handle import read_volume_info, write_volume_info
@@ -31,8 +38,8 @@ def downsample(url: str | os.PathLike, *, levels: int | None = None,
                sparse: bool = False, scale: int | str | None = None,
                sharding: str = "auto", executor: Executor | None = None,
                workers: int | None = None, progress: bool = True, resume: bool = True,
-               overwrite: bool = False, task_bytes: int = DEFAULT_TASK_BYTES
-               ) -> dict[str, Any]:
+               overwrite: bool = False, task_bytes: int = DEFAULT_TASK_BYTES,
+               storage_options: StorageOptions | None = None) -> dict[str, Any]:
     """Add coarser levels below a scale of the precomputed volume at ``url``, every level
     of a task's box made from one read of it (see :func:`plan_pyramid`).
 
@@ -55,6 +62,9 @@ def downsample(url: str | os.PathLike, *, levels: int | None = None,
         As for :func:`ngshard.convert`.
     overwrite
         Replace levels of the same keys that are there already.
+    storage_options
+        How every process reaches ``url`` where it is not a local path (as for
+        :func:`ngshard.convert`).
 
     Returns
     -------
@@ -70,6 +80,19 @@ def downsample(url: str | os.PathLike, *, levels: int | None = None,
         A level's key is a scale there already (or its folder holds chunks), and not
         ``overwrite``.
     """
+    plain = source_of(url).url
+    roots = {plain: storage_options} if "://" in plain else {}
+    with rooted_options(roots):  # every open of a URL under it, in every process
+        return _downsample(url, levels=levels, factor=factor, method=method, sparse=sparse,
+                           scale=scale, sharding=sharding, executor=executor, workers=workers,
+                           progress=progress, resume=resume, overwrite=overwrite,
+                           task_bytes=task_bytes, roots=roots)
+
+
+def _downsample(url: str | os.PathLike, *, levels: int | None, factor: Sequence[int] | None,
+                method: str | None, sparse: bool, scale: int | str | None, sharding: str,
+                executor: Executor | None, workers: int | None, progress: bool, resume: bool,
+                overwrite: bool, task_bytes: int, roots: dict) -> dict[str, Any]:
     storage, source = open_source(url)
     require_family(source, url, "precomputed")
     info = read_volume_info(storage)
@@ -100,7 +123,7 @@ def downsample(url: str | os.PathLike, *, levels: int | None = None,
 
     plan = replace(plan, job=json.loads(json.dumps(job)), claim=claim_levels)
     stats = run_plan(plan, storage.url, executor=executor, workers=workers,
-                     progress=progress, resume=resume, overwrite=overwrite)
+                     progress=progress, resume=resume, overwrite=overwrite, roots=roots)
     return {**stats, "levels": made}
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..storage import rooted_options
 from . import resume
 from .plan import Task
 from .pyramid import PyramidTask
@@ -14,9 +15,16 @@ from .sources import PrecomputedSource, forget_opened
 _job: str | None = None  # the job whose arrays this process holds open
 
 
-def run_task(task: Task | PyramidTask, root: str, job: str) -> tuple[str, dict]:
+def run_task(task: Task | PyramidTask, root: str, job: str, roots: dict | None = None
+             ) -> tuple[str, dict]:
     """Run ``task`` of the job ``job`` (a digest) writing under ``root``; returns its name and
-    what it wrote (``chunks``, ``bytes``)."""
+    what it wrote (``chunks``, ``bytes``). ``roots``: the storage options of the trees it
+    opens (:func:`~ngshard.storage.rooted_options`)."""
+    with rooted_options(roots or {}):
+        return _run(task, root, job)
+
+
+def _run(task: Task | PyramidTask, root: str, job: str) -> tuple[str, dict]:
     global _job
     if job != _job:  # arrays opened for another job may have changed since
         forget_opened()

@@ -21,7 +21,7 @@ from ..errors import SpecError
 from ..kinds import LEGACY_MESHES, LINKS, MESHES, SEGMENTATION, SKELETONS, kind_of
 from ..limits import DEFAULT_TASK_BYTES
 from ..sharded.infofile import as_spec, read_info
-from ..storage import open_storage
+from ..storage import StorageOptions, open_storage, rooted_options, source_of
 from ..types import Encoding
 from ..volume.downsample import check_method
 from ..volume.factors import pyramid_factors
@@ -43,7 +43,9 @@ def transfer(src: str | os.PathLike, dst: str | os.PathLike, *,
              method: str | None = None, sparse: bool = False,
              executor: Executor | None = None, workers: int | None = None,
              progress: bool = True, resume: bool = True, overwrite: bool = False,
-             task_bytes: int = DEFAULT_TASK_BYTES) -> dict[str, int]:
+             task_bytes: int = DEFAULT_TASK_BYTES,
+             storage_options: StorageOptions | None = None,
+             src_storage_options: StorageOptions | None = None) -> dict[str, int]:
     """Copy the precomputed layer ``src`` into a new layer ``dst``, changing its layout:
     volumes re-sharded, re-chunked, re-encoded, cut to ``bbox``; skeleton and mesh layers
     moved between a file per segment and shards.
@@ -64,7 +66,7 @@ def transfer(src: str | os.PathLike, dst: str | os.PathLike, *,
         Add coarser levels below the last scale copied (True: until one chunk; an integer:
         at most that many), near-isotropic, with ``method`` (default mode for
         segmentations, mean otherwise) and ``sparse`` as :func:`ngshard.downsample`.
-    executor, workers, progress, resume, overwrite, task_bytes
+    executor, workers, progress, resume, overwrite, task_bytes, storage_options, src_storage_options
         As for :func:`ngshard.convert`.
 
     Returns
@@ -79,6 +81,20 @@ def transfer(src: str | os.PathLike, dst: str | os.PathLike, *,
     ExistsError
         ``dst`` holds something, and not ``overwrite``.
     """
+    roots = {u: o for u, o in ((source_of(src).url, src_storage_options or storage_options),
+                               (source_of(dst).url, storage_options)) if "://" in u}
+    with rooted_options(roots):  # every open of a URL under src or dst, in every process
+        return _transfer(src, dst, scales=scales, bbox=bbox, chunk_size=chunk_size,
+                         encoding=encoding, sharding=sharding, downsample=downsample,
+                         method=method, sparse=sparse, executor=executor, workers=workers,
+                         progress=progress, resume=resume, overwrite=overwrite,
+                         task_bytes=task_bytes, roots=roots)
+
+
+def _transfer(src: str | os.PathLike, dst: str | os.PathLike, *, scales, bbox, chunk_size,
+              encoding, sharding: Any, downsample: bool | int, method: str | None,
+              sparse: bool, executor: Executor | None, workers: int | None, progress: bool,
+              resume: bool, overwrite: bool, task_bytes: int, roots: dict) -> dict[str, int]:
     src, _ = _source(src)
     dst = _destination(dst, "precomputed", src)
     _apart(src, dst)
@@ -99,7 +115,7 @@ def transfer(src: str | os.PathLike, dst: str | os.PathLike, *,
                            encoding=encoding, sharding=sharding, downsample=downsample,
                            method=method, sparse=sparse, task_bytes=task_bytes)
     return run_plan(plan, dst, executor=executor, workers=workers, progress=progress,
-                    resume=resume, overwrite=overwrite)
+                    resume=resume, overwrite=overwrite, roots=roots)
 
 
 def _box(bbox: Any, where: str) -> tuple[np.ndarray, np.ndarray] | None:
