@@ -19,7 +19,8 @@ What is here (every ``url``: a path, an fsspec URL or a Neuroglancer source):
   meshes, skeletons and segment properties in a segmentation's info.
 - :func:`open`: any layer by what is stored (a volume, a segment layer, a bare store, a
   zarr array).
-- :func:`convert`: zarr <-> precomputed; :func:`serve`: an HTTP server for Neuroglancer.
+- :func:`convert`: zarr <-> precomputed; :func:`downsample`: a pyramid in one pass;
+  :func:`serve`: an HTTP server for Neuroglancer.
 - Subpackages: ``ngshard.zarr`` (zarr v2/v3 arrays, ``PrecomputedStore``), ``ngshard.dask``
   (the writers on a Dask cluster), ``ngshard.types`` (the ``Literal`` types of the
   signatures).
@@ -78,7 +79,7 @@ from .layers import (
     write_skeletons,
 )
 from .layers import open_layer as open  # ngshard.open(url), as tarfile.open
-from .pipelines import convert
+from .pipelines import convert, downsample, transfer
 from .server import serve
 from .sharded import ShardedKV, ShardingSpec, open_kv, write_kv
 from .volume import Bounds, Volume, create_volume, open_volume
@@ -120,6 +121,8 @@ __all__ = [
     "Volume",
     "attach",
     "convert",
+    "downsample",
+    "transfer",
     "create_volume",
     "open",
     "open_annotations",

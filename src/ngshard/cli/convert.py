@@ -15,18 +15,20 @@ from .storage_args import storage_options
 
 def add_command(command) -> None:
     """The ``convert`` subcommand (``command(name, fn, help)`` makes one)."""
-    p = command("convert", cmd_convert, "convert a zarr array or OME-Zarr group to a "
-                "precomputed layer, or a precomputed layer to an OME-Zarr 0.5 group of "
-                "sharded Zarr v3 arrays (by what SRC holds); an interrupted conversion "
-                "resumes where it stopped", source=True)
-    p.add_argument("src", metavar="SRC", help="zarr array or group, or precomputed layer")
+    p = command("convert", cmd_convert, "convert a zarr array or OME-Zarr group, or a TIFF "
+                "stack, to a precomputed layer, or a precomputed layer to an OME-Zarr 0.5 "
+                "group of sharded Zarr v3 arrays (by what SRC holds); an interrupted "
+                "conversion resumes where it stopped", source=True)
+    p.add_argument("src", metavar="SRC", help="zarr array or group, precomputed layer, or a "
+                   "TIFF stack (a glob or folder of 2-D sections, or a multi-page TIFF)")
     p.add_argument("url", metavar="DST", help="where the result goes")
     p.add_argument("--axes", metavar="LETTERS",
                    help="the source's axes in order, from x y z c t (e.g. czyx); default: "
                         "OME metadata or dimension names, else the last three are z y x and "
                         "a fourth from the end is channels")
     p.add_argument("--resolution", metavar="X,Y,Z", help="the voxel size (of the finest "
-                   "level) where the source's metadata gives none, in --units (default nm)")
+                   "level) where the source's metadata gives none, in --units (default nm; "
+                   "a TIFF stack: nm, default the OME-TIFF's, else 1,1,1)")
     p.add_argument("--offset", metavar="X,Y,Z", help="the voxel offset (of the finest "
                    "level) where the source's metadata gives none")
     p.add_argument("--units", metavar="UNIT", help="the length unit of --resolution, or of "
@@ -41,7 +43,8 @@ def add_command(command) -> None:
                         "a spec (JSON text or file)")
     p.add_argument("--scales", metavar="I,J,...", help="only these source levels")
     p.add_argument("--downsample", nargs="?", const=True, default=False, type=int,
-                   metavar="N", help="add coarser scales (at most N) to a single-level source")
+                   metavar="N", help="add coarser scales (at most N; near-isotropic factors, as "
+                   "`ngshard downsample`) to a single-level source")
     p.add_argument("--workers", type=int, metavar="N", help="local worker processes "
                    "(default: one per core)")
     p.add_argument("--dask", metavar="ADDRESS", help="run the tasks on the Dask scheduler "

@@ -22,7 +22,7 @@ from ..errors import SpecError
 from ..limits import DEFAULT_BUFFER_BYTES, MESH_BATCH
 from ..sharded.infofile import write_info
 from ..sharded.shard_writer import ShardWriter
-from ..sharded.spec import check_key
+from ..sharded.spec import ShardingSpec, check_key
 from ..storage import Storage, StorageOptions, open_storage
 from ..storage.twins import write_twins
 from ..threads import pmap
@@ -170,22 +170,18 @@ def write_meshes(url: str | os.PathLike | Storage,
     if spec is not None and spec.data_encoding != "raw":
         raise SpecError("mesh shards need data_encoding raw (fragments are read by range)")
     claim(storage, overwrite=overwrite)
-    writer = ShardWriter(storage, spec, buffer_bytes) if spec is not None else None
-    for batch in batched(pairs(items), MESH_BATCH):
-        encoded = []
-        for key, value in batch:
-            k = check_key(key)
-            manifest, blobs = encode_mesh(_lods(value, k), vertex_quantization_bits,
-                                          chunk_shape, compression_level)
-            encoded.append((k, b"".join(blobs), manifest.to_bytes()))
-        if writer is not None:
-            writer.add_many(np.array([k for k, _, _ in encoded], np.uint64),
-                            [m for _, _, m in encoded], [d for _, d, _ in encoded])
-        else:
-            storage.write_many([(str(k), data) for k, data, _ in encoded])
-            write_twins(storage, [(f"{k}.index", manifest) for k, _, manifest in encoded], twin)
-    if writer is not None:
-        writer.close()
+
+    def encoded() -> Iterable[list[tuple[int, bytes, bytes]]]:
+        for batch in batched(pairs(items), MESH_BATCH):
+            out = []
+            for key, value in batch:
+                k = check_key(key)
+                manifest, blobs = encode_mesh(_lods(value, k), vertex_quantization_bits,
+                                              chunk_shape, compression_level)
+                out.append((k, b"".join(blobs), manifest.to_bytes()))
+            yield out
+
+    store_meshes(storage, spec, encoded(), buffer_bytes, twin)
     info = {"@type": KIND, "vertex_quantization_bits": vertex_quantization_bits,
             "transform": transform_json(transform),
             "lod_scale_multiplier": float(lod_scale_multiplier)}
@@ -195,6 +191,24 @@ def write_meshes(url: str | os.PathLike | Storage,
     if segmentation is not None:
         attach(segmentation, meshes=storage)
     return Meshes(storage, info)
+
+
+def store_meshes(storage: Storage, spec: ShardingSpec | None,
+                 batches: Iterable[list[tuple[int, bytes, bytes]]],
+                 buffer_bytes: int = DEFAULT_BUFFER_BYTES, twin: str = "") -> None:
+    """Store encoded multi-resolution meshes, batches of (id, fragment data, manifest): in
+    shards (the data unindexed before each manifest, memory bounded by ``buffer_bytes``),
+    or as ``<id>`` fragment files and ``<id>.index`` manifests (as their ``twin``)."""
+    writer = ShardWriter(storage, spec, buffer_bytes) if spec is not None else None
+    for batch in batches:
+        if writer is not None:
+            writer.add_many(np.array([k for k, _, _ in batch], np.uint64),
+                            [m for _, _, m in batch], [d for _, d, _ in batch])
+        else:
+            storage.write_many([(str(k), data) for k, data, _ in batch])
+            write_twins(storage, [(f"{k}.index", manifest) for k, _, manifest in batch], twin)
+    if writer is not None:
+        writer.close()
 
 
 def write_legacy_meshes(url: str | os.PathLike | Storage,

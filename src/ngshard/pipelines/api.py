@@ -22,12 +22,12 @@ from . import resume as records
 from .executors import in_flight, local_pool, stop_pool
 from .layout import (
     DEFAULT_TASK_BYTES,
+    AnyTask,
     Plan,
     is_precomputed,
     precomputed_to_zarr,
     zarr_to_precomputed,
 )
-from .plan import Task
 from .tasks import run_task
 
 
@@ -43,14 +43,17 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
             units: str | None = None) -> dict[str, int]:
     """Convert a zarr array or OME-Zarr group to a precomputed layer, or a precomputed layer
     to an OME-Zarr 0.5 group of Zarr v3 sharded arrays (which, by ``src``: a precomputed
-    layer has an ``info``).
+    layer has an ``info``), or a TIFF stack to a precomputed layer.
 
     Parameters
     ----------
     src, dst
         Local paths or fsspec URLs every worker can reach, or Neuroglancer sources
         (``zarr://...``, ``precomputed://...``, ``gs://b/p/|zarr3:``): a format named on
-        ``src`` says which way to convert, one named on ``dst`` must be the one made.
+        ``src`` says which way to convert, one named on ``dst`` must be the one made. A
+        local TIFF stack as ``src`` (a glob or a folder of 2-D sections, one per z in
+        natural order of their names, or one multi-page or OME-TIFF; needs
+        ``ngshard[tiff]``) becomes a precomputed layer, 64^3 chunks by default.
     scales
         Indices of the source levels to convert (default all).
     chunk_size
@@ -82,6 +85,8 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
         scale fits a chunk; an integer caps their number).
     task_bytes
         Uncompressed bytes per task (auto shard size): a worker's memory is about this.
+    resolution
+        TIFF stacks: the voxel size (x, y, z) in nm (default the OME-TIFF's, else 1, 1, 1).
     storage_options
         How to reach ``src`` and ``dst`` where they are not local paths (credentials,
         ``anon``, ``endpoint_url``, ...; ``retries`` and ``retry_seconds``: see
@@ -131,6 +136,23 @@ def _convert(src: str | os.PathLike, dst: str | os.PathLike, *, scales: Sequence
              axes: str | None, downsample: bool | int, task_bytes: int, overwrite: bool,
              roots: dict, resolution: Sequence[float] | None, offset: Sequence[int] | None,
              units: str | None) -> dict[str, int]:
+    from .tiff import is_tiff
+
+    if is_tiff(src):
+        given = {"scales": scales, "axes": axes, "offset": offset, "units": units}
+        wrong = [k for k, v in given.items() if v is not None]
+        if wrong:
+            raise SpecError(f"{os.fspath(src)} is a TIFF stack: {', '.join(wrong)} do not "
+                            f"apply")
+        from .tiff import tiff_to_precomputed
+
+        dst = _destination(dst, "precomputed", os.fspath(src))
+        plan = tiff_to_precomputed(os.fspath(src), dst, chunk_size=chunk_size,
+                                   encoding=encoding, sharding=sharding,
+                                   resolution=resolution, downsample=downsample,
+                                   task_bytes=task_bytes)
+        return run_plan(plan, dst, executor=executor, workers=workers, progress=progress,
+                        resume=resume, overwrite=overwrite, roots=roots)
     src, to_zarr = _source(src)
     dst = _destination(dst, "zarr" if to_zarr else "precomputed", src)
     _apart(src, dst)
@@ -186,12 +208,15 @@ def run_plan(plan: Plan, dst: str, *, executor: Executor | None = None,
     ``roots``: the storage options of the trees the tasks open (see
     :func:`~ngshard.storage.rooted_options`), given to every task."""
     total = sum(map(len, plan.stages))
-    # the tasks of each output (a scale's key or an array's name), for `verify` of a job
-    # that does not finish
+    # the tasks of each output (a scale's key or an array's name; keys joined by "+" for a
+    # task making several), for `verify` of a job that does not finish
     parts = Counter(t.name.split("/", 1)[0] for stage in plan.stages for t in stage)
     record = {**plan.job, "tasks": dict(sorted(parts.items()))}
     if not records.recorded(dst, record):  # not an unfinished run of this job
-        claim(open_storage(dst), overwrite=overwrite, into=plan.dirs)
+        if plan.claim is not None:
+            plan.claim(overwrite)
+        else:
+            claim(open_storage(dst), overwrite=overwrite, into=plan.dirs)
     done = records.start(dst, record, resume)
     job = hashlib.sha256(json.dumps(plan.job, sort_keys=True).encode()).hexdigest()[:16]
     todo = [[t for t in stage if t.name not in done] for stage in plan.stages]
@@ -229,6 +254,8 @@ def run_plan(plan: Plan, dst: str, *, executor: Executor | None = None,
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
+    if plan.finish is not None:
+        plan.finish()
     records.clear(dst)
     for d in plan.dirs:
         if d.local_root is not None:
@@ -236,7 +263,7 @@ def run_plan(plan: Plan, dst: str, *, executor: Executor | None = None,
     return stats
 
 
-def _results(executor: Executor, stages: list[list[Task]], dst: str, job: str, roots: dict
+def _results(executor: Executor, stages: list[list[AnyTask]], dst: str, job: str, roots: dict
              ) -> Iterator[tuple[str, dict]]:
     """Results of every task, stage after stage, with a bounded number submitted at once;
     the first failure cancels what is not running yet, waits for what is (so nothing is

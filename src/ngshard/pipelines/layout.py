@@ -21,18 +21,21 @@ from ..errors import SpecError
 from ..limits import DEFAULT_TASK_BYTES
 from ..sharded.infofile import as_spec
 from ..storage import Storage, open_storage
+from ..volume.factors import pyramid_factors
 from ..volume.grid import ChunkGrid
 from ..volume.handle import read_volume_info, write_volume_info
 from ..volume.info import DATA_TYPES, Scale, VolumeInfo, chunk_nbytes
 from ..volume.layers import scale_key
 from ..volume.sharding import auto_sharding
-from ..volume.vectors import Vec3, xyz
+from ..volume.vectors import xyz
 from ..zarr.handle import ArrayHandle
 from ..zarr.ome import axis_roles, multiscales_05, read_group, to_nm
 from . import fastpath
 from .plan import Task, precomputed_tasks, task_box, zarr_tasks
-from .sources import DownsampledSource, PrecomputedSource, ZarrSource
+from .pyramid import PyramidTask
+from .sources import PrecomputedSource, ZarrSource
 
+AnyTask = Task | PyramidTask  # what a worker runs (tasks.run_task)
 _DTYPES = {"bool": "uint8", "int64": "uint64"}  # what precomputed stores them as
 _LABELS = ("uint32", "uint64")
 
@@ -44,8 +47,12 @@ class Plan:
 
     job: dict
     prepare: Callable[[], None]
-    stages: list[list[Task]]
+    stages: list[Sequence[AnyTask]]
     dirs: list[Storage] = field(default_factory=list)  # where workers write objects
+    # a job inside an existing layer (a pyramid): makes its folders ready instead of
+    # refusing the layer (given ``overwrite``), and writes the info once every task is done
+    claim: Callable[[bool], None] | None = None
+    finish: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -114,19 +121,6 @@ def _sharding(sharding: Any, size, chunk, chunk_bytes: int, encoding: str, task_
     return as_spec(sharding)
 
 
-def _downsample_factors(size, chunk, steps: int) -> list[Vec3]:
-    """(2, 2, 2) per step, 1 along axes that already fit in one chunk; at most ``steps``."""
-    out: list[Vec3] = []
-    size = list(size)
-    while len(out) < steps:
-        f = xyz(2 if s > c else 1 for s, c in zip(size, chunk))
-        if f == (1, 1, 1):
-            break
-        out.append(f)
-        size = [-(-s // k) for s, k in zip(size, f)]
-    return out
-
-
 def zarr_to_precomputed(src: str, dst: str, *, scales=None, chunk_size=None, encoding=None,
                         sharding: Any = "auto", axes: str | None = None,
                         downsample: bool | int = False, task_bytes: int = DEFAULT_TASK_BYTES,
@@ -170,23 +164,13 @@ def zarr_to_precomputed(src: str, dst: str, *, scales=None, chunk_size=None, enc
             compressed_segmentation_block_size=(8, 8, 8)
             if encoding == "compressed_segmentation" else None))
         sources.append((array, ZarrSource(level.url, tuple(sorted(level.roles.items())))))
-    steps = 0 if len(levels) > 1 or not downsample else 16 if downsample is True \
+    steps = 0 if len(levels) > 1 or not downsample else None if downsample is True \
         else int(downsample)
-    coarse: list[tuple[Scale, DownsampledSource]] = []
-    for f in _downsample_factors(scale_list[-1].size, chunk_size, steps):
-        s = scale_list[-1] if not coarse else coarse[-1][0]
-        size = xyz(-(-n // k) for n, k in zip(s.size, f))
-        res = xyz(r * k for r, k in zip(s.resolution, f))
-        scale = Scale(key=scale_key(res), size=size, chunk_size=chunk_size, resolution=res,
-                      voxel_offset=xyz(o // k for o, k in zip(s.voxel_offset, f)),
-                      encoding=encoding, sharding=_sharding(sharding, size, chunk_size,
-                                                            chunk_bytes, encoding, task_bytes),
-                      compressed_segmentation_block_size=s.compressed_segmentation_block_size)
-        coarse.append((scale, DownsampledSource(PrecomputedSource(dst, s.key), f,
-                                                layer_type == "segmentation")))
+    factors = [] if steps == 0 else pyramid_factors(
+        scale_list[-1].size, scale_list[-1].resolution, chunk_size, steps)
     info = VolumeInfo.from_json({"type": layer_type, "data_type": dtype_name,
-                                 "num_channels": channels, "scales": [
-                                     s.to_json() for s in scale_list + [c[0] for c in coarse]]})
+                                 "num_channels": channels,
+                                 "scales": [s.to_json() for s in scale_list]})
     first_stage, fast = [], []
     for scale, (array, source) in zip(scale_list, sources):
         grid = ChunkGrid(scale.size, scale.chunk_size, scale.voxel_offset)
@@ -195,10 +179,17 @@ def zarr_to_precomputed(src: str, dst: str, *, scales=None, chunk_size=None, enc
         fast.append(quick)
         first_stage += precomputed_tasks(dst, scale.key, grid, scale.sharding, source,
                                          chunk_bytes, task_bytes, quick)
-    stages = [first_stage] + [
-        precomputed_tasks(dst, s.key, ChunkGrid(s.size, s.chunk_size, s.voxel_offset),
-                          s.sharding, source, chunk_bytes, task_bytes)
-        for s, source in coarse]
+    stages: list[Sequence[AnyTask]] = [first_stage]
+    if factors:  # the pyramid below the last level, made as `ngshard downsample` makes it
+        from .downsample import plan_pyramid
+
+        pyramid, coarse = plan_pyramid(
+            dst, info, scale_list[-1], factors, sparse=False, task_bytes=task_bytes,
+            method="mode" if layer_type == "segmentation" else "mean",
+            sharded=scale_list[-1].sharding is not None, write_info=False)
+        stages += pyramid.stages
+        for scale in coarse:
+            info = info.with_scale(scale)
     storage = open_storage(dst)
     dirs = [storage.child(s.key) for s in info.scales]
 

@@ -83,18 +83,19 @@ def unfinished(root: str | Storage, part: str | None = None) -> str | None:
     try:
         job = json.loads(raw)
         counts = {str(k): int(v) for k, v in job.get("tasks", {}).items()}
-        how = f"run `ngshard convert {job['from']} {job['to']}` again with the same options"
+        command = job.get("command") or f"ngshard convert {job['from']} {job['to']}"
+        how = f"run `{command}` again with the same options"
     except (ValueError, TypeError, KeyError, AttributeError):
         counts, how = {}, "run the same conversion again"
-    if part is not None and counts and part not in counts:
+    if part is not None and counts and not any(part in k.split("+") for k in counts):
         return None  # not an output of the recorded job
     try:
         done = [unquote(n) for n in records.list() if n != _JOB]
     except UnlistableError:
         done = None
-    if part is not None:
-        counts = {k: v for k, v in counts.items() if k == part}
-        done = None if done is None else [n for n in done if n.split("/", 1)[0] == part]
+    if part is not None:  # a task making several levels names them all, joined by "+"
+        counts = {k: v for k, v in counts.items() if part in k.split("+")}
+        done = None if done is None else [n for n in done if n.split("/", 1)[0] in counts]
     what = f" of {part}" if part is not None else ""
     head = f"{layer.url}: a conversion into it has not finished"
     if done is None or not counts:
