@@ -31,8 +31,17 @@ def local_pool(workers: int | None = None) -> ProcessPoolExecutor:
         server = multiprocessing.get_context("forkserver")
         server.set_forkserver_preload(["ngshard.pipelines.tasks"])
         context = server
-    return ProcessPoolExecutor(max_workers=workers or default_workers(), mp_context=context,
+    pool = ProcessPoolExecutor(max_workers=workers or default_workers(), mp_context=context,
                                initializer=_ignore_sigint)
+    # Forked workers start at the first submit; a Ctrl-C landing in os.fork's at-fork
+    # handlers is swallowed there ("Exception ignored") and the job would run on. So they
+    # start now, with SIGINT held back until they are up.
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        pool.submit(int).result()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+    return pool
 
 
 def _ignore_sigint() -> None:
