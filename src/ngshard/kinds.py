@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 from .compression import split_twin
 from .errors import NotFoundError, SpecError
 from .limits import MAX_JSON_DEPTH
+from .storage.names import is_inside
 
 INFO = "info"
 #: Where ``ngshard.convert`` records the job and the tasks of it that are done, until it is.
@@ -185,14 +186,9 @@ class Part(NamedTuple):
 
 
 def relative_folder(value: Any) -> str | None:
-    """``value`` if it names a folder inside the layer (no scheme, no '..', not absolute),
-    else None: only such folders are the layer's to remove."""
-    if not isinstance(value, str) or not value or value.startswith(("/", "\\")):
-        return None
-    parts = value.replace("\\", "/").split("/")
-    if ":" in parts[0] or any(p in ("", ".", "..") for p in parts):
-        return None
-    return value
+    """``value`` if it names a folder inside the layer (no scheme, no '..', not absolute:
+    :mod:`ngshard.storage.names`), else None: only such folders are the layer's to remove."""
+    return value.rstrip("/") if is_inside(value, folder=True) else None
 
 
 def parts(kind: str, doc: dict | None) -> list[Part]:

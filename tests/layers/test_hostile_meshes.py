@@ -208,3 +208,29 @@ def test_draco_bombs_raise_in_bounded_memory(layers, vertices, faces):
                          timeout=PEER_TIMEOUT).stdout.splitlines()
     assert re.search(rf"segment {k} LOD 0 fragment 0: Draco fragment does not decode", out[0])
     assert int(out[1]) < 64 << 10  # KiB of peak growth
+
+
+READ_ONE = r"""
+import resource, sys, ngshard
+layer = ngshard.open(sys.argv[1])
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:
+    layer.get(int(sys.argv[2]))
+except ngshard.CorruptDataError as e:
+    print(e)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
+"""
+
+
+def test_a_fragment_size_past_the_file_costs_what_the_file_holds(layers):
+    """An unsharded manifest claiming a fragment of 2**32 - 1 bytes: the read of the
+    fragment file is cut at its end, not sized by the claim (it once allocated 4 GiB)."""
+    index = layers / "u" / "3.index"
+    m = Manifest.from_bytes(index.read_bytes(), "x")
+    m.fragment_sizes[0] = np.full_like(m.fragment_sizes[0], 2**32 - 1)
+    index.write_bytes(m.to_bytes())
+    out = subprocess.run([sys.executable, "-c", READ_ONE, str(layers / "u"), "3"],
+                         capture_output=True, text=True, check=True,
+                         timeout=PEER_TIMEOUT).stdout.splitlines()
+    assert "fragment data of segment 3 ends before byte" in out[0]
+    assert int(out[1]) < 64 << 10  # KiB of peak growth

@@ -16,6 +16,7 @@ from ..limits import MAX_QUERY_CELLS
 from ..sharded.infofile import INFO
 from ..sharded.spec import as_key_array, check_key
 from ..storage import Storage, open_storage
+from ..storage.names import check_name
 from .annotation_codec import (
     PropertySpec,
     Schema,
@@ -105,18 +106,9 @@ def _concat(schema: Schema, parts: list[AnnotationSet]) -> AnnotationSet:
 
 
 def _child(storage: Storage, key: Any, where: str) -> Storage:
-    """The sub-directory ``key`` ("/"-separated, ".." allowed) of an annotation info."""
-    if not isinstance(key, str) or not key:
-        raise SpecError(f"{where}: an index key must be a non-empty string, got {key!r}")
-    for part in key.strip("/").split("/"):
-        if part == "..":
-            parent = storage.parent()
-            if parent is None:
-                raise SpecError(f"{where}: key {key!r} climbs above the storage root")
-            storage = parent
-        elif part not in ("", "."):
-            storage = storage.child(part)
-    return storage
+    """The sub-directory ``key`` ("/"-separated, inside the collection) of an annotation
+    info."""
+    return storage.child(check_name(key, where, "index key", folder=True))
 
 
 class Annotations(ById[Annotation]):

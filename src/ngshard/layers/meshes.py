@@ -25,6 +25,7 @@ from ..sharded import open_kv
 from ..sharded.infofile import INFO, read_info
 from ..sharded.spec import as_key_array, check_key
 from ..storage import Storage, open_storage
+from ..storage.names import check_name
 from .info import apply_transform, parse_sharding, parse_transform
 from .lookup import InStore
 from .mesh_batch import Piece, decode_pieces
@@ -226,7 +227,8 @@ class LegacyMeshes(InStore[Mesh]):
             except (ValueError, KeyError, TypeError) as e:
                 raise CorruptDataError(f"{self.storage.path(f'{k}:0')}: not a legacy mesh "
                                        f"manifest ({e})") from None
-            names[k] = frags
+            names[k] = [check_name(f, self.storage.path(f"{k}:0"), "fragment name",
+                                   error=CorruptDataError) for f in frags]
         flat = [n for frags in names.values() for n in frags]
         blobs = dict(zip(flat, self.store.files.read_many(flat)))
         missing = [n for n, b in blobs.items() if b is None]

@@ -18,6 +18,7 @@ from ..kinds import VOLUME_TYPE
 from ..kinds import VOLUME_TYPES as LAYER_TYPES
 from ..sharded.infofile import parse_info
 from ..sharded.spec import ShardingSpec
+from ..storage.names import check_name
 from ..types import Encoding
 from .encodings import ENCODINGS as SUPPORTED
 from .encodings import check_encoding
@@ -45,16 +46,6 @@ def _vector(doc: dict, name: str, where: str, *, kind: type = int, positive: boo
     return vec3(value, f"{where}: {name}", kind=kind, positive=positive)
 
 
-def _check_key(key: Any, where: str) -> str:
-    """A scale key is a relative path inside the layer: no '..', no absolute path."""
-    if not isinstance(key, str) or not key:
-        raise SpecError(f"{where}: key must be a non-empty relative path, got {key!r}")
-    parts = key.replace("\\", "/").split("/")
-    if key.startswith(("/", "\\")) or ":" in parts[0] or any(p in ("..", ".", "") for p in parts):
-        raise SpecError(f"{where}: key must be a relative path inside the layer, got {key!r}")
-    return key
-
-
 @dataclass(frozen=True)
 class Scale:
     """One resolution level of a volume."""
@@ -73,7 +64,7 @@ class Scale:
     def from_json(cls, doc: Any, where: str, data_type: str, num_channels: int = 1) -> Scale:
         if not isinstance(doc, dict):
             raise SpecError(f"{where}: must be a JSON object")
-        key = _check_key(doc.get("key"), where)
+        key = check_name(doc.get("key"), where, "scale key")
         chunk_sizes = doc.get("chunk_sizes")
         if not isinstance(chunk_sizes, list) or not chunk_sizes:
             raise SpecError(f"{where}: chunk_sizes must be a non-empty list of [x, y, z]")

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..errors import NotFoundError, SpecError
 from ..storage import Storage, open_storage
+from ..storage.names import check_name
 
 #: Nanometres per unit, for the UDUNITS-2 length units the NGFF spec allows.
 _NM_PER_UNIT = {
@@ -144,8 +145,9 @@ def parse_multiscales(attrs: dict, where: str = "attributes") -> Multiscales | N
         here = f"{where}: multiscales[0].datasets[{i}]"
         if not isinstance(d, dict) or not isinstance(d.get("path"), str):
             raise SpecError(f"{here}: must have a path")
+        path = check_name(d["path"], here, "dataset path", folder=True)
         scale, trans = _transforms(d.get("coordinateTransformations"), n, here)
-        levels.append(Level(d["path"], tuple(s * g for s, g in zip(scale, g_scale)),
+        levels.append(Level(path, tuple(s * g for s, g in zip(scale, g_scale)),
                             tuple(t * g + h for t, g, h in zip(trans, g_scale, g_trans))))
     name = ms.get("name") if isinstance(ms.get("name"), str) else None
     return Multiscales(version, axes, tuple(levels), name)
