@@ -9,7 +9,6 @@ ranges of the ``<id>`` files). Then the whole batch decodes at once (:mod:`.mesh
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..errors import CorruptDataError, SpecError
+from ..jsondoc import Doc, parse_json
 from ..kinds import LEGACY_MESHES as LEGACY
 from ..kinds import MESHES as KIND
 from ..kinds import kind_of
@@ -219,16 +219,11 @@ class LegacyMeshes(InStore[Mesh]):
     def _fragments(self, manifests: dict[int, bytes]) -> dict[int, list]:
         names: dict[int, list[str]] = {}
         for k, raw in manifests.items():
-            try:
-                doc = json.loads(raw)
-                frags = doc["fragments"]
-                if not isinstance(frags, list) or not all(isinstance(f, str) for f in frags):
-                    raise TypeError("fragments must be a list of names")
-            except (ValueError, KeyError, TypeError) as e:
-                raise CorruptDataError(f"{self.storage.path(f'{k}:0')}: not a legacy mesh "
-                                       f"manifest ({e})") from None
-            names[k] = [check_name(f, self.storage.path(f"{k}:0"), "fragment name",
-                                   error=CorruptDataError) for f in frags]
+            where = self.storage.path(f"{k}:0")
+            doc = Doc(parse_json(raw, where, error=CorruptDataError), where,
+                      error=CorruptDataError)
+            names[k] = [check_name(f, where, "fragment name", error=CorruptDataError)
+                        for f in doc.texts("fragments")]
         flat = [n for frags in names.values() for n in frags]
         blobs = dict(zip(flat, self.store.files.read_many(flat)))
         missing = [n for n, b in blobs.items() if b is None]

@@ -14,9 +14,8 @@ from __future__ import annotations
 import re
 
 from ..errors import NgShardError, SpecError
+from ..limits import MAX_NAME_CHARS
 
-#: Longer names are not a layer's (file systems stop at 4096 bytes of path).
-MAX_NAME_CHARS = 4096
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 _BAD_PARTS = frozenset(("", ".", ".."))
 

@@ -10,7 +10,6 @@ pickles as its URL and zarr format: the copy reopens the array (nothing staged t
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
@@ -18,6 +17,7 @@ import numpy as np
 
 from ..chunkstore import Blob
 from ..errors import NotFoundError, SpecError
+from ..jsondoc import dump_json, parse_json
 from ..staged.stored import ChunkCodec
 from ..storage import Storage, open_source, require_family
 from .chunks import ZarrChunkStore
@@ -29,12 +29,7 @@ from .reader import ChunkReader
 
 def _json(storage: Storage, name: str) -> Any:
     raw = storage.read(name)
-    if raw is None:
-        return None
-    try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise SpecError(f"{storage.path(name)}: malformed JSON ({e})") from None
+    return None if raw is None else parse_json(raw, storage.path(name))
 
 
 def read_metadata(storage: Storage, version: int | None = None) -> ArrayMetadata:
@@ -63,7 +58,7 @@ def read_metadata(storage: Storage, version: int | None = None) -> ArrayMetadata
 
 def write_metadata(storage: Storage, meta: ArrayMetadata) -> None:
     """Write the array's metadata object (atomically)."""
-    storage.write(meta.name, [json.dumps(meta.to_json(), indent=2).encode()])
+    storage.write(meta.name, [dump_json(meta.to_json(), indent=2).encode()])
 
 
 def memory_order(meta: ArrayMetadata) -> str:

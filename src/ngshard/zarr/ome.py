@@ -11,13 +11,13 @@ holds the channels; an ``axes`` string ("zyx", "czyx", "xyzc", "tczyx") override
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import NotFoundError, SpecError
+from ..jsondoc import Doc, parse_json
 from ..storage import Storage, open_storage
 from ..storage.names import check_name
 
@@ -222,13 +222,7 @@ def read_group(url: str | os.PathLike | Storage) -> Multiscales | None:
 
 
 def _json(raw: bytes, where: str) -> dict:
-    try:
-        doc = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise SpecError(f"{where}: not valid JSON ({e})") from None
-    if not isinstance(doc, dict):
-        raise SpecError(f"{where}: not a JSON object")
-    return doc
+    return Doc(parse_json(raw, where), where).value
 
 
 def multiscales_05(levels: list[tuple[str, tuple[float, ...], tuple[float, ...]]],
