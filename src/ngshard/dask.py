@@ -241,6 +241,7 @@ def write_chunks(url: str | os.PathLike | Storage, collection: Any, *, scale: in
 
 def _encode_chunks(items: list, grid: ChunkGrid, codec: ScaleCodec) -> list[tuple[int, bytes]]:
     """One bag partition of (position, chunk) as (Morton code, encoded chunk) pairs."""
+    items = list(items)  # a partition of a mapped bag is an iterator: read it once
     if not items:
         return []
     positions = np.array([p for p, _ in items], np.int64).reshape(-1, 3)

@@ -167,6 +167,19 @@ def test_volume_chunks_give_the_local_writers_bytes(client, tmp_path, encoding):
         ngshard.dask.write_chunks(tmp_path / "dask", db.from_sequence([((0, 0, 0), data)]))
 
 
+def test_volume_chunks_from_a_mapped_bag(client, tmp_path):
+    """A bag made with .map hands each partition over as an iterator: every chunk is
+    written all the same (it was read twice, and nothing was written)."""
+    ngshard.create_volume(tmp_path, dtype="uint16", shape=(64, 64, 16), chunk_size=(16, 16, 16),
+                          sharding="auto")
+    positions = [(x, y, 0) for x in range(4) for y in range(4)]
+    chunks = db.from_sequence(positions, npartitions=3).map(
+        lambda p: (p, np.full((16, 16, 16), 4 * p[0] + p[1], np.uint16)))
+    done = ngshard.dask.write_chunks(tmp_path, chunks)
+    assert len(done.chunk_positions()) == 16
+    assert done[50, 10, 5, 0] == 12
+
+
 def test_every_whole_shard_writer_gives_the_same_bytes(client, tmp_path):
     """The chunks of a conversion's sharded scale, written again through write_kv (arrays,
     and pairs spilled past a small buffer), ngshard.dask.write_kv and a ShardedKV commit in

@@ -76,9 +76,6 @@ def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
         Replace a store or layer already at ``url`` (its shards, or whatever the layer owns,
         are removed first, its info last); by default such a destination is refused.
 
-    The last value of a repeated key wins. Each shard holds its values in key order, so the
-    shard files depend on the contents only.
-
     Returns
     -------
     ShardedKV
@@ -97,6 +94,11 @@ def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
         A value that is not bytes, or ``items`` given together with ``keys``.
     ValueError
         ``offsets`` that do not fit ``keys`` and ``values``.
+
+    Notes
+    -----
+    The last value of a repeated key wins. Each shard holds its values in key order, so the
+    shard files depend on the contents only.
     """
     spec = as_spec(spec)
     arrays = None
