@@ -249,16 +249,18 @@ def zarr_python(root: Path) -> dict:
 
 
 def read_volume(root: Path) -> dict:
-    vol = ngshard.open_volume(root)
-    return {"box": vol[:8, :8, :4]}
+    vol = ngshard.open_volume(root).translate_to[0]  # voxel_offset may be any
+    box = tuple(slice(0, min(n, m)) for n, m in zip(vol.shape, (8, 8, 4, 2)))
+    return {"box": vol[box]}
 
 
 def ts_volume(root: Path, timeout: float) -> dict:
     import tensorstore as ts
 
     t = ts.open({"driver": "neuroglancer_precomputed", "kvstore": f"file://{root}/"}
-                ).result(timeout=timeout)
-    return {"box": t[:8, :8, :4].read().result(timeout=timeout)}
+                ).result(timeout=timeout).translate_to[0]
+    box = tuple(slice(0, min(n, m)) for n, m in zip(t.shape, (8, 8, 4, 2)))
+    return {"box": t[box].read().result(timeout=timeout)}
 
 
 def read_layer(root: Path) -> dict:

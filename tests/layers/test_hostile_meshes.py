@@ -4,6 +4,7 @@ fragments that overrun: CorruptDataError naming the segment, memory bounded by t
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -234,3 +235,15 @@ def test_a_fragment_size_past_the_file_costs_what_the_file_holds(layers):
                          timeout=PEER_TIMEOUT).stdout.splitlines()
     assert "fragment data of segment 3 ends before byte" in out[0]
     assert int(out[1]) < 64 << 10  # KiB of peak growth
+
+
+def test_a_legacy_manifest_naming_a_fragment_twice(tmp_path):
+    """100,000 names of one fragment in a 1.3 MB manifest once made a mesh 100,000 times the
+    fragment (97 MiB of peak memory): a name given twice is damage."""
+    layer = ngshard.write_legacy_meshes(tmp_path / "m", {5: (np.eye(3), [[0, 1, 2]])},
+                                        durable=False)
+    manifest = tmp_path / "m" / "5:0"
+    doc = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps({"fragments": doc["fragments"] * 3}))
+    with pytest.raises(ngshard.CorruptDataError, match=r"5:0: names fragment .* twice"):
+        layer.get(5)

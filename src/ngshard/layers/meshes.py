@@ -25,7 +25,7 @@ from ..sharded import open_kv
 from ..sharded.infofile import INFO, read_info
 from ..sharded.spec import as_key_array, check_key
 from ..storage import Storage, open_storage
-from ..storage.names import check_name
+from ..storage.names import check_name, shown
 from .info import apply_transform, parse_sharding, parse_transform
 from .lookup import InStore
 from .mesh_batch import Piece, decode_pieces
@@ -222,9 +222,14 @@ class LegacyMeshes(InStore[Mesh]):
             where = self.storage.path(f"{k}:0")
             doc = Doc(parse_json(raw, where, error=CorruptDataError), where,
                       error=CorruptDataError)
+            frags = doc.texts("fragments")
+            if len(set(frags)) != len(frags):  # a mesh as many times as named: no
+                seen: set[str] = set()
+                twice = next(f for f in frags if f in seen or seen.add(f))
+                raise CorruptDataError(f"{where}: names fragment {shown(twice)} twice")
             names[k] = [check_name(f, where, "fragment name", error=CorruptDataError)
-                        for f in doc.texts("fragments")]
-        flat = [n for frags in names.values() for n in frags]
+                        for f in frags]
+        flat = list(dict.fromkeys(n for frags in names.values() for n in frags))
         blobs = dict(zip(flat, self.store.files.read_many(flat)))
         missing = [n for n, b in blobs.items() if b is None]
         if missing:
