@@ -148,3 +148,12 @@ def test_a_grid_too_large_to_address_reads_as_the_oracles_read_it(tmp_path):
                 timeout=PEER_TIMEOUT))
     with pytest.raises(SpecError, match="too many chunks"):
         ours[0, 0] = 1
+
+
+@pytest.mark.parametrize("attrs", ["3", "[1]", '"x"'])
+def test_a_v2_attributes_file_that_is_no_object_is_named(tmp_path, attrs):
+    (tmp_path / ".zarray").write_text(json.dumps(v2()))
+    (tmp_path / ".zattrs").write_text(attrs)
+    with pytest.raises(SpecError, match=r"\.zattrs: must be a JSON object") as e:
+        open_array(tmp_path)
+    assert str(tmp_path / ".zattrs") in str(e.value)

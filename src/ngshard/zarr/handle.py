@@ -17,7 +17,7 @@ import numpy as np
 
 from ..chunkstore import Blob
 from ..errors import NotFoundError, SpecError
-from ..jsondoc import dump_json, parse_json
+from ..jsondoc import Doc, dump_json, parse_json
 from ..staged.stored import ChunkCodec
 from ..storage import Storage, open_source, require_family
 from .chunks import ZarrChunkStore
@@ -48,7 +48,10 @@ def read_metadata(storage: Storage, version: int | None = None) -> ArrayMetadata
         return parse_v3(doc, storage.path(V3_NAME))
     doc = _json(storage, V2_NAME) if version != 3 else None
     if doc is not None:
-        return parse_v2(doc, _json(storage, V2_ATTRS), storage.path(V2_NAME))
+        attrs = _json(storage, V2_ATTRS)
+        if attrs is not None:
+            attrs = Doc(attrs, storage.path(V2_ATTRS)).value  # an object, or named here
+        return parse_v2(doc, attrs, storage.path(V2_NAME))
     other = {2: V3_NAME, 3: V2_NAME}.get(version)
     if other is not None and storage.stat(other) is not None:
         raise SpecError(f"{storage.url}: Zarr v{version} was asked for, but only "
