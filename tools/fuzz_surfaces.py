@@ -206,8 +206,8 @@ def run(surfaces: list[str], seed: int, cases: int, jobs: int = 2, start: int = 
     """Run ``cases`` cases per surface in ``jobs`` worker processes; returns per-surface
     counts, the worst peak memory against input, and the failing records."""
     workdir = workdir or ("/dev/shm" if os.path.isdir("/dev/shm") else None)
-    todo = [(s, a, min(a + 200, start + cases)) for s in surfaces
-            for a in range(start, start + cases, 200)]
+    todo = [(s, a, min(a + 200, start + cases)) for a in range(start, start + cases, 200)
+            for s in surfaces]  # surfaces in turn, so a run cut short covers them all
     counts: dict = defaultdict(Counter)
     worst: dict = {}
     failures: list = []
