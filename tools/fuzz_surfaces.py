@@ -173,7 +173,7 @@ def worker(surface: str, seed: int, start: int, count: int, workdir: str | None,
         SURFACES[surface] = (make, read, {})
     mem, escapes = Memory(), Escapes()
     make = SURFACES[surface][0]
-    base = Path(tempfile.mkdtemp(prefix="fuzz-", dir=workdir))
+    base = Path(tempfile.mkdtemp(prefix="ngshard-surfaces-", dir=workdir))
     (base / OUTSIDE).mkdir()
     (base / OUTSIDE / "secret").write_bytes(b"SECRET" * 100)
     group, root, originals = None, base / "data", {}
