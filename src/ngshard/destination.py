@@ -12,7 +12,6 @@ names what is left. A zarr array or group (metadata and chunk keys) and a store 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from collections.abc import Sequence
 
@@ -74,8 +73,8 @@ def _job_source(storage: Storage) -> str | None:
     raw = storage.child(CONVERT_RECORDS).read(CONVERT_JOB)
     if raw is None:
         return None
-    with contextlib.suppress(ValueError, UnicodeDecodeError, AttributeError):
-        return str(json.loads(raw).get("from"))
+    with contextlib.suppress(SpecError, AttributeError):
+        return str(parse_json(raw, CONVERT_JOB).get("from"))
     return "?"
 
 

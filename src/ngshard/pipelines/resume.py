@@ -14,6 +14,7 @@ import os
 from urllib.parse import quote, unquote
 
 from ..errors import UnlistableError
+from ..jsondoc import parse_json
 from ..kinds import CONVERT_JOB as _JOB
 from ..kinds import CONVERT_RECORDS as PREFIX
 from ..storage import Storage, open_storage
@@ -81,10 +82,10 @@ def unfinished(root: str | Storage, part: str | None = None) -> str | None:
     if raw is None:
         return None
     try:
-        job = json.loads(raw)
+        job = parse_json(raw, records.path(_JOB))
         counts = {str(k): int(v) for k, v in job.get("tasks", {}).items()}
         how = f"run `ngshard convert {job['from']} {job['to']}` again with the same options"
-    except (ValueError, TypeError, KeyError, AttributeError):
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError):  # SpecError: too
         counts, how = {}, "run the same conversion again"
     if part is not None and counts and part not in counts:
         return None  # not an output of the recorded job
