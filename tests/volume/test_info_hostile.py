@@ -71,3 +71,12 @@ def test_grid_end_must_fit_int64(tmp_path):
     (tmp_path / "info").write_text(json.dumps({**INFO, "scales": [scale]}))
     with pytest.raises(ngshard.SpecError, match="64-bit"):
         ngshard.open_volume(tmp_path)
+
+
+@pytest.mark.parametrize("change", [{"num_channels": 2**62},
+                                    {"scales": [{**SCALE, "chunk_sizes": [[2**31, 2**31, 4]]}]}])
+def test_a_chunk_past_2_63_bytes_is_a_spec_error(tmp_path, change):
+    """Once numpy's ValueError ("Maximum allowed dimension exceeded") at open."""
+    (tmp_path / "info").write_text(json.dumps({**INFO, **change}))
+    with pytest.raises(ngshard.SpecError, match=r"scales\[0\]: a chunk of .* passes 2\*\*63"):
+        ngshard.open_volume(tmp_path)

@@ -143,6 +143,11 @@ class VolumeInfo:
             raise SpecError(f"{where}: scales must be a non-empty list")
         parsed = tuple(Scale.from_json(s, f"{where}: scales[{i}]", data_type, channels)
                        for i, s in enumerate(scales))
+        for i, s in enumerate(parsed):  # a chunk is one array: its bytes must fit int64
+            if chunk_nbytes(s.chunk_size, channels, data_type) >= 1 << 63:
+                raise SpecError(f"{where}: scales[{i}]: a chunk of {list(s.chunk_size)} "
+                                f"voxels x {channels} channels of {data_type} passes 2**63 "
+                                f"bytes")
         keys = [s.key for s in parsed]
         if len(set(keys)) != len(keys):
             raise SpecError(f"{where}: scale keys must be unique, got {keys}")
