@@ -162,10 +162,9 @@ def run_plan(plan: Plan, dst: str, *, executor: Executor | None = None,
     todo = [[t for t in stage if t.name not in done] for stage in plan.stages]
     stats = {"tasks": total, "run": 0, "skipped": total - sum(map(len, todo)), "chunks": 0,
              "bytes": 0}
-    own = executor is None
-    executor = local_pool(workers) if own else executor
+    pool = local_pool(workers) if executor is None else executor
     try:
-        bar = progress_bar(_results(executor, todo, dst, job), enabled=progress,
+        bar = progress_bar(_results(pool, todo, dst, job), enabled=progress,
                            total=total, initial=stats["skipped"], desc="converting",
                            unit="task")
         for _, result in bar:
@@ -180,8 +179,8 @@ def run_plan(plan: Plan, dst: str, *, executor: Executor | None = None,
             f"executor=concurrent.futures.ThreadPoolExecutor()). Run again to resume."
         ) from None
     finally:
-        if own:
-            executor.shutdown(cancel_futures=True)
+        if executor is None:  # our own pool
+            pool.shutdown(cancel_futures=True)
     records.clear(dst)
     for d in plan.dirs:
         if d.local_root is not None:

@@ -76,7 +76,8 @@ def check_name(name: object, where: str, what: str = "name", *, folder: bool = F
     if problem is not None:
         raise error(f"{where}: {what} {shown(name)} {problem}: it must name something inside "
                     f"the layer")
-    return name.rstrip("/") if folder else name  # type: ignore[union-attr]
+    assert isinstance(name, str)  # name_problem refuses anything else
+    return name.rstrip("/") if folder else name
 
 
 def is_inside(name: object, *, folder: bool = False) -> bool:

@@ -20,6 +20,7 @@ from ..errors import NotFoundError, SpecError
 from ..jsondoc import Doc, dump_json, parse_json
 from ..staged.stored import ChunkCodec
 from ..storage import Storage, open_source, require_family
+from ..types import MemoryOrder
 from .chunks import ZarrChunkStore
 from .codecs import Transpose
 from .dtypes import is_fill
@@ -52,10 +53,11 @@ def read_metadata(storage: Storage, version: int | None = None) -> ArrayMetadata
         if attrs is not None:
             attrs = Doc(attrs, storage.path(V2_ATTRS)).value  # an object, or named here
         return parse_v2(doc, attrs, storage.path(V2_NAME))
-    other = {2: V3_NAME, 3: V2_NAME}.get(version)
-    if other is not None and storage.stat(other) is not None:
-        raise SpecError(f"{storage.url}: Zarr v{version} was asked for, but only "
-                        f"{storage.path(other)} (Zarr v{5 - version}) is there")
+    if version is not None:
+        other = {2: V3_NAME, 3: V2_NAME}.get(version)
+        if other is not None and storage.stat(other) is not None:
+            raise SpecError(f"{storage.url}: Zarr v{version} was asked for, but only "
+                            f"{storage.path(other)} (Zarr v{5 - version}) is there")
     raise NotFoundError(f"{storage.url}: no zarr.json or .zarray there: not a zarr array")
 
 
@@ -64,7 +66,7 @@ def write_metadata(storage: Storage, meta: ArrayMetadata) -> None:
     storage.write(meta.name, [dump_json(meta.to_json(), indent=2).encode()])
 
 
-def memory_order(meta: ArrayMetadata) -> str:
+def memory_order(meta: ArrayMetadata) -> MemoryOrder:
     """"F" where the granule's codecs begin by reversing its axes, else "C"."""
     first = meta.chunk_codecs.array[:1]
     reverse = tuple(range(len(meta.shape)))[::-1]
@@ -115,7 +117,8 @@ class ArrayHandle:
         """
         storage, source = open_source(url)
         require_family(source, url, "zarr")
-        version = {"zarr2": 2, "zarr3": 3}.get(source.format, version)
+        if source.format in ("zarr2", "zarr3"):  # the URL names the version
+            version = 2 if source.format == "zarr2" else 3
         return cls(storage, read_metadata(storage, version))
 
     def __reduce__(self) -> tuple:
