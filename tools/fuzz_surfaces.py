@@ -252,7 +252,7 @@ def run(surfaces: list[str], seed: int, cases: int, jobs: int = 2, start: int = 
                 job[4], job[5] = rec["case"] + 1, time.monotonic()
                 add(s, rec)
                 continue
-            p.wait()
+            p.wait(timeout=CASE_SECONDS)  # its output ended: it has exited, or is exiting
             running.remove(job)
             if job[4] < b:  # died before its last case: a crash (or killed as hung)
                 what = job[6]
