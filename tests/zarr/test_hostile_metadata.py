@@ -157,3 +157,11 @@ def test_a_v2_attributes_file_that_is_no_object_is_named(tmp_path, attrs):
     with pytest.raises(SpecError, match=r"\.zattrs: must be a JSON object") as e:
         open_array(tmp_path)
     assert str(tmp_path / ".zattrs") in str(e.value)
+
+
+def test_a_chunk_past_2_63_bytes_is_a_spec_error(tmp_path):
+    """Once numpy's ValueError ("iterator is too large") at open."""
+    (tmp_path / ".zarray").write_text(json.dumps(v2(shape=[11, 4], chunks=[2**40, 2**40])))
+    with pytest.raises(SpecError, match=r"a chunk of \[1099511627776, 1099511627776\] int16 "
+                                        r"passes 2\*\*63 bytes"):
+        open_array(tmp_path)

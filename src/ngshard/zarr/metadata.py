@@ -142,6 +142,12 @@ def _shape(d: Doc, key: str, positive: bool = False) -> tuple[int, ...]:
     return shape
 
 
+def _chunk_fits(chunks: tuple[int, ...], dtype: np.dtype, where: str) -> None:
+    """A chunk is one array: its bytes must fit int64 (numpy refuses larger arrays)."""
+    if math.prod(chunks) * dtype.itemsize >= 1 << 63:
+        raise SpecError(f"{where}: a chunk of {list(chunks)} {dtype} passes 2**63 bytes")
+
+
 def _key_encoding(d: Doc) -> KeyEncoding:
     enc = d.obj("chunk_key_encoding")
     kind = enc.text("name", choices=("default", "v2"))
@@ -175,6 +181,7 @@ def parse_v3(doc: Any, where: str) -> ArrayMetadata:
     if len(chunks) != len(shape) or not shape:
         raise SpecError(f"{where}: chunk_shape {list(chunks)} for shape {list(shape)} (the "
                         f"same number of axes, at least one)")
+    _chunk_fits(chunks, dtype, where)
     names = d.array("dimension_names", None, length=len(shape))
     if names is not None and not all(n is None or isinstance(n, str) for n in names):
         raise SpecError(f"{where}: dimension_names must be strings or null")
@@ -230,6 +237,7 @@ def parse_v2(doc: Any, attrs: Any, where: str) -> ArrayMetadata:
     if len(chunks) != len(shape) or not shape:
         raise SpecError(f"{where}: chunks {list(chunks)} for shape {list(shape)}")
     stored = v2_dtype(d.get("dtype"), where)
+    _chunk_fits(chunks, stored, where)
     filters = d.get("filters")
     if filters:
         names = [f.get("id") if isinstance(f, dict) else f for f in filters] \
