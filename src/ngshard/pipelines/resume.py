@@ -14,6 +14,7 @@ import os
 from urllib.parse import quote, unquote
 
 from ..errors import UnlistableError
+from ..jsondoc import parse_json
 from ..kinds import CONVERT_JOB as _JOB
 from ..kinds import CONVERT_RECORDS as PREFIX
 from ..storage import Storage, open_storage
@@ -81,11 +82,11 @@ def unfinished(root: str | Storage, part: str | None = None) -> str | None:
     if raw is None:
         return None
     try:
-        job = json.loads(raw)
+        job = parse_json(raw, records.path(_JOB))
         counts = {str(k): int(v) for k, v in job.get("tasks", {}).items()}
         command = job.get("command") or f"ngshard convert {job['from']} {job['to']}"
         how = f"run `{command}` again with the same options"
-    except (ValueError, TypeError, KeyError, AttributeError):
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError):  # SpecError: too
         counts, how = {}, "run the same conversion again"
     if part is not None and counts and not any(part in k.split("+") for k in counts):
         return None  # not an output of the recorded job

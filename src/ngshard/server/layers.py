@@ -11,11 +11,11 @@ into at most :data:`MAX_FOLDERS` folders, so serving a bucket starts at once.
 
 from __future__ import annotations
 
-import json
 from collections import deque
 from typing import NamedTuple
 
 from ..errors import SpecError
+from ..jsondoc import parse_json
 from ..kinds import (
     ANNOTATIONS,
     IMAGE,
@@ -92,8 +92,8 @@ def _json_object(files: Files, name: str) -> dict | None:
     """The JSON object in the small file ``name``, None if absent or not one."""
     raw = read_small(files, name)
     try:
-        found = json.loads(raw) if raw is not None else None
-    except ValueError:
+        found = parse_json(raw, name) if raw is not None else None
+    except SpecError:
         return None
     return found if isinstance(found, dict) else None
 
