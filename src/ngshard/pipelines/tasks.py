@@ -18,12 +18,18 @@ def run_task(task: Task, root: str, job: str) -> tuple[str, dict]:
     if job != _job:  # arrays opened for another job may have changed since
         forget_opened()
         _job = job
+    # a step of meshing or skeletonizing (phases.py) carries its own work
+    stats = task.run() if hasattr(task, "run") else _fill(task)
+    resume.mark_done(root, task.name)
+    return task.name, stats
+
+
+def _fill(task: Task) -> dict:
+    """Run a conversion task."""
     if task.kind == "zarr":
         from .to_zarr import fill_zarr as fill
     elif task.fast:
         from .fastpath import fill_fast as fill
     else:
         from .to_precomputed import fill
-    stats = fill(task)
-    resume.mark_done(root, task.name)
-    return task.name, stats
+    return fill(task)
