@@ -19,6 +19,8 @@ What is here (every ``url``: a path, an fsspec URL or a Neuroglancer source):
 - :func:`open`: any layer by what is stored (a volume, a segment layer, a bare store, a
   zarr array).
 - :func:`convert`: zarr <-> precomputed; :func:`serve`: an HTTP server for Neuroglancer.
+- :func:`mesh`, :func:`skeletonize`: a segmentation's meshes and skeletons, made by tasks
+  on any executor.
 - Subpackages: ``ngshard.zarr`` (zarr v2/v3 arrays, ``PrecomputedStore``), ``ngshard.dask``
   (the writers on a Dask cluster), ``ngshard.types`` (the ``Literal`` types of the
   signatures).
@@ -75,7 +77,7 @@ from .layers import (
     write_skeletons,
 )
 from .layers import open_layer as open  # ngshard.open(url), as tarfile.open
-from .pipelines import convert
+from .pipelines import convert, mesh, skeletonize
 from .server import serve
 from .sharded import ShardedKV, ShardingSpec, open_kv, write_kv
 from .volume import Bounds, Volume, create_volume, open_volume
@@ -116,6 +118,7 @@ __all__ = [
     "Volume",
     "convert",
     "create_volume",
+    "mesh",
     "open",
     "open_annotations",
     "open_kv",
@@ -124,6 +127,7 @@ __all__ = [
     "open_skeletons",
     "open_volume",
     "serve",
+    "skeletonize",
     "write_annotations",
     "write_kv",
     "write_legacy_meshes",

@@ -14,6 +14,7 @@ from .. import __version__
 from ..errors import NgShardError
 from .convert import add_command as add_convert_command
 from .demo import cmd_demo
+from .segments import add_commands as add_segment_commands
 from .serve import add_commands as add_serve_commands
 from .store import (
     KeyNotFound,
@@ -121,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-view", action="store_true", help="only write the data")
     p.add_argument("--no-browser", action="store_true", help="only print the viewer's URL")
     add_convert_command(command)
+    add_segment_commands(command)
     add_serve_commands(command)
     return parser
 

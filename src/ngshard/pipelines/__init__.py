@@ -13,5 +13,7 @@ made from a segmentation join conversion here as they come: whole-shard tasks on
 from __future__ import annotations
 
 from .api import convert
+from .meshing import mesh
+from .skeletonizing import skeletonize
 
-__all__ = ["convert"]
+__all__ = ["convert", "mesh", "skeletonize"]

@@ -47,9 +47,10 @@ class Region:
         return (np.asarray(at, np.float64) + np.add(self.lo, self.offset) + 0.5) * \
             np.asarray(self.resolution, np.float64)
 
-    def read(self, lo: Any, hi: Any) -> np.ndarray:
+    def read(self, lo: Any, hi: Any, ids: np.ndarray | None = None) -> np.ndarray:
         """Labels of region voxels [lo, hi) (relative to ``lo`` of the region; they may lie
-        one voxel outside it) as a uint64 (x, y, z) array, zero outside the region."""
+        one voxel outside it) as a uint64 (x, y, z) array, zero outside the region (and
+        where a label is not one of ``ids``, when given)."""
         lo, hi = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
         out = np.zeros(tuple((hi - lo).tolist()), np.uint64, order="F")
         a, b = np.maximum(lo, 0), np.minimum(hi, self.shape)
@@ -62,6 +63,8 @@ class Region:
                 raise SpecError(f"{self.where}: labels must be integers, not {data.dtype}")
             out[tuple(slice(int(x), int(y)) for x, y in zip(a - lo, b - lo))] = \
                 as_dtype(data[..., 0], np.dtype(np.uint64), self.where)
+        if ids is not None:
+            out[~np.isin(out, ids)] = 0
         return out
 
 

@@ -38,7 +38,7 @@ from ..sharded.spec import ShardingSpec
 from ..storage import open_storage
 from .boxes import Box, Region, box_size, boxes, open_region
 from .fragments import encode_bundle, read_pieces
-from .phases import Job, Step, bundles, ids_doc, run_job
+from .phases import Job, Step, bundles, destination_of, ids_doc, run_job
 
 
 @dataclass(frozen=True)
@@ -64,19 +64,11 @@ def _zmesh():
     return zmesh
 
 
-def labels_of(region: Region, box: Box, ids: np.ndarray | None) -> np.ndarray:
-    """A box's labels, only ``ids`` kept when given (the rest read as background)."""
-    labels = region.read(box.lo, box.hi)
-    if ids is not None:
-        labels[~np.isin(labels, ids)] = 0
-    return labels
-
-
 def forge_meshes(dst: str, region: Region, box: Box, options: MeshOptions,
                  ids: np.ndarray | None) -> dict:
     """The box task: mesh every label of ``box``, write its bundle."""
     zmesh = _zmesh()
-    labels = labels_of(region, box, ids)
+    labels = region.read(box.lo, box.hi, ids)
     res = np.asarray(region.resolution, np.float64)
     mesher = zmesh.Mesher(tuple(res))
     mesher.mesh(labels, close=False)  # the region's edge is closed by the padding
@@ -256,7 +248,7 @@ def mesh(seg: str | os.PathLike, dst: str | os.PathLike | None = None, *,
     options = MeshOptions(tuple(region.corner_nm(-1).tolist()),
                           tuple((np.asarray(size) // step * res).tolist()), int(lods),
                           int(reduction), int(vertex_quantization_bits), bool(legacy))
-    dst, link = _destination(seg, dst, handle, "mesh")
+    dst, link = destination_of(seg, dst, handle, "mesh")
     wanted = None if ids is None else np.unique(np.asarray(ids, np.uint64))
     forge = [Step(f"box/{b.name}", forge_meshes, (dst, region, b, options, wanted))
              for b in boxes(region.shape + 2, size, start=-1)]
@@ -290,20 +282,3 @@ def mesh(seg: str | os.PathLike, dst: str | os.PathLike | None = None, *,
                     executor=executor, workers=workers, progress=progress, resume=resume,
                     overwrite=overwrite)
     return {**stats, "attached": int(link is not None)}
-
-
-def _destination(seg: str | os.PathLike, dst: str | os.PathLike | None, handle: Any,
-                 member: str) -> tuple[str, str | None]:
-    """The URL of the layer made, and the folder (relative) the segmentation's info names
-    it by (None: not inside a precomputed segmentation)."""
-    if dst is None:
-        if handle is None:
-            raise SpecError(f"{seg}: a zarr segmentation has no info to hold its {member}: "
-                            f"give a destination")
-        return f"{handle.storage.url.rstrip('/')}/{member}", member
-    url = open_storage(dst).url.rstrip("/")
-    if handle is None:
-        return url, None
-    root = handle.storage.url.rstrip("/") + "/"
-    inside = url.startswith(root) and url != root.rstrip("/")
-    return url, url[len(root):] if inside else None

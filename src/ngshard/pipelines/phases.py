@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from ..destination import claim
-from ..errors import NgShardError
+from ..errors import NgShardError, SpecError
 from ..kinds import FRAGMENTS
 from ..progress import progress_bar
 from ..sharded.spec import ShardingSpec
@@ -163,3 +163,20 @@ def ids_doc(ids: Any) -> str | None:
     if ids is None:
         return None
     return hashlib.sha256(np.unique(np.asarray(ids, np.uint64)).tobytes()).hexdigest()[:16]
+
+
+def destination_of(seg: str | os.PathLike, dst: str | os.PathLike | None, handle: Any,
+                 member: str) -> tuple[str, str | None]:
+    """The URL of the layer made, and the folder (relative) the segmentation's info names
+    it by (None: not inside a precomputed segmentation)."""
+    if dst is None:
+        if handle is None:
+            raise SpecError(f"{seg}: a zarr segmentation has no info to hold its {member}: "
+                            f"give a destination")
+        return f"{handle.storage.url.rstrip('/')}/{member}", member
+    url = open_storage(dst).url.rstrip("/")
+    if handle is None:
+        return url, None
+    root = handle.storage.url.rstrip("/") + "/"
+    inside = url.startswith(root) and url != root.rstrip("/")
+    return url, url[len(root):] if inside else None
