@@ -144,7 +144,7 @@ def open_region(seg: str | os.PathLike, scale: int | str = 0, bbox: Any = None,
 
         meta = open_zarr(level.url).meta
         size = tuple(meta.shape[level.roles[a]] for a in "xyz")
-        offset, res, dtype = level.offset, level.resolution, np.dtype(meta.data_type)
+        offset, res, dtype = level.offset, level.resolution, np.dtype(meta.dtype)
         if "c" in level.roles and meta.shape[level.roles["c"]] != 1:
             raise SpecError(f"{url}: a segmentation has one channel")
     if dtype.kind not in "ui":

@@ -102,8 +102,22 @@ def join_skeletons(pieces: list, tolerance: float) -> tuple:
     return vertices[keep], e, {k: v[keep] for k, v in attrs.items()}
 
 
+def postprocess(vertices: np.ndarray, edges: np.ndarray, attrs: dict, dust: float,
+                tick: float) -> tuple:
+    """kimimaro's postprocessing of a joined skeleton: loops (made where two boxes' paths
+    meet on their shared plane) removed, components closer than their radii joined, pieces
+    of less than ``dust`` nm and branches of less than ``tick`` nm dropped."""
+    import osteoid
+
+    kimimaro = _kimimaro()
+    s = osteoid.Skeleton(vertices, edges, radii=attrs["radius"],
+                         vertex_types=attrs["vertex_types"], space="physical")
+    s = kimimaro.postprocess(s, dust_threshold=dust, tick_threshold=tick)
+    return s.vertices, s.edges, {"radius": s.radii, "vertex_types": s.vertex_types}
+
+
 def merge_skeletons(dst: str, spec_json: dict, shard: int, requests: list,
-                    tolerance: float) -> dict:
+                    tolerance: float, dust: float, tick: float) -> dict:
     """The shard task: every piece of the shard's segments joined, the shard written."""
     spec = ShardingSpec.from_json(spec_json)
     got = read_pieces(bundles(dst), [(name, ranges) for name, _, ranges in requests])
@@ -111,9 +125,13 @@ def merge_skeletons(dst: str, spec_json: dict, shard: int, requests: list,
     flat = [p for chunks in got for p in chunks]
     order = np.argsort(keys, kind="stable")
     groups = np.split(order, np.flatnonzero(np.diff(keys[order])) + 1)
-    segments = np.array([keys[g[0]] for g in groups], np.uint64)
-    items = [(int(k), *join_skeletons([flat[i] for i in g.tolist()], tolerance))
-             for k, g in zip(segments.tolist(), groups)]
+    items = []
+    for g in groups:
+        joined = postprocess(*join_skeletons([flat[i] for i in g.tolist()], tolerance),
+                             dust, tick)
+        if len(joined[0]):
+            items.append((int(keys[g[0]]), *joined))
+    segments = np.array([k for k, *_ in items], np.uint64)
     values = encode_skeletons(items, ATTRIBUTES)
     written = write_shard(open_storage(dst), spec, shard, segments, values, encoded=False)
     return {"segments": len(segments), "bytes": written}
@@ -122,6 +140,7 @@ def merge_skeletons(dst: str, spec_json: dict, shard: int, requests: list,
 def skeletonize(seg: str | os.PathLike, dst: str | os.PathLike | None = None, *,
                 scale: int | str = 0, bbox: Any = None, ids: Any = None, box: Any = 256,
                 teasar: dict | None = None, dust_threshold: int = 0,
+                cable_dust: float = 0.0, tick_threshold: float = 0.0,
                 fix_branching: bool = True, fill_holes: bool = False,
                 sharding: None | str | dict = "auto", executor: Executor | None = None,
                 workers: int | None = None, progress: bool = True, resume: bool = True,
@@ -149,6 +168,10 @@ def skeletonize(seg: str | os.PathLike, dst: str | os.PathLike | None = None, *,
     dust_threshold
         Pieces of fewer voxels within a box are dropped (kimimaro's, per box; 0 keeps
         everything, so a segment is not cut where it only grazes a box).
+    cable_dust, tick_threshold
+        After joining (kimimaro's ``postprocess``, which also removes loops and joins
+        close components): components of less cable (nm) are dropped, and branches
+        shorter than ``tick_threshold`` (nm) pruned.
     fix_branching, fill_holes
         kimimaro's options.
     sharding
@@ -188,7 +211,8 @@ def skeletonize(seg: str | os.PathLike, dst: str | os.PathLike | None = None, *,
 
     def merge(spec: ShardingSpec, shard: int, requests: list) -> Step:
         return Step(f"shard/{spec.shard_filename(shard)}", merge_skeletons,
-                    (dst, spec.to_json(), shard, requests, tolerance))
+                    (dst, spec.to_json(), shard, requests, tolerance, float(cable_dust),
+                     float(tick_threshold)))
 
     def finish(spec: ShardingSpec, count: int) -> None:
         info = {"@type": SKELETONS, "transform": transform_json(None),
@@ -201,7 +225,8 @@ def skeletonize(seg: str | os.PathLike, dst: str | os.PathLike | None = None, *,
     doc = {"job": "skeletonize", "from": region.where, "to": dst, "scale": scale,
            "region": [region.lo, region.hi], "box": size, "ids": ids_doc(wanted),
            "options": [list(options.teasar), options.dust, options.fix_branching,
-                       options.fill_holes], "sharding": sharding}
+                       options.fill_holes, float(cable_dust), float(tick_threshold)],
+           "sharding": sharding}
     stats = run_job(Job("skeletonizing", dst, doc, forge, merge,
                         lambda count, mean: resolve_sharding(sharding or "auto", count, mean),
                         finish),
