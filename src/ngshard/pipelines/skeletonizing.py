@@ -31,9 +31,11 @@ from .boxes import Box, Region, box_size, boxes, open_region
 from .fragments import encode_bundle, read_pieces
 from .phases import Job, Step, bundles, destination_of, ids_doc, run_job
 
-#: The vertex attributes of the skeletons made here, as igneous writes them.
+#: The vertex attributes of the skeletons made here: the radius (nm) and kimimaro's vertex
+#: type (its SWC code), both float32: Neuroglancer draws no skeleton with an attribute of
+#: another type ("Data type not supported by WebGL: UINT8").
 ATTRIBUTES = (VertexAttribute("radius", "float32", 1),
-              VertexAttribute("vertex_types", "uint8", 1))
+              VertexAttribute("vertex_types", "float32", 1))
 #: kimimaro's TEASAR parameters and their defaults (kimimaro's own; distances in nm).
 TEASAR = {"scale": 1.5, "const": 300.0, "pdrf_scale": 100000.0, "pdrf_exponent": 4,
           "soma_acceptance_threshold": 3500.0, "soma_detection_threshold": 750.0,
@@ -111,7 +113,8 @@ def postprocess(vertices: np.ndarray, edges: np.ndarray, attrs: dict, dust: floa
 
     kimimaro = _kimimaro()
     s = osteoid.Skeleton(vertices, edges, radii=attrs["radius"],
-                         vertex_types=attrs["vertex_types"], space="physical")
+                         vertex_types=attrs["vertex_types"].astype(np.uint8),
+                         space="physical")
     s = kimimaro.postprocess(s, dust_threshold=dust, tick_threshold=tick)
     return s.vertices, s.edges, {"radius": s.radii, "vertex_types": s.vertex_types}
 
