@@ -64,6 +64,19 @@ def _zmesh():
     return zmesh
 
 
+def _simplified(mesher: Any, mesh: Any, reduction: int, max_error: float) -> Any:
+    """zmesh's simplification of ``mesh``; the mesh itself where there is too little to
+    simplify, or where what comes back is not a mesh of its vertices."""
+    if len(mesh.faces) < 16:
+        return mesh
+    out = mesher.simplify(mesh, reduction_factor=reduction, max_error=max_error,
+                          compute_normals=False)
+    if not len(out.faces) or int(out.faces.max()) >= len(out.vertices) or \
+            not np.isfinite(out.vertices).all():
+        return mesh
+    return out
+
+
 def forge_meshes(dst: str, region: Region, box: Box, options: MeshOptions,
                  ids: np.ndarray | None) -> dict:
     """The box task: mesh every label of ``box``, write its bundle."""
@@ -80,10 +93,9 @@ def forge_meshes(dst: str, region: Region, box: Box, options: MeshOptions,
     for label in found.tolist():
         full = mesher.get(label, normals=False, reduction_factor=0, max_error=0)
         lods = [full]
-        for k in range(1, 1 if options.legacy else options.lods):
-            lods.append(mesher.simplify(full, reduction_factor=options.reduction ** k,
-                                        max_error=float(res.max()) * 2 ** (k - 1),
-                                        compute_normals=False))
+        for k in range(1, 1 if options.legacy else options.lods):  # each from the last
+            lods.append(_simplified(mesher, lods[-1], options.reduction,
+                                    float(res.max()) * 2 ** (k - 1)))
         shifted = [(m.vertices.astype(np.float64) + shift, m.faces) for m in lods]
         mesher.erase(label)
         if options.legacy:
