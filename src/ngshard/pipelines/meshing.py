@@ -93,8 +93,10 @@ def forge_meshes(dst: str, region: Region, box: Box, options: MeshOptions,
     for label in found.tolist():
         full = mesher.get(label, normals=False, reduction_factor=0, max_error=0)
         lods = [full]
-        for k in range(1, 1 if options.legacy else options.lods):  # each from the last
-            lods.append(_simplified(mesher, lods[-1], options.reduction,
+        # each level from the full mesh: zmesh's simplifier can loop forever on a mesh it
+        # simplified already
+        for k in range(1, 1 if options.legacy else options.lods):
+            lods.append(_simplified(mesher, full, options.reduction ** k,
                                     float(res.max()) * 2 ** (k - 1)))
         shifted = [(m.vertices.astype(np.float64) + shift, m.faces) for m in lods]
         mesher.erase(label)
