@@ -58,10 +58,10 @@ class Running:
         """Send ``sig``; (exit status, the rest of stdout, stderr) within 20 s."""
         self.proc.send_signal(sig)
         try:
-            err = self.proc.stderr.read()
-            code = self.proc.wait(20)
+            code = self.proc.wait(20)  # a server that does not stop fails here, never hangs
         finally:
             self.proc.kill()
+        err = self.proc.stderr.read()
         time.sleep(0.1)
         rest = []
         while not self.lines.empty():

@@ -22,7 +22,7 @@ from ..limits import ANNOTATION_BATCH_BYTES, DEFAULT_ANNOTATIONS_PER_CELL
 from ..sharded import ShardingSpec
 from ..sharded.infofile import write_info
 from ..sharded.spec import as_key_array
-from ..storage import Storage, open_storage
+from ..storage import Storage, StorageOptions, open_storage
 from ..types import Compress
 from .annotation_codec import (
     PROPERTY_TYPES,
@@ -129,7 +129,7 @@ def _by_id(schema: Schema, records: Records, ids: np.ndarray,
 
 
 def _split(keys: Any, data: np.ndarray, offsets: np.ndarray) -> Iterator[tuple[Any, bytes]]:
-    view = memoryview(data)
+    view = data.data
     for key, o0, o1 in zip(keys.tolist() if hasattr(keys, "tolist") else keys,
                            offsets[:-1].tolist(), offsets[1:].tolist()):
         yield key, bytes(view[o0:o1])
@@ -165,10 +165,10 @@ def write_annotations(url: str | os.PathLike | Storage, kind: str, geometry: Any
                       dimensions: Mapping[str, Any] | None = None,
                       sharding: None | str | dict | ShardingSpec = "auto",
                       lower_bound: Any = None, upper_bound: Any = None,
-                      limit: int | None = None, seed: int = 0,
-                      progress: bool = False,
+                      limit: int | None = None, seed: int = 0, progress: bool = False,
                       durable: bool = True, overwrite: bool = False,
-                      compress: Compress | None = None) -> Annotations:
+                      compress: Compress | None = None,
+                      storage_options: StorageOptions | None = None) -> Annotations:
     """Write an annotation collection: by_id, relationship and spatial indices and the info.
 
     Parameters
@@ -202,14 +202,11 @@ def write_annotations(url: str | os.PathLike | Storage, kind: str, geometry: Any
         level of one cell).
     seed
         The spatial index's sampling is pseudo-random: the same seed writes the same bytes.
-    progress, durable
-        As for :func:`ngshard.write_kv` (``durable=False`` skips the fsyncs: scratch work).
-    overwrite
-        Replace a layer or store already at ``url`` (all it owns is removed first); by
-        default such a destination is refused.
-    compress
-        With ``sharding=None``: every file written as its compressed twin, as cloud-files'
-        ``compress=`` does: None (plain), "gzip", "br" or "zstd".
+    progress, durable, overwrite, compress
+        As for :func:`ngshard.write_skeletons`.
+    storage_options
+        How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and the
+        ``retries`` and ``retry_seconds`` of its requests (see :mod:`ngshard.storage.options`).
 
     Returns
     -------
@@ -218,6 +215,8 @@ def write_annotations(url: str | os.PathLike | Storage, kind: str, geometry: Any
 
     Raises
     ------
+    SpecError
+        An unknown ``kind``, or ``compress`` given with sharding.
     ExistsError
         ``url`` holds a layer or store, and not ``overwrite``.
     """
@@ -256,7 +255,7 @@ def write_annotations(url: str | os.PathLike | Storage, kind: str, geometry: Any
     if limit is None:
         limit = min(max(n, 1), DEFAULT_ANNOTATIONS_PER_CELL)
     limit = max(1, int(limit))
-    storage = open_storage(url, durable=durable)
+    storage = open_storage(url, durable=durable, storage_options=storage_options)
     claim(storage, overwrite=overwrite, into=[storage.child(name) for name in (
         "by_id", "spatial0", *(f"rel_{r}" for r in relations))])
     mean = 4 * float(records.sizes.mean()) if n else None
@@ -286,10 +285,10 @@ def write_annotations(url: str | os.PathLike | Storage, kind: str, geometry: Any
         cells = level.cells
         spec = spec_for(len(cells), mean * len(level.annotations) / max(1, len(cells))
                         if mean else None)
-        keys = morton(cells, level.level.grid_shape).tolist() if spec else \
+        names = morton(cells, level.level.grid_shape).tolist() if spec else \
             ["_".join(map(str, c)) for c in cells.tolist()]
         _write(storage.child(f"spatial{i}"), spec,
-               _lists(records, ids, keys, level.annotations, level.bounds), progress, twin)
+               _lists(records, ids, names, level.annotations, level.bounds), progress, twin)
         spatial_info.append({"key": f"spatial{i}",
                              "grid_shape": level.level.grid_shape.tolist(),
                              "chunk_size": level.level.chunk_size.tolist(), "limit": limit,

@@ -21,7 +21,7 @@ from ..kinds import (
 )
 from ..sharded.infofile import read_info
 from ..sharded.unindexed import UnindexedSizes
-from ..storage import Source, Storage, open_source
+from ..storage import Source, Storage, StorageOptions, open_source
 from ..storage.urls import check_format
 
 # The metadata files that say which format a folder holds.
@@ -38,10 +38,11 @@ def stored_formats(storage: Storage) -> set[str]:
             if found is not None}
 
 
-def checked_source(url: str | os.PathLike | dict | Storage) -> tuple[Storage, Source]:
+def checked_source(url: str | os.PathLike | dict | Storage,
+                   storage_options: StorageOptions | None = None) -> tuple[Storage, Source]:
     """The storage of ``url`` and what it names; a URL that names a format other than the
     one stored there is a SpecError naming both (checked only when it names one)."""
-    storage, source = open_source(url)
+    storage, source = open_source(url, storage_options=storage_options)
     if source.format is not None:
         check_format(source, stored_formats(storage), url, storage.url)
     return storage, source
@@ -59,7 +60,8 @@ def unindexed_sizes(doc: dict | None) -> UnindexedSizes | None:
     return None
 
 
-def open_layer(url: str | os.PathLike | dict | Storage, **kwargs: Any) -> Any:
+def open_layer(url: str | os.PathLike | dict | Storage, *,
+               storage_options: StorageOptions | None = None, **kwargs: Any) -> Any:
     """Open whatever layer ``url`` holds: a precomputed layer by its info, or a zarr array
     (or an OME-Zarr group's level).
 
@@ -73,6 +75,9 @@ def open_layer(url: str | os.PathLike | dict | Storage, **kwargs: Any) -> Any:
         Passed to the opener (e.g. ``scale=``, ``mode=`` and ``fill_missing=`` for a volume,
         as :func:`ngshard.open_volume` takes them; ``mode=`` for a bare store; ``scale=``
         picks an OME-Zarr group's level).
+    storage_options
+        How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and the
+        ``retries`` and ``retry_seconds`` of its requests (see :mod:`ngshard.storage.options`).
 
     Returns
     -------
@@ -86,7 +91,7 @@ def open_layer(url: str | os.PathLike | dict | Storage, **kwargs: Any) -> Any:
         An info of no known kind, or an invalid one; a URL or spec that names a format other
         than the one stored there.
     """
-    storage, source = checked_source(url)
+    storage, source = checked_source(url, storage_options)
     if source.family == "zarr":
         return _open_zarr(storage, **kwargs)
     doc = read_info(storage)
@@ -105,6 +110,10 @@ def open_layer(url: str | os.PathLike | dict | Storage, **kwargs: Any) -> Any:
         from ..sharded import open_kv
 
         return open_kv(storage, **kwargs)
+    if kind in (MESHES, LEGACY_MESHES) or doc is None:  # only legacy meshes have no info
+        from .meshes import open_meshes
+
+        return open_meshes(storage)
     if kind == SKELETONS:
         from .skeletons import Skeletons
 
@@ -113,10 +122,6 @@ def open_layer(url: str | os.PathLike | dict | Storage, **kwargs: Any) -> Any:
         from .properties import SegmentProperties
 
         return SegmentProperties(storage, doc, storage.path(INFO))
-    if kind in (MESHES, LEGACY_MESHES):
-        from .meshes import open_meshes
-
-        return open_meshes(storage)
     from .annotations import Annotations
 
     return Annotations(storage, doc)

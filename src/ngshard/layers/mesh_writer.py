@@ -23,7 +23,7 @@ from ..limits import DEFAULT_BUFFER_BYTES, MESH_BATCH
 from ..sharded.infofile import write_info
 from ..sharded.shard_writer import ShardWriter
 from ..sharded.spec import check_key
-from ..storage import Storage, open_storage
+from ..storage import Storage, StorageOptions, open_storage
 from ..storage.twins import write_twins
 from ..threads import pmap
 from ..types import Compress
@@ -106,7 +106,8 @@ def write_meshes(url: str | os.PathLike | Storage,
                  transform: Any = None, chunk_shape: Any = None,
                  lod_scale_multiplier: float = 1.0, compression_level: int = 7,
                  buffer_bytes: int = DEFAULT_BUFFER_BYTES, durable: bool = True,
-                 overwrite: bool = False, compress: Compress | None = None) -> Meshes:
+                 overwrite: bool = False, compress: Compress | None = None,
+                 storage_options: StorageOptions | None = None) -> Meshes:
     """Write a multi-resolution (``neuroglancer_multilod_draco``) mesh layer at ``url``.
 
     Parameters
@@ -140,6 +141,9 @@ def write_meshes(url: str | os.PathLike | Storage,
         With ``sharding=None``: the ``<id>.index`` manifests written as their compressed
         twins (None: plain, "gzip", "br" or "zstd"). The fragment files stay plain: readers
         (cloud-volume, Neuroglancer) fetch byte ranges of them.
+    storage_options
+        How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and the
+        ``retries`` and ``retry_seconds`` of its requests (see :mod:`ngshard.storage.options`).
 
     Returns
     -------
@@ -155,7 +159,7 @@ def write_meshes(url: str | os.PathLike | Storage,
     if vertex_quantization_bits not in (10, 16):
         raise SpecError(f"vertex_quantization_bits must be 10 or 16, got "
                         f"{vertex_quantization_bits}")
-    storage = open_storage(url, durable=durable)
+    storage = open_storage(url, durable=durable, storage_options=storage_options)
     spec = resolve_sharding(sharding, count_of(items), None, data_encoding="raw")
     if spec is not None and spec.data_encoding != "raw":
         raise SpecError("mesh shards need data_encoding raw (fragments are read by range)")
@@ -188,8 +192,8 @@ def write_meshes(url: str | os.PathLike | Storage,
 def write_legacy_meshes(url: str | os.PathLike | Storage,
                         items: Mapping[int, Any] | Iterable[tuple[int, Any]], *,
                         sharding: None | str | dict = None, durable: bool = True,
-                        overwrite: bool = False, compress: Compress | None = None
-                        ) -> LegacyMeshes:
+                        overwrite: bool = False, compress: Compress | None = None,
+                        storage_options: StorageOptions | None = None) -> LegacyMeshes:
     """Write a legacy single-resolution (``neuroglancer_legacy_mesh``) layer: per segment a
     ``<id>:0`` manifest naming one fragment file ``<id>:0:0`` (unsharded, the default), or
     the fragment itself as the value (sharded, as cloud-volume writes them).
@@ -199,7 +203,7 @@ def write_legacy_meshes(url: str | os.PathLike | Storage,
     igneous writes them (its default is gzip); the manifests stay plain, as igneous leaves
     them. Returns the layer written, open for reading (:class:`LegacyMeshes`)."""
     twin = unsharded_twin(compress, sharding)
-    storage = open_storage(url, durable=durable)
+    storage = open_storage(url, durable=durable, storage_options=storage_options)
 
     def encoded() -> Iterable[tuple[int, bytes]]:
         for key, value in pairs(items):
@@ -216,7 +220,7 @@ def write_legacy_meshes(url: str | os.PathLike | Storage,
             storage.write_many([(f"{k}:0", f'{{"fragments": ["{k}:0:0"]}}'.encode())
                                 for k, _ in batch])
             write_twins(storage, [(f"{k}:0:0", blob) for k, blob in batch], twin)
-    info = {"@type": LEGACY}
+    info: dict[str, Any] = {"@type": LEGACY}
     if spec is not None:
         info["sharding"] = spec.to_json()
     write_info(storage, info)

@@ -19,9 +19,9 @@ from ..errors import SpecError
 from ..kinds import SKELETONS as KIND
 from ..limits import SKELETON_BATCH
 from ..sharded.infofile import INFO, write_info
-from ..sharded.spec import as_key_array, check_key
-from ..storage import Storage, open_storage
-from ..types import Compress
+from ..sharded.spec import ShardingSpec, as_key_array, check_key
+from ..storage import Storage, StorageOptions, open_storage
+from ..types import Blob, Compress
 from .info import apply_transform, layer_info, parse_sharding, parse_transform, transform_json
 from .lookup import InStore
 from .sharding import resolve_sharding
@@ -83,7 +83,7 @@ class Skeletons(InStore[Skeleton]):
     def __repr__(self) -> str:
         return f"Skeletons({self.storage.url!r})"
 
-    def _decode(self, key: int, value: bytes, transform: bool) -> Skeleton:
+    def _decode(self, key: int, value: Blob, transform: bool) -> Skeleton:
         v, e, attrs = decode_skeleton(value, self.vertex_attributes,
                                       f"{self.store.where(key)}: segment {key}")
         if transform:
@@ -121,7 +121,8 @@ class Skeletons(InStore[Skeleton]):
         return {k: self._decode(k, v, transform) for k, v in found.items()}
 
 
-def open_skeletons(url: str | os.PathLike | Storage) -> Skeletons:
+def open_skeletons(url: str | os.PathLike | Storage,
+                   *, storage_options: StorageOptions | None = None) -> Skeletons:
     """Open the skeleton layer at ``url`` (the directory holding its ``info``).
 
     Raises
@@ -131,7 +132,7 @@ def open_skeletons(url: str | os.PathLike | Storage) -> Skeletons:
     SpecError
         An info that is not a valid ``neuroglancer_skeletons`` one (the member is named).
     """
-    storage = open_storage(url)
+    storage = open_storage(url, storage_options=storage_options)
     return Skeletons(storage, layer_info(storage, KIND))
 
 
@@ -168,10 +169,12 @@ def _item_parts(value: Any, key: object) -> tuple[Any, Any, Mapping]:
 def write_skeletons(url: str | os.PathLike | Storage,
                     items: Mapping[int, Any] | Iterable[tuple[int, Any]], *,
                     vertex_attributes: Any = None,
-                    sharding: None | str | dict = "auto", transform: Any = None,
+                    sharding: None | str | dict | ShardingSpec = "auto",
+                    transform: Any = None,
                     buffer_bytes: int | None = None, progress: bool = False,
                     durable: bool = True, overwrite: bool = False,
-                    compress: Compress | None = None) -> Skeletons:
+                    compress: Compress | None = None,
+                    storage_options: StorageOptions | None = None) -> Skeletons:
     """Write a skeleton layer at ``url``: its shards (or a file per segment) and its info.
 
     Parameters
@@ -202,6 +205,9 @@ def write_skeletons(url: str | os.PathLike | Storage,
     compress
         With ``sharding=None``: each file written as its compressed twin, as cloud-volume's
         ``compress=`` does: None (plain), "gzip" (``<id>.gz``), "br" or "zstd".
+    storage_options
+        How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and the
+        ``retries`` and ``retry_seconds`` of its requests (see :mod:`ngshard.storage.options`).
 
     Returns
     -------
@@ -218,7 +224,7 @@ def write_skeletons(url: str | os.PathLike | Storage,
         A bad ``compress``, or one given with sharding.
     """
     twin = unsharded_twin(compress, sharding)
-    storage = open_storage(url, durable=durable)
+    storage = open_storage(url, durable=durable, storage_options=storage_options)
     it = iter(pairs(items))
     head = list(itertools.islice(it, SKELETON_BATCH))
     spec = _attribute_spec(vertex_attributes, head[0][1] if head else None)
@@ -236,7 +242,7 @@ def write_skeletons(url: str | os.PathLike | Storage,
     claim(storage, overwrite=overwrite)  # after the first items are known to encode
     write_segments(storage, shards, itertools.chain(first, encoded(it)),
                    buffer_bytes=buffer_bytes, progress=progress, twin=twin)
-    info = {"@type": KIND, "transform": transform_json(transform),
+    info: dict[str, Any] = {"@type": KIND, "transform": transform_json(transform),
             "vertex_attributes": [a.to_json() for a in spec]}
     if shards is not None:
         info["sharding"] = shards.to_json()

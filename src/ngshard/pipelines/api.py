@@ -16,7 +16,7 @@ from ..destination import claim
 from ..errors import NgShardError, SpecError
 from ..layers.dispatch import checked_source
 from ..progress import progress_bar
-from ..storage import open_storage, remove_stale, source_of
+from ..storage import StorageOptions, open_storage, remove_stale, rooted_options, source_of
 from ..types import Encoding
 from . import resume as records
 from .executors import in_flight, local_pool
@@ -37,7 +37,8 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
             executor: Executor | None = None, workers: int | None = None,
             progress: bool = True, resume: bool = True, axes: str | None = None,
             downsample: bool | int = False, task_bytes: int = DEFAULT_TASK_BYTES,
-            overwrite: bool = False) -> dict[str, int]:
+            overwrite: bool = False, storage_options: StorageOptions | None = None,
+            src_storage_options: StorageOptions | None = None) -> dict[str, int]:
     """Convert a zarr array or OME-Zarr group to a precomputed layer, or a precomputed layer
     to an OME-Zarr 0.5 group of Zarr v3 sharded arrays (which, by ``src``: a precomputed
     layer has an ``info``).
@@ -79,6 +80,13 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
         scale fits a chunk; an integer caps their number).
     task_bytes
         Uncompressed bytes per task (auto shard size): a worker's memory is about this.
+    storage_options
+        How to reach ``src`` and ``dst`` where they are not local paths (credentials,
+        ``anon``, ``endpoint_url``, ...; ``retries`` and ``retry_seconds``: see
+        :mod:`ngshard.storage.options`); every worker opens them so.
+    src_storage_options
+        Options for ``src`` alone, where it needs others than ``dst`` (another bucket, a
+        public one read with ``anon``); default ``storage_options``.
 
     Returns
     -------
@@ -98,6 +106,20 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
     NgShardError
         A worker process died (the message says what to do).
     """
+    roots = {u: o for u, o in ((source_of(src).url, src_storage_options or storage_options),
+                               (source_of(dst).url, storage_options)) if "://" in u}
+    with rooted_options(roots):  # every open of a URL under src or dst, in every process
+        return _convert(src, dst, scales=scales, chunk_size=chunk_size, encoding=encoding,
+                        sharding=sharding, executor=executor, workers=workers,
+                        progress=progress, resume=resume, axes=axes, downsample=downsample,
+                        task_bytes=task_bytes, overwrite=overwrite, roots=roots)
+
+
+def _convert(src: str | os.PathLike, dst: str | os.PathLike, *, scales: Sequence[int] | None,
+             chunk_size: Sequence[int] | None, encoding: Encoding | None, sharding: Any,
+             executor: Executor | None, workers: int | None, progress: bool, resume: bool,
+             axes: str | None, downsample: bool | int, task_bytes: int, overwrite: bool,
+             roots: dict) -> dict[str, int]:
     src, to_zarr = _source(src)
     dst = _destination(dst, "zarr" if to_zarr else "precomputed", src)
     _apart(src, dst)
@@ -114,7 +136,7 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
                                    encoding=encoding, sharding=sharding, axes=axes,
                                    downsample=downsample, task_bytes=task_bytes)
     return run_plan(plan, dst, executor=executor, workers=workers, progress=progress,
-                    resume=resume, overwrite=overwrite)
+                    resume=resume, overwrite=overwrite, roots=roots)
 
 
 def _apart(src: str, dst: str) -> None:
@@ -146,8 +168,10 @@ def _destination(dst: str | os.PathLike, makes: str, src: str) -> str:
 
 def run_plan(plan: Plan, dst: str, *, executor: Executor | None = None,
              workers: int | None = None, progress: bool = True, resume: bool = True,
-             overwrite: bool = False) -> dict[str, int]:
-    """Run a plan's stages in order, skipping tasks done before (see :func:`convert`)."""
+             overwrite: bool = False, roots: dict | None = None) -> dict[str, int]:
+    """Run a plan's stages in order, skipping tasks done before (see :func:`convert`);
+    ``roots``: the storage options of the trees the tasks open (see
+    :func:`~ngshard.storage.rooted_options`), given to every task."""
     total = sum(map(len, plan.stages))
     # the tasks of each output (a scale's key or an array's name), for `verify` of a job
     # that does not finish
@@ -162,10 +186,9 @@ def run_plan(plan: Plan, dst: str, *, executor: Executor | None = None,
     todo = [[t for t in stage if t.name not in done] for stage in plan.stages]
     stats = {"tasks": total, "run": 0, "skipped": total - sum(map(len, todo)), "chunks": 0,
              "bytes": 0}
-    own = executor is None
-    executor = local_pool(workers) if own else executor
+    pool = local_pool(workers) if executor is None else executor
     try:
-        bar = progress_bar(_results(executor, todo, dst, job), enabled=progress,
+        bar = progress_bar(_results(pool, todo, dst, job, roots or {}), enabled=progress,
                            total=total, initial=stats["skipped"], desc="converting",
                            unit="task")
         for _, result in bar:
@@ -180,8 +203,8 @@ def run_plan(plan: Plan, dst: str, *, executor: Executor | None = None,
             f"executor=concurrent.futures.ThreadPoolExecutor()). Run again to resume."
         ) from None
     finally:
-        if own:
-            executor.shutdown(cancel_futures=True)
+        if executor is None:  # our own pool
+            pool.shutdown(cancel_futures=True)
     records.clear(dst)
     for d in plan.dirs:
         if d.local_root is not None:
@@ -189,7 +212,7 @@ def run_plan(plan: Plan, dst: str, *, executor: Executor | None = None,
     return stats
 
 
-def _results(executor: Executor, stages: list[list[Task]], dst: str, job: str
+def _results(executor: Executor, stages: list[list[Task]], dst: str, job: str, roots: dict
              ) -> Iterator[tuple[str, dict]]:
     """Results of every task, stage after stage, with a bounded number submitted at once;
     the first failure cancels what is not running yet, waits for what is (so nothing is
@@ -199,7 +222,7 @@ def _results(executor: Executor, stages: list[list[Task]], dst: str, job: str
         pending: deque[Future] = deque()
         try:
             for task in stage:
-                pending.append(executor.submit(run_task, task, dst, job))
+                pending.append(executor.submit(run_task, task, dst, job, roots))
                 while len(pending) >= window:
                     yield pending.popleft().result()
             while pending:

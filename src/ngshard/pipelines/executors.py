@@ -7,6 +7,7 @@ import multiprocessing
 import os
 import threading
 from concurrent.futures import Executor, ProcessPoolExecutor
+from multiprocessing.context import BaseContext
 
 from ..errors import MissingDependencyError
 
@@ -20,11 +21,13 @@ def local_pool(workers: int | None = None) -> ProcessPoolExecutor:
     """A process pool of ``workers`` (default: one per core). Workers are forked while this
     process has one thread (they start at once); otherwise they come from a forkserver, so
     none inherits a lock another thread held (it costs a new interpreter, about 0.5 s)."""
+    context: BaseContext
     if "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1:
         context = multiprocessing.get_context("fork")
     else:
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["ngshard.pipelines.tasks"])
+        server = multiprocessing.get_context("forkserver")
+        server.set_forkserver_preload(["ngshard.pipelines.tasks"])
+        context = server
     return ProcessPoolExecutor(max_workers=workers or default_workers(), mp_context=context)
 
 

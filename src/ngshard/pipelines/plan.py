@@ -36,6 +36,12 @@ class Task:
     positions: np.ndarray | None = field(default=None, compare=False)  # scattered chunks
     fast: bool = False  # zarr -> precomputed: carry encoded chunks (fastpath.py)
 
+    def whole_shard(self) -> int:
+        """The shard this task writes whole (every task of a sharded scale has one)."""
+        if self.shard is None:
+            raise ValueError(f"task {self.name} writes no whole shard")
+        return self.shard
+
 
 def boxes(grid_shape: tuple[int, ...], box: tuple[int, ...]
           ) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
@@ -64,10 +70,10 @@ def precomputed_tasks(url: str, scale_key: str, grid: ChunkGrid, sharding: Shard
     if sharding is None:
         box = task_box(grid, chunk_bytes, task_bytes)
         return [task(f"{'_'.join(map(str, lo))}", lo, hi) for lo, hi in boxes(grid.shape, box)]
-    box = grid.shard_shape(sharding)
-    if box is not None:
+    shard_box = grid.shard_shape(sharding)
+    if shard_box is not None:
         out = []
-        for lo, hi in boxes(grid.shape, box):
+        for lo, hi in boxes(grid.shape, shard_box):
             shard = int(grid.shard_of(np.array(lo), sharding)[0])
             out.append(task(sharding.shard_filename(shard), lo, hi, shard=shard))
         return out

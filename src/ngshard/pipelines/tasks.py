@@ -4,6 +4,7 @@ its worker died, or redone after an interruption, leaves nothing half-written.""
 
 from __future__ import annotations
 
+from ..storage import rooted_options
 from . import resume
 from .plan import Task
 from .sources import forget_opened
@@ -11,9 +12,16 @@ from .sources import forget_opened
 _job: str | None = None  # the job whose arrays this process holds open
 
 
-def run_task(task: Task, root: str, job: str) -> tuple[str, dict]:
+def run_task(task: Task, root: str, job: str, roots: dict | None = None
+             ) -> tuple[str, dict]:
     """Run ``task`` of the job ``job`` (a digest) writing under ``root``; returns its name and
-    what it wrote (``chunks``, ``bytes``)."""
+    what it wrote (``chunks``, ``bytes``). ``roots``: the storage options of the trees it
+    opens (:func:`~ngshard.storage.rooted_options`)."""
+    with rooted_options(roots or {}):
+        return _run(task, root, job)
+
+
+def _run(task: Task, root: str, job: str) -> tuple[str, dict]:
     global _job
     if job != _job:  # arrays opened for another job may have changed since
         forget_opened()

@@ -19,7 +19,8 @@ import numpy as np
 from ..chunkstore import Blob
 from ..errors import NotFoundError, SpecError
 from ..staged.stored import ChunkCodec
-from ..storage import Storage, open_source, require_family
+from ..storage import Storage, StorageOptions, open_source, require_family
+from ..types import MemoryOrder
 from .chunks import ZarrChunkStore
 from .codecs import Transpose
 from .dtypes import is_fill
@@ -54,10 +55,11 @@ def read_metadata(storage: Storage, version: int | None = None) -> ArrayMetadata
     doc = _json(storage, V2_NAME) if version != 3 else None
     if doc is not None:
         return parse_v2(doc, _json(storage, V2_ATTRS), storage.path(V2_NAME))
-    other = {2: V3_NAME, 3: V2_NAME}.get(version)
-    if other is not None and storage.stat(other) is not None:
-        raise SpecError(f"{storage.url}: Zarr v{version} was asked for, but only "
-                        f"{storage.path(other)} (Zarr v{5 - version}) is there")
+    if version is not None:
+        other = {2: V3_NAME, 3: V2_NAME}.get(version)
+        if other is not None and storage.stat(other) is not None:
+            raise SpecError(f"{storage.url}: Zarr v{version} was asked for, but only "
+                            f"{storage.path(other)} (Zarr v{5 - version}) is there")
     raise NotFoundError(f"{storage.url}: no zarr.json or .zarray there: not a zarr array")
 
 
@@ -66,7 +68,7 @@ def write_metadata(storage: Storage, meta: ArrayMetadata) -> None:
     storage.write(meta.name, [json.dumps(meta.to_json(), indent=2).encode()])
 
 
-def memory_order(meta: ArrayMetadata) -> str:
+def memory_order(meta: ArrayMetadata) -> MemoryOrder:
     """"F" where the granule's codecs begin by reversing its axes, else "C"."""
     first = meta.chunk_codecs.array[:1]
     reverse = tuple(range(len(meta.shape)))[::-1]
@@ -105,23 +107,26 @@ class ArrayHandle:
         self.codec = ArrayCodec(meta)
 
     @classmethod
-    def open(cls, url: str | os.PathLike | dict | Storage, version: int | None = None
-             ) -> ArrayHandle:
-        """Open the array at ``url`` (any URL form :func:`open_array` takes); ``version``
-        2 or 3 reads only that format's metadata (a URL may name it too).
+    def open(cls, url: str | os.PathLike | dict | Storage, version: int | None = None, *,
+             storage_options: StorageOptions | None = None) -> ArrayHandle:
+        """Open the array at ``url`` (any URL form :func:`open_array` takes, with its
+        ``storage_options``); ``version`` 2 or 3 reads only that format's metadata (a URL
+        may name it too).
 
         Raises
         ------
         NotFoundError, SpecError
             As :func:`read_metadata`; a URL that names precomputed.
         """
-        storage, source = open_source(url)
+        storage, source = open_source(url, storage_options=storage_options)
         require_family(source, url, "zarr")
-        version = {"zarr2": 2, "zarr3": 3}.get(source.format, version)
+        if source.format in ("zarr2", "zarr3"):  # the URL names the version
+            version = 2 if source.format == "zarr2" else 3
         return cls(storage, read_metadata(storage, version))
 
     def __reduce__(self) -> tuple:
-        return ArrayHandle.open, (self.storage.url, self.meta.zarr_format)
+        # the storage travels as what reopens it (its URL and storage options)
+        return ArrayHandle.open, (self.storage, self.meta.zarr_format)
 
     def __repr__(self) -> str:
         return f"ArrayHandle({self.storage.url!r}, shape={self.meta.shape})"

@@ -31,7 +31,8 @@ from ..errors import (
 )
 from ..kinds import VOLUME, kind_of
 from ..sharded.infofile import INFO, read_info
-from ..storage import Storage, open_storage
+from ..storage import Storage, StorageOptions, open_storage
+from ..types import Blob
 from ..volume import VolumeInfo
 from ..volume.encodings import check_encoding, require_codec
 from ..volume.handle import ScaleHandle
@@ -51,8 +52,6 @@ except ImportError as e:
     raise MissingDependencyError(f"PrecomputedStore is a zarr-python Store: pip install "
                                  f"'ngshard[zarr]' ({e})") from None
 
-Blob = bytes | memoryview
-
 
 class PrecomputedStore(Store):
     """A precomputed volume as a read-only Zarr v3 store.
@@ -68,6 +67,9 @@ class PrecomputedStore(Store):
         mode="r")``).
     read_only
         Must be True (the default): the store cannot write.
+    storage_options
+        How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and the
+        ``retries`` and ``retry_seconds`` of its requests (see :mod:`ngshard.storage.options`).
 
     Raises
     ------
@@ -90,13 +92,14 @@ class PrecomputedStore(Store):
     supports_listing = True
 
     def __init__(self, url: str | os.PathLike | Storage, scale: int | str | None = 0, *,
-                 read_only: bool = True) -> None:
+                 read_only: bool = True, storage_options: StorageOptions | None = None
+                 ) -> None:
         if not read_only:
             raise ReadOnlyError(f"{url}: a PrecomputedStore is read-only (read_only=False "
                                 f"was asked for)")
         super().__init__(read_only=True)
-        self._url, self._scale = url, scale
-        self.storage = open_storage(url, expect="precomputed")
+        self._scale = scale
+        self.storage = open_storage(url, expect="precomputed", storage_options=storage_options)
         self._docs: dict[str, bytes] = {}
         self._levels: list[Level] = []
         self._hidden: tuple[frozenset[str], tuple[str, ...]] = (frozenset(), ())
@@ -123,12 +126,14 @@ class PrecomputedStore(Store):
     def _present(self, info: VolumeInfo) -> None:
         """The metadata documents and the levels of the Zarr view."""
         where = self.storage.path(INFO)
+        scale_id = None
         try:
             if self._scale is not None:
-                self._scale_id = info.scales.index(info.scale(self._scale))
+                scale_id = info.scales.index(info.scale(self._scale))
         except SpecError as e:
             raise SpecError(f"{where}: {e}") from None
-        which = range(len(info.scales)) if self._scale is None else [self._scale_id]
+        self._scale_id = scale_id
+        which = range(len(info.scales)) if scale_id is None else [scale_id]
         for i in which:
             scale = info.scales[i]
             try:
@@ -136,11 +141,11 @@ class PrecomputedStore(Store):
             except SpecError as e:
                 raise SpecError(f"{where}: scale {scale.key}: {e}") from None
             require_codec(scale.encoding, writing=False)
-        if self._scale is None:
+        if scale_id is None:
             self._docs["zarr.json"] = to_bytes(group_metadata(info))
             prefixes = [(i, f"{level_name(i)}/") for i in which]
         else:
-            prefixes = [(self._scale_id, "")]
+            prefixes = [(scale_id, "")]
         for i, prefix in prefixes:
             meta = to_bytes(array_metadata(info, info.scales[i]))
             self._docs[f"{prefix}zarr.json"] = meta
@@ -161,16 +166,17 @@ class PrecomputedStore(Store):
         return f"PrecomputedStore({self.storage.url!r}, scale={self._scale!r})"
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"url": self._url, "scale": self._scale}
+        # the storage travels as what reopens it (its URL and storage options)
+        return {"url": self.storage, "scale": self._scale}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["url"], state["scale"])
+        PrecomputedStore.__init__(self, state["url"], state["scale"])
 
-    def with_read_only(self, read_only: bool = False) -> PrecomputedStore:
+    def with_read_only(self, read_only: bool = False) -> Store:
         """A copy, read-only as this store always is (a writable one cannot be had)."""
         if not read_only:
             return super().with_read_only(read_only)
-        return type(self)(self._url, self._scale)
+        return type(self)(self.storage, self._scale)
 
     @property
     def supports_consolidated_metadata(self) -> bool:
