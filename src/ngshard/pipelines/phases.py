@@ -138,7 +138,8 @@ def _phase(executor: Executor, job: Job, steps: list[Step], done: set[str], stat
            progress: bool, unit: str) -> None:
     todo = [s for s in steps if s.name not in done]
     stats["skipped"] += len(steps) - len(todo)
-    bar = progress_bar(_results(executor, [todo], job.dst, _digest(job)), enabled=progress,
+    results = _results(executor, [todo], job.dst, _digest(job), {})
+    bar = progress_bar(results, enabled=progress,
                        total=len(steps), initial=len(steps) - len(todo),
                        desc=f"{job.what} ({unit})", unit=unit[:-1])
     for _ in bar:
