@@ -21,6 +21,8 @@ What is here (every ``url``: a path, an fsspec URL or a Neuroglancer source):
   zarr array).
 - :func:`convert`: zarr <-> precomputed; :func:`downsample`: a pyramid in one pass;
   :func:`serve`: an HTTP server for Neuroglancer.
+- :func:`mesh`, :func:`skeletonize`: a segmentation's meshes and skeletons, made by tasks
+  on any executor.
 - Subpackages: ``ngshard.zarr`` (zarr v2/v3 arrays, ``PrecomputedStore``), ``ngshard.dask``
   (the writers on a Dask cluster), ``ngshard.types`` (the ``Literal`` types of the
   signatures).
@@ -79,7 +81,7 @@ from .layers import (
     write_skeletons,
 )
 from .layers import open_layer as open  # ngshard.open(url), as tarfile.open
-from .pipelines import convert, downsample, transfer
+from .pipelines import convert, downsample, mesh, skeletonize, transfer
 from .server import serve
 from .sharded import ShardedKV, ShardingSpec, open_kv, write_kv
 from .volume import Bounds, Volume, create_volume, open_volume
@@ -124,6 +126,7 @@ __all__ = [
     "downsample",
     "transfer",
     "create_volume",
+    "mesh",
     "open",
     "open_annotations",
     "open_kv",
@@ -132,6 +135,7 @@ __all__ = [
     "open_skeletons",
     "open_volume",
     "serve",
+    "skeletonize",
     "write_annotations",
     "write_kv",
     "write_legacy_meshes",

@@ -21,6 +21,7 @@ from .kinds import (
     CONVERT_JOB,
     CONVERT_RECORDS,
     EVERYTHING,
+    FRAGMENTS,
     INFO,
     LEGACY_MESH_FILES,
     SCALE_FILES,
@@ -159,6 +160,7 @@ def clear(storage: Storage) -> None:
         legacy = any(n.endswith(":0") for n in names)
         _remove(storage, LEGACY_MESH_FILES if legacy else SCALE_FILES, names)
     _remove(storage.child(CONVERT_RECORDS), EVERYTHING)
+    _remove(storage.child(FRAGMENTS), EVERYTHING)
     storage.delete(INFO)
 
 

@@ -21,6 +21,9 @@ from .storage.names import is_inside
 INFO = "info"
 #: Where ``ngshard.convert`` records the job and the tasks of it that are done, until it is.
 CONVERT_RECORDS, CONVERT_JOB = ".ngshard-convert", "job.json"
+#: Where ``ngshard.mesh`` and ``ngshard.skeletonize`` keep the pieces of each task box until
+#: the layer is written (in the layer being made).
+FRAGMENTS = ".ngshard-fragments"
 
 VOLUME = "volume"
 STORE = "store"

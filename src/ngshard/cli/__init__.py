@@ -16,6 +16,7 @@ from .attach import add_command as add_attach_command
 from .convert import add_command as add_convert_command
 from .demo import add_command as add_demo_command
 from .pyramids import add_commands as add_pyramid_commands
+from .segments import add_commands as add_segment_commands
 from .serve import add_commands as add_serve_commands
 from .storage_args import add_storage_args
 from .store import (
@@ -119,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_attach_command(command)
     add_convert_command(command)
     add_pyramid_commands(command)
+    add_segment_commands(command)
     add_serve_commands(command)
     return parser
 

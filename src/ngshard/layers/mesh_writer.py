@@ -66,13 +66,16 @@ def _lod_scales(lods: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
 
 
 def encode_mesh(lods: list[tuple[np.ndarray, np.ndarray]], bits: int,
-                chunk_shape: Any = None, compression_level: int = 7
-                ) -> tuple[Manifest, list[bytes]]:
-    """The manifest and Draco fragments (LOD 0 first, Z-curve order) of one segment."""
+                chunk_shape: Any = None, compression_level: int = 7,
+                grid_origin: Any = None) -> tuple[Manifest, list[bytes]]:
+    """The manifest and Draco fragments (LOD 0 first, Z-curve order) of one segment; the
+    octree's ``grid_origin`` (with ``chunk_shape``) may be given, for pieces of a segment
+    that must share one grid (vertices at or past it)."""
     everything = np.concatenate([v for v, _ in lods])
     if not len(everything):
         everything = np.zeros((1, 3))
-    origin = everything.min(axis=0)
+    origin = everything.min(axis=0) if grid_origin is None else \
+        np.asarray(grid_origin, np.float64).reshape(3)
     extent = everything.max(axis=0) - origin
     if chunk_shape is None:
         extent = np.where(extent > 0, extent, max(float(extent.max()), 1.0))

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from .api import convert
 from .downsample import downsample
+from .meshing import mesh
+from .skeletonizing import skeletonize
 from .transfer import transfer
 
-__all__ = ["convert", "downsample", "transfer"]
+__all__ = ["convert", "downsample", "mesh", "skeletonize", "transfer"]

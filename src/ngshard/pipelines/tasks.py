@@ -29,7 +29,9 @@ def _run(task: Task | PyramidTask, root: str, job: str) -> tuple[str, dict]:
     if job != _job:  # arrays opened for another job may have changed since
         forget_opened()
         _job = job
-    if isinstance(task, PyramidTask):
+    if hasattr(task, "run"):  # a step of meshing or skeletonizing (phases.py) carries its work
+        stats = task.run()
+    elif isinstance(task, PyramidTask):
         from .to_pyramid import fill_pyramid
 
         stats = fill_pyramid(task)
