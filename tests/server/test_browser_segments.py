@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from test_browser import (
+from browser_helpers import (
     PANELS_JS,
     SELECT_JS,
     STATISTICS_JS,
