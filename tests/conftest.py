@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import signal
 import threading
 import time
 from functools import partial
@@ -24,6 +25,12 @@ settings.load_profile("ngshard")
 # zarr-python's synchronous calls give up after PEER_TIMEOUT (its config reads this when zarr
 # is imported, here and in child processes), as the tests' tensorstore calls do.
 os.environ.setdefault("ZARR_ASYNC__TIMEOUT", str(PEER_TIMEOUT))
+
+# A shell without job control starts a background command (`pytest &`) with SIGINT ignored,
+# and Python keeps it so: every child the tests start would then ignore the Ctrl-C the tests
+# send it. Python's own handler here lets children start with the default again.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 class ListingSwitch(SimpleHTTPRequestHandler):
