@@ -51,6 +51,7 @@ from .errors import (
     NotFoundError,
     ReadOnlyError,
     SpecError,
+    StorageAccessError,
     StorageWriteError,
     UnlistableError,
 )
@@ -111,6 +112,7 @@ __all__ = [
     "Skeleton",
     "Skeletons",
     "SpecError",
+    "StorageAccessError",
     "StorageWriteError",
     "UnlistableError",
     "Volume",

@@ -73,6 +73,11 @@ class StorageWriteError(NgShardError, OSError):
         return f"{self.filename}: {self.strerror}"
 
 
+class StorageAccessError(NgShardError, PermissionError):
+    """A worker of a job cannot reach its storage (no credentials, an unknown endpoint, a
+    path only the client sees): raised before the job writes anything."""
+
+
 class MissingDependencyError(NgShardError, ImportError):
     """An optional package is needed for this URL or encoding; the message says what to
     install."""

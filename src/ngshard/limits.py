@@ -133,6 +133,15 @@ SMALL_VALUE = 128
 DEFAULT_TASK_BYTES = 128 * MiB
 #: Voxel bytes a conversion task reads from its source at a time.
 SLAB_BYTES = 64 * MiB
+#: Finished tasks recorded in one resume record (one PUT, later one of few deletes): 800,000
+#: tasks make 800 records. A killed client redoes at most these (or ``RECORD_SECONDS``).
+RECORD_TASKS = 1000
+#: Seconds after which finished tasks are recorded even if fewer than ``RECORD_TASKS``.
+RECORD_SECONDS = 10.0
+#: Most partitions (tasks) ``ngshard.dask.write_kv`` makes by default: one per shard up to
+#: this, runs of consecutive shards past it (a task per shard of 2**20 small shards would
+#: cost more in scheduling than in writing).
+MAX_SHARD_TASKS = 4096
 
 # --- hostile input -------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ store for writing needs to know (the unindexed entries in its shards)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from ..errors import SpecError
@@ -38,10 +39,12 @@ def stored_formats(storage: Storage) -> set[str]:
             if found is not None}
 
 
-def checked_source(url: str | os.PathLike | dict | Storage) -> tuple[Storage, Source]:
+def checked_source(url: str | os.PathLike | dict | Storage,
+                   storage_options: Mapping[str, Any] | None = None
+                   ) -> tuple[Storage, Source]:
     """The storage of ``url`` and what it names; a URL that names a format other than the
     one stored there is a SpecError naming both (checked only when it names one)."""
-    storage, source = open_source(url)
+    storage, source = open_source(url, storage_options=storage_options)
     if source.format is not None:
         check_format(source, stored_formats(storage), url, storage.url)
     return storage, source

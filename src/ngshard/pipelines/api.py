@@ -1,34 +1,20 @@
 """``ngshard.convert``: zarr -> precomputed or the reverse, chosen by the source, as
-independent tasks on any executor, resumable."""
+independent tasks on any executor, resumable (the running is :mod:`.runner`'s)."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-from collections import Counter, deque
-from collections.abc import Iterator, Sequence
-from concurrent.futures import Executor, Future, wait
-from concurrent.futures.process import BrokenProcessPool
+from collections.abc import Sequence
+from concurrent.futures import Executor
 from typing import Any
 
-from ..destination import claim
-from ..errors import NgShardError, SpecError
+from ..errors import SpecError
 from ..layers.dispatch import checked_source
-from ..progress import progress_bar
-from ..storage import open_storage, remove_stale, source_of
+from ..storage import canonical_url, source_of
 from ..types import Encoding
-from . import resume as records
-from .executors import in_flight, local_pool
-from .layout import (
-    DEFAULT_TASK_BYTES,
-    Plan,
-    is_precomputed,
-    precomputed_to_zarr,
-    zarr_to_precomputed,
-)
-from .plan import Task
-from .tasks import run_task
+from .layout import DEFAULT_TASK_BYTES, precomputed_to_zarr, zarr_to_precomputed
+from .runner import run_plan
+from .sources import storage_at
 
 
 def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
@@ -37,7 +23,7 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
             executor: Executor | None = None, workers: int | None = None,
             progress: bool = True, resume: bool = True, axes: str | None = None,
             downsample: bool | int = False, task_bytes: int = DEFAULT_TASK_BYTES,
-            overwrite: bool = False) -> dict[str, int]:
+            overwrite: bool = False, storage_options: dict | None = None) -> dict[str, int]:
     """Convert a zarr array or OME-Zarr group to a precomputed layer, or a precomputed layer
     to an OME-Zarr 0.5 group of Zarr v3 sharded arrays (which, by ``src``: a precomputed
     layer has an ``info``).
@@ -48,6 +34,9 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
         Local paths or fsspec URLs every worker can reach, or Neuroglancer sources
         (``zarr://...``, ``precomputed://...``, ``gs://b/p/|zarr3:``): a format named on
         ``src`` says which way to convert, one named on ``dst`` must be the one made.
+        Relative paths are made absolute here (workers elsewhere see the same folders), and
+        the job is known by these canonical names: ``out``, ``./out/`` and its absolute
+        path resume the same job.
     scales
         Indices of the source levels to convert (default all).
     chunk_size
@@ -79,6 +68,9 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
         scale fits a chunk; an integer caps their number).
     task_bytes
         Uncompressed bytes per task (auto shard size): a worker's memory is about this.
+    storage_options
+        Options of the remote storage (credentials, endpoint), sent with every task, so
+        workers need none in their environment.
 
     Returns
     -------
@@ -95,10 +87,12 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
     ExistsError
         ``dst`` holds something other than this job's unfinished run, and not
         ``overwrite``.
+    StorageAccessError
+        A worker cannot reach the source or the destination (before anything is written).
     NgShardError
         A worker process died (the message says what to do).
     """
-    src, to_zarr = _source(src)
+    src, to_zarr = _source(src, storage_options)
     dst = _destination(dst, "zarr" if to_zarr else "precomputed", src)
     _apart(src, dst)
     if to_zarr:
@@ -108,103 +102,42 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
             raise SpecError(f"{src} is precomputed: {', '.join(wrong or ['sharding'])} only "
                             f"apply to zarr -> precomputed")
         plan = precomputed_to_zarr(src, dst, scales=scales, encoding=encoding,
-                                   task_bytes=task_bytes)
+                                   task_bytes=task_bytes, storage_options=storage_options)
     else:
         plan = zarr_to_precomputed(src, dst, scales=scales, chunk_size=chunk_size,
                                    encoding=encoding, sharding=sharding, axes=axes,
-                                   downsample=downsample, task_bytes=task_bytes)
-    return run_plan(plan, dst, executor=executor, workers=workers, progress=progress,
+                                   downsample=downsample, task_bytes=task_bytes,
+                                   storage_options=storage_options)
+    return run_plan(plan, executor=executor, workers=workers, progress=progress,
                     resume=resume, overwrite=overwrite)
 
 
 def _apart(src: str, dst: str) -> None:
     """Refuse a destination that is the source, or holds it, or lies inside it: replacing
     it would remove the source."""
-    a, b = (open_storage(u).url.rstrip("/") for u in (src, dst))
+    a, b = src.rstrip("/"), dst.rstrip("/")
     if a == b or a.startswith(b + "/") or b.startswith(a + "/"):
         raise SpecError(f"the destination {dst} and the source {src} overlap: convert into "
                         f"another folder")
 
 
-def _source(src: str | os.PathLike) -> tuple[str, bool]:
-    """The plain URL of a conversion's source, and whether it is precomputed (to zarr)."""
-    storage, source = checked_source(src)
+def _source(src: str | os.PathLike, options: dict | None) -> tuple[str, bool]:
+    """The canonical URL of a conversion's source, and whether it is precomputed (to
+    zarr)."""
+    remote = "://" in canonical_url(source_of(src).url)
+    _, source = checked_source(src, options if remote else None)
+    url = canonical_url(source.url)
     if source.format is not None:
-        return source.url, source.family == "precomputed"
-    return source.url, is_precomputed(storage)
+        return url, source.family == "precomputed"
+    return url, storage_at(url, options).read("info") is not None
 
 
 def _destination(dst: str | os.PathLike, makes: str, src: str) -> str:
-    """The plain URL of a conversion's destination, refusing a format it will not hold."""
+    """The canonical URL of a conversion's destination, refusing a format it will not
+    hold."""
     source = source_of(dst)
     if source.family not in (None, makes) or source.format == "zarr2":
         made = "Zarr v3" if makes == "zarr" else "a precomputed layer"
         raise SpecError(f"{os.fspath(dst)}: the destination says {source.format}, but "
                         f"converting {src} makes {made}")
-    return source.url
-
-
-def run_plan(plan: Plan, dst: str, *, executor: Executor | None = None,
-             workers: int | None = None, progress: bool = True, resume: bool = True,
-             overwrite: bool = False) -> dict[str, int]:
-    """Run a plan's stages in order, skipping tasks done before (see :func:`convert`)."""
-    total = sum(map(len, plan.stages))
-    # the tasks of each output (a scale's key or an array's name), for `verify` of a job
-    # that does not finish
-    parts = Counter(t.name.split("/", 1)[0] for stage in plan.stages for t in stage)
-    record = {**plan.job, "tasks": dict(sorted(parts.items()))}
-    if not records.recorded(dst, record):  # not an unfinished run of this job
-        claim(open_storage(dst), overwrite=overwrite, into=plan.dirs)
-    done = records.start(dst, record, resume)
-    if not done:
-        plan.prepare()
-    job = hashlib.sha256(json.dumps(plan.job, sort_keys=True).encode()).hexdigest()[:16]
-    todo = [[t for t in stage if t.name not in done] for stage in plan.stages]
-    stats = {"tasks": total, "run": 0, "skipped": total - sum(map(len, todo)), "chunks": 0,
-             "bytes": 0}
-    own = executor is None
-    executor = local_pool(workers) if own else executor
-    try:
-        bar = progress_bar(_results(executor, todo, dst, job), enabled=progress,
-                           total=total, initial=stats["skipped"], desc="converting",
-                           unit="task")
-        for _, result in bar:
-            stats["run"] += 1
-            stats["chunks"] += result["chunks"]
-            stats["bytes"] += result["bytes"]
-    except BrokenProcessPool as e:
-        raise NgShardError(
-            f"converting to {dst}: a worker process died ({e}). Killed for memory? Try fewer "
-            f"workers. From a script, the pool's workers import it again: call "
-            f"ngshard.convert under 'if __name__ == \"__main__\":' (or pass "
-            f"executor=concurrent.futures.ThreadPoolExecutor()). Run again to resume."
-        ) from None
-    finally:
-        if own:
-            executor.shutdown(cancel_futures=True)
-    records.clear(dst)
-    for d in plan.dirs:
-        if d.local_root is not None:
-            remove_stale(d.local_root)  # temporary files of workers that died
-    return stats
-
-
-def _results(executor: Executor, stages: list[list[Task]], dst: str, job: str
-             ) -> Iterator[tuple[str, dict]]:
-    """Results of every task, stage after stage, with a bounded number submitted at once;
-    the first failure cancels what is not running yet, waits for what is (so nothing is
-    being written once the error is raised), and is raised."""
-    window = in_flight(executor)
-    for stage in stages:
-        pending: deque[Future] = deque()
-        try:
-            for task in stage:
-                pending.append(executor.submit(run_task, task, dst, job))
-                while len(pending) >= window:
-                    yield pending.popleft().result()
-            while pending:
-                yield pending.popleft().result()
-        finally:
-            for f in pending:
-                f.cancel()
-            wait(pending)
+    return canonical_url(source.url)

@@ -1,31 +1,51 @@
-"""Where tasks run: any ``concurrent.futures.Executor``. By default a local process pool;
-on a cluster, a Dask ``distributed.Client``'s executor."""
+"""Where tasks run: any ``concurrent.futures.Executor``. By default a local process pool
+whose workers die with it; on a cluster, a Dask ``distributed.Client``'s executor."""
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
+import signal
+import sys
 import threading
 from concurrent.futures import Executor, ProcessPoolExecutor
 
+from ..cpus import available_cpus
 from ..errors import MissingDependencyError
 
-
-def default_workers() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
-        os.cpu_count() or 1
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def local_pool(workers: int | None = None) -> ProcessPoolExecutor:
-    """A process pool of ``workers`` (default: one per core). Workers are forked while this
-    process has one thread (they start at once); otherwise they come from a forkserver, so
-    none inherits a lock another thread held (it costs a new interpreter, about 0.5 s)."""
+    """A process pool of ``workers`` (default: the CPUs this process may use, see
+    :func:`ngshard.cpus.available_cpus`). Workers are forked while this process has one
+    thread (they start at once); otherwise they come from a forkserver, so none inherits a
+    lock another thread held (it costs a new interpreter, about 0.5 s). On Linux each worker
+    is killed when its parent dies (``kill -9`` of the client leaves no worker behind)."""
     if "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1:
         context = multiprocessing.get_context("fork")
+        parent = os.getpid()
     else:
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(["ngshard.pipelines.tasks"])
-    return ProcessPoolExecutor(max_workers=workers or default_workers(), mp_context=context)
+        parent = None  # the forkserver, which exits when this process does
+    return ProcessPoolExecutor(max_workers=workers or available_cpus(), mp_context=context,
+                               initializer=die_with_parent, initargs=(parent,))
+
+
+def die_with_parent(parent: int | None = None) -> None:
+    """Have the kernel kill this process when its parent dies (Linux; elsewhere nothing).
+    ``parent``: the pid the parent had, to catch a parent that died before this ran."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if (parent is not None and os.getppid() != parent) or os.getppid() == 1:
+        os._exit(1)  # orphaned already
 
 
 def dask_client(address: str):
@@ -40,8 +60,9 @@ def dask_client(address: str):
 
 
 def in_flight(executor: Executor) -> int:
-    """How many tasks to keep submitted at once: enough to keep every worker busy, few
-    enough that a failure stops the job soon."""
+    """How many tasks to keep submitted at once: enough to keep every worker busy while
+    results come back, few enough that a failure stops the job soon and the client holds
+    few tasks."""
     workers = getattr(executor, "_max_workers", None)
     if workers is None and hasattr(executor, "_client"):  # distributed's ClientExecutor
         workers = sum(executor._client.nthreads().values())

@@ -65,9 +65,9 @@ def fill_fast(task: Task) -> dict:
     """Run a fast-path task: the chunks of the box [lo, hi) of a sharded raw scale carried
     from the zarr array of ``task.source``."""
     source: ZarrSource = task.source
-    scale = open_scale(task.url, task.scale)
+    scale = open_scale(task.url, task.scale, task.storage_options)
     grid, spec, dtype = scale.grid, scale.scale.sharding, scale.dtype
-    chunks = open_zarr(source.url).store
+    chunks = open_zarr(source.url, source.storage_options).store
     compression = chunks.encoding.split()[0]
     inflate = _INFLATE[compression]
     channels = scale.info.num_channels

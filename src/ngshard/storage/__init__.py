@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from typing import Any
 
 from ..errors import MissingDependencyError, SpecError
 from .base import ANY, MAX_GAP, FileSlice, ObjectInfo, Storage, changed_on_storage, coalesce
@@ -10,7 +12,7 @@ from .local import LocalStorage, write_all, write_buffers
 from .remote import FsspecStorage, RangesIgnoredWarning
 from .tempnames import SPILL_PREFIX, owner_tag, remove_stale
 from .tensorstore_specs import spec_source
-from .urls import FORMATS, Source, parse_url
+from .urls import FORMATS, Source, canonical_url, parse_url
 
 
 def source_of(url: str | os.PathLike | dict) -> Source:
@@ -20,26 +22,28 @@ def source_of(url: str | os.PathLike | dict) -> Source:
     return spec_source(url) if isinstance(url, dict) else parse_url(url)
 
 
-def open_source(url: str | os.PathLike | dict | Storage, *, durable: bool = True
-                ) -> tuple[Storage, Source]:
+def open_source(url: str | os.PathLike | dict | Storage, *, durable: bool = True,
+                storage_options: Mapping[str, Any] | None = None) -> tuple[Storage, Source]:
     """:func:`open_storage` and :func:`source_of` in one: the storage, and what the URL
     says about the format (and, for a tensorstore spec, the scale); an open Storage names
     no format."""
     if isinstance(url, Storage):
         return url, Source(url.url)
     source = source_of(url)
-    return _open(source.url, durable, url), source
+    return _open(source.url, durable, url, storage_options), source
 
 
 def open_storage(url: str | os.PathLike | dict | Storage, *, durable: bool = True,
-                 expect: str | None = None) -> Storage:
+                 expect: str | None = None,
+                 storage_options: Mapping[str, Any] | None = None) -> Storage:
     """The storage for a local path, a ``file://`` URL, any fsspec URL, a Neuroglancer
     data source (``precomputed://gs://...``, ``gs://...|zarr3:``: see
     :mod:`ngshard.storage.urls`) or a tensorstore spec dict (an open Storage is returned as
     it is). ``durable=False`` skips the fsyncs of local writes (scratch work: faster, but a
     power cut may leave a shard empty or old). ``expect`` ("precomputed" or "zarr"): a URL
-    that names the other format is a SpecError."""
-    storage, source = open_source(url, durable=durable)
+    that names the other format is a SpecError. ``storage_options``: the fsspec filesystem's
+    options (credentials, endpoint) for a remote URL."""
+    storage, source = open_source(url, durable=durable, storage_options=storage_options)
     if expect is not None:
         require_family(source, url, expect)
     return storage
@@ -57,7 +61,8 @@ def _shown(url: object) -> str:
     return os.fspath(url) if isinstance(url, (str, os.PathLike)) else repr(url)
 
 
-def _open(url: str, durable: bool, given: object) -> Storage:
+def _open(url: str, durable: bool, given: object,
+          storage_options: Mapping[str, Any] | None = None) -> Storage:
     """The storage at a plain storage URL; errors name the URL as the user gave it."""
     if "://" not in url:
         return LocalStorage(url, durable=durable)
@@ -65,7 +70,7 @@ def _open(url: str, durable: bool, given: object) -> Storage:
         return LocalStorage(url[len("file://"):], durable=durable)
     scheme = url.split("://", 1)[0].lower()
     try:
-        return FsspecStorage(url)
+        return FsspecStorage(url, options=storage_options)
     except ImportError as e:
         package = _PACKAGES.get(scheme)
         hint = f"pip install {package}" if package else str(e)
@@ -87,6 +92,6 @@ _PACKAGES = {"http": "'ngshard[http]' (aiohttp)", "https": "'ngshard[http]' (aio
 
 __all__ = ["ANY", "FORMATS", "MAX_GAP", "FileSlice", "FsspecStorage", "LocalStorage",
            "ObjectInfo", "RangesIgnoredWarning", "SPILL_PREFIX", "Source", "Storage",
-           "changed_on_storage", "coalesce", "open_source", "open_storage", "owner_tag",
-           "parse_url", "remove_stale", "require_family", "source_of", "write_all",
-           "write_buffers"]
+           "canonical_url", "changed_on_storage", "coalesce", "open_source", "open_storage",
+           "owner_tag", "parse_url", "remove_stale", "require_family", "source_of",
+           "write_all", "write_buffers"]

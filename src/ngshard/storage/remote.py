@@ -30,7 +30,7 @@ import asyncio
 import contextlib
 import itertools
 import warnings
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import fsspec
@@ -64,9 +64,10 @@ class FsspecStorage(Storage):
     """Objects behind any fsspec filesystem (memory, http, s3, gcs, ...)."""
 
     def __init__(self, url: str, fs: fsspec.AbstractFileSystem | None = None,
-                 root: str | None = None) -> None:
-        if fs is None:
-            fs, root = fsspec.core.url_to_fs(url)
+                 root: str | None = None, *, options: Mapping[str, Any] | None = None
+                 ) -> None:
+        if fs is None:  # options: the filesystem's (credentials, endpoint)
+            fs, root = fsspec.core.url_to_fs(url, **(options or {}))
         self.fs, self.root, self.url = fs, root.rstrip("/"), url.rstrip("/")
         protocols = {fs.protocol} if isinstance(fs.protocol, str) else set(fs.protocol)
         self.supports_writes = not protocols & _READ_ONLY_PROTOCOLS
@@ -234,6 +235,15 @@ class FsspecStorage(Storage):
         self._check(name, if_generation)
         with contextlib.suppress(FileNotFoundError):
             self.fs.rm_file(self._full(name))
+
+    def delete_many(self, names: Sequence[str]) -> None:
+        self._writable()
+        if not names:
+            return
+        try:  # one call: s3fs sends a DeleteObjects request per thousand names
+            self.fs.rm([self._full(n) for n in names])
+        except FileNotFoundError:  # some were gone already (filesystems that mind that)
+            super().delete_many(names)
 
     def list(self, *, dirs: bool = False) -> list[str]:
         entries = self._ls(self)
