@@ -207,3 +207,18 @@ def test_verify_of_an_unfinished_zarr_destination(tmp_path, capsys):
     assert main(["verify", str(dst)]) == 1
     out = capsys.readouterr().out
     assert out.startswith(f"{dst}: a conversion into it has not finished: 7 of 8 task(s)")
+
+
+def test_one_job_however_the_paths_are_spelled(tmp_path, source, monkeypatch):
+    """Relative and absolute, with and without a trailing slash, file:// or not: one job."""
+    src, data = source
+    monkeypatch.chdir(tmp_path)
+    with ThreadPoolExecutor(2) as pool:
+        with pytest.raises(RuntimeError, match="interrupted"):
+            ngshard.convert("src.zarr", "out", executor=Interrupting(pool, 3),
+                            progress=False, chunk_size=(16, 16, 16), task_bytes=32**3)
+        stats = ngshard.convert(f"file://{tmp_path}/src.zarr/", f"{tmp_path}/./out/",
+                                executor=pool, progress=False, chunk_size=(16, 16, 16),
+                                task_bytes=32**3)
+    assert stats["skipped"] == 3 and stats["run"] == 5
+    np.testing.assert_array_equal(read_precomputed(tmp_path / "out")[0], as_xyzc(data, "zyx"))

@@ -26,14 +26,10 @@ from typing import Any
 
 import numpy as np
 
+from ..limits import PLAN_BLOCK_CHUNKS, PLAN_RANGE_CHUNKS
 from ..sharded.spec import ShardingSpec
 from ..volume.grid import ChunkGrid
 from ..volume.sharding import auto_sharding
-
-#: Chunk positions hashed at a time when grouping a scattered scale's chunks by shard.
-_BLOCK = 1 << 20
-#: Chunk IDs per spill file (ranges of shards) at most, about: a range is read whole.
-_RANGE_CHUNKS = 1 << 21
 
 
 @dataclass(frozen=True)
@@ -122,12 +118,14 @@ def precomputed_tasks(url: str, scale_key: str, grid: ChunkGrid, sharding: Shard
 class ScatteredShards:
     """The chunk positions of each non-empty shard of a grid whose spec scatters chunks
     (``(shard, positions)`` in shard order when iterated), found by hashing the grid's
-    chunks a block at a time and spilling their IDs to a temporary file per range of shards.
+    chunks ``block`` at a time and spilling their IDs to a temporary file per range of shards
+    (of about ``range_chunks`` chunks; at most 256 files).
     """
 
-    def __init__(self, grid: ChunkGrid, spec: ShardingSpec) -> None:
-        self.grid, self.spec = grid, spec
-        ranges = max(1, min(1 << spec.shard_bits, -(-grid.num_chunks // _RANGE_CHUNKS), 256))
+    def __init__(self, grid: ChunkGrid, spec: ShardingSpec, *, block: int = PLAN_BLOCK_CHUNKS,
+                 range_chunks: int = PLAN_RANGE_CHUNKS) -> None:
+        self.grid, self.spec, self.block = grid, spec, block
+        ranges = max(1, min(1 << spec.shard_bits, -(-grid.num_chunks // range_chunks), 256))
         self._shift = max(0, spec.shard_bits - (ranges - 1).bit_length())
         self._dir = tempfile.TemporaryDirectory(prefix="ngshard-plan-")
         files: dict[int, Any] = {}
@@ -156,8 +154,9 @@ class ScatteredShards:
     def _codes(self) -> Iterator[np.ndarray]:
         """The Morton codes of every chunk of the grid, a block at a time."""
         shape = self.grid.shape
-        for start in range(0, self.grid.num_chunks, _BLOCK):
-            flat = np.arange(start, min(start + _BLOCK, self.grid.num_chunks), dtype=np.int64)
+        for start in range(0, self.grid.num_chunks, self.block):
+            stop = min(start + self.block, self.grid.num_chunks)
+            flat = np.arange(start, stop, dtype=np.int64)
             yield self.grid.morton(np.stack(np.unravel_index(flat, shape), axis=-1))
 
     def __iter__(self) -> Iterator[tuple[int, np.ndarray]]:
