@@ -134,8 +134,8 @@ DEFAULT_TASK_BYTES = 128 * MiB
 #: Voxel bytes a conversion task reads from its source at a time.
 SLAB_BYTES = 64 * MiB
 #: Chunks hashed at a time when a plan groups the chunks of a scattered (murmurhash) scale by
-#: shard (about 50 MiB of positions and codes).
-PLAN_BLOCK_CHUNKS = 1 << 20
+#: shard (the hash's temporaries: about 20 MiB).
+PLAN_BLOCK_CHUNKS = 1 << 18
 #: Chunk IDs in one of the plan's spill files (a range of shards, read whole when its tasks
 #: are made: 16 MiB).
 PLAN_RANGE_CHUNKS = 1 << 21

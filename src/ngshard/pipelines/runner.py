@@ -13,11 +13,12 @@ its first task after the destination was claimed.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+import queue
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import (
-    FIRST_COMPLETED,
     Executor,
     Future,
     ProcessPoolExecutor,
@@ -144,26 +145,33 @@ def completed(executor: Executor, tasks: Iterable, fn: Callable, *args: Any,
     most ``window`` (default :func:`in_flight`) submitted and unfinished; ``tasks`` is
     taken lazily. Each result is passed to ``record`` before it is yielded. The first
     failure cancels what has not started, waits for what is running (so nothing is being
-    written once the error is raised; those that finish are recorded too) and is raised."""
+    written once the error is raised; those that finish are recorded too) and is raised.
+
+    Finished futures come through a queue their callbacks fill: taking one costs the same
+    with a window of 2,000 tasks as of 2 (``concurrent.futures.wait`` would look at all)."""
     window = window or in_flight(executor)
     todo = iter(tasks)
+    finished: queue.SimpleQueue[Future] = queue.SimpleQueue()
     pending: set[Future] = set()
     try:
         while True:
-            for task in todo:
-                pending.add(executor.submit(fn, task, *args))
-                if len(pending) >= window:
-                    break
+            for task in itertools.islice(todo, window - len(pending)):
+                future = executor.submit(fn, task, *args)
+                pending.add(future)
+                future.add_done_callback(finished.put)
             if not pending:
                 return
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            done = [finished.get()]
+            while not finished.empty():  # take every one finished by now at once
+                done.append(finished.get())
+            pending.difference_update(done)
             failed = [f.exception() for f in done if f.exception() is not None]
-            finished = [f.result() for f in done if f.exception() is None]
-            for result in finished:
+            results = [f.result() for f in done if f.exception() is None]
+            for result in results:
                 record(result)
             if failed:
                 raise failed[0]
-            yield from finished
+            yield from results
     finally:
         for f in pending:
             f.cancel()
