@@ -226,7 +226,8 @@ def test_one_task_per_shard_whatever_the_input_partitions(tmp_path):
                 written.append(len(result))
 
     items = pairs(3000, seed=5)
-    with dask.config.set(scheduler="sync"), Watch():
+    # in this process (callbacks see each task), whatever cluster another test started
+    with dask.config.set({"scheduler": "sync", "dataframe.shuffle.method": "tasks"}), Watch():
         ngshard.dask.write_kv(tmp_path / "out", RAW, db.from_sequence(items, npartitions=2))
     # one result per writing task, then their concatenation
     assert written == [1] * RAW.num_shards + [RAW.num_shards]
