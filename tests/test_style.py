@@ -3,6 +3,7 @@ peer forever, and the layers of the code stay apart: layer kinds are known in on
 sharded format knows no layer."""
 
 import ast
+import functools
 import re
 import subprocess
 import sys
@@ -117,3 +118,72 @@ def test_dask_clusters_of_tests_and_tools_take_no_fixed_port():
         if port is not None and not (isinstance(port, ast.Constant) and port.value == 0):
             fixed.append(f"{path}:{line}: LocalCluster with a fixed scheduler_port")
     assert not fixed, "\n".join(fixed)
+
+
+def _private(part: str) -> bool:
+    return part.startswith("_") and not part.startswith("__")
+
+
+def _private_uses(source: str) -> list[tuple[int, str]]:
+    """The private names of ngshard a module's code imports or reads: a dotted name with an
+    underscore-prefixed part (``ngshard._arrays``, ``from ngshard.x import _y``), or such an
+    attribute of a name imported from ngshard (``kv_module._y``)."""
+    tree = ast.parse(source)
+    found, imported = [], set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            dotted = [(a.name, a.asname or a.name.split(".")[0]) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            dotted = [(f"{node.module}.{a.name}", a.asname or a.name) for a in node.names]
+        else:
+            continue
+        for name, bound in dotted:
+            if name.split(".")[0] == "ngshard":
+                imported.add(bound)
+                if any(_private(p) for p in name.split(".")):
+                    found.append((node.lineno, name))
+    members = _private_members()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr):
+            root = node.value
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Name) and (root.id in imported or (
+                    node.attr in members and root.id not in ("self", "cls", "os"))):
+                found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+#: zarr-python's Store protocol spells these with an underscore; its own store tests use them.
+ZARR_STORE_PROTOCOL = {"_is_open", "_set_many"}
+
+
+@functools.cache
+def _private_members() -> frozenset[str]:
+    """The underscore names ngshard's classes define (methods, and attributes set on self):
+    a test reading one of them off an ngshard object (``arr._plan()``) uses a private name."""
+    names = set()
+    for path in (ROOT / "src" / "ngshard").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                names.add(node.name)
+            elif (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+                  and isinstance(node.value, ast.Name) and node.value.id == "self"):
+                names.add(node.attr)
+    return frozenset(n for n in names if _private(n)) - ZARR_STORE_PROTOCOL
+
+
+def test_tests_use_no_private_name_of_ngshard():
+    """Tests go through the public names: a private one may change or vanish in any
+    refactoring, and a test of it pins the code, not the behaviour."""
+    assert _private_uses("from ngshard.staged.copy import _copy_runs\n"
+                         "import ngshard.sharded.kv as kv\nkv._x\nimport ngshard._arrays\n"
+                         "from ngshard import errors\nerrors.NgShardError._y\n"
+                         "from ngshard import __version__\narr._through()\nself._through()\n"
+                         ) == [
+        (1, "ngshard.staged.copy._copy_runs"), (4, "ngshard._arrays"), (3, "kv._x"),
+        (6, "errors.NgShardError._y"), (8, "arr._through")]
+    used = [f"{path.relative_to(ROOT)}:{line}: {name}"
+            for path in sorted((ROOT / "tests").rglob("*.py"))
+            for line, name in _private_uses(path.read_text())]
+    assert not used, "\n".join(used)

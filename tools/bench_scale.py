@@ -97,7 +97,7 @@ class SimExecutor(Executor):
         while True:
             with self.cond:
                 while not self.heap and not self.stop:
-                    self.cond.wait()
+                    self.cond.wait(1.0)
                 if self.stop:
                     return
                 end, _, task, future = self.heap[0]

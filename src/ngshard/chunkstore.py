@@ -19,8 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .commitplan import CommitPlan
-
-Blob = bytes | memoryview
+from .types import Blob
 
 
 class ChunkStore:

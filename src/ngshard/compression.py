@@ -14,6 +14,7 @@ import lzma
 import struct
 import zlib
 from collections.abc import Callable, Iterator
+from typing import Any, Protocol
 
 import brotli
 import deflate
@@ -21,17 +22,20 @@ import zstandard
 
 from .errors import CorruptDataError, SpecError
 from .limits import INFLATE_PIECE_BYTES, STREAM_STEP_BYTES
+from .types import Blob
 
 
-def gzip_compress(data: bytes, level: int = 6) -> bytes:
-    """One gzip stream holding ``data`` (libdeflate: about twice zlib's speed)."""
+def gzip_compress(data: Blob, level: int = 6) -> bytes | bytearray:
+    """One gzip stream holding ``data`` (libdeflate: about twice zlib's speed; it gives a
+    bytearray)."""
     return deflate.gzip_compress(data, level)
 
 
-def gzip_decompress(data: bytes, where: str = "", limit: int | None = None,
-                    members: bool = True) -> bytes:
+def gzip_decompress(data: Blob, where: str = "", limit: int | None = None,
+                    members: bool = True) -> bytes | bytearray:
     """Decode one or more concatenated gzip streams (only one unless ``members``, as tensorstore
-    and neuroglancer read the sharded format); CorruptDataError if it is not gzip, or if it
+    and neuroglancer read the sharded format), as bytes or (from libdeflate, not copied) a
+    bytearray; CorruptDataError if it is not gzip, or if it
     inflates past ``limit`` bytes (a bomb: memory stays bounded by the limit, not by what the
     data claims).
 
@@ -63,7 +67,7 @@ def _inflate(rest: memoryview, where: str, limit: int | None, members: bool) -> 
     total = 0
     while True:
         d = zlib.decompressobj(31)
-        tail = rest
+        tail: bytes | memoryview = rest
         while True:
             # in pieces (zlib grows each output buffer by doubling: one large call would peak
             # at twice its size), and at most one byte past the limit
@@ -90,13 +94,13 @@ def _inflate(rest: memoryview, where: str, limit: int | None, members: bool) -> 
             raise CorruptDataError(f"{where}: {len(rest)} bytes after the end of the gzip data")
 
 
-def zstd_compress(data: bytes, level: int = 3, checksum: bool = False) -> bytes:
+def zstd_compress(data: Blob, level: int = 3, checksum: bool = False) -> bytes:
     """One zstd frame holding ``data`` (its size recorded in the frame header; with
     ``checksum``, a checksum of the content at its end)."""
     return zstandard.ZstdCompressor(level=level, write_checksum=checksum).compress(data)
 
 
-def zstd_decompress(data: bytes, where: str = "", limit: int | None = None) -> bytes:
+def zstd_decompress(data: Blob, where: str = "", limit: int | None = None) -> bytes:
     """Decode one or more concatenated zstd frames; CorruptDataError if it is not zstd, is
     truncated, or inflates past ``limit`` bytes. A frame that declares its size is checked
     against the limit before it is decoded (zstandard's one-shot call would trust it); one
@@ -130,12 +134,13 @@ def zstd_decompress(data: bytes, where: str = "", limit: int | None = None) -> b
         raise CorruptDataError(f"{where}: bad zstd data ({e})") from None
 
 
-def encode(data: bytes, encoding: str) -> bytes:
+def encode(data: Blob, encoding: str) -> Blob:
     """Apply a sharded-format encoding ("raw" or "gzip")."""
     return gzip_compress(data) if encoding == "gzip" else data
 
 
-def decode(data: bytes, encoding: str, where: str = "", limit: int | None = None) -> bytes:
+def decode(data: Blob, encoding: str, where: str = "", limit: int | None = None
+           ) -> bytes | bytearray:
     """Undo a sharded-format encoding ("raw" or "gzip": one gzip stream, nothing after it),
     refusing output past ``limit``."""
     return gzip_decompress(data, where, limit, False) if encoding == "gzip" else bytes(data)
@@ -170,7 +175,7 @@ def split_twin(name: str) -> tuple[str, str]:
     return name, ""
 
 
-def compress_twin(data: bytes | memoryview, suffix: str) -> bytes:
+def compress_twin(data: Blob, suffix: str) -> bytes | bytearray:
     """The bytes of the ``suffix`` twin of a file holding ``data`` (as cloud-files writes
     them: gzip level 6 here, brotli quality 5, zstd level 3)."""
     if suffix == ".gz":
@@ -186,8 +191,8 @@ def compress_twin(data: bytes | memoryview, suffix: str) -> bytes:
     return bytes(data)
 
 
-def decompress_twin(data: bytes | memoryview, suffix: str, where: str = "",
-                    limit: int | None = None) -> bytes:
+def decompress_twin(data: Blob, suffix: str, where: str = "",
+                    limit: int | None = None) -> bytes | bytearray:
     """The content of a ``suffix`` twin (``where`` names it); CorruptDataError if it does not
     decode, or decodes past ``limit`` bytes (memory stays bounded by the limit)."""
     if not len(data):  # as cloud-files: a twin of no bytes is damage, not an empty file
@@ -204,7 +209,7 @@ def decompress_twin(data: bytes | memoryview, suffix: str, where: str = "",
 _ZSTD_IN = 64  # zstd input per step: at most 2 MiB of output (a 4-byte block holds 128 KiB)
 
 
-def iter_decompress(read: Callable[[int, int], bytes | memoryview], suffix: str,
+def iter_decompress(read: Callable[[int, int], Blob], suffix: str,
                     where: str = "", limit: int | None = None, piece: int = INFLATE_PIECE_BYTES
                     ) -> Iterator[bytes]:
     """Decode a ``suffix`` twin as a stream: ``read(offset, n)`` gives up to ``n`` bytes of
@@ -248,27 +253,29 @@ class _Bad(Exception):
     """Internal: the stream ended early ("truncated") or had nothing ("empty")."""
 
 
-def _gunzip(more: Callable[[], bytes], piece: int) -> Iterator[bytes]:
-    d, data = zlib.decompressobj(31), more()
-    if not data:
-        raise _Bad("empty")
-    while True:
-        out = d.decompress(data, piece)
-        if out:
-            yield out
-        if d.eof:  # another member may follow
-            data = d.unused_data or more()
-            if not data:
-                return
-            d = zlib.decompressobj(31)
-        elif len(out) == piece:  # stopped at the limit: more output may be pending
-            data = d.unconsumed_tail
-        elif not (data := d.unconsumed_tail or more()):
-            raise _Bad("truncated")
+class _More(Protocol):
+    """The next bytes of the stream being decoded: up to ``n``, none at its end."""
+
+    def __call__(self, n: int = ...) -> bytes: ...
 
 
-def _unlzma(more: Callable[[], bytes], piece: int, make=lzma.LZMADecompressor
-            ) -> Iterator[bytes]:
+class _Decompressor(Protocol):
+    """zlib's, lzma's and bz2's decompressor objects, as :func:`_streams` uses them."""
+
+    @property
+    def eof(self) -> bool: ...
+
+    @property
+    def unused_data(self) -> bytes: ...
+
+    def decompress(self, data: bytes, max_length: int, /) -> bytes: ...
+
+
+def _streams(more: _More, piece: int, make: Callable[[], _Decompressor],
+             again: Callable[[Any, bytes], bytes | None]) -> Iterator[bytes]:
+    """Decode concatenated streams (gzip members, xz or bzip2 streams) with decompressors
+    ``make()`` gives, up to ``piece`` bytes a call; ``again(d, out)`` is the input to call
+    ``d`` with once more before reading on (None: ``d`` needs more input)."""
     d, data = make(), more()
     if not data:
         raise _Bad("empty")
@@ -281,17 +288,31 @@ def _unlzma(more: Callable[[], bytes], piece: int, make=lzma.LZMADecompressor
             if not data:
                 return
             d = make()
-        elif not d.needs_input:
-            data = b""
+        elif (rest := again(d, out)) is not None:
+            data = rest
         elif not (data := more()):
             raise _Bad("truncated")
 
 
-def _unbz2(more: Callable[[], bytes], piece: int) -> Iterator[bytes]:
+def _gunzip(more: _More, piece: int) -> Iterator[bytes]:
+    # zlib hands back the input it did not reach; a call stopped at the limit may have more
+    # output pending even with none left
+    return _streams(more, piece, lambda: zlib.decompressobj(31),
+                    lambda d, out: d.unconsumed_tail
+                    if len(out) == piece or d.unconsumed_tail else None)
+
+
+def _unlzma(more: _More, piece: int,
+            make: Callable[[], _Decompressor] = lzma.LZMADecompressor) -> Iterator[bytes]:
+    # lzma and bz2 keep unread input themselves: called with none until they need more
+    return _streams(more, piece, make, lambda d, out: None if d.needs_input else b"")
+
+
+def _unbz2(more: _More, piece: int) -> Iterator[bytes]:
     return _unlzma(more, piece, bz2.BZ2Decompressor)
 
 
-def _unbrotli(more: Callable[[], bytes], piece: int) -> Iterator[bytes]:
+def _unbrotli(more: _More, piece: int) -> Iterator[bytes]:
     d, data = brotli.Decompressor(), more()
     if not data:
         raise _Bad("empty")
@@ -306,7 +327,7 @@ def _unbrotli(more: Callable[[], bytes], piece: int) -> Iterator[bytes]:
         raise _Bad("bytes after the end of the")
 
 
-def _unzstd(more: Callable[[], bytes], piece: int) -> Iterator[bytes]:
+def _unzstd(more: _More, piece: int) -> Iterator[bytes]:
     # zstandard's decompressobj has no output limit: small inputs bound each output
     buf, at = more(), 0
     if not buf:

@@ -28,10 +28,12 @@ from .errors import MissingDependencyError, SpecError
 from .limits import MAX_SHARD_TASKS
 from .sharded.infofile import as_spec, record_spec
 from .sharded.inputs import as_bytes
-from .sharded.kv import ShardedKV, open_kv
+from .sharded.kv import ShardedKV
+from .sharded.opener import open_kv
 from .sharded.shard_writer import write_shard
 from .sharded.spec import ShardingSpec, as_key_array
 from .storage import Storage, open_storage, remove_stale
+from .types import Blob
 from .volume import Volume, open_volume
 
 if TYPE_CHECKING:
@@ -249,7 +251,7 @@ def write_chunks(url: str | os.PathLike | Storage, collection: Any, *, scale: in
     return open_volume(handle.storage, handle.scale.key)
 
 
-def _encode_chunks(items: list, grid: ChunkGrid, codec: ScaleCodec) -> list[tuple[int, bytes]]:
+def _encode_chunks(items: list, grid: ChunkGrid, codec: ScaleCodec) -> list[tuple[int, Blob]]:
     """One bag partition of (position, chunk) as (Morton code, encoded chunk) pairs."""
     items = list(items)  # a partition of a mapped bag is an iterator: read it once
     if not items:

@@ -38,7 +38,7 @@ DOWNSAMPLE = (2, 2, 1)  # of the second scale
 MARKER = "ngshard_demo"
 #: The layers' folders.
 IMAGE, SEGMENTATION = "image", "segmentation"
-SCALE_DIRS = (scale_key(RESOLUTION), scale_key(np.multiply(RESOLUTION, DOWNSAMPLE)))
+SCALE_DIRS = (scale_key(RESOLUTION), scale_key([r * d for r, d in zip(RESOLUTION, DOWNSAMPLE)]))
 # The folders the demo writes: None is a folder of shards (and an info), a dict a layer (whose
 # info must carry MARKER) and its folders. Earlier demos wrote the segmentation at the top:
 # a rerun replaces those too.
@@ -90,8 +90,8 @@ def cell_skeletons(cells: np.ndarray, n: int, vertices: int = 32, stride: int = 
     g = cells.ravel()[at]
     p = (np.stack(np.unravel_index(at, cells.shape), axis=1) + 0.5) * np.asarray(RESOLUTION)
     count = np.bincount(g, minlength=n)
-    mean = np.stack([np.bincount(g, p[:, d], n) for d in range(3)], 1)
-    mean /= np.maximum(count, 1)[:, None]
+    mean = np.stack([np.bincount(g, p[:, d], n) for d in range(3)], 1) / \
+        np.maximum(count, 1)[:, None]
     q = p - mean[g]
     cov = np.stack([np.bincount(g, q[:, i] * q[:, j], n) for i in range(3) for j in range(3)],
                    1).reshape(n, 3, 3)
@@ -228,7 +228,7 @@ def _demo_files_any(path: str, tree: dict | None = None) -> list[str]:
     (a layer there would hide the demo's from a viewer)."""
     data, infos = [], []
     top = tree is None
-    tree = DEMO_TREE if top else tree
+    tree = DEMO_TREE if tree is None else tree
     for name, sub in sorted(tree.items()):
         folder = os.path.join(path, name)
         if not os.path.isdir(folder):

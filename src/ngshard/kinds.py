@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from .compression import split_twin
 from .errors import NotFoundError, SpecError
@@ -26,7 +26,8 @@ VOLUME = "volume"
 STORE = "store"
 #: The ``@type`` of a volume's info (image or segmentation), and the volume types (``type``).
 VOLUME_TYPE = "neuroglancer_multiscale_volume"
-IMAGE, SEGMENTATION = "image", "segmentation"
+IMAGE: Final = "image"
+SEGMENTATION: Final = "segmentation"
 VOLUME_TYPES = (IMAGE, SEGMENTATION)
 SKELETONS = "neuroglancer_skeletons"
 MESHES = "neuroglancer_multilod_draco"
@@ -137,13 +138,14 @@ def layer_kind(doc: dict | None, storage: Any) -> str:
 
 def is_segmentation(doc: dict | None) -> bool:
     """Whether an info describes a segmentation volume (its ``type``)."""
-    return kind_of(doc) == VOLUME and doc.get("type") == SEGMENTATION
+    return doc is not None and kind_of(doc) == VOLUME and doc.get("type") == SEGMENTATION
 
 
 def unindexed_entries(doc: dict | None) -> str | None:
     """What the unindexed entries in the shards of the layer ``doc`` describes are (for
     messages), None for a layer whose shards keep none."""
-    return UNINDEXED.get(kind_of(doc))
+    kind = kind_of(doc)
+    return None if kind is None else UNINDEXED.get(kind)
 
 
 def stores(doc: dict | None) -> dict[str, dict | None]:

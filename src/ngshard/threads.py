@@ -19,6 +19,10 @@ R = TypeVar("R")
 WORKERS = max(2, available_cpus())
 
 
+_leaves: ThreadPoolExecutor
+_jobs: ThreadPoolExecutor
+
+
 def _new_pools() -> None:
     global _leaves, _jobs
     _leaves = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="ngshard")

@@ -1,4 +1,5 @@
-"""The closed sets of strings ngshard's public signatures take, as ``Literal`` types.
+"""The closed sets of strings ngshard's public signatures take, as ``Literal`` types, and
+:data:`Blob`, the bytes ngshard hands around.
 
 Type checkers and IDEs read them from the signatures; the checks at run time read the same
 values from here (``typing.get_args``), so a value is added in one place only::
@@ -11,8 +12,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-__all__ = ["Compress", "DataEncoding", "Encoding", "HashName", "IndexLocation", "LayerType",
-           "Mode", "Strategy", "VolumeMode"]
+__all__ = ["Blob", "Compress", "DataEncoding", "Encoding", "HashName", "IndexLocation", "LayerType",
+           "MemoryOrder", "Mode", "Strategy", "VolumeMode"]
 
 #: How a sharded store is opened: read only, update, update or create, create anew.
 Mode = Literal["r", "r+", "a", "w"]
@@ -34,3 +35,9 @@ LayerType = Literal["image", "segmentation"]
 Compress = Literal["gzip", "br", "zstd"]
 #: Where a zarr ``sharding_indexed`` shard keeps its index.
 IndexLocation = Literal["start", "end"]
+#: How a chunk's values lie in memory: "C" (the last axis fastest) or "F" (the first).
+MemoryOrder = Literal["C", "F"]
+
+#: Bytes as ngshard hands them around without copying: ``bytes``, a ``bytearray`` (what
+#: libdeflate gives) or a ``memoryview`` of a larger read.
+Blob = bytes | bytearray | memoryview

@@ -10,7 +10,7 @@ import pytest
 
 import ngshard
 from ngshard.layers.annotation_shapes import shapes
-from ngshard.layers.annotation_spatial import Level, _placed
+from ngshard.layers.annotation_spatial import Level, cells_met
 
 ng = pytest.importorskip("neuroglancer")
 from neuroglancer.read_precomputed_annotations import AnnotationReader  # noqa: E402
@@ -142,7 +142,7 @@ def test_an_annotation_is_stored_in_the_cells_it_meets(kind, geometry):
     than their bounding boxes meet (the lines a quarter or less)."""
     placed = shapes(kind, 3, geometry if kind == "polyline" else np.array(geometry, float))
     level = Level(np.full(3, 8.0), np.full(3, 8))
-    owner, cells = _placed(placed, np.array([0]), level, np.zeros(3))
+    owner, cells = cells_met(placed, np.array([0]), level, np.zeros(3))
     grid = np.stack(np.meshgrid(*[np.arange(8)] * 3, indexing="ij"), -1).reshape(-1, 3)
     want = [tuple(c) for c in grid if meets(kind, geometry, 8.0 * c, 8.0 * c + 8)[0]]
     assert sorted(map(tuple, cells.tolist())) == sorted(want)

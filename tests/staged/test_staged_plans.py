@@ -65,7 +65,7 @@ SEED_PLAN = """
 
 
 def test_the_seeds_example_plan_prints_and_runs_as_printed(arr):
-    plan = arr._setitem_plan((slice(5, 20), slice(30, None)))
+    plan = arr.setitem_plan((slice(5, 20), slice(30, None)))
     assert str(plan) == dedent(SEED_PLAN)
     arr[5:20, 30:] = 42
     # the partial chunks (0, 3) and (0, 4) were read once; the whole ones never
@@ -75,7 +75,7 @@ def test_the_seeds_example_plan_prints_and_runs_as_printed(arr):
     expect[5:20, 30:] = 42
     np.testing.assert_array_equal(arr[...], expect)
     # writing the same chunks again updates their staged slabs in place: no read, no slab
-    plan = arr._setitem_plan((slice(0, 20), slice(30, None)))
+    plan = arr.setitem_plan((slice(0, 20), slice(30, None)))
     assert "append 0 empty slabs" in str(plan)
     reads = arr.source.reads
     arr[0:20, 30:] = 7
@@ -90,7 +90,7 @@ def test_the_seeds_example_plan_prints_and_runs_as_printed(arr):
 
 def test_reads_take_staged_chunks_from_memory_and_the_rest_from_storage(arr):
     arr[5:20, 30:] = 42
-    plan = arr._getitem_plan((slice(0, 12), slice(28, 33)))
+    plan = arr.getitem_plan((slice(0, 12), slice(28, 33)))
     assert str(plan) == dedent("""
         GetItemPlan<out_shape=(12, 5), 4 slice transfers among 3 slab pairs>
           # 2 transfers from slabs[1] to out
@@ -108,7 +108,7 @@ def test_reads_take_staged_chunks_from_memory_and_the_rest_from_storage(arr):
 
 def test_steps_and_arrays_print_the_value_view(arr):
     arr[5:20, 30:] = 42
-    plan = arr._setitem_plan((slice(12, 2, -3), [45, 31, 31]))
+    plan = arr.setitem_plan((slice(12, 2, -3), [45, 31, 31]))
     assert str(plan).splitlines()[:6] == dedent("""
         SetItemPlan<value_shape=(4, 3), value_view=[::-1, [...]], append 0 empty slabs, 4 slice transfers among 2 slab pairs, drop 0 slabs>
           # 2 transfers from value to slabs[2]
@@ -127,7 +127,7 @@ def test_steps_and_arrays_print_the_value_view(arr):
 
 def test_load_plan_moves_every_stored_chunk_to_one_slab(arr):
     arr[5:20, 30:] = 42
-    plan = arr._load_plan()
+    plan = arr.load_plan()
     lines = str(plan).splitlines()
     assert lines[:3] == ["LoadPlan<append 1 empty slabs, 11 slice transfers among 1 slab pairs, "
                          "drop 0 slabs>", "  slabs.append(np.empty((110, 10)))  # slabs[4]",
@@ -164,7 +164,7 @@ def test_resize_plans_edge_chunks_as_the_seed_says():
     arr[0:5, 0:5] = 3  # chunk (0, 0) staged
     arr.resize((25, 45))  # shrinking: whole edge chunks are left as they are
     assert source.reads == 1
-    plan = arr._resize_plan((28, 50))  # growing: the edge chunks read, then filled
+    plan = arr.resize_plan((28, 50))  # growing: the edge chunks read, then filled
     assert str(plan).splitlines()[:5] == [
         "ResizePlan<old_shape=(25, 45), new_shape=(28, 50), append 1 empty slabs, 15 slice "
         "transfers among 2 slab pairs, delete 0 stored chunks, drop 0 slabs>",
@@ -178,7 +178,7 @@ def test_resize_plans_edge_chunks_as_the_seed_says():
     expect[0:5, 0:5] = 3
     np.testing.assert_array_equal(arr[...], expect)
     arr.resize((12, 8))  # chunks outside the grid are dropped, stored ones deleted
-    assert "delete 0 stored chunks" in str(arr._resize_plan((12, 8)))
+    assert "delete 0 stored chunks" in str(arr.resize_plan((12, 8)))
     arr.commit()
     assert sorted(source.stored) == [(0, 0), (1, 0)]
     np.testing.assert_array_equal(source.array(), expect[:12, :8])
@@ -192,7 +192,7 @@ def test_bulk_assignments_write_whole_chunks_through():
     source = MemoryChunks((30, 50), (10, 10), "int64")
     arr = StagedChangesArray(source, staged_bytes=8 * 2 * 800)  # through from 2 chunks
     value = np.arange(15 * 20).reshape(15, 20)
-    plan = arr._setitem_plan((slice(5, 20), slice(30, None)), value)
+    plan = arr.setitem_plan((slice(5, 20), slice(30, None)), value)
     assert str(plan).splitlines()[:9] == [
         "SetItemPlan<value_shape=(15, 20), value_view=[:, :], write 2 chunks through, append 1 "
         "empty slabs, 4 slice transfers among 2 slab pairs, drop 0 slabs>",

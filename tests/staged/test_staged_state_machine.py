@@ -153,7 +153,7 @@ class ArrayMachine(ModelMachine):
         return self.source.writes
 
     def stage(self, idx, value) -> None:
-        if self.staged._setitem_plan(idx).through is not None:
+        if self.staged.setitem_plan(idx).through is not None:
             event("whole chunks written through")
         super().stage(idx, value)
 

@@ -17,7 +17,7 @@ import ngshard
 from ngshard.sharded.inputs import value_arrays
 from ngshard.sharded.staging import LARGE_VALUE, Staging
 from ngshard.staged import MemoryChunks, StagedChangesArray, normalize
-from ngshard.staged.copy import _copy_runs
+from ngshard.staged.copy import copy_runs
 from ngshard.staged.geometry import Geometry, box_indices, columns, zeroed
 from ngshard.staged.mapper import IndexChunkMapper
 from ngshard.staged.slabmap import SlabMap
@@ -223,9 +223,9 @@ def test_strided_copies_of_many_short_runs_match_numpy(dtype):
     slab = np.zeros((16, 16, 16, 32), dtype, order="F")
     expect = slab.copy(order="F")
     tiling(expect, 5)[...] = src
-    _copy_runs(tiling(slab, 5), src)
+    copy_runs(tiling(slab, 5), src)
     np.testing.assert_array_equal(slab, expect)
     assert slab.any()
     dst = tiling(slab, 6)
-    _copy_runs(dst, np.broadcast_to(np.array(7, dtype), dst.shape))  # no runs: numpy's copy
+    copy_runs(dst, np.broadcast_to(np.array(7, dtype), dst.shape))  # no runs: numpy's copy
     assert (dst == 7).all() and (slab[:, :, 6] == 7).all()

@@ -129,7 +129,7 @@ def test_unsharded_resize_rewrites_edge_chunks_under_their_new_names(tmp_path):
         vol[...] = data
     vol = open_volume(tmp_path, mode="r+")
     vol.resize((13, 18, 6))  # shrink x into a chunk, grow y past one
-    plan = str(vol.array._resize_plan((13, 18, 6, 1)))
+    plan = str(vol.array.resize_plan((13, 18, 6, 1)))
     assert "delete 0 stored chunks" in plan  # nothing more to change
     vol.commit()
     expect = np.zeros((13, 18, 6, 1), np.uint8)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from ngshard.errors import CorruptDataError, MissingDependencyError, NotFoundError, SpecError
 from ngshard.zarr import create_array, open_array
-from ngshard.zarr.codecs import parse_pipeline
+from ngshard.zarr.codec_json import parse_pipeline
 from ngshard.zarr.dtypes import decode_fill, encode_fill
 from ngshard.zarr.metadata import parse_v3
 from ngshard.zarr.shard_index import EMPTY, decode_index, encode_index, index_range, lay_out

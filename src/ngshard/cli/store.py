@@ -18,6 +18,7 @@ from ..sharded.spec import check_key
 from ..verify import verify_kv, verify_volume
 from ..volume import Bounds
 from ..volume.handle import ScaleHandle
+from ..volume.vectors import xyz
 from .layers import cmd_get_layer, cmd_info_layer, typed_layer
 from .targets import emit, progress_wanted, require_present, scale_indices, targets, volume_at
 from .zarr_info import cmd_info_zarr, is_zarr
@@ -112,10 +113,11 @@ def cmd_info(args: argparse.Namespace) -> None:
             sharding = "unsharded" if s.sharding is None else "sharded"
             print(f"scale {i}      key {s.key}: size {s.size}, offset {s.voxel_offset}, "
                   f"resolution {s.resolution}, chunks {s.chunk_size}, {s.encoding}, {sharding}")
-            box = Bounds(s.voxel_offset, tuple(o + n for o, n in zip(s.voxel_offset, s.size)))
+            box = Bounds(s.voxel_offset, xyz(o + n for o, n in zip(s.voxel_offset, s.size)))
             print(f"  {'bounds':<13}{box} (voxel coordinates, as a volume is indexed)")
             target = found.get(storage.child(s.key).url)
             if target is not None:
+                assert target.handle is not None  # a volume's targets carry their scale
                 describe_store(target.kv, indent="  ", progress=progress)
                 shard = target.handle.grid.shard_shape(s.sharding)
                 print(f"  {'shard box':<13}"

@@ -92,6 +92,7 @@ def targets(args: argparse.Namespace, mode: Mode = "r", *, every_scale: bool = F
                                     f"chunk): there is no sharded store to work on")
                 continue
             handle = ScaleHandle(storage, info, i, "r" if mode == "r" else "r+")
+            assert handle.store.kv is not None  # the scale is sharded
             out.append(Target(f"{storage.path(scale.key)}", handle.store.kv, handle))
         if not out:
             raise SpecError(f"{args.url}: a volume with no sharded scale (one file per chunk)")

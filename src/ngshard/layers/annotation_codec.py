@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import CorruptDataError, SpecError
+from ..types import Blob
 
 TYPES = ("point", "line", "axis_aligned_bounding_box", "ellipsoid", "polyline")
 # type -> (numpy type, alignment group, components)
@@ -49,10 +50,10 @@ class PropertySpec:
         if self.type not in PROPERTY_TYPES:
             raise SpecError(f"annotation property {self.id!r}: type must be one of "
                             f"{', '.join(PROPERTY_TYPES)}, got {self.type!r}")
-        if (self.enum_values is None) != (self.enum_labels is None) or (
-                self.enum_values is not None and (
-                    self.type in ("rgb", "rgba")
-                    or len(self.enum_values) != len(self.enum_labels))):
+        values, labels = self.enum_values, self.enum_labels
+        if (values is None) != (labels is None) or (
+                values is not None and labels is not None and (
+                    self.type in ("rgb", "rgba") or len(values) != len(labels))):
             raise SpecError(f"annotation property {self.id!r}: enum_values and enum_labels "
                             f"go together, with as many labels as values, on numeric types")
 
@@ -69,7 +70,7 @@ class PropertySpec:
         doc: dict[str, Any] = {"id": self.id, "type": self.type}
         if self.description is not None:
             doc["description"] = self.description
-        if self.enum_values is not None:
+        if self.enum_values is not None and self.enum_labels is not None:
             doc["enum_values"] = list(self.enum_values)
             doc["enum_labels"] = list(self.enum_labels)
         return doc
@@ -79,7 +80,9 @@ class PropertySpec:
         if not isinstance(doc, dict):
             raise SpecError(f"annotation property must be an object, got {doc!r}")
         values, labels = doc.get("enum_values"), doc.get("enum_labels")
-        return cls(doc.get("id"), doc.get("type"), doc.get("description"),
+        ident: Any = doc.get("id")  # checked by the constructor, as type is
+        kind: Any = doc.get("type")
+        return cls(ident, kind, doc.get("description"),
                    None if values is None else tuple(values),
                    None if labels is None else tuple(labels))
 
@@ -274,7 +277,7 @@ def encode_single(records: Records, relations: list[tuple[np.ndarray, np.ndarray
     return words.view(_U8), offsets * 4
 
 
-def decode_single(schema: Schema, buf: bytes | memoryview, where: str) -> Decoded:
+def decode_single(schema: Schema, buf: Blob, where: str) -> Decoded:
     """One by_id value: its record and relationship id lists (exact length checked)."""
     buf = memoryview(buf)
     decoded, offset = decode_records(schema, buf, 0, 1, where)
@@ -320,7 +323,7 @@ def encode_multiple(records: Records, ids: np.ndarray, groups: np.ndarray,
     return words.view(_U8), offsets * 4
 
 
-def decode_multiple(schema: Schema, buf: bytes | memoryview, where: str) -> Decoded:
+def decode_multiple(schema: Schema, buf: Blob, where: str) -> Decoded:
     """A list of annotations (relationship or spatial index value), exact length checked."""
     buf = memoryview(buf)
     if len(buf) < 8:

@@ -117,7 +117,7 @@ def spatial_levels(shapes: Shapes, lower: np.ndarray, upper: np.ndarray, limit: 
     remaining = np.arange(len(lo))
     depth = 0
     while len(remaining):
-        owner, cells = _placed(shapes, remaining, level, lower)
+        owner, cells = cells_met(shapes, remaining, level, lower)
         keys = morton(cells, level.grid_shape)
         _, per_cell = np.unique(keys, return_counts=True)
         most = int(per_cell.max())
@@ -142,11 +142,28 @@ def spatial_levels(shapes: Shapes, lower: np.ndarray, upper: np.ndarray, limit: 
         level, depth = finer, depth + 1
 
 
-def _placed(shapes: Shapes, remaining: np.ndarray, level: Level, lower: np.ndarray
+def cells_met(shapes: Shapes, remaining: np.ndarray, level: Level, lower: np.ndarray
             ) -> tuple[np.ndarray, np.ndarray]:
     """The (position in ``remaining``, cell) pairs of the cells each remaining annotation
     meets at ``level``, each pair once: the cells of each piece's box, kept where the piece
-    meets the cell (lines, polylines and ellipsoids; :mod:`.annotation_shapes`)."""
+    meets the cell (lines, polylines and ellipsoids; :mod:`.annotation_shapes`).
+
+    Parameters
+    ----------
+    shapes
+        The annotations' pieces.
+    remaining
+        The indices of the annotations to place.
+    level
+        The spatial index level: its cell size and grid shape.
+    lower
+        The index's lower bound (the grid's origin).
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        Positions in ``remaining`` (int64, n) and the cells (int64, n x 3).
+    """
     position = np.full(len(shapes.lo), -1, np.int64)
     position[remaining] = np.arange(len(remaining))
     pieces = np.flatnonzero(position[shapes.owner] >= 0)

@@ -129,7 +129,7 @@ def _by_id(schema: Schema, records: Records, ids: np.ndarray,
 
 
 def _split(keys: Any, data: np.ndarray, offsets: np.ndarray) -> Iterator[tuple[Any, bytes]]:
-    view = memoryview(data)
+    view = data.data
     for key, o0, o1 in zip(keys.tolist() if hasattr(keys, "tolist") else keys,
                            offsets[:-1].tolist(), offsets[1:].tolist()):
         yield key, bytes(view[o0:o1])
@@ -165,8 +165,7 @@ def write_annotations(url: str | os.PathLike | Storage, kind: str, geometry: Any
                       dimensions: Mapping[str, Any] | None = None,
                       sharding: None | str | dict | ShardingSpec = "auto",
                       lower_bound: Any = None, upper_bound: Any = None,
-                      limit: int | None = None, seed: int = 0,
-                      progress: bool = False,
+                      limit: int | None = None, seed: int = 0, progress: bool = False,
                       durable: bool = True, overwrite: bool = False,
                       compress: Compress | None = None) -> Annotations:
     """Write an annotation collection: by_id, relationship and spatial indices and the info.
@@ -202,14 +201,8 @@ def write_annotations(url: str | os.PathLike | Storage, kind: str, geometry: Any
         level of one cell).
     seed
         The spatial index's sampling is pseudo-random: the same seed writes the same bytes.
-    progress, durable
-        As for :func:`ngshard.write_kv` (``durable=False`` skips the fsyncs: scratch work).
-    overwrite
-        Replace a layer or store already at ``url`` (all it owns is removed first); by
-        default such a destination is refused.
-    compress
-        With ``sharding=None``: every file written as its compressed twin, as cloud-files'
-        ``compress=`` does: None (plain), "gzip", "br" or "zstd".
+    progress, durable, overwrite, compress
+        As for :func:`ngshard.write_skeletons`.
 
     Returns
     -------
@@ -218,6 +211,8 @@ def write_annotations(url: str | os.PathLike | Storage, kind: str, geometry: Any
 
     Raises
     ------
+    SpecError
+        An unknown ``kind``, or ``compress`` given with sharding.
     ExistsError
         ``url`` holds a layer or store, and not ``overwrite``.
     """
@@ -286,10 +281,10 @@ def write_annotations(url: str | os.PathLike | Storage, kind: str, geometry: Any
         cells = level.cells
         spec = spec_for(len(cells), mean * len(level.annotations) / max(1, len(cells))
                         if mean else None)
-        keys = morton(cells, level.level.grid_shape).tolist() if spec else \
+        names = morton(cells, level.level.grid_shape).tolist() if spec else \
             ["_".join(map(str, c)) for c in cells.tolist()]
         _write(storage.child(f"spatial{i}"), spec,
-               _lists(records, ids, keys, level.annotations, level.bounds), progress, twin)
+               _lists(records, ids, names, level.annotations, level.bounds), progress, twin)
         spatial_info.append({"key": f"spatial{i}",
                              "grid_shape": level.level.grid_shape.tolist(),
                              "chunk_size": level.level.chunk_size.tolist(), "limit": limit,

@@ -16,6 +16,7 @@ from ..limits import MAX_QUERY_CELLS
 from ..sharded.infofile import INFO
 from ..sharded.spec import as_key_array, check_key
 from ..storage import Storage, open_storage
+from ..types import Blob
 from .annotation_codec import (
     PropertySpec,
     Schema,
@@ -209,17 +210,18 @@ class Annotations(ById[Annotation]):
 
     # --- by id -------------------------------------------------------------------------
 
-    def _single(self, key: int, value: bytes) -> Annotation:
-        d = decode_single(self.schema, value, f"{self.by_id.where(key)}: annotation {key}")
+    def _single(self, key: int, value: Blob, where: str) -> Annotation:
+        d = decode_single(self.schema, value, f"{where}: annotation {key}")
         props = {k: v[0] for k, v in d.properties.items()}
         return Annotation(key, self.type, d.geometry[0], props, d.relationships)
 
     def get_many(self, annotation_ids: Iterable[int] | np.ndarray) -> dict[int, Annotation]:
         """{id: Annotation} of the ids present, read in one batch."""
-        if self.by_id is None:
+        store = self.by_id
+        if store is None:
             return {}
-        found = self.by_id.get_many(as_key_array(annotation_ids))
-        return {k: self._single(k, v) for k, v in found.items()}
+        found = store.get_many(as_key_array(annotation_ids))
+        return {k: self._single(k, v, store.where(k)) for k, v in found.items()}
 
     def keys_array(self) -> np.ndarray:
         """Every annotation id (from the by_id index), sorted."""
@@ -234,6 +236,7 @@ class Annotations(ById[Annotation]):
                ) -> list[AnnotationSet]:
         """Decode the annotation lists stored under ``keys`` (morton codes, or for an
         unsharded spatial level the cell file ``names``)."""
+        items: list[tuple[str, int | str, Blob]]
         if names is None:
             found = store.get_many(np.array(keys, np.uint64))
             items = [(store.where(k), k, found[k]) for k in sorted(found)]
@@ -244,6 +247,7 @@ class Annotations(ById[Annotation]):
         out = []
         for where, key, blob in items:
             d = decode_multiple(self.schema, blob, f"{where}: chunk {key}")
+            assert d.ids is not None, "decode_multiple gives the ids"
             out.append(AnnotationSet(self.type, d.ids, d.geometry, d.properties))
         return out
 

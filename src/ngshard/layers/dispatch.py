@@ -108,6 +108,10 @@ def open_layer(url: str | os.PathLike | dict | Storage, **kwargs: Any) -> Any:
         from ..sharded import open_kv
 
         return open_kv(storage, **kwargs)
+    if kind in (MESHES, LEGACY_MESHES) or doc is None:  # only legacy meshes have no info
+        from .meshes import open_meshes
+
+        return open_meshes(storage)
     if kind == SKELETONS:
         from .skeletons import Skeletons
 
@@ -116,10 +120,6 @@ def open_layer(url: str | os.PathLike | dict | Storage, **kwargs: Any) -> Any:
         from .properties import SegmentProperties
 
         return SegmentProperties(storage, doc, storage.path(INFO))
-    if kind in (MESHES, LEGACY_MESHES):
-        from .meshes import open_meshes
-
-        return open_meshes(storage)
     from .annotations import Annotations
 
     return Annotations(storage, doc)

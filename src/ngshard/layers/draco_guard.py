@@ -26,12 +26,13 @@ import os
 import struct
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from ..errors import MissingDependencyError
 from ..limits import DRACO_ISOLATED_BYTES, DRACO_RATIO, DRACO_SLACK
+from ..types import Blob
 
 HEAD = 24  # bytes of a fragment's start holding its header and counts
 _MAGIC = np.frombuffer(b"DRACO", np.uint8)
@@ -47,7 +48,7 @@ def draco():
     return DracoPy
 
 
-def heads(data: bytes | memoryview, begins: np.ndarray, ends: np.ndarray) -> np.ndarray:
+def heads(data: Blob, begins: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """``(n, HEAD)`` uint8: the first bytes of each fragment ``data[begins[i]:ends[i]]``,
     zero past its end (or the data's)."""
     buf = np.frombuffer(data, np.uint8)
@@ -90,7 +91,7 @@ def in_bounds(h: np.ndarray, sizes: np.ndarray) -> np.ndarray:
 EMPTY = (np.zeros((0, 3), np.float32), np.zeros((0, 3), np.uint32))
 
 
-def decoder(bufs: list[bytes | memoryview], vetted: np.ndarray
+def decoder(bufs: Sequence[Blob], vetted: np.ndarray
             ) -> Callable[[int], tuple[np.ndarray, np.ndarray] | str]:
     """``decode(i)``: fragment ``i``'s (points, faces), or what went wrong. Those
     :func:`in_bounds` did not pass (``vetted`` False) are decoded up front, together, in the
@@ -107,7 +108,7 @@ def decoder(bufs: list[bytes | memoryview], vetted: np.ndarray
     return decode
 
 
-def decode_in_process(buf: bytes | memoryview) -> tuple[np.ndarray, np.ndarray] | str:
+def decode_in_process(buf: Blob) -> tuple[np.ndarray, np.ndarray] | str:
     """(points ``(n, 3)`` float32, faces ``(m, 3)`` uint32), or what went wrong. Only for
     fragments :func:`in_bounds` passed."""
     try:
@@ -156,7 +157,7 @@ while True:
 """
 
 
-def decode_isolated(bufs: list[bytes | memoryview]) -> list[tuple[np.ndarray, np.ndarray] | str]:
+def decode_isolated(bufs: Sequence[Blob]) -> list[tuple[np.ndarray, np.ndarray] | str]:
     """Decode outliers in one child process capped at :data:`DRACO_ISOLATED_BYTES` more
     address space: per fragment (points, faces) or what went wrong (a child that dies fails the
     fragment it was on and every one after it)."""
@@ -170,9 +171,10 @@ def decode_isolated(bufs: list[bytes | memoryview]) -> list[tuple[np.ndarray, np
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, "-c", _CHILD, str(DRACO_ISOLATED_BYTES)],
                           input=payload, capture_output=True, env=env, check=False)
-    out, at, results = memoryview(proc.stdout), 0, []
+    out, at = memoryview(proc.stdout), 0
+    results: list[tuple[np.ndarray, np.ndarray] | str] = []
     for _ in bufs:
-        if at + 17 <= len(out) and out[at:at + 1] == b"K":
+        if at + 17 <= len(out) and out[at] == ord("K"):
             n, m = struct.unpack_from("<QQ", out, at + 1)
             end = at + 17 + 12 * n + 12 * m
             if end > len(out):
@@ -181,7 +183,7 @@ def decode_isolated(bufs: list[bytes | memoryview]) -> list[tuple[np.ndarray, np
             faces = np.frombuffer(out, "<u4", 3 * m, at + 17 + 12 * n).reshape(m, 3)
             results.append((points, faces))
             at = end
-        elif at + 9 <= len(out) and out[at:at + 1] == b"E":
+        elif at + 9 <= len(out) and out[at] == ord("E"):
             (n,) = struct.unpack_from("<Q", out, at + 1)
             results.append(bytes(out[at + 9:at + 9 + n]).decode(errors="replace"))
             at += 9 + n

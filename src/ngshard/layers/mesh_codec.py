@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import CorruptDataError
+from ..types import Blob
 from .draco_guard import decoder, draco, heads, in_bounds
 
 _HEAD = 28  # chunk_shape, grid_origin, num_lods
@@ -58,7 +59,7 @@ class Manifest:
         return b"".join(parts)
 
     @classmethod
-    def from_bytes(cls, buf: bytes | memoryview, where: str) -> Manifest:
+    def from_bytes(cls, buf: Blob, where: str) -> Manifest:
         """Decode a manifest; every count is checked against the value's length before
         anything is allocated (CorruptDataError naming ``where``)."""
         size = len(buf)
@@ -107,12 +108,12 @@ def encode_fragment(points: np.ndarray, faces: np.ndarray, bits: int,
                         compression_level=compression_level)
 
 
-def decode_fragment(buf: bytes | memoryview, where: str) -> tuple[np.ndarray, np.ndarray]:
+def decode_fragment(buf: Blob, where: str) -> tuple[np.ndarray, np.ndarray]:
     """(positions ``(n, 3)`` float32, faces ``(m, 3)`` uint32) of a Draco fragment, its
     declared counts vetted against its size first (:mod:`.draco_guard`); an empty fragment (a
     node without triangles of its own) is an empty mesh."""
     size = np.array([len(buf)])
-    out = decoder([buf], in_bounds(heads(buf, [0], size), size))(0)
+    out = decoder([buf], in_bounds(heads(buf, np.zeros(1, np.int64), size), size))(0)
     if isinstance(out, str):
         raise CorruptDataError(f"{where}: Draco fragment does not decode ({out})")
     points, faces = out
@@ -130,7 +131,7 @@ def encode_legacy(vertices: np.ndarray, faces: np.ndarray) -> bytes:
             + np.asarray(faces, "<u4").reshape(-1, 3).tobytes())
 
 
-def decode_legacy(buf: bytes | memoryview, where: str) -> tuple[np.ndarray, np.ndarray]:
+def decode_legacy(buf: Blob, where: str) -> tuple[np.ndarray, np.ndarray]:
     """(vertices, faces) of a legacy fragment, its counts checked against its length."""
     size = len(buf)
     if size < 4:

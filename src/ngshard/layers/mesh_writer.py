@@ -213,7 +213,7 @@ def write_legacy_meshes(url: str | os.PathLike | Storage,
             storage.write_many([(f"{k}:0", f'{{"fragments": ["{k}:0:0"]}}'.encode())
                                 for k, _ in batch])
             write_twins(storage, [(f"{k}:0:0", blob) for k, blob in batch], twin)
-    info = {"@type": LEGACY}
+    info: dict[str, Any] = {"@type": LEGACY}
     if spec is not None:
         info["sharding"] = spec.to_json()
     write_info(storage, info)

@@ -25,6 +25,7 @@ from ..sharded import open_kv
 from ..sharded.infofile import INFO, read_info
 from ..sharded.spec import as_key_array, check_key
 from ..storage import Storage, open_storage
+from ..types import Blob
 from .info import apply_transform, parse_sharding, parse_transform
 from .lookup import InStore
 from .mesh_batch import Piece, decode_pieces
@@ -104,11 +105,11 @@ class Meshes(InStore[Mesh]):
                 for k, v in found.items()}
 
     def _fetch(self, keys: np.ndarray, lod: int | None
-               ) -> dict[int, tuple[Manifest, Any, int]]:
+               ) -> dict[int, tuple[Manifest, Any, int | None]]:
         """{key: (manifest, fragment bytes of ``lod`` (all LODs if None), LOD index)}."""
-        chosen: dict[int, tuple[Manifest, int]] = {}
+        chosen: dict[int, tuple[Manifest, int | None]] = {}
 
-        def pick(key: int, value: bytes) -> tuple[int, int, int]:
+        def pick(key: int, value: Blob) -> tuple[int, int, int]:
             m = Manifest.from_bytes(value, f"{self.store.where(key)}: segment {key} manifest")
             index = lod if lod is None or lod >= 0 else m.num_lods + lod
             if index is not None and not 0 <= index < m.num_lods:
@@ -118,12 +119,16 @@ class Meshes(InStore[Mesh]):
             begin, end = (0, m.total_size) if index is None else m.lod_range(index)
             return begin, end, m.total_size
 
+        def before(key: int, value: Blob) -> tuple[int, int]:
+            """The fragments' span, relative to the manifest's start."""
+            begin, end, total = pick(key, value)
+            return begin - total, end - total
+
         if self.kv is not None:
-            found = self.kv.get_many_with_unindexed(
-                keys, lambda k, v: (lambda b, e, t: (b - t, e - t))(*pick(k, v)))
+            found = self.kv.get_many_with_unindexed(keys, before)
             return {k: (chosen[k][0], data, chosen[k][1]) for k, (data, _) in found.items()}
-        found = self.store.get_many(keys)
-        spans = {k: pick(k, found[k]) for k in keys.tolist() if k in found}
+        manifests = self.store.get_many(keys)
+        spans = {k: pick(k, manifests[k]) for k in keys.tolist() if k in manifests}
         reads = self.store.files.read_ranges([(str(k), b, e) for k, (b, e, _) in
                                               spans.items()])
         out = {}
@@ -163,7 +168,7 @@ class Meshes(InStore[Mesh]):
                       for i in range(m.num_lods)]
         else:
             pieces = [Piece(k, i, m, data, m.lod_range(i)[0])
-                      for k, (m, data, i) in fetched.items()]
+                      for k, (m, data, i) in fetched.items() if i is not None]
         decoded = decode_pieces(pieces, self.vertex_quantization_bits, self.transform,
                                 self.store.where)
         meshes = [Mesh(p.key, v, f, p.lod) for p, (v, f) in zip(pieces, decoded)]
@@ -215,11 +220,11 @@ class LegacyMeshes(InStore[Mesh]):
             out[k] = [mesh] if lod == "all" else mesh
         return out
 
-    def _fragments(self, manifests: dict[int, bytes]) -> dict[int, list]:
+    def _fragments(self, manifests: dict[int, Blob]) -> dict[int, list]:
         names: dict[int, list[str]] = {}
         for k, raw in manifests.items():
             try:
-                doc = json.loads(raw)
+                doc = json.loads(bytes(raw))
                 frags = doc["fragments"]
                 if not isinstance(frags, list) or not all(isinstance(f, str) for f in frags):
                     raise TypeError("fragments must be a list of names")
@@ -242,7 +247,7 @@ def open_meshes(url: str | os.PathLike | Storage) -> Meshes | LegacyMeshes:
     ``neuroglancer_multilod_draco``) or legacy (``neuroglancer_legacy_mesh``, or no info)."""
     storage = open_storage(url)
     doc = read_info(storage)
-    if kind_of(doc) == KIND:
+    if doc is not None and kind_of(doc) == KIND:
         return Meshes(storage, doc)
     if doc is None or kind_of(doc) == LEGACY:
         return LegacyMeshes(storage, doc)

@@ -277,6 +277,7 @@ def write_segment_properties(url: str | os.PathLike | Storage, ids: Any, *,
     parsed = SegmentProperties(target, doc)  # the checks a reader makes, before writing
     claim(target, overwrite=overwrite)
     write_info(target, doc)
-    if attach:  # the link last: a layer never points at properties not yet there
+    # the link last: a layer never points at properties not yet there
+    if attach and parent is not None:
         write_info(storage, {**parent, "segment_properties": key})
     return parsed

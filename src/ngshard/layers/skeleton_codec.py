@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..errors import CorruptDataError, SpecError
+from ..types import Blob
 
 ATTRIBUTE_TYPES = ("float32", "int8", "uint8", "int16", "uint16", "int32", "uint32")
 _HEAD = np.dtype("<u4")
@@ -80,7 +81,8 @@ def encode_skeletons(items: Sequence[tuple[object, Any, Any, Mapping | None]],
         (the message names the skeleton's key).
     """
     ids = _ids(spec)
-    vs, es, cols = [], [], [[] for _ in spec]
+    vs, es = [], []
+    cols: list[list[np.ndarray]] = [[] for _ in spec]
     for key, vertices, edges, attributes in items:
         v, e = np.asarray(vertices), np.asarray(edges)
         if v.ndim != 2 or v.shape[1] != 3:
@@ -122,8 +124,9 @@ def encode_skeletons(items: Sequence[tuple[object, Any, Any, Mapping | None]],
             e = np.asarray(items[i][2])
             raise ValueError(f"skeleton {items[i][0]}: edges name vertex {int(e.max())} (or "
                              f"a negative one) but there are {n[i]} vertices")
-    blocks = [np.stack([n, m], axis=1).astype(_HEAD).view(np.uint8).reshape(-1, 8),
-              _bytes(vs, "<f4", 12 * n), _bytes([edges], "<u4", 8 * m)]
+    heads = np.stack([n, m], axis=1).astype(_HEAD).view(np.uint8).reshape(-1, 8)
+    blocks: list[np.ndarray | _Split] = [heads, _bytes(vs, "<f4", 12 * n),
+                                         _bytes([edges], "<u4", 8 * m)]
     blocks += [_bytes(col, a.dtype, a.dtype.itemsize * a.num_components * n)
                for a, col in zip(spec, cols)]
     # each skeleton's parts, block by block, in one concatenation
@@ -154,7 +157,7 @@ def _ids(spec: Sequence[VertexAttribute]) -> set[str]:
     return {a.id for a in spec}
 
 
-def decode_skeleton(buf: bytes | memoryview, spec: Sequence[VertexAttribute], where: str
+def decode_skeleton(buf: Blob, spec: Sequence[VertexAttribute], where: str
                     ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
     """(vertices ``(n, 3)`` float32, edges ``(m, 2)`` uint32, {attribute id: array}).
 

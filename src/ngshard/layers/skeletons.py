@@ -19,9 +19,9 @@ from ..errors import SpecError
 from ..kinds import SKELETONS as KIND
 from ..limits import SKELETON_BATCH
 from ..sharded.infofile import INFO, write_info
-from ..sharded.spec import as_key_array, check_key
+from ..sharded.spec import ShardingSpec, as_key_array, check_key
 from ..storage import Storage, open_storage
-from ..types import Compress
+from ..types import Blob, Compress
 from .info import apply_transform, layer_info, parse_sharding, parse_transform, transform_json
 from .lookup import InStore
 from .sharding import resolve_sharding
@@ -83,7 +83,7 @@ class Skeletons(InStore[Skeleton]):
     def __repr__(self) -> str:
         return f"Skeletons({self.storage.url!r})"
 
-    def _decode(self, key: int, value: bytes, transform: bool) -> Skeleton:
+    def _decode(self, key: int, value: Blob, transform: bool) -> Skeleton:
         v, e, attrs = decode_skeleton(value, self.vertex_attributes,
                                       f"{self.store.where(key)}: segment {key}")
         if transform:
@@ -168,7 +168,8 @@ def _item_parts(value: Any, key: object) -> tuple[Any, Any, Mapping]:
 def write_skeletons(url: str | os.PathLike | Storage,
                     items: Mapping[int, Any] | Iterable[tuple[int, Any]], *,
                     vertex_attributes: Any = None,
-                    sharding: None | str | dict = "auto", transform: Any = None,
+                    sharding: None | str | dict | ShardingSpec = "auto",
+                    transform: Any = None,
                     buffer_bytes: int | None = None, progress: bool = False,
                     durable: bool = True, overwrite: bool = False,
                     compress: Compress | None = None) -> Skeletons:
@@ -236,7 +237,7 @@ def write_skeletons(url: str | os.PathLike | Storage,
     claim(storage, overwrite=overwrite)  # after the first items are known to encode
     write_segments(storage, shards, itertools.chain(first, encoded(it)),
                    buffer_bytes=buffer_bytes, progress=progress, twin=twin)
-    info = {"@type": KIND, "transform": transform_json(transform),
+    info: dict[str, Any] = {"@type": KIND, "transform": transform_json(transform),
             "vertex_attributes": [a.to_json() for a in spec]}
     if shards is not None:
         info["sharding"] = shards.to_json()

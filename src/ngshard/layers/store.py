@@ -15,6 +15,7 @@ import itertools
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -28,6 +29,7 @@ from ..sharded.spec import as_key_array
 from ..storage import Storage
 from ..storage.twins import Twins, write_twins
 from ..threads import bounded_map
+from ..types import Blob
 
 _DECIMAL = re.compile(r"[0-9]{1,20}")
 
@@ -61,19 +63,19 @@ class SegmentStore:
         """Where ``key`` lives, for messages."""
         if self.kv is None:
             return self.storage.path(self.name(key))
-        shard = self.sharding.shard_filename(int(self.sharding.locate(key)[0]))
+        shard = self.kv.spec.shard_filename(self.kv.spec.locate_one(int(key))[0])
         return self.storage.path(shard)
 
-    def get_many(self, keys: Iterable[int] | np.ndarray) -> dict[int, bytes]:
+    def get_many(self, keys: Iterable[int] | np.ndarray) -> dict[int, Blob]:
         """{key: value} of the keys present, in one batch."""
-        keys = np.unique(as_key_array(keys))
+        wanted = np.unique(as_key_array(keys))
         if self.kv is not None:
-            return self.kv.get_many(keys)
-        ints = keys.tolist()
+            return self.kv.get_many(wanted)
+        ints = wanted.tolist()
         blobs = self.files.read_many([self.name(k) for k in ints])
         return {k: b for k, b in zip(ints, blobs) if b is not None}
 
-    def get(self, key: int) -> bytes | None:
+    def get(self, key: int) -> Blob | None:
         """The value of one key, None if absent."""
         return self.get_many([key]).get(int(key))
 
@@ -129,7 +131,7 @@ def write_segments(storage: Storage, sharding: ShardingSpec | None,
         write_twins(storage, [(f"{k}{suffix}", v) for k, v in batch], twin)
 
 
-def _gzip_run(run: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
+def _gzip_run(run: list[tuple[int, Blob]]) -> list[tuple[int, Blob]]:
     return [(k, gzip_compress(v)) for k, v in run]
 
 
@@ -153,9 +155,9 @@ def batched(items: Iterable, size: int) -> Iterator[list]:
     return iter(lambda: list(itertools.islice(it, size)), [])
 
 
-def pairs(items: object) -> Iterable[tuple[object, object]]:
+def pairs(items: Any) -> Iterable[tuple[Any, Any]]:
     """(key, value) pairs of a mapping or an iterable of pairs."""
-    return items.items() if hasattr(items, "items") else items  # type: ignore[union-attr]
+    return items.items() if hasattr(items, "items") else items
 
 
 def count_of(items: object) -> int | None:

@@ -10,6 +10,7 @@ import signal
 import sys
 import threading
 from concurrent.futures import Executor, ProcessPoolExecutor
+from multiprocessing.context import BaseContext
 
 from ..cpus import available_cpus
 from ..errors import MissingDependencyError
@@ -23,12 +24,15 @@ def local_pool(workers: int | None = None) -> ProcessPoolExecutor:
     thread (they start at once); otherwise they come from a forkserver, so none inherits a
     lock another thread held (it costs a new interpreter, about 0.5 s). On Linux each worker
     is killed when its parent dies (``kill -9`` of the client leaves no worker behind)."""
+    context: BaseContext
+    parent: int | None
     if "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1:
         context = multiprocessing.get_context("fork")
         parent = os.getpid()
     else:
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["ngshard.pipelines.tasks"])
+        server = multiprocessing.get_context("forkserver")
+        server.set_forkserver_preload(["ngshard.pipelines.tasks"])
+        context = server
         parent = None  # the forkserver, which exits when this process does
     return ProcessPoolExecutor(max_workers=workers or available_cpus(), mp_context=context,
                                initializer=die_with_parent, initargs=(parent,))

@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from ..compression import encode, gzip_decompress, zstd_decompress
-from ..errors import CorruptDataError
+from ..errors import CorruptDataError, SpecError
 from ..threads import pmap
 from ..volume.info import Scale
 from ..zarr.handle import ArrayHandle
@@ -67,6 +67,8 @@ def fill_fast(task: Task) -> dict:
     source: ZarrSource = task.source
     scale = open_scale(task.url, task.scale, task.storage_options)
     grid, spec, dtype = scale.grid, scale.scale.sharding, scale.dtype
+    if spec is None:
+        raise SpecError(f"{task.url}: scale {task.scale} is unsharded: no fast path to it")
     chunks = open_zarr(source.url, source.storage_options).store
     compression = chunks.encoding.split()[0]
     inflate = _INFLATE[compression]
@@ -109,7 +111,7 @@ def fill_fast(task: Task) -> dict:
     stored = pmap(carry, range(len(blobs)), min_items=2)
     keep = [i for i, b in enumerate(stored) if b is not None]
     keys = grid.morton(positions[keep]) if keep else np.zeros(0, np.uint64)
-    written = write_shard(scale.chunk_storage, spec, task.shard, keys,
+    written = write_shard(scale.chunk_storage, spec, task.whole_shard(), keys,
                           [stored[i] for i in keep])
     return {"chunks": len(keep), "bytes": written}
 

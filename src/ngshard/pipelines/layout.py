@@ -26,6 +26,7 @@ from ..volume.handle import read_volume_info, write_volume_info
 from ..volume.info import DATA_TYPES, Scale, VolumeInfo, chunk_nbytes
 from ..volume.layers import scale_key
 from ..volume.sharding import auto_sharding
+from ..volume.vectors import Vec3, xyz
 from ..zarr.handle import ArrayHandle
 from ..zarr.ome import axis_roles, multiscales_05, read_group, to_nm
 from . import fastpath
@@ -63,8 +64,7 @@ def _zarr_levels(src: str, axes: str | None, options: dict | None) -> list[_Leve
             res.append(to_nm(level.scale[i], ms.axes[i].unit, src))
             off.append(int(np.floor(level.translation[i] / level.scale[i] + 0.5))
                        if level.scale[i] else 0)
-        levels.append(_Level(f"{src.rstrip('/')}/{level.path}", roles, tuple(res),
-                             tuple(off)))
+        levels.append(_Level(f"{src.rstrip('/')}/{level.path}", roles, xyz(res), xyz(off)))
     return levels
 
 
@@ -85,12 +85,12 @@ def _sharding(sharding: Any, size, chunk, chunk_bytes: int, encoding: str, task_
     return as_spec(sharding)
 
 
-def _downsample_factors(size, chunk, steps: int) -> list[tuple[int, int, int]]:
+def _downsample_factors(size, chunk, steps: int) -> list[Vec3]:
     """(2, 2, 2) per step, 1 along axes that already fit in one chunk; at most ``steps``."""
-    out = []
+    out: list[Vec3] = []
     size = list(size)
     while len(out) < steps:
-        f = tuple(2 if s > c else 1 for s, c in zip(size, chunk))
+        f = xyz(2 if s > c else 1 for s, c in zip(size, chunk))
         if f == (1, 1, 1):
             break
         out.append(f)
@@ -130,7 +130,7 @@ def zarr_to_precomputed(src: str, dst: str, *, scales=None, chunk_size=None, enc
         level = levels[i]
         array = first_array if i == chosen[0] else \
             ArrayHandle.open(storage_at(level.url, options))
-        size = tuple(int(array.meta.shape[level.roles[a]]) for a in "xyz")
+        size = xyz(int(array.meta.shape[level.roles[a]]) for a in "xyz")
         key = scale_key(level.resolution)
         key = key if key not in used else f"s{i}"
         used.add(key)
@@ -144,13 +144,13 @@ def zarr_to_precomputed(src: str, dst: str, *, scales=None, chunk_size=None, enc
                                           options)))
     steps = 0 if len(levels) > 1 or not downsample else 16 if downsample is True \
         else int(downsample)
-    coarse = []
+    coarse: list[tuple[Scale, DownsampledSource]] = []
     for f in _downsample_factors(scale_list[-1].size, chunk_size, steps):
         s = scale_list[-1] if not coarse else coarse[-1][0]
-        size = tuple(-(-n // k) for n, k in zip(s.size, f))
-        res = tuple(r * k for r, k in zip(s.resolution, f))
+        size = xyz(-(-n // k) for n, k in zip(s.size, f))
+        res = xyz(r * k for r, k in zip(s.resolution, f))
         scale = Scale(key=scale_key(res), size=size, chunk_size=chunk_size, resolution=res,
-                      voxel_offset=tuple(o // k for o, k in zip(s.voxel_offset, f)),
+                      voxel_offset=xyz(o // k for o, k in zip(s.voxel_offset, f)),
                       encoding=encoding, sharding=_sharding(sharding, size, chunk_size,
                                                             chunk_bytes, encoding, task_bytes),
                       compressed_segmentation_block_size=s.compressed_segmentation_block_size)

@@ -49,6 +49,12 @@ class Task:
     fast: bool = False  # zarr -> precomputed: carry encoded chunks (fastpath.py)
     storage_options: dict | None = field(default=None, compare=False)  # for task.url
 
+    def whole_shard(self) -> int:
+        """The shard this task writes whole (every task of a sharded scale has one)."""
+        if self.shard is None:
+            raise ValueError(f"task {self.name} writes no whole shard")
+        return self.shard
+
 
 @dataclass(frozen=True)
 class TaskList:
@@ -99,13 +105,13 @@ def precomputed_tasks(url: str, scale_key: str, grid: ChunkGrid, sharding: Shard
         box = task_box(grid, chunk_bytes, task_bytes)
         return TaskList(scale_key, box_count(grid.shape, box), lambda: (
             task(f"{'_'.join(map(str, lo))}", lo, hi) for lo, hi in boxes(grid.shape, box)))
-    box = grid.shard_shape(sharding)
-    if box is not None:
+    shard_box = grid.shard_shape(sharding)
+    if shard_box is not None:
         def boxed() -> Iterator[Task]:
-            for lo, hi in boxes(grid.shape, box):
+            for lo, hi in boxes(grid.shape, shard_box):
                 shard = int(grid.shard_of(np.array(lo), sharding)[0])
                 yield task(sharding.shard_filename(shard), lo, hi, shard=shard)
-        return TaskList(scale_key, box_count(grid.shape, box), boxed)
+        return TaskList(scale_key, box_count(grid.shape, shard_box), boxed)
     scattered = ScatteredShards(grid, sharding)
 
     def spread() -> Iterator[Task]:

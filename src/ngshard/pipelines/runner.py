@@ -78,7 +78,7 @@ def run_plan(plan: Plan, *, executor: Executor | None = None, workers: int | Non
         A local worker process died.
     """
     dst, options = plan.dst, plan.storage_options
-    parts = Counter()
+    parts: Counter[str] = Counter()
     for stage in plan.stages:
         for tasks in stage:
             parts[tasks.part] += len(tasks)
@@ -86,10 +86,9 @@ def run_plan(plan: Plan, *, executor: Executor | None = None, workers: int | Non
     # the tasks of each output (a scale's key or an array's name), for `verify` of a job
     # that does not finish
     record = {**plan.job, "tasks": dict(sorted(parts.items()))}
-    own = executor is None
-    executor = local_pool(workers) if own else executor
+    pool = local_pool(workers) if executor is None else executor
     try:
-        _preflight(executor, plan)
+        _preflight(pool, plan)
         storage = open_storage(dst, storage_options=options)
         if not records.recorded(storage, record):  # not an unfinished run of this job
             claim(storage, overwrite=overwrite, into=plan.dirs)
@@ -100,7 +99,7 @@ def run_plan(plan: Plan, *, executor: Executor | None = None, workers: int | Non
         stats = {"tasks": total, "run": 0, "skipped": len(done), "chunks": 0, "bytes": 0}
         with records.Recorder(storage) as recorder:
             results = (r for stage in plan.stages for r in completed(
-                executor, (t for tasks in stage for t in tasks if t.name not in done),
+                pool, (t for tasks in stage for t in tasks if t.name not in done),
                 run_task, job, record=lambda r: recorder.add(r[0])))
             for _, result in progress_bar(results, enabled=progress, total=total,
                                           initial=stats["skipped"], desc=what, unit="task"):
@@ -115,8 +114,8 @@ def run_plan(plan: Plan, *, executor: Executor | None = None, workers: int | Non
             f"executor=concurrent.futures.ThreadPoolExecutor()). Run again to resume."
         ) from None
     finally:
-        if own:
-            executor.shutdown(cancel_futures=True)
+        if executor is None:  # our own pool
+            pool.shutdown(cancel_futures=True)
     records.clear(storage)
     for d in plan.dirs:
         if d.local_root is not None:
@@ -165,7 +164,7 @@ def completed(executor: Executor, tasks: Iterable, fn: Callable, *args: Any,
             while not finished.empty():  # take every one finished by now at once
                 done.append(finished.get())
             pending.difference_update(done)
-            failed = [f.exception() for f in done if f.exception() is not None]
+            failed = [e for e in map(Future.exception, done) if e is not None]
             results = [f.result() for f in done if f.exception() is None]
             for result in results:
                 record(result)

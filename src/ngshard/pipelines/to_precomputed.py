@@ -26,7 +26,8 @@ def store_chunks(task: Task, positions: np.ndarray, blobs: list) -> dict:
     if spec.data_encoding != "raw":
         blobs = pmap(lambda b: encode(b, spec.data_encoding), blobs, min_items=2)
     keys = handle.grid.morton(positions) if len(positions) else np.zeros(0, np.uint64)
-    return {"chunks": len(blobs), "bytes": write_shard(storage, spec, task.shard, keys, blobs)}
+    written = write_shard(storage, spec, task.whole_shard(), keys, blobs)
+    return {"chunks": len(blobs), "bytes": written}
 
 
 def fill(task: Task) -> dict:

@@ -17,7 +17,7 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from ..errors import NgShardError
 from ..limits import (
@@ -31,7 +31,7 @@ from ..limits import (
     SERVE_PIECE_BYTES,
     SMALL_BODY,
 )
-from .files import LocalFiles, RemoteFiles
+from .files import File, LocalFiles, RemoteFiles
 from .protocol import HttpError, Request, format_head, head_end, parse_head
 from .respond import Response, error_response, respond
 
@@ -136,12 +136,13 @@ class Connections:
                     self._skip_body(conn, buffer, request)
                 except HttpError as e:
                     response = error_response(e.status, e.reason, close=True)
-                if response is None:
+                else:
                     response = self._answer(request)
                 complete = self._send(conn, response)
                 if self.log is not None:
                     self.log(request, response)
-                if response.close or not complete or not request.keep_alive:
+                if response.close or not complete or request is None or \
+                        not request.keep_alive:
                     _linger(conn)
                     return
         except OSError:  # reset, timed out, or shut down by close()
@@ -218,7 +219,7 @@ class Connections:
         try:
             if response.stream is not None and response.send_body:
                 conn.sendall(head)
-                return _send_stream(conn, response)
+                return _send_stream(conn, response, response.stream)
             if not response.send_body or length == 0:
                 conn.sendall(head)
             elif file is None:
@@ -229,7 +230,7 @@ class Connections:
                 return len(data) == length
             else:
                 conn.sendall(head)
-                return _send_file(conn, response) == length
+                return _send_file(conn, file, response.start, response.end) == length
             return True
         finally:
             if file is not None:
@@ -250,13 +251,13 @@ def _linger(conn: socket.socket) -> None:
         drained += len(data)
 
 
-def _send_stream(conn: socket.socket, response: Response) -> bool:
+def _send_stream(conn: socket.socket, response: Response, stream: Iterator[bytes]) -> bool:
     """Send a streamed body (with chunked framing where the response says so); False if it
     ended early (a twin that stops decoding, a file that shrank): the connection must close,
     so the client sees an incomplete response rather than a short one."""
     sent = 0
     try:
-        for piece in response.stream:
+        for piece in stream:
             if response.chunked:
                 conn.sendall(b"%x\r\n%b\r\n" % (len(piece), piece))
             else:
@@ -270,9 +271,9 @@ def _send_stream(conn: socket.socket, response: Response) -> bool:
     return response.expected is None or sent == response.expected
 
 
-def _send_file(conn: socket.socket, response: Response) -> int:
-    """Stream a file range: ``sendfile`` for local files, pieces otherwise."""
-    file, start, end = response.file, response.start, response.end
+def _send_file(conn: socket.socket, file: File, start: int, end: int) -> int:
+    """Stream bytes ``[start, end)`` of a file: ``sendfile`` for local files, pieces
+    otherwise."""
     if file.fileno is not None:
         with open(file.fileno, "rb", buffering=0, closefd=False) as f:
             return conn.sendfile(f, start, end - start)

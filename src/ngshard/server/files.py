@@ -13,6 +13,7 @@ from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
+from ..errors import SpecError
 from ..storage import FsspecStorage, Storage
 from .paths import hidden
 
@@ -46,9 +47,12 @@ class LocalFile(File):
         self.etag = f'"{st.st_ino:x}-{st.st_size:x}-{st.st_mtime_ns:x}"'
 
     def read(self, start: int, end: int) -> bytes:
+        fd = self.fileno
+        if fd is None:
+            raise ValueError("read of a closed file")
         parts, offset = [], start
         while offset < end:
-            piece = os.pread(self.fileno, end - offset, offset)
+            piece = os.pread(fd, end - offset, offset)
             if not piece:
                 break
             parts.append(piece)
@@ -189,7 +193,9 @@ def open_files(storage: Storage) -> LocalFiles | RemoteFiles:
     store has a local root, else its fsspec filesystem."""
     if storage.local_root is not None:
         return LocalFiles(storage.local_root)
-    return RemoteFiles(storage)
+    if isinstance(storage, FsspecStorage):
+        return RemoteFiles(storage)
+    raise SpecError(f"{storage.url}: serving needs local files or an fsspec filesystem")
 
 
 def _mtime(info: dict) -> float | None:

@@ -79,7 +79,7 @@ def classify(info: dict) -> str | None:
         if not isinstance(info.get("scales"), list):
             return None
         return SEGMENTATION if is_segmentation(info) else IMAGE
-    if kind == STORE and not isinstance(info.get("sharding"), dict):
+    if kind is None or (kind == STORE and not isinstance(info.get("sharding"), dict)):
         return None
     return _SERVED.get(kind)
 
@@ -107,7 +107,7 @@ def _zarr_layer(files: LocalFiles | RemoteFiles, path: str) -> Layer | None:
     v3 = meta("zarr.json")
     if v3 is not None:
         attrs = v3.get("attributes") or {}
-        ome = attrs.get("ome") if isinstance(attrs.get("ome"), dict) else attrs
+        ome: dict = attrs["ome"] if isinstance(attrs.get("ome"), dict) else attrs
         if v3.get("node_type") == "array" or (v3.get("node_type") == "group" and
                                               ome.get("multiscales")):
             return _zarr_kind(files, path, v3, ome, "zarr.json")
@@ -176,7 +176,7 @@ def find_layers(files: LocalFiles | RemoteFiles) -> list[Layer]:
                 kind = classify(info)
             except SpecError:
                 kind = None
-        if kind is not None:
+        if kind is not None and info is not None:
             layers.append(Layer(path, kind, info, _attached(path, info) if kind in
                                 VOLUME_TYPES else {}))
             continue

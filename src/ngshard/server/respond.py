@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
@@ -54,7 +54,7 @@ class Response:
 
 
 def error_response(status: int, reason: str, *, close: bool = False,
-                   extra: list[tuple[str, str]] = ()) -> Response:
+                   extra: Sequence[tuple[str, str]] = ()) -> Response:
     """A short plain-text error (with the CORS fields, so a viewer can read why)."""
     body = f"{status} {REASONS.get(status, '')}: {reason}\n".encode()
     headers = [*CORS, *extra, ("Content-Type", "text/plain; charset=utf-8"),
@@ -111,7 +111,7 @@ def _get(files: LocalFiles | RemoteFiles, request: Request, listing: bool) -> Re
         if not listing:
             raise HttpError(404, "directory listing is off")
         return _listing(files, target.name, request.method == "GET")
-    if found is None or target.directory:
+    if not isinstance(found, File) or target.directory:  # None: no such file
         raise HttpError(404, "no such file")
     try:
         return _file(found, target.name, twin, request)
@@ -187,7 +187,7 @@ def _decoded(file: File, name: str, twin: str, request: Request,
             known = probe[1] if probe is not None and probe[1] < _UNBOUNDED else None
             size, whole = decoded_size(file, name, twin, known)
             try:
-                rng = byte_range(wanted, size if whole else known)
+                rng = byte_range(wanted, size if whole or known is None else known)
             except Unsatisfiable as e:
                 file.close()
                 return error_response(416, str(e), extra=[

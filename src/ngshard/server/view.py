@@ -94,7 +94,8 @@ def viewer_state(layers: list[Layer], base_url: str, storage: Storage | None = N
     # served kind -> Neuroglancer's layer type
     kinds = {IMAGE: "image", SEGMENTATION: "segmentation", "skeletons": "segmentation",
              "mesh": "segmentation", "annotations": "annotation"}
-    out, names = [], set()
+    out: list[dict] = []
+    names: set[str] = set()
     for layer in layers:
         source = layer.source(base_url)
         if source is None or layer.kind not in kinds or len(out) == MAX_LAYERS:

@@ -27,7 +27,8 @@ from ..storage import Storage, open_storage, remove_stale
 from ..threads import WORKERS, bounded_map
 from .infofile import as_spec, record_spec
 from .inputs import Values, value_arrays
-from .kv import ShardedKV, open_kv
+from .kv import ShardedKV
+from .opener import open_kv
 from .shard_writer import write_shard
 from .spec import ShardingSpec
 

@@ -53,6 +53,7 @@ class ShardChanges:
             sizes, parts = self.spill.region(self, encoding)
             return sizes.astype(np.uint64), parts
         sizes = self.sizes
+        assert self.data is not None, "changes neither spilled nor in memory"
         if encoding == "raw":
             return sizes, [self.data] if len(sizes) else []
         parts = pmap(lambda v: encode(v, encoding), views(self.data, sizes))
@@ -72,6 +73,7 @@ class ShardChanges:
         if self.source is None:
             return _split(self.data, self.lengths)
         out: list[bytes | None] = []
+        assert self.offsets is not None, "spilled changes without their offsets"
         with open(self.source, "rb") as f:
             for o, n in zip(self.offsets.tolist(), self.lengths.tolist()):
                 out.append(None if n < 0 else os.pread(f.fileno(), n, o))
@@ -88,6 +90,6 @@ def _split(data: np.ndarray | None, lengths: np.ndarray) -> list[bytes | None]:
 
 def views(data: np.ndarray, sizes: np.ndarray) -> list[memoryview]:
     """Views of back-to-back values of ``sizes`` bytes in ``data``."""
-    view = memoryview(data)
+    view = data.data
     ends = np.cumsum(sizes, dtype=np.int64).tolist()
     return [view[e - n:e] for e, n in zip(ends, np.asarray(sizes, np.int64).tolist())]

@@ -14,6 +14,7 @@ from ..errors import NgShardError
 from ..progress import progress_bar
 from ..storage import ANY, Storage, changed_on_storage
 from ..threads import WORKERS, bounded_map
+from ..types import Blob
 from . import legacy, listing
 from .changes import ShardChanges
 from .plan import obsolete_shards, plan_shards
@@ -39,7 +40,7 @@ def commit_staged(reader: ShardReader, staging: Staging, plan: CommitPlan | None
     given = None if plan is None else {p.shard: p for p in plan.shards}
     done: list[ShardPlan] = []
 
-    def jobs() -> Iterator[tuple]:
+    def jobs() -> Iterator[tuple[ShardPlan, ShardChanges | None, ShardState | None]]:
         # Runs in this thread, lazily: one shard's changes per job in flight.
         changes = staging.iter_changes()
         if given is None:
@@ -60,9 +61,10 @@ def commit_staged(reader: ShardReader, staging: Staging, plan: CommitPlan | None
     in_flight = WORKERS if staging.spilled else 2 * WORKERS
     storage, spec = reader.storage, reader.spec
 
-    def apply(job: tuple) -> int:
-        _apply(storage, spec, mode, *job, unindexed)
-        return job[0].shard
+    def apply(job: tuple[ShardPlan, ShardChanges | None, ShardState | None]) -> int:
+        plan, changes, base = job
+        _apply(storage, spec, mode, plan, changes, base, unindexed)
+        return plan.shard
 
     for shard in progress_bar(bounded_map(apply, jobs(), in_flight),
                               total=None if plan is None else len(plan.shards),
@@ -107,6 +109,7 @@ def _apply(storage: Storage, spec: ShardingSpec, mode: str, plan: ShardPlan,
     if plan.action == "delete":
         storage.delete(name, if_generation=check)
         return
+    assert changes is not None, f"a {plan.action} of {name} without its changes"
     keys, deleted = changes.keys, changes.deleted
     sizes, data = changes.encoded(spec.data_encoding)
     if plan.action == "create":
@@ -114,7 +117,7 @@ def _apply(storage: Storage, spec: ShardingSpec, mode: str, plan: ShardPlan,
                     if_generation=check)
         return
     where = storage.path(name)
-    old = None
+    old: Blob | None = None
     if plan.action in ("rewrite", "compact"):
         old = read_whole(storage, [name], [plan.size_before], [plan.generation], where)[0]
     elif plan.action == "convert":  # the pair's bytes are those of the one file
@@ -123,6 +126,7 @@ def _apply(storage: Storage, spec: ShardingSpec, mode: str, plan: ShardPlan,
                                   [index_size, plan.size_before - index_size],
                                   plan.generation, where))
     if plan.action in ("append", "rewrite"):
+        assert base is not None, f"an {plan.action} of {name} without the shard's state"
         # after the committed bytes: a dead append's tail past them is cut off
         update = append_update(spec, base.end, base.garbage - (base.size - base.end),
                                base.ranges, base.minishards, keys, deleted, sizes, data)
@@ -130,10 +134,12 @@ def _apply(storage: Storage, spec: ShardingSpec, mode: str, plan: ShardPlan,
             storage.delete(name, if_generation=plan.generation)
         elif plan.action == "append":
             storage.append_and_patch(name, plan.generation, update.offset, update.tail,
-                                     update.index)
+                                     update.shard_index)
         else:  # the same bytes as an append would leave, written as a new object
-            storage.write(name, [update.index, memoryview(old)[len(update.index):base.end],
-                                 *update.tail], if_generation=plan.generation)
+            assert old is not None
+            head = update.shard_index
+            storage.write(name, [head, memoryview(old)[len(head):base.end], *update.tail],
+                          if_generation=plan.generation)
         return
     keys, minishards, laid = rewrite_shard(spec, old, keys, deleted, sizes, data, where,
                                            unindexed)
@@ -149,13 +155,15 @@ def _apply(storage: Storage, spec: ShardingSpec, mode: str, plan: ShardPlan,
 
 
 def read_whole(storage: Storage, names: list[str], sizes: list[int], generations: list[Any],
-               where: str) -> list[bytes | memoryview]:
+               where: str) -> list[Blob]:
     """The first ``sizes`` bytes of objects that must still have ``generations``."""
     reads = storage.read_ranges([(n, np.array([[0, size]])) for n, size in zip(names, sizes)])
+    out = []
     for (gen, chunks), generation in zip(reads, generations):
         if chunks is None or (gen is not None and gen != generation):
             raise changed_on_storage(where, "the commit was planned")
-    return [chunks[0] for _, chunks in reads]
+        out.append(chunks[0])
+    return out
 
 
 def _measured(reader: ShardReader, name: str, unindexed: UnindexedSizes | None
@@ -183,9 +191,10 @@ def compact(reader: ShardReader, names: Iterable[str], *, progress: bool = False
     def jobs() -> Iterator[ShardPlan]:
         for name in names:
             for shard, live in reader.retrying(_measured, reader, name, unindexed):
-                if live < shard.size:
+                number = spec.parse_shard_filename(shard.name)  # listed: a shard's name
+                if live < shard.size and number is not None:
                     plans.append(ShardPlan(
-                        shard.name, spec.parse_shard_filename(shard.name), "compact",
+                        shard.name, number, "compact",
                         keys_after=shard.key_count(), read_bytes=shard.size, write_bytes=live,
                         size_before=shard.size, generation=shard.generation,
                         garbage_after=0.0))

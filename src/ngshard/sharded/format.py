@@ -17,6 +17,7 @@ from .._arrays import member
 from ..compression import decode, gzip_compress
 from ..errors import CorruptDataError
 from ..limits import MAX_MINISHARD_INDEX_BYTES
+from ..types import Blob
 
 if TYPE_CHECKING:
     from .spec import ShardingSpec
@@ -27,7 +28,7 @@ _ZERO = np.uint64(0)
 
 # --- shard index ---------------------------------------------------------------------------
 
-def decode_shard_index(buf: bytes, num_minishards: int, file_size: int,
+def decode_shard_index(buf: Blob, num_minishards: int, file_size: int,
                        where: str = "") -> np.ndarray:
     """The shard index as a ``(num_minishards, 2)`` uint64 array of absolute ``[start, end)``.
 
@@ -87,7 +88,7 @@ EMPTY_MINISHARD = MinishardIndex(*(np.zeros(0, np.uint64) for _ in range(3)))
 
 
 
-def decode_minishard_indices(bufs: Sequence[bytes], encoding: str, index_end: int,
+def decode_minishard_indices(bufs: Sequence[Blob], encoding: str, index_end: int,
                              file_size: int, where: Callable[[int], str],
                              limit: int = MAX_MINISHARD_INDEX_BYTES) -> list[MinishardIndex]:
     """Decode many minishard indices of one shard file at once (vectorized over all of them).
@@ -96,7 +97,7 @@ def decode_minishard_indices(bufs: Sequence[bytes], encoding: str, index_end: in
     ``file_size``-byte file; an index may inflate to at most ``limit`` bytes. ``where(i)``
     names the file and the place of the i-th index for error messages.
     """
-    raws = bufs if encoding == "raw" else [decode(b, encoding, where(i), limit)
+    raws: Sequence[Blob] = bufs if encoding == "raw" else [decode(b, encoding, where(i), limit)
                                            for i, b in enumerate(bufs)]
     lengths = np.fromiter(map(len, raws), np.int64, count=len(raws))
     bad = np.flatnonzero(lengths % 24)
@@ -108,6 +109,7 @@ def decode_minishard_indices(bufs: Sequence[bytes], encoding: str, index_end: in
     # The rows of the [3, n] tables, concatenated (views of the buffer when there is one: an
     # index may be 256 MiB, so temporaries are few and freed early).
     several = len(raws) > 1
+    rows: list[np.ndarray] | np.ndarray
     if several:  # entry i of table t is at 3 * first[t] + (i - first[t]), then a row further
         seg = np.repeat(np.arange(len(raws)), counts)
         pos = np.arange(len(seg), dtype=np.int64) + 2 * first[seg]
@@ -178,7 +180,7 @@ def decode_minishard_index(buf: bytes, encoding: str, index_end: int, file_size:
 
 def encode_minishard_indices(minishards: np.ndarray, keys: np.ndarray, starts: np.ndarray,
                              sizes: np.ndarray, index_end: int, num_minishards: int,
-                             encoding: str) -> tuple[list[bytes], np.ndarray]:
+                             encoding: str) -> tuple[list[Blob], np.ndarray]:
     """Encode the minishard indices of all chunks of a shard at once.
 
     The chunks must be grouped by minishard (sorted by minishard, then key); ``starts`` are
@@ -205,13 +207,13 @@ def encode_minishard_indices(minishards: np.ndarray, keys: np.ndarray, starts: n
         return ([b"".join(rows[:, a:b].tobytes() for a, b in spans)] if n else []), lengths
     # level 1: a minishard index is a few KiB of deltas that compress as well there as at
     # level 6, and per-call setup dominates (a third less time per call)
-    parts = [gzip_compress(rows[:, a:b].tobytes(), 1) for a, b in spans]
+    parts: list[Blob] = [gzip_compress(rows[:, a:b].tobytes(), 1) for a, b in spans]
     lengths[nonempty] = np.fromiter(map(len, parts), np.int64, len(parts))
     return parts, lengths
 
 
-def encode_shard(minishards: np.ndarray, keys: np.ndarray, values: list[bytes],
-                 num_minishards: int, index_encoding: str) -> list[bytes]:
+def encode_shard(minishards: np.ndarray, keys: np.ndarray, values: Sequence[Blob],
+                 num_minishards: int, index_encoding: str) -> list[Blob]:
     """A whole shard file as a list of byte strings to write one after the other.
 
     Chunks must be sorted by (minishard, key) and ``values`` already data-encoded. Layout:
@@ -222,7 +224,7 @@ def encode_shard(minishards: np.ndarray, keys: np.ndarray, values: list[bytes],
 
 
 def assemble_shard(minishards: np.ndarray, keys: np.ndarray, sizes: np.ndarray,
-                   data: list, num_minishards: int, index_encoding: str,
+                   data: Sequence, num_minishards: int, index_encoding: str,
                    offsets: np.ndarray | None = None, data_size: int | None = None) -> list:
     """Like :func:`encode_shard`, with the chunk data given as any list of parts (buffers, or
     whatever the writer copies) forming a data region of ``data_size`` bytes in which chunk i
@@ -232,6 +234,8 @@ def assemble_shard(minishards: np.ndarray, keys: np.ndarray, sizes: np.ndarray,
     if offsets is None:
         offsets = np.cumsum(sizes, dtype=np.uint64) - sizes
         data_size = int(sizes.sum())
+    elif data_size is None:
+        raise TypeError("assemble_shard: offsets need the data_size of their region")
     starts = np.asarray(offsets, np.uint64) + np.uint64(index_end)
     parts, lengths = encode_minishard_indices(minishards, keys, starts, sizes, index_end,
                                               num_minishards, index_encoding)
@@ -266,7 +270,7 @@ class Entries(NamedTuple):
         return Entries(*(col[keep] for col in self))
 
 
-def decode_all(spec: ShardingSpec, data: bytes | memoryview, where: str
+def decode_all(spec: ShardingSpec, data: Blob, where: str
                ) -> dict[int, MinishardIndex]:
     """Every non-empty minishard index of a whole shard file held in memory."""
     ranges = decode_shard_index(bytes(data[:spec.shard_index_size]), spec.num_minishards,

@@ -38,7 +38,8 @@ def parent_spec(storage: Storage) -> tuple[bool, ShardingSpec | None]:
     inside = stores(read_info(parent))
     if key not in inside:
         return False, None
-    return True, None if inside[key] is None else ShardingSpec.from_json(inside[key])
+    sharding = inside[key]
+    return True, None if sharding is None else ShardingSpec.from_json(sharding)
 
 
 def spec_from_info(storage: Storage) -> ShardingSpec:
@@ -69,8 +70,8 @@ def spec_from_info(storage: Storage) -> ShardingSpec:
             raise SpecError(f"{where}: no 'sharding' member: the layer's sharded stores are "
                             f"in its folders {', '.join(inside)}: open one of them")
         raise SpecMissingError(where, "has no 'sharding' member: not a sharded store")
-    inside, spec = parent_spec(storage)
-    if inside and spec is None:
+    in_parent, spec = parent_spec(storage)
+    if in_parent and spec is None:
         raise SpecError(f"{storage.url}: not sharded: its parent layer keeps a file per key "
                         f"here")
     if spec is not None:

@@ -43,6 +43,7 @@ class Values(NamedTuple):
             chosen = list(map(self.items.__getitem__, which.tolist()))
             return np.frombuffer(b"".join(chosen), np.uint8), \
                 np.fromiter(map(len, chosen), np.int64, len(chosen))
+        assert self.data is not None, "Values without data or items"
         starts, lengths = self.spans(which)
         return gather(self.data, starts, lengths), lengths
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
-from typing import Any, get_args
+from typing import Any, Literal, get_args, overload
 
 import numpy as np
 
@@ -22,17 +22,17 @@ from ..limits import (
     DEFAULT_STAGED_BYTES,
     ITEMS_BATCH,
 )
-from ..storage import Storage, open_storage, remove_stale
-from ..types import Mode, Strategy
+from ..storage import Storage, remove_stale
+from ..types import Blob, Mode, Strategy
 from . import commit as committing
 from . import listing
-from .infofile import as_spec, check_recorded, record_spec, spec_from_info
+from .infofile import record_spec
 from .inputs import as_bytes, pair_batches, value_arrays
 from .plan import CommitPlan, plan_commit, with_pending
 from .reader import ShardReader
 from .spec import ShardingSpec, as_key_array, check_key
 from .staging import DELETED, Staging
-from .unindexed import UnindexedSizes, read_with_unindexed, refuse_blind_writes
+from .unindexed import UnindexedSizes, read_with_unindexed
 
 MODES: tuple[str, ...] = get_args(Mode)
 STRATEGIES: tuple[str, ...] = get_args(Strategy)
@@ -79,7 +79,7 @@ class ShardedKV(MutableMapping):
             os.makedirs(local, exist_ok=True)
             spill_dir = local
         if mode != "r":  # what killed writers left behind
-            for folder in {spill_dir, local} - {None}:
+            for folder in {f for f in (spill_dir, local) if f is not None}:
                 remove_stale(folder)
         self._staging = None if mode == "r" else Staging(spec, staged_bytes, spill_dir)
 
@@ -89,32 +89,33 @@ class ShardedKV(MutableMapping):
     # --- reads -----------------------------------------------------------------------------
 
     def get_many(self, keys: Iterable[int] | np.ndarray, *, copy: bool = True
-                 ) -> dict[int, bytes | memoryview]:
+                 ) -> dict[int, Blob]:
         """Values of many keys at once, as {key: value}; absent keys are left out.
 
         ``copy=False`` may return memoryviews into the batch's read buffers instead of bytes,
         saving a copy of every value (they keep those buffers alive)."""
-        keys = np.unique(as_key_array(keys))
-        out: dict[int, bytes | memoryview] = {}
+        wanted = np.unique(as_key_array(keys))
+        out: dict[int, Blob] = {}
         if self._staging:
-            staged = self._staging.lookup_many(keys)
+            staged = self._staging.lookup_many(wanted)
             out.update((k, v) for k, v in staged.items() if v is not None)
-            keys = keys[~member(keys, np.sort(np.fromiter(staged, np.uint64, len(staged))))]
+            wanted = wanted[~member(wanted, np.sort(np.fromiter(staged, np.uint64,
+                                                                len(staged))))]
         if self.mode != "w":
-            out.update(self.reader.get_many(keys))
+            out.update(self.reader.get_many(wanted))
         if copy:
             out = {k: v if type(v) is bytes else bytes(v) for k, v in out.items()}
         return out
 
     def get_many_with_unindexed(self, keys: Iterable[int] | np.ndarray,
-                                span: Callable[[int, bytes], tuple[int, int]] | None = None
-                                ) -> dict[int, tuple[bytes | memoryview, bytes | memoryview]]:
+                                span: Callable[[int, Blob], tuple[int, int]] | None = None
+                                ) -> dict[int, tuple[Blob, Blob]]:
         """Stored values with bytes from right before them, as {key: (before, value)}:
         ``span(key, value)`` gives ``(begin, end)`` relative to the value's start (by
         default the unindexed entry before it). See :func:`.unindexed.read_with_unindexed`."""
         return read_with_unindexed(self.reader, as_key_array(keys), span, self.unindexed)
 
-    def _get(self, k: int) -> bytes | None:
+    def _get(self, k: int) -> Blob | None:
         if self._staging:
             staged, value = self._staging.lookup(k)
             if staged:
@@ -159,6 +160,14 @@ class ShardedKV(MutableMapping):
         staged, lengths = self._staging.status()
         stored = stored[~member(stored, staged)]
         return np.concatenate([stored, staged[lengths != DELETED]])
+
+    @overload
+    def iter_keys(self, *, arrays: Literal[False] = False, progress: bool = False
+                  ) -> Iterator[int]: ...
+
+    @overload
+    def iter_keys(self, *, arrays: Literal[True], progress: bool = False
+                  ) -> Iterator[np.ndarray]: ...
 
     def iter_keys(self, *, arrays: bool = False, progress: bool = False
                   ) -> Iterator[int] | Iterator[np.ndarray]:
@@ -348,93 +357,3 @@ class ShardedKV(MutableMapping):
         if self._staging is not None and exc_type is None:
             self.commit()
         self.close()
-
-
-def open_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str | None = None,
-            mode: Mode = "r", *, strategy: Strategy = "auto", compact_ratio: float | None = 0.5,
-            staged_bytes: int = DEFAULT_STAGED_BYTES, spill_dir: str | None = None,
-            cache_bytes: int = DEFAULT_CACHE_BYTES, info: bool = True,
-            max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
-            read_retries: int = DEFAULT_READ_RETRIES, durable: bool = True,
-            unindexed: UnindexedSizes | None = None) -> ShardedKV:
-    """Open the sharded key-value store at ``url``.
-
-    Parameters
-    ----------
-    url
-        A local path, any fsspec URL (``file://``, ``memory://``, ``http(s)://``, ``s3://``,
-        ``gs://``), a Neuroglancer source (``precomputed://...``) or an open
-        :class:`~ngshard.storage.Storage`.
-    spec
-        A :class:`ShardingSpec`, its JSON (object, text or file name), or None to read the
-        ``sharding`` member of ``<url>/info`` (or the spec the parent layer's info gives
-        the folder ``url`` names, such as a scale's).
-    mode
-        "r" read only; "r+" update an existing store; "a" update, creating the store if
-        needed; "w" create a new store, replacing any there (zarr's "w": the shard files
-        already there are removed on commit; :func:`write_kv` refuses one instead unless
-        told ``overwrite=True``).
-        Changes are staged (spilling past ``staged_bytes`` to ``spill_dir``) and written by
-        ``commit()`` or on clean exit of a ``with`` block.
-    strategy
-        "append" (local files: append changes and patch the shard index; cost follows the
-        change, not the shard), "rewrite" (read, merge, replace whole shards; object stores),
-        or "auto". Appending leaves garbage; a shard whose garbage would pass
-        ``compact_ratio`` is compacted instead (None: never).
-    cache_bytes
-        Budget of the shard and minishard index cache (256 MiB by default).
-    max_value_bytes
-        The most a gzip-encoded value may inflate to (256 MiB by default): a value past it
-        raises CorruptDataError rather than exhausting memory.
-    read_retries
-        How often one read may find a shard replaced under it (another writer committing)
-        before it gives up with ChangedError; retries back off with jitter.
-    durable
-        Local writes are fsynced (data before it is renamed into place or pointed at, the
-        directory after a rename), so a power cut leaves every shard old or new; False skips
-        that for scratch work.
-    info
-        Writers record the spec in ``<url>/info`` on commit, so later opens need none.
-    unindexed
-        For stores that keep unindexed entries (bytes no index entry points at) right before
-        their values: ``unindexed(keys, values)`` gives their lengths (the layer supplies
-        it); every rewrite and compaction keeps them. A store of a layer kind that keeps
-        them (:func:`ngshard.kinds.unindexed_entries`) is refused for writing without it.
-
-    Returns
-    -------
-    ShardedKV
-
-    Raises
-    ------
-    SpecError
-        A bad spec, mode or strategy, no spec to be found, or a spec that contradicts the
-        store's info.
-    NotFoundError
-        Mode "r+" where there is no store.
-
-    Examples
-    --------
-    >>> with open_kv("memory://doc-kv", {"@type": "neuroglancer_uint64_sharded_v1",
-    ...              "hash": "identity", "preshift_bits": 0, "minishard_bits": 1,
-    ...              "shard_bits": 1}, mode="w") as kv:
-    ...     kv[7] = b"seven"
-    >>> open_kv("memory://doc-kv")[7]
-    b'seven'
-    """
-    storage = open_storage(url, durable=durable, expect="precomputed")
-    if spec is None:
-        if mode == "w":
-            raise SpecError("mode 'w' needs a sharding spec")
-        spec = spec_from_info(storage)
-    else:
-        spec = as_spec(spec)
-        if mode in ("r+", "a"):
-            check_recorded(storage, spec)
-    if mode != "r" and unindexed is None:
-        refuse_blind_writes(storage)
-    return ShardedKV(storage, spec, mode, strategy=strategy, compact_ratio=compact_ratio,
-                     staged_bytes=staged_bytes, spill_dir=spill_dir, cache_bytes=cache_bytes,
-                     info=info, max_value_bytes=max_value_bytes, read_retries=read_retries,
-                     unindexed=unindexed)
-

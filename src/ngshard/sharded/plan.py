@@ -71,8 +71,8 @@ def _groups(changes: Iterable[ShardChanges]) -> Iterator[list[ShardChanges]]:
 def obsolete_shards(reader: ShardReader, kept: set[str]) -> list[ShardPlan]:
     """For mode "w": removal of every shard present but not in ``kept``."""
     spec = reader.spec
-    return [ShardPlan(n, spec.parse_shard_filename(n), "delete")
-            for n in listing.shard_names(reader) if n not in kept]
+    return [ShardPlan(n, number, "delete") for n in listing.shard_names(reader)
+            if n not in kept and (number := spec.parse_shard_filename(n)) is not None]
 
 
 def _create(spec: Any, name: str, num: int, lengths: np.ndarray) -> ShardPlan | None:

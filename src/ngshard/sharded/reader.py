@@ -24,6 +24,7 @@ from ..storage import ObjectInfo, Storage
 from ..storage.index_cache import IndexCache, changed_lately
 from ..storage.retry import RetryPolicy
 from ..threads import pmap
+from ..types import Blob
 from . import legacy
 from .format import (
     EMPTY_MINISHARD,
@@ -159,9 +160,10 @@ class ShardReader:
         # where an append leaves its trailer.
         trailer = self.storage.supports_append
 
-        def wanted(info: ObjectInfo) -> list[list[int]]:
+        def wanted(info: ObjectInfo) -> np.ndarray:
             head = [[0, min(size, info.size)]]
-            return head + [[max(0, info.size - TRAILER_SIZE), info.size]] if trailer else head
+            return np.array(head + [[max(0, info.size - TRAILER_SIZE), info.size]] if trailer
+                            else head)
 
         reads = self.storage.read_ranges(
             [(n, wanted(info)) for n, (_, (info, _), _, _) in zip(index_names, todo)])
@@ -227,14 +229,13 @@ class ShardReader:
             shard.garbage = shard.size - live_bytes(self.spec, shard.ranges, shard.minishards)
             shard.tail_known = True
 
-    def read_through(self, wanted: list[tuple[ShardState, np.ndarray]]) -> list[list[bytes]]:
+    def read_through(self, wanted: list[tuple[ShardState, np.ndarray]]) -> list[list[Blob]]:
         """Read ``(shard, (n, 2) absolute ranges)`` past the shard indices, in one batch,
         checking each shard's bytes came from the generation its index was read from."""
         reads = self.storage.read_ranges(
             [(s.data_name, np.asarray(r, np.int64) - s.data_shift) for s, r in wanted])
-        for (shard, ranges), (gen, chunks) in zip(wanted, reads):
-            self._check_read(shard, ranges, gen, chunks)
-        return [chunks for _, chunks in reads]
+        return [self._check_read(shard, ranges, gen, chunks)
+                for (shard, ranges), (gen, chunks) in zip(wanted, reads)]
 
     def load_minishards(self, wanted: list[tuple[ShardState, np.ndarray]]) -> None:
         """Read and decode the minishard indices not cached yet, in one batch."""
@@ -267,9 +268,9 @@ class ShardReader:
             self.cache.grow(shard.name, shard, sum(index.nbytes for index in indices))
 
     def _check_read(self, shard: ShardState, ranges: np.ndarray, gen: Any,
-                    chunks: list[bytes] | None) -> None:
-        """Raise Stale if the bytes were not read from the shard's cached generation, and
-        CorruptDataError if they were but the file ended early."""
+                    chunks: list[Blob] | None) -> list[Blob]:
+        """The ``chunks`` read; Stale if they were not read from the shard's cached
+        generation, CorruptDataError if they were but the file ended early."""
         if chunks is None or (gen is not None and gen != shard.data_generation):
             raise self.cache.stale(shard.name, self.storage.path(shard.name))
         wanted = (ranges[:, 1] - ranges[:, 0]).tolist()
@@ -277,6 +278,7 @@ class ShardReader:
             i = next(i for i, c in enumerate(chunks) if len(c) != wanted[i])
             raise CorruptDataError(f"{self.storage.path(shard.name)}: bytes [{int(ranges[i, 0])}, "
                                    f"{int(ranges[i, 1])}) lie past the end of the file")
+        return chunks
 
     # --- lookups ---------------------------------------------------------------------------
 
@@ -289,7 +291,7 @@ class ShardReader:
         groups = np.split(np.arange(len(keys)), bounds) if len(keys) else []
         names = [self.spec.shard_filename(int(shard_nums[g[0]])) for g in groups]
         states = self.shards(names)
-        present = [(states[n], g) for n, g in zip(names, groups) if states[n] is not None]
+        present = [(s, g) for n, g in zip(names, groups) if (s := states[n]) is not None]
         self.load_minishards([(s, minishards[g]) for s, g in present])
         found: dict[str, np.ndarray] = {}
         for shard, g in present:
@@ -319,23 +321,25 @@ class ShardReader:
                 [keys[g][hit], table.starts[p], table.starts[p] + table.sizes[p]], axis=1)
         return found, {s.name: s for s, _ in present}
 
-    def _get_many(self, keys: np.ndarray) -> dict[int, bytes | memoryview]:
+    def _get_many(self, keys: np.ndarray) -> dict[int, Blob]:
         found, shards = self._lookup(keys)
         reads = self.read_through([(shards[name], rows[:, 1:]) for name, rows in found.items()])
-        out: dict[int, bytes | memoryview] = {}
+        out: dict[int, Blob] = {}
         encoding = self.spec.data_encoding
         for (name, rows), chunks in zip(found.items(), reads):
             where = self.storage.path(name)
-            keys = rows[:, 0].tolist()
+            ks = rows[:, 0].tolist()
             if encoding != "raw":  # decompression releases the GIL: spread it over threads
-                chunks = pmap(lambda job, where=where: decode(
-                    job[2], encoding, f"{where} (chunk {job[0]} at {job[1]})",
-                    self.max_value_bytes),
-                    zip(keys, rows[:, 1].tolist(), chunks))
-            out.update(zip(keys, chunks))
+
+                def decoded(job: tuple[int, int, Blob], where: str = where) -> Blob:
+                    return decode(job[2], encoding, f"{where} (chunk {job[0]} at {job[1]})",
+                                  self.max_value_bytes)
+
+                chunks = pmap(decoded, zip(ks, rows[:, 1].tolist(), chunks))
+            out.update(zip(ks, chunks))
         return out
 
-    def get_many(self, keys: np.ndarray) -> dict[int, bytes | memoryview]:
+    def get_many(self, keys: np.ndarray) -> dict[int, Blob]:
         """Stored values of unique uint64 ``keys``, absent keys left out; values may be views
         into the batch's read buffers."""
         return self.retry.run(self._get_many, keys)
@@ -349,7 +353,7 @@ class ShardReader:
         # without a stat first: a hit is confirmed by the read of its data, a miss by a stat.
         shard = self.cache.unchecked(name) if self.storage.reads_report_generation else None
         fresh = shard is None
-        if fresh:
+        if shard is None:
             shard = self.shards([name])[name]
             if shard is None:
                 return None
@@ -366,7 +370,7 @@ class ShardReader:
         start = int(index.starts[pos])
         return shard, start, start + int(index.sizes[pos])
 
-    def _get_one(self, key: int) -> bytes | None:
+    def _get_one(self, key: int) -> Blob | None:
         found = self._find_one(key)
         if found is None:
             return None
@@ -374,15 +378,15 @@ class ShardReader:
         shift = shard.data_shift
         gen, chunk = self.storage.read_range(shard.data_name, start - shift, end - shift)
         if chunk is None or len(chunk) != end - start or gen != shard.data_generation:
-            self._check_read(shard, np.array([[start, end]]), gen,
-                             None if chunk is None else [chunk])
+            chunk = self._check_read(shard, np.array([[start, end]]), gen,
+                                     None if chunk is None else [chunk])[0]
         if self.spec.data_encoding == "raw":
             return chunk
         return decode(chunk, self.spec.data_encoding,
                       f"{self.storage.path(shard.name)} (chunk {key} at {start})",
                       self.max_value_bytes)
 
-    def get_one(self, key: int) -> bytes | None:
+    def get_one(self, key: int) -> Blob | None:
         """The stored value of one key (a checked int), None if absent."""
         return self.retry.run(self._get_one, key)
 

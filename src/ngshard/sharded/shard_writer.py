@@ -35,6 +35,7 @@ from ..limits import DEFAULT_BUFFER_BYTES
 from ..progress import progress_bar
 from ..storage import ANY, SPILL_PREFIX, FileSlice, Storage, owner_tag, write_buffers
 from ..threads import bounded_map, pmap
+from ..types import Blob
 from .changes import views
 from .format import Entries, assemble_shard, decode_all
 from .inputs import Values
@@ -123,6 +124,7 @@ def in_index_order(spec: ShardingSpec, keys: np.ndarray, values: Values | Sequen
     local = newest_in_index_order(spec, keys, minishards, age)
     picked = local if rows is None else rows[local]
     encoding = "raw" if encoded else spec.data_encoding
+    chosen: Sequence[Any]  # buffers
     if isinstance(values, Values):
         data, lengths = values.take(picked)
         chosen = [data] if encoding == "raw" and len(lengths) else views(data, lengths)
@@ -184,17 +186,17 @@ def write_shard(storage: Storage, spec: ShardingSpec, shard: int, keys: np.ndarr
     """
     name = spec.shard_filename(shard)
     keys = np.asarray(keys, np.uint64)
-    if len(keys) and not isinstance(values, Laid):
-        keys, minishards, values = in_index_order(spec, keys, values, rows=rows, age=age,
-                                                  minishards=minishards, encoded=encoded)
     if not len(keys):
         storage.delete(name, if_generation=if_generation)
         return 0
+    if not isinstance(values, Laid):
+        keys, minishards, values = in_index_order(spec, keys, values, rows=rows, age=age,
+                                                  minishards=minishards, encoded=encoded)
     storage.write(name, lay_out(spec, keys, values, minishards), if_generation=if_generation)
     return int(np.sum(values.sizes, dtype=np.uint64))
 
 
-def rewrite_shard(spec: ShardingSpec, old: bytes | memoryview | None, keys: np.ndarray,
+def rewrite_shard(spec: ShardingSpec, old: Blob | None, keys: np.ndarray,
                   deleted: np.ndarray, sizes: np.ndarray, data: Sequence,
                   where: str = "", unindexed: UnindexedSizes | None = None
                   ) -> tuple[np.ndarray, np.ndarray, Laid]:
@@ -208,16 +210,16 @@ def rewrite_shard(spec: ShardingSpec, old: bytes | memoryview | None, keys: np.n
     back there copied as one slice; new entries follow them. (Only the minishard indices must
     be sorted by key; data may lie in any order.)
     """
-    old = memoryview(old) if old is not None else None
-    kept = Entries.of(decode_all(spec, old, where)).without(np.sort(keys)) \
-        if old is not None and len(old) else Entries.of({})
+    view = memoryview(old if old is not None else b"")
+    kept = Entries.of(decode_all(spec, view, where)).without(np.sort(keys)) \
+        if len(view) else Entries.of({})
     by_place = np.argsort(kept.starts, kind="stable")
     kept = Entries(*(col[by_place] for col in kept))
     new_keys = keys[~deleted]
     sizes = np.asarray(sizes, np.uint64)
     before = None
     if unindexed is not None and len(kept.keys):
-        before = np.concatenate([kept_unindexed(spec, old, kept, unindexed, where),
+        before = np.concatenate([kept_unindexed(spec, view, kept, unindexed, where),
                                  np.zeros(len(new_keys), np.uint64)])
     runs = []
     if len(kept.keys):
@@ -227,7 +229,7 @@ def rewrite_shard(spec: ShardingSpec, old: bytes | memoryview | None, keys: np.n
         joins[1:] = begins[1:] == ends[:-1]
         first = np.flatnonzero(~joins)
         last = np.append(first[1:], len(joins)) - 1
-        runs = [old[s:e] for s, e in zip(begins[first].tolist(), ends[last].tolist())]
+        runs = [view[s:e] for s, e in zip(begins[first].tolist(), ends[last].tolist())]
     return (np.concatenate([kept.keys, new_keys]),
             np.concatenate([kept.minishards, spec.locate(new_keys)[1]]),
             Laid(np.concatenate([kept.sizes, sizes]), [*runs, *data], before))

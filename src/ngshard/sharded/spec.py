@@ -177,8 +177,8 @@ class ShardingSpec:
     def locate(self, keys: Any) -> tuple[Any, Any]:
         """(shard, minishard) of a key, or of each key of an array, as uint64 numbers."""
         if np.ndim(keys) == 0 and not isinstance(keys, np.ndarray):
-            shard, minishard = self.locate_one(check_key(keys))
-            return np.uint64(shard), np.uint64(minishard)
+            one = self.locate_one(check_key(keys))
+            return np.uint64(one[0]), np.uint64(one[1])
         h = self.hash_keys(keys)
         minishard = h & np.uint64(self.num_minishards - 1)
         shard = (h >> np.uint64(self.minishard_bits)) & np.uint64(self.num_shards - 1)

@@ -88,16 +88,17 @@ class SpillFiles:
         """The data of ``changes`` ready for a shard: the encoded sizes of the set values and
         one owned FileSlice holding them back to back in the changes' order (the writer may
         take the file over)."""
-        shard = changes.shard
+        shard, source = changes.shard, changes.source
+        assert source is not None and changes.offsets is not None, "changes not spilled"
         is_set = changes.lengths != DELETED
         sizes, offsets = changes.lengths[is_set], changes.offsets[is_set]
         total = int(sizes.sum())
         if encoding == "raw" and self._ends[shard] == self.header + total and \
                 (offsets == np.cumsum(sizes) - sizes + self.header).all():
-            return sizes, [FileSlice(changes.source, self.header, total, owned=True)]
+            return sizes, [FileSlice(source, self.header, total, owned=True)]
         out_path = self._path(shard, "net")
         out_sizes = sizes.copy()
-        with open(changes.source, "rb") as src, open(out_path, "wb") as out:
+        with open(source, "rb") as src, open(out_path, "wb") as out:
             out.truncate(self.header)
             fd = out.fileno()
             os.lseek(fd, self.header, os.SEEK_SET)
@@ -112,7 +113,7 @@ class SpillFiles:
                 encoded = pmap(lambda v: encode(v, encoding), views(data, sizes[a:b]))
                 out_sizes[a:b] = np.fromiter(map(len, encoded), np.int64, len(encoded))
                 write_buffers(fd, encoded)
-        os.unlink(changes.source)  # copied: only the new file is needed now
+        os.unlink(source)  # copied: only the new file is needed now
         return out_sizes, [FileSlice(out_path, self.header, int(out_sizes.sum()), owned=True)]
 
     def discard(self, shard: int) -> None:
@@ -132,7 +133,7 @@ class SpillFiles:
 def _append(path: str, data: np.ndarray) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
-        write_buffers(fd, [memoryview(data)])
+        write_buffers(fd, [data.data])
     finally:
         os.close(fd)
 
@@ -144,7 +145,7 @@ def _read_values(fd: int, offsets: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     lengths = spans[:, 1] - spans[:, 0]
     base = np.cumsum(lengths) - lengths
     buf = np.empty(int(lengths.sum()), np.uint8)
-    view = memoryview(buf)
+    view = buf.data
     for (start, end), b in zip(spans.tolist(), base.tolist()):
         done = 0
         while done < end - start:  # a read may stop short of a large range

@@ -18,11 +18,13 @@ so their memory follows the largest shard, not the number of keys.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import cast
 
 import numpy as np
 
 from .._arrays import gather, member, uint_dtype
 from ..limits import KEY_BLOCK
+from ..types import Blob
 from .changes import DELETED, ShardChanges, last_wins
 from .inputs import Values
 from .spec import ShardingSpec
@@ -55,7 +57,7 @@ class Staging:
 
     def __init__(self, spec: ShardingSpec, limit_bytes: int, spill_dir: str | None = None):
         self.spec, self.limit_bytes = spec, limit_bytes
-        self._dict: dict[int, bytes | None] = {}
+        self._dict: dict[int, Blob | None] = {}
         self._keys: list[np.ndarray] = []
         self._lengths: list[np.ndarray] = []
         self._blocks: list[np.ndarray] = []  # the values of the batches, back to back (uint8)
@@ -65,7 +67,7 @@ class Staging:
 
     # --- changes ---------------------------------------------------------------------------
 
-    def set(self, key: int, value: bytes | None) -> None:
+    def set(self, key: int, value: Blob | None) -> None:
         """Stage one value (None: a deletion)."""
         self.version += 1
         if key in self._dict:  # replaces a value staged here
@@ -78,24 +80,25 @@ class Staging:
         if self._mem_bytes > self.limit_bytes:
             self.spill()
 
-    def set_many(self, keys: np.ndarray, values: list[bytes]) -> None:
+    def set_many(self, keys: np.ndarray, values: Sequence[Blob | None]) -> None:
         """Stage a batch of values without per-key Python work (None: a deletion, staged
         one by one: deletions are few)."""
         if None in values:
             for key, value in zip(keys.tolist(), values):
                 self.set(key, value)
             return
-        lengths = _lengths(values)
+        blobs = cast(Sequence[Blob], values)  # no None among them
+        lengths = _lengths(blobs)
         total = int(lengths.sum())
-        if len(values) > 1 and total >= LARGE_VALUE * len(values):
+        if len(blobs) > 1 and total >= LARGE_VALUE * len(blobs):
             # in the order a commit takes them (shard, minishard, key; repeated keys keep
             # their order): a shard's values are then one run of the block, written as is
             order = np.lexsort((keys, self._placement(keys)))
             keys, lengths = keys[order], lengths[order]
-            values = [values[i] for i in order.tolist()]
+            blobs = [blobs[i] for i in order.tolist()]
         block = np.empty(total, np.uint8)
-        view, end = memoryview(block), 0
-        for value in values:  # one copy of each value, straight into the block
+        view, end = block.data, 0
+        for value in blobs:  # one copy of each value, straight into the block
             n = len(value)
             view[end:end + n] = value
             end += n
@@ -112,6 +115,7 @@ class Staging:
                 self.set_many(keys[first:last], values.items[first:last])
                 first = last
                 continue
+            assert values.data is not None, "Values without data or items"
             starts, lengths = values.spans(slice(first, last))
             a = int(starts[0])
             self._add(keys[first:last], lengths, values.data[a:a + int(lengths.sum())])
@@ -189,7 +193,7 @@ class Staging:
 
     # --- reading staged changes --------------------------------------------------------------
 
-    def lookup(self, key: int) -> tuple[bool, bytes | None]:
+    def lookup(self, key: int) -> tuple[bool, Blob | None]:
         """(staged?, value) of one key; value None for a staged deletion."""
         if key in self._dict:
             return True, self._dict[key]
@@ -268,7 +272,7 @@ class Staging:
             group = pick[a:b]
             g_lengths = lengths[group]
             values = None
-            if with_data:
+            if starts is not None:  # with_data
                 is_set = g_lengths != DELETED
                 values = self._values(starts[group][is_set], g_lengths[is_set])
             yield ShardChanges(int(nums[a]), keys[group], g_lengths, data=values)
@@ -297,6 +301,7 @@ class Staging:
     def spill(self) -> None:
         """Move the in-memory changes to the spill files, one sorted run per shard."""
         for changes in self._memory_changes(True):
+            assert changes.data is not None
             self.spilled_files.append(changes.shard, changes.keys, changes.lengths,
                                       changes.data)
         self._keys, self._lengths = [], []

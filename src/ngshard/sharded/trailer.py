@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..types import Blob
+
 if TYPE_CHECKING:
     from .format import MinishardIndex
     from .spec import ShardingSpec
@@ -29,7 +31,7 @@ def trailer(garbage: int) -> bytes:
     return TRAILER_MAGIC + garbage.to_bytes(8, "little")
 
 
-def trailer_garbage(tail: bytes | memoryview, file_size: int) -> int | None:
+def trailer_garbage(tail: Blob, file_size: int) -> int | None:
     """Unreferenced bytes recorded by a trailer (16 bytes), None if they are no trailer."""
     tail = bytes(tail)
     if len(tail) != TRAILER_SIZE or not tail.startswith(TRAILER_MAGIC):

@@ -19,6 +19,7 @@ from ..compression import decode
 from ..errors import CorruptDataError, NgShardError, SpecError
 from ..kinds import INFO, describe, kind_of, unindexed_entries
 from ..storage import Storage
+from ..types import Blob
 from .format import Entries
 from .infofile import read_info
 from .spec import ShardingSpec
@@ -72,16 +73,16 @@ def refuse_blind_writes(storage: Storage) -> None:
     """Refuse to open a layer's store for writing without ``unindexed`` when that layer keeps
     unindexed entries (:func:`ngshard.kinds.unindexed_entries`): rewrites would drop them."""
     doc = read_info(storage) if storage.stat(INFO) is not None else None
-    what = unindexed_entries(doc)
-    if what is not None:
-        raise SpecError(f"{storage.url}: {describe(kind_of(doc), doc)}: {what}, and a "
+    kind, what = kind_of(doc), unindexed_entries(doc)
+    if kind is not None and what is not None:
+        raise SpecError(f"{storage.url}: {describe(kind, doc)}: {what}, and a "
                         f"rewrite without unindexed= would drop them; open it through its "
                         f"layer (ngshard.open)")
 
 
 def read_with_unindexed(reader, keys: np.ndarray, span: Callable | None,
                         unindexed: UnindexedSizes | None = None
-                        ) -> dict[int, tuple[bytes | memoryview, bytes | memoryview]]:
+                        ) -> dict[int, tuple[Blob, Blob]]:
     """{key: (bytes before, value)} of the keys present: ``span(key, value)`` gives the
     bytes wanted as ``(begin, end)`` relative to the value's start (``begin <= end <= 0``),
     by default ``(-n, 0)`` for the ``n`` unindexed bytes ``unindexed`` measures. Two batched
@@ -102,7 +103,8 @@ def read_with_unindexed(reader, keys: np.ndarray, span: Callable | None,
 def _read(reader, keys: np.ndarray, span: Callable) -> dict:
     found, shards = reader._lookup(keys)
     reads = reader.read_through([(shards[name], rows[:, 1:]) for name, rows in found.items()])
-    wanted, owners, values = [], [], {}
+    wanted, owners = [], []
+    values: dict[int, Blob] = {}
     encoding = reader.spec.data_encoding
     for (name, rows), chunks in zip(found.items(), reads):
         ks = rows[:, 0].tolist()

@@ -13,19 +13,20 @@ from typing import NamedTuple
 import numpy as np
 
 from .._arrays import member
+from ..types import Blob
 from .format import Entries, MinishardIndex, encode_minishard_indices, encode_shard_index
 from .spec import ShardingSpec
 from .trailer import TRAILER_SIZE, trailer
 
-Buffer = bytes | memoryview
+Buffer = Blob
 
 
 class Append(NamedTuple):
-    """An append update: write ``tail`` at ``offset``, then ``index`` at 0."""
+    """An append update: write ``tail`` at ``offset``, then ``shard_index`` at 0."""
 
     offset: int
     tail: list[Buffer]
-    index: bytes
+    shard_index: bytes
     empty: bool  # no key is left: delete the file instead
 
 

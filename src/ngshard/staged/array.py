@@ -23,6 +23,7 @@ import numpy as np
 
 from ..commitplan import CommitPlan
 from ..limits import DEFAULT_STAGED_BYTES
+from ..types import MemoryOrder
 from .changes import ChangesPlan
 from .copy import copy_from_chunks, copy_slices
 from .geometry import BASE, FULL
@@ -35,7 +36,7 @@ from .source import ChunkSource
 from .transfer import OUT, VALUE, TransferPlan
 
 
-def memory_order(value: np.ndarray) -> str | None:
+def memory_order(value: np.ndarray) -> MemoryOrder | None:
     """"C" if ``value`` varies fastest along its last axis (of those longer than one), "F"
     along its first, None otherwise or for a broadcast scalar: the order a slab made from it
     copies it into without transposing."""
@@ -119,10 +120,12 @@ class StagedChangesArray:
 
     # --- plans, without running them --------------------------------------------------------
 
-    def _getitem_plan(self, index: Any) -> GetItemPlan:
+    def getitem_plan(self, index: Any) -> GetItemPlan:
+        """What reading ``index`` will do: the chunks read and the copies, printable."""
         return GetItemPlan(self.geometry, self.map, normalize(index, self.shape), self.orders)
 
-    def _setitem_plan(self, index: Any, value: Any = None) -> SetItemPlan:
+    def setitem_plan(self, index: Any, value: Any = None) -> SetItemPlan:
+        """What assigning ``value`` at ``index`` will do (``value`` decides the memory order)."""
         selection = normalize(index, self.shape)
         order = None if value is None else memory_order(selection.value(np.asarray(value)))
         return SetItemPlan(self.geometry, self.map, selection, self.orders, order,
@@ -132,11 +135,13 @@ class StagedChangesArray:
         """Wholly selected chunks from which an assignment writes them through."""
         return max(1, -(-self.write_through_bytes // self.chunk_nbytes))
 
-    def _resize_plan(self, shape: tuple[int, ...]) -> ResizePlan:
+    def resize_plan(self, shape: tuple[int, ...]) -> ResizePlan:
+        """What resizing to ``shape`` will do: edge chunks read, filled, deleted."""
         return ResizePlan(self.geometry, self.map, tuple(int(n) for n in shape), self.orders,
                           self.source.clipped_edges)
 
-    def _load_plan(self) -> LoadPlan:
+    def load_plan(self) -> LoadPlan:
+        """What loading every stored chunk into staging will do."""
         return LoadPlan(self.geometry, self.map, self.orders)
 
     def _changes_plan(self, slabs: list[int] | None = None) -> ChangesPlan:
@@ -152,18 +157,20 @@ class StagedChangesArray:
         for slab, n in plan.appends:
             assert slab == len(self.slabs), "a plan made for another state of the array"
             order = plan.orders[slab]
-            self.slabs.append(self.geometry.new_slab(n, self.dtype, zero_fill, order))
+            new = self.geometry.new_slab(n, self.dtype, zero_fill, order)
+            self.slabs.append(new)
             self.orders.append(order)
-            self._staged_nbytes += self.slabs[-1].nbytes
+            self._staged_nbytes += new.nbytes
         fresh = {slab for slab, _ in plan.appends} if zero_fill else set()
         for transfer in plan.transfers:
             if transfer.src == FULL and transfer.dst in fresh:
                 continue
             self._transfer(transfer, value, out, transfer.dst in fresh)
-        if getattr(plan, "through", None) is not None:
+        if isinstance(plan, SetItemPlan) and plan.through is not None:
             positions, start, count = plan.through
+            whole = self._array(VALUE, value, out)
             self.source.write(positions, [
-                value[tuple(slice(a, a + n) for a, n in zip(row_start, row_count))]
+                whole[tuple(slice(a, a + n) for a, n in zip(row_start, row_count))]
                 for row_start, row_count in zip(start.tolist(), count.tolist())])
         if isinstance(plan, ResizePlan):
             self.source.delete(plan.deletes)
@@ -171,19 +178,28 @@ class StagedChangesArray:
             self.geometry = plan.new
         plan.apply(self.map)
         for slab in plan.drops:
-            self._staged_nbytes -= self.slabs[slab].nbytes
+            self._staged_nbytes -= self._array(slab).nbytes
             self.slabs[slab] = None
 
     def _transfer(self, t: TransferPlan, value: np.ndarray | None,
                   out: np.ndarray | None, filled: bool = False) -> None:
         """One transfer; ``filled``: its destination holds the fill value already."""
-        dst = out if t.dst == OUT else self.slabs[t.dst]
+        dst = self._array(t.dst, value, out)
         if t.src == BASE:
             g = self.geometry
             copy_from_chunks(self.source.read, g.positions, g.chunks[g.axis], g.axis,
-                             None if filled else self.slabs[0], dst, t)
+                             None if filled else self._array(FULL), dst, t)
         else:
-            copy_slices(value if t.src == VALUE else self.slabs[t.src], dst, t)
+            copy_slices(self._array(t.src, value, out), dst, t)
+
+    def _array(self, end: int | str, value: np.ndarray | None = None,
+               out: np.ndarray | None = None) -> np.ndarray:
+        """What a transfer's end names: the assigned value, a read's result or a live slab."""
+        found = value if end == VALUE else out if end == OUT else \
+            self.slabs[end] if isinstance(end, int) else None
+        if found is None:  # a plan made for another operation or state of the array
+            raise AssertionError(f"{end!r} names nothing in this operation")
+        return found
 
     # --- numpy ------------------------------------------------------------------------------
 
@@ -252,13 +268,13 @@ class StagedChangesArray:
         if len(shape) != self.ndim:
             raise ValueError(f"new shape {shape} needs {self.ndim} axes")
         self.source.check_resize(shape)
-        self._run(self._resize_plan(shape))
+        self._run(self.resize_plan(shape))
         self._keep_in_budget()
 
     def load(self) -> None:
         """Bring every stored chunk into memory (as staged chunks that a commit does not
         write unless they change)."""
-        self._run(self._load_plan())
+        self._run(self.load_plan())
         self._keep_in_budget()
 
     def read_chunks(self, positions: Any) -> list[np.ndarray]:
@@ -289,7 +305,7 @@ class StagedChangesArray:
             if left <= self.staged_bytes // 2:
                 break
             evict.append(slab)
-            left -= self.slabs[slab].nbytes
+            left -= self._array(slab).nbytes
         self._write_back(self._changes_plan(evict))
         self.source.spill()
 

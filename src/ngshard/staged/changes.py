@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..types import MemoryOrder
 from .geometry import BASE, Geometry
 from .plans import Plan
 from .slabmap import SlabMap
@@ -23,7 +24,7 @@ class ChangesPlan(Plan):
     name = "ChangesPlan"
 
     def __init__(self, geometry: Geometry, slabmap: SlabMap, slabs: list[int],
-                 orders: list[str]) -> None:
+                 orders: list[MemoryOrder]) -> None:
         super().__init__(geometry, slabmap, orders)
         rows = slabmap.on_slabs(slabs)
         order = rows[np.lexsort((slabmap.offsets[rows], slabmap.slabs[rows]))]

@@ -48,10 +48,10 @@ def copy_slices(src: np.ndarray, dst: np.ndarray, plan: TransferPlan, *,
             _fancy(src, dst, plan, np.flatnonzero(small))
             if small.all():
                 return
-            rows = np.flatnonzero(~small)
-            plan = TransferPlan(plan.src, plan.dst, plan.src_start[rows],
-                                plan.dst_start[rows], plan.count[rows], plan.src_step[rows],
-                                plan.dst_step[rows])
+            big = np.flatnonzero(~small)
+            plan = TransferPlan(plan.src, plan.dst, plan.src_start[big],
+                                plan.dst_start[big], plan.count[big], plan.src_step[big],
+                                plan.dst_step[big])
     src_slices = _slices(plan.src_start, plan.count, plan.src_step)
     dst_slices = _slices(plan.dst_start, plan.count, plan.dst_step)
 
@@ -76,7 +76,7 @@ def _copy_tiling(src: np.ndarray, dst: np.ndarray, plan: TransferPlan) -> bool:
     side in the selection, and on their slab in C order, as an assignment's new slab holds
     them). False, copying nothing, for rows that do not."""
     count, box = plan.count, plan.box
-    if (count != count[0]).any() or (plan.src_step != plan.src_step[0]).any() or \
+    if box is None or (count != count[0]).any() or (plan.src_step != plan.src_step[0]).any() or \
             (plan.dst_step != plan.dst_step[0]).any():
         return False
     index = box_indices(box)  # the rows' chunk index in the box
@@ -89,14 +89,20 @@ def _copy_tiling(src: np.ndarray, dst: np.ndarray, plan: TransferPlan) -> bool:
         if (start != start[0] + index @ units).any():
             return False
         views.append(_tiling_view(arr, start[0], units, count[0], step, box))
-    _copy_runs(views[1], views[0])
+    copy_runs(views[1], views[0])
     return True
 
 
-def _copy_runs(dst: np.ndarray, src: np.ndarray) -> None:
+def copy_runs(dst: np.ndarray, src: np.ndarray) -> None:
     """``dst[...] = src``; where both hold many short contiguous runs along one axis (a
     tiling of chunks: rows of a chunk, 64 bytes say), each run copied as one item of a wider
-    dtype: numpy's cost per run of a strided copy is then a fraction of what it was."""
+    dtype: numpy's cost per run of a strided copy is then a fraction of what it was.
+
+    Parameters
+    ----------
+    dst, src
+        Arrays of one shape and dtype (``src`` may be a broadcast view).
+    """
     item = dst.itemsize
     for a, (n, d, s) in enumerate(zip(dst.shape, dst.strides, src.strides)):
         if d == s == item and n > 1 and dst.size >= MANY_RUNS * n:

@@ -23,6 +23,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..errors import SpecError
+from ..types import MemoryOrder
 
 FULL = 0  # the slab of the fill value: one read-only chunk, broadcast
 BASE = 1  # the stored chunks, read on demand through the chunk source
@@ -33,7 +34,7 @@ FIRST_STAGED = 2  # staged slabs: writable numpy arrays of decoded chunks
 MAPPED_BYTES = 2 << 20
 
 
-def zeroed(shape: tuple[int, ...], dtype: np.dtype, order: str) -> np.ndarray:
+def zeroed(shape: tuple[int, ...], dtype: np.dtype, order: MemoryOrder) -> np.ndarray:
     """An array of zeros. A large one is an anonymous private mapping of its own, asked to
     be backed by huge pages: its pages come zeroed from the system as they are first written,
     and go back to it when the array is dropped. (``np.zeros`` takes such memory from the C
@@ -71,7 +72,7 @@ class Geometry:
 
     shape: tuple[int, ...]
     chunks: tuple[int, ...]
-    order: str = "C"
+    order: MemoryOrder = "C"
 
     def __post_init__(self) -> None:
         shape = tuple(int(n) for n in self.shape)
@@ -130,18 +131,18 @@ class Geometry:
 
     # --- slabs -----------------------------------------------------------------------------
 
-    def stack_axis(self, order: str) -> int:
+    def stack_axis(self, order: MemoryOrder) -> int:
         """The stacking axis of a slab in memory ``order``."""
         return 0 if order == "C" else self.ndim - 1
 
-    def slab_shape(self, n: int, order: str | None = None) -> tuple[int, ...]:
+    def slab_shape(self, n: int, order: MemoryOrder | None = None) -> tuple[int, ...]:
         """Shape of a slab of ``n`` chunks (in the array's order by default)."""
         shape = list(self.chunks)
         shape[self.stack_axis(order or self.order)] *= n
         return tuple(shape)
 
     def new_slab(self, n: int, dtype: np.dtype, zeros: bool = False,
-                 order: str | None = None) -> np.ndarray:
+                 order: MemoryOrder | None = None) -> np.ndarray:
         """A slab of ``n`` chunks, uninitialised or all zeros (which costs nothing more for
         large slabs: the pages come zeroed from the system, see :func:`zeroed`)."""
         order = order or self.order

@@ -56,6 +56,18 @@ class IndexChunkMapper:
         One pair per chunk (a slice or an integer; an array of points may have more).
     """
 
+    chunks: np.ndarray
+    whole: np.ndarray
+    bounds: np.ndarray
+    pairs_per_chunk: np.ndarray
+    local: np.ndarray
+    step: np.ndarray
+    start: np.ndarray
+    count: np.ndarray
+    pairs: np.ndarray
+    heads: np.ndarray
+    one_pair: bool
+
     def __init__(self, selection: AxisSelection, size: int, chunk: int) -> None:
         if selection.step > 0 and selection.count:
             self._progression(selection, size, chunk)

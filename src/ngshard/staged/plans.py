@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..types import MemoryOrder
 from .geometry import BASE, FIRST_STAGED, FULL, Geometry, box_indices
 from .indexing import Selection
 from .mapper import IndexChunkMapper, mapper
@@ -33,7 +34,7 @@ class Plan:
     name = "Plan"
 
     def __init__(self, geometry: Geometry, slabmap: SlabMap | None = None,
-                 orders: Sequence[str] = ()) -> None:
+                 orders: Sequence[MemoryOrder] = ()) -> None:
         self.geometry = geometry
         self.orders = list(orders)  # the memory order of each slab, new ones included
         self.appends: list[tuple[int, int]] = []  # (slab index, number of chunks)
@@ -44,7 +45,7 @@ class Plan:
         # plan applied, or that map itself once the plan has run (see __str__)
         small = slabmap is not None and geometry.num_chunks <= PRINT_MAP_CHUNKS
         self._map = slabmap if small else None
-        self._version = slabmap.version if small else None
+        self._version = self._map.version if self._map is not None else 0
 
     def axis(self, slab: int | str) -> int:
         """The stacking axis of a slab (the full and base slabs: the array's)."""
@@ -52,7 +53,7 @@ class Plan:
             return self.geometry.axis
         return self.geometry.stack_axis(self.orders[slab])
 
-    def _append(self, n: int, order: str | None = None) -> tuple[int, np.ndarray]:
+    def _append(self, n: int, order: MemoryOrder | None = None) -> tuple[int, np.ndarray]:
         """A new slab of ``n`` chunks: its index and the chunks' offsets on it."""
         slab = len(self.orders)
         self.orders.append(order or self.geometry.order)
@@ -143,7 +144,7 @@ def touch(geometry: Geometry, slabmap: SlabMap, selection: Selection) -> Touched
     positions = np.ascontiguousarray(heads[:, 0].T)
     ids = geometry.ids(positions)
     slabs, offsets, dirty = slabmap.lookup(ids, positions)
-    whole = heads[:, 1].all(axis=0)
+    whole = np.asarray(heads[:, 1].all(axis=0))
     return Touched(mappers, idx, positions, ids, slabs, offsets, dirty, whole)
 
 
@@ -152,10 +153,10 @@ def _by_slab(plan: Plan, t: Touched, slabs: np.ndarray, offsets: np.ndarray):
     on; ``box``: the chunk box the rows enumerate, if they do (see TransferPlan)."""
     if (slabs == slabs[0]).all():  # the common case: one slab
         slab = int(slabs[0])
-        box = tuple(len(m) for m in t.mappers)
-        whole_box = len(t.idx) == math.prod(box)
+        sizes = tuple(len(m) for m in t.mappers)
+        whole_box = len(t.idx) == math.prod(sizes)
         single = all(m.one_pair for m in t.mappers)
-        box = box if single and whole_box else None
+        box = sizes if single and whole_box else None
         yield (slab, *selection_rows(t.mappers, t.idx, offsets, plan.axis(slab)), box)
         return
     for slab in np.unique(slabs).tolist():
@@ -171,7 +172,7 @@ class GetItemPlan(Plan):
     name = "GetItemPlan"
 
     def __init__(self, geometry: Geometry, slabmap: SlabMap, selection: Selection,
-                 orders: Sequence[str]) -> None:
+                 orders: Sequence[MemoryOrder]) -> None:
         super().__init__(geometry, None, orders)
         self.out_shape = selection.shape
         t = touch(geometry, slabmap, selection)
@@ -206,7 +207,7 @@ class SetItemPlan(Plan):
     name = "SetItemPlan"
 
     def __init__(self, geometry: Geometry, slabmap: SlabMap, selection: Selection,
-                 orders: Sequence[str], value_order: str | None = None,
+                 orders: Sequence[MemoryOrder], value_order: MemoryOrder | None = None,
                  through: int | None = None) -> None:
         super().__init__(geometry, slabmap, orders)
         self.value_shape, self._selection = selection.result_shape, selection
@@ -257,7 +258,7 @@ class SetItemPlan(Plan):
             self.updates = (t.ids, slabs, offsets, dirty)
         else:
             self.updates = (t.ids[changed], slabs[changed], offsets[changed],
-                            True if bulk is None else dirty[changed])
+                            True if isinstance(dirty, bool) else dirty[changed])
 
     @property
     def value_view(self) -> str:
@@ -289,10 +290,10 @@ class LoadPlan(Plan):
 
     name = "LoadPlan"
 
-    def __init__(self, geometry: Geometry, slabmap: SlabMap, orders: Sequence[str]) -> None:
+    def __init__(self, geometry: Geometry, slabmap: SlabMap, orders: Sequence[MemoryOrder]) -> None:
         super().__init__(geometry, slabmap, orders)
         box = slabmap.base_box
-        inside = np.indices(box).reshape(len(box), -1).T if box.all() else \
+        inside = np.indices(tuple(box.tolist())).reshape(len(box), -1).T if box.all() else \
             np.zeros((0, len(box)), np.int64)
         ids = np.union1d(geometry.ids(inside), slabmap.ids[slabmap.slabs == BASE])
         slabs, offsets, _ = slabmap.lookup(ids)
@@ -313,7 +314,7 @@ class GatherPlan(Plan):
     name = "GatherPlan"
 
     def __init__(self, geometry: Geometry, slabmap: SlabMap, positions: np.ndarray,
-                 orders: Sequence[str]) -> None:
+                 orders: Sequence[MemoryOrder]) -> None:
         super().__init__(geometry, None, orders)
         self.positions = positions
         ids = geometry.ids(positions)

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..types import MemoryOrder
 from .geometry import BASE, FIRST_STAGED, FULL, Geometry
 from .plans import Plan
 from .slabmap import SlabMap
@@ -50,7 +51,7 @@ class ResizePlan(Plan):
     name = "ResizePlan"
 
     def __init__(self, geometry: Geometry, slabmap: SlabMap, shape: tuple[int, ...],
-                 orders: Sequence[str], clipped_edges: bool) -> None:
+                 orders: Sequence[MemoryOrder], clipped_edges: bool) -> None:
         super().__init__(geometry, slabmap, orders)
         self.new = new = geometry.resized(shape)
         old_grid, new_grid = np.array(geometry.grid), np.array(new.grid)
@@ -119,7 +120,9 @@ class ResizePlan(Plan):
                 lo[:, a] = k[grows, a]
                 hi = n[grows].copy()
                 hi[:, :a] = k[grows, :a]
-                rows_lo.append(lo), rows_count.append(hi - lo), owner.append(grows)
+                rows_lo.append(lo)
+                rows_count.append(hi - lo)
+                owner.append(grows)
             if not rows_lo:
                 continue
             lo, count = np.concatenate(rows_lo), np.concatenate(rows_count)

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..commitplan import CommitPlan
 from ..limits import CHUNK_BATCH, CHUNK_BATCH_BYTES
+from ..types import MemoryOrder
 from .geometry import Geometry
 
 
@@ -97,18 +98,15 @@ class MemoryChunks(ChunkSource):
     part outside the shape holding the fill value): a source for tests and examples."""
 
     def __init__(self, shape: Sequence[int], chunks: Sequence[int], dtype: Any = "uint8",
-                 fill_value: Any = 0, order: str = "C") -> None:
+                 fill_value: Any = 0, order: MemoryOrder = "C") -> None:
         self.geometry = Geometry(tuple(shape), tuple(chunks), order)
         self.dtype, self.fill_value = np.dtype(dtype), fill_value
         self.stored: dict[tuple[int, ...], np.ndarray] = {}
         self.stored_shape = self.geometry.shape
         self._staged: dict[tuple[int, ...], np.ndarray | None] = {}
+        self.empty = True  # until a commit stores a chunk
         self.reads = 0  # chunks read, for tests
         self.writes = 0  # chunks written, for tests
-
-    @property
-    def empty(self) -> bool:
-        return not self.stored and not self._staged
 
     def read(self, positions, consume) -> None:
         for i, key in enumerate(map(tuple, positions.tolist())):
@@ -142,6 +140,7 @@ class MemoryChunks(ChunkSource):
                 self.stored[key] = chunk
         self._staged.clear()
         self.stored_shape = self.geometry.shape
+        self.empty = not self.stored
 
     def abort(self) -> None:
         self._staged.clear()

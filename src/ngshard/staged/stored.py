@@ -11,7 +11,7 @@ array's handle) checks and adopts resizes and writes the array's metadata after 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, Protocol
@@ -23,6 +23,7 @@ from ..commitplan import CommitPlan
 from ..errors import NotFoundError
 from ..progress import progress_bar
 from ..threads import pmap
+from ..types import MemoryOrder
 from .geometry import Geometry
 from .source import ChunkSource
 
@@ -32,7 +33,7 @@ class ChunkCodec:
 
     Attributes
     ----------
-    order : str
+    order : {"C", "F"}
         The memory order the codec wants chunks in ("C" or "F"): encoding is then a copy.
     fill_value
         What an absent chunk holds.
@@ -41,7 +42,7 @@ class ChunkCodec:
         which the store's grid does not have.
     """
 
-    order = "C"
+    order: MemoryOrder = "C"
     fill_value: Any = 0
     inner: tuple[int, ...] = ()
 
@@ -87,7 +88,7 @@ class StoredChunks(ChunkSource):
         self.committed = self.geometry.shape
         self._reads = threading.local()  # .strict: see strict_reads
 
-    def _bar(self, n: int, desc: str) -> Iterator[int]:
+    def _bar(self, n: int, desc: str) -> Iterable[int]:
         batch = self.batch
         return progress_bar(range(0, n, batch), desc=desc, unit="batch", total=-(-n // batch),
                             enabled=self.progress and n > batch)
@@ -154,9 +155,10 @@ class StoredChunks(ChunkSource):
         gone = np.fromiter((b is None for b in blobs), bool, len(blobs))
         if gone.any():
             self.store.delete(positions[gone])
-            positions, blobs = positions[~gone], [b for b in blobs if b is not None]
-        if len(blobs):
-            self.store.put(positions, blobs)
+            positions = positions[~gone]
+        kept = [b for b in blobs if b is not None]
+        if kept:
+            self.store.put(positions, kept)
 
     def delete(self, positions: np.ndarray) -> None:
         self.store.delete(positions[:, :self.ndim])

@@ -16,6 +16,7 @@ import numpy as np
 from ..errors import ConflictError
 from ..limits import MAX_GAP
 from ..threads import pmap
+from ..types import Blob
 
 #: ``if_generation`` value that skips the generation check.
 ANY = object()
@@ -61,8 +62,8 @@ def coalesce(ranges: np.ndarray, max_gap: int = MAX_GAP) -> tuple[np.ndarray, np
     return np.stack([starts[new], reach[last]], axis=1), assignment
 
 
-def split_merged(merged: np.ndarray, blobs: Sequence[bytes], ranges: np.ndarray,
-           assignment: np.ndarray) -> list[bytes | memoryview]:
+def split_merged(merged: np.ndarray, blobs: Sequence[Blob], ranges: np.ndarray,
+           assignment: np.ndarray) -> list[Blob]:
     """The requested ranges out of the merged reads: views, not copies (a volume read of many
     chunks would otherwise copy every byte once more)."""
     if len(ranges) == len(merged) and (ranges == merged).all():  # nothing was merged
@@ -129,12 +130,12 @@ class Storage:
         """:meth:`read` of many whole objects (remote stores ask for them all at once)."""
         return pmap(self.read, names, min_items=4)
 
-    def write_many(self, items: Sequence[tuple[str, bytes]]) -> None:
+    def write_many(self, items: Sequence[tuple[str, Blob]]) -> None:
         """Write many whole objects, each atomically (remote stores send them all at once)."""
         pmap(lambda item: self.write(item[0], [item[1]]), items, min_items=4)
 
     def read_ranges(self, requests: Sequence[tuple[str, np.ndarray]]
-                    ) -> list[tuple[Hashable | None, list[bytes | memoryview] | None]]:
+                    ) -> list[tuple[Hashable | None, list[Blob] | None]]:
         """Read ``(name, (n, 2) ranges)`` requests in one batch, coalescing near ranges; the
         chunks may be views into one larger read.
 
@@ -145,13 +146,15 @@ class Storage:
         """
         raise NotImplementedError
 
-    def read_range(self, name: str, start: int, end: int) -> tuple[Hashable | None, bytes | None]:
+    def read_range(self, name: str, start: int, end: int) -> tuple[Hashable | None, Blob | None]:
         """One range of one object: the single-read fast path of :meth:`read_ranges`."""
         gen, chunks = self.read_ranges([(name, np.array([[start, end]]))])[0]
         return gen, None if chunks is None else chunks[0]
 
-    def write(self, name: str, parts: Sequence[bytes], if_generation: Any = ANY) -> None:
-        """Write an object atomically: readers see the old object or the whole new one.
+    def write(self, name: str, parts: Sequence[Blob | FileSlice], if_generation: Any = ANY
+              ) -> None:
+        """Write an object atomically: readers see the old object or the whole new one;
+        ``parts``: its bytes in order (a FileSlice: bytes of a local file, not read here).
 
         ``if_generation``: the generation the object must still have (None: it must not
         exist), else ConflictError; ANY writes regardless.
@@ -168,7 +171,7 @@ class Storage:
         pmap(self.delete, names, min_items=8)
 
     def append_and_patch(self, name: str, generation: Hashable, offset: int,
-                         tail: Sequence[bytes], head: bytes) -> None:
+                         tail: Sequence[Blob | FileSlice], head: Blob) -> None:
         """Write ``tail`` at ``offset`` (the end of the object), then ``head`` at 0, only if
         the object still has ``generation``. Only where :attr:`supports_append`."""
         raise NotImplementedError(f"{type(self).__name__} cannot append")

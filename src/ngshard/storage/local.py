@@ -16,13 +16,14 @@ import numpy as np
 from ..errors import CorruptDataError, StorageWriteError
 from ..limits import COPY_PIECE_BYTES, READ_PIECE_BYTES
 from ..threads import pmap
+from ..types import Blob
 from .base import ANY, FileSlice, ObjectInfo, Storage, changed_on_storage, coalesce, split_merged
 from .tempnames import temp_name
 
 _IOV_MAX = 1024
 
 
-def _pread_merged(fd: int, merged: np.ndarray) -> list[bytes | memoryview]:
+def _pread_merged(fd: int, merged: np.ndarray) -> list[Blob]:
     """Read the merged ranges of a file; large ones in pieces on threads, straight into one
     buffer per range, so page faults and copies run on every core. A blob comes back short
     where the file ends."""
@@ -145,8 +146,9 @@ class LocalStorage(Storage):
             self._info(before, name)  # raises
         return fd, before
 
-    def read_ranges(self, requests):
-        results = []
+    def read_ranges(self, requests: Sequence[tuple[str, np.ndarray]]
+                    ) -> list[tuple[Hashable | None, list[Blob] | None]]:
+        results: list[tuple[Hashable | None, list[Blob] | None]] = []
         for name, ranges in requests:
             ranges = np.asarray(ranges, np.int64).reshape(-1, 2)
             opened = self._open_read(name)
@@ -163,7 +165,7 @@ class LocalStorage(Storage):
             results.append((gen, split_merged(merged, blobs, ranges, assignment)))
         return results
 
-    def read_range(self, name: str, start: int, end: int) -> tuple[Hashable | None, bytes | None]:
+    def read_range(self, name: str, start: int, end: int) -> tuple[Hashable | None, Blob | None]:
         opened = self._open_read(name)
         if opened is None:
             return None, None
@@ -175,7 +177,8 @@ class LocalStorage(Storage):
             os.close(fd)
         return gen, blob
 
-    def write(self, name: str, parts: Sequence[bytes], if_generation: Any = ANY) -> None:
+    def write(self, name: str, parts: Sequence[Blob | FileSlice], if_generation: Any = ANY
+              ) -> None:
         path = self.path(name)
         with _write_errors(path):
             os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -277,7 +280,7 @@ class LocalStorage(Storage):
             os.close(fd)
 
     def append_and_patch(self, name: str, generation: Hashable, offset: int,
-                         tail: Sequence[bytes], head: bytes) -> None:
+                         tail: Sequence[Blob | FileSlice], head: Blob) -> None:
         """Bytes past ``offset`` (the tail of an append that died before its patch: nothing
         references them) are cut off first. The tail is made durable before the patch that
         points at it, so every state a crash leaves is readable."""

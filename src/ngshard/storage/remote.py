@@ -30,7 +30,7 @@ import asyncio
 import contextlib
 import itertools
 import warnings
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 import fsspec
@@ -39,6 +39,7 @@ import numpy as np
 
 from ..errors import ReadOnlyError, UnlistableError
 from ..threads import pmap
+from ..types import Blob
 from .base import ANY, MAX_GAP, FileSlice, ObjectInfo, Storage, coalesce, split_merged
 
 # Protocols with no way to write (fsspec's HTTP filesystem would try a POST).
@@ -68,6 +69,8 @@ class FsspecStorage(Storage):
                  ) -> None:
         if fs is None:  # options: the filesystem's (credentials, endpoint)
             fs, root = fsspec.core.url_to_fs(url, **(options or {}))
+        elif root is None:  # the path in fs that url names
+            root = fs._strip_protocol(url)
         self.fs, self.root, self.url = fs, root.rstrip("/"), url.rstrip("/")
         protocols = {fs.protocol} if isinstance(fs.protocol, str) else set(fs.protocol)
         self.supports_writes = not protocols & _READ_ONLY_PROTOCOLS
@@ -166,16 +169,20 @@ class FsspecStorage(Storage):
 
         return self._all_at_once(one, names, self.read)
 
-    def write_many(self, items: Sequence[tuple[str, bytes]]) -> None:
+    def write_many(self, items: Sequence[tuple[str, Blob]]) -> None:
         self._writable()
 
-        async def one(item: tuple[str, bytes]) -> None:
+        async def one(item: tuple[str, Blob]) -> None:
             await self.fs._pipe_file(self._full(item[0]), item[1])
 
         self._all_at_once(one, items, lambda item: self.write(item[0], [item[1]]))
 
-    def read_ranges(self, requests):
-        flat_paths, flat_starts, flat_ends, plans = [], [], [], []
+    def read_ranges(self, requests: Sequence[tuple[str, np.ndarray]]
+                    ) -> list[tuple[Hashable | None, list[Blob] | None]]:
+        flat_paths: list[str] = []
+        flat_starts: list[int] = []
+        flat_ends: list[int] = []
+        plans = []
         for name, ranges in requests:
             ranges = np.asarray(ranges, np.int64).reshape(-1, 2)
             merged, assignment = coalesce(ranges, self._max_gap)
@@ -188,7 +195,7 @@ class FsspecStorage(Storage):
         # Range reads cannot say which version they read, so ask afterwards: a generation
         # that still matches the caller's means the bytes came from that version.
         infos = self.stat_many([name for name, _ in requests])
-        results = []
+        results: list[tuple[Hashable | None, list[Blob] | None]] = []
         for (name, _), (first, merged, ranges, assignment), info in zip(requests, plans, infos):
             mine = blobs[first:first + len(merged)]
             if info is None or any(isinstance(b, FileNotFoundError) for b in mine):
@@ -222,7 +229,8 @@ class FsspecStorage(Storage):
                 f"{self.url}: the server ignores Range requests and sends whole files; reads "
                 f"stay right, but each one downloads whole shard files"), stacklevel=2)
 
-    def write(self, name: str, parts: Sequence[bytes], if_generation: Any = ANY) -> None:
+    def write(self, name: str, parts: Sequence[Blob | FileSlice], if_generation: Any = ANY
+              ) -> None:
         self._writable()
         # One PUT of the whole object: object stores make it visible atomically. The
         # generation check before it narrows, but cannot close, the window for a conflict.

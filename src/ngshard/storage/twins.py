@@ -13,6 +13,7 @@ round trips in turn.
 
 from __future__ import annotations
 
+import builtins  # Twins.list hides the builtin in the class
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -22,6 +23,7 @@ from ..compression import TWINS, compress_twin, decompress_twin, split_twin, twi
 from ..errors import ReadOnlyError
 from ..limits import DEFAULT_MAX_VALUE_BYTES
 from ..threads import pmap
+from ..types import Blob
 from .base import Storage
 
 
@@ -53,9 +55,9 @@ class Twins:
         self.storage, self.limit = storage, limit or DEFAULT_MAX_VALUE_BYTES
         self.suffix, self.writable = twin_suffix(compress), writable
         self._last: str | None = None  # the suffix found last: tried first next time
-        self.staged: dict[str, bytes | memoryview | None] = {}  # None: a deletion
+        self.staged: dict[str, Blob | None] = {}  # None: a deletion
 
-    def read_many(self, names: Sequence[str]) -> list[bytes | memoryview | None]:
+    def read_many(self, names: Sequence[str]) -> list[Blob | None]:
         """The content of each file (as staged, where it is), None where neither it nor a
         twin exists.
 
@@ -75,7 +77,7 @@ class Twins:
         return [staged[n] if n in staged else stored[n] for n in names]
 
     def read_ranges(self, requests: Sequence[tuple[str, int, int]]
-                    ) -> list[bytes | memoryview | None]:
+                    ) -> list[Blob | None]:
         """Bytes ``[start, end)`` of each ``(name, start, end)`` file (short where the file
         ends early), None where it is absent. A twin is read and decoded whole."""
         got = self.storage.read_ranges([(n, np.array([[a, b]])) for n, a, b in requests])
@@ -85,11 +87,11 @@ class Twins:
             out[i] = memoryview(content)[requests[i][1]:requests[i][2]]
         return out
 
-    def _twins(self, names: Sequence[str], missing: list[int]) -> list[tuple[int, bytes]]:
+    def _twins(self, names: Sequence[str], missing: list[int]) -> list[tuple[int, Blob]]:
         """(index, decoded content) of the ``missing`` names that have a twin, the first in
         :data:`TWINS` order where several do."""
         first = [self._last] if self._last else []
-        packed: dict[int, tuple[str, bytes]] = {}
+        packed: dict[int, tuple[str, Blob]] = {}
         for suffixes in (first, [s for s in TWINS if s not in first]):
             if not missing or not suffixes:
                 continue
@@ -115,7 +117,7 @@ class Twins:
         names |= {n for n, b in self.staged.items() if b is not None}
         return sorted(names - {n for n, b in self.staged.items() if b is None})
 
-    def stored(self, names: Sequence[str], keep: str | None = None) -> list[str]:
+    def stored(self, names: Sequence[str], keep: str | None = None) -> builtins.list[str]:
         """The files present among ``names`` and their twins, less the ``keep`` variant
         (the suffix a writer just wrote), found with one batch of stats."""
         asks = [n + s for n in names for s in ("", *TWINS) if s != keep]
@@ -128,7 +130,7 @@ class Twins:
 
     # --- writing ------------------------------------------------------------------------------
 
-    def put_many(self, items: Iterable[tuple[str, bytes | memoryview]]) -> None:
+    def put_many(self, items: Iterable[tuple[str, Blob]]) -> None:
         """Stage ``(name, content)`` files; reads see them at once."""
         self._writable().update(items)
 
@@ -167,11 +169,12 @@ def plain_names(names: Iterable[str]) -> list[str]:
     return sorted({split_twin(n)[0] for n in names})
 
 
-def write_twins(storage: Storage, items: Sequence[tuple[str, bytes | memoryview]],
+def write_twins(storage: Storage, items: Sequence[tuple[str, Blob]],
                 suffix: str = "") -> None:
     """Write ``(name, content)`` files, each as its ``suffix`` twin (plain for ""),
     compressed on threads."""
     if suffix:
-        items = pmap(lambda item: (item[0] + suffix, compress_twin(item[1], suffix)),
-                     list(items), min_items=4)
-    storage.write_many(items)
+        storage.write_many(pmap(lambda item: (item[0] + suffix, compress_twin(item[1], suffix)),
+                                list(items), min_items=4))
+    else:
+        storage.write_many(items)

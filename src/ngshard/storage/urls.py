@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ..errors import SpecError
 
@@ -48,7 +48,7 @@ class Source(NamedTuple):
 
     url: str
     format: str | None = None
-    scale: object = None
+    scale: int | str | tuple[str, Any] | None = None
     checks: dict | None = None
 
     @property

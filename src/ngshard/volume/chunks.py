@@ -21,6 +21,7 @@ from ..sharded import ShardedKV
 from ..storage import Storage
 from ..storage.twins import Twins
 from .grid import ChunkGrid
+from .vectors import xyz
 
 
 class ScaleStore(ChunkStore):
@@ -39,11 +40,13 @@ class ScaleStore(ChunkStore):
     chunks = property(lambda self: self.grid.chunk_size, doc="The chunk size (x, y, z).")
 
     def resize(self, shape: Sequence[int]) -> None:
-        self.grid = ChunkGrid(tuple(shape), self.grid.chunk_size, self.grid.voxel_offset)
+        self.grid = ChunkGrid(xyz(shape), self.grid.chunk_size, self.grid.voxel_offset)
 
 
 class ShardedChunks(ScaleStore):
     """Chunks in a sharded store, keyed by the compressed Morton code of their position."""
+
+    kv: ShardedKV
 
     def __init__(self, kv: ShardedKV, grid: ChunkGrid, dtype: np.dtype, encoding: str = ""
                  ) -> None:

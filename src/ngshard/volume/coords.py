@@ -18,7 +18,7 @@ from typing import Any, Generic, NamedTuple, TypeVar
 import numpy as np
 
 from ..staged.indexing import expand
-from .vectors import Vec3, vec3
+from .vectors import Vec3, vec3, xyz
 
 AXES = "xyz"
 T = TypeVar("T")
@@ -40,7 +40,7 @@ class Bounds(NamedTuple):
     @property
     def shape(self) -> Vec3:
         """The box's size along x, y, z."""
-        return tuple(b - a for a, b in zip(self.start, self.stop))
+        return xyz(b - a for a, b in zip(self.start, self.stop))
 
     def __str__(self) -> str:
         return " x ".join(f"[{a}, {b})" for a, b in zip(self.start, self.stop))

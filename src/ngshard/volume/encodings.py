@@ -21,6 +21,7 @@ from types import MappingProxyType
 import numpy as np
 
 from ..errors import CorruptDataError, SpecError
+from ..types import Blob
 from . import cseg, images, jxl, label_codecs
 from .images import Corrupt, decode_image, encode_image
 
@@ -77,7 +78,7 @@ def check_encoding(encoding: str, dtype, num_channels: int | None = None) -> np.
     return dt
 
 
-def decode_chunk(data: bytes | memoryview, encoding: str, shape: tuple[int, int, int, int],
+def decode_chunk(data: Blob, encoding: str, shape: tuple[int, int, int, int],
                  dtype, *, block_size: Sequence[int] | None = None, where: str = "",
                  reuse: bool = False) -> np.ndarray:
     """Decode one chunk to an array of ``shape`` (x, y, z, channels: the clipped chunk shape).
@@ -104,7 +105,7 @@ def decode_chunk(data: bytes | memoryview, encoding: str, shape: tuple[int, int,
 
 
 def encode_chunk(array: np.ndarray, encoding: str, *, block_size: Sequence[int] | None = None,
-                 quality: int = 90, copy: bool = True) -> bytes | memoryview:
+                 quality: int = 90, copy: bool = True) -> Blob:
     """Encode an (x, y, z, channels) array; jpeg is lossy with ``quality`` in 0..100.
 
     ``copy=False``: a raw chunk already laid out as stored (Fortran order, little endian) comes
@@ -117,7 +118,7 @@ def encode_chunk(array: np.ndarray, encoding: str, *, block_size: Sequence[int] 
     if encoding == "raw":
         array = np.asarray(array, dt.newbyteorder("<"))
         if not copy and array.flags.f_contiguous:
-            return memoryview(array.ravel(order="F")).cast("B")
+            return array.ravel(order="F").data.cast("B")
         if not (array.flags.c_contiguous or array.flags.f_contiguous):
             # A box cut from a larger array: gathering it first (contiguous runs) makes the
             # transposing copy below run in cache, about 3x faster than doing both at once.
@@ -177,7 +178,7 @@ def _block_size(block_size) -> tuple[int, int, int]:
 
 # --- raw ---------------------------------------------------------------------------------------
 
-def _decode_raw(data: bytes, shape: tuple[int, ...], dt: np.dtype) -> np.ndarray:
+def _decode_raw(data: Blob, shape: tuple[int, ...], dt: np.dtype) -> np.ndarray:
     expected = math.prod(shape) * dt.itemsize
     if len(data) != expected:
         raise Corrupt(f"raw chunk has {len(data)} bytes, expected {expected} for shape "

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import SpecError
 from ..sharded.spec import ShardingSpec
-from .vectors import INT64_MAX, Vec3, vec3
+from .vectors import INT64_MAX, Vec3, vec3, xyz
 
 _NAME = re.compile(r"_".join([r"(-?[0-9]+)-(-?[0-9]+)"] * 3))
 
@@ -61,7 +61,7 @@ class ChunkGrid:
     @property
     def shape(self) -> Vec3:
         """Chunks per dimension: ceil(size / chunk_size)."""
-        return tuple(-(-s // c) for s, c in zip(self.size, self.chunk_size))
+        return xyz(-(-s // c) for s, c in zip(self.size, self.chunk_size))
 
     @property
     def num_chunks(self) -> int:
@@ -71,7 +71,7 @@ class ChunkGrid:
     @property
     def bits(self) -> Vec3:
         """Morton bits per dimension: ceil(log2(shape)), 0 for a dimension of one chunk."""
-        return tuple((n - 1).bit_length() for n in self.shape)
+        return xyz((n - 1).bit_length() for n in self.shape)
 
     # --- positions and voxels --------------------------------------------------------------
 
@@ -229,7 +229,7 @@ class ChunkGrid:
         counts = [0, 0, 0]
         for d, _ in self._interleave()[:low]:
             counts[d] += 1
-        return tuple(min(1 << c, n) for c, n in zip(counts, self.shape))
+        return xyz(min(1 << c, n) for c, n in zip(counts, self.shape))
 
     def shard_of(self, positions: Any, spec: ShardingSpec) -> tuple[np.ndarray, np.ndarray]:
         """(shard, minishard) numbers, uint64, of the chunks at positions (..., 3)."""

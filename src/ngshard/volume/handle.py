@@ -31,6 +31,7 @@ from .encodings import decode_chunk, encode_chunk, require_codec
 from .grid import ChunkGrid
 from .info import Scale, VolumeInfo, chunk_nbytes
 from .spec_scale import select_scale
+from .vectors import xyz
 
 
 def read_volume_info(storage: Storage) -> VolumeInfo:
@@ -102,29 +103,29 @@ class ScaleHandle:
         if mode not in ("r", "r+"):
             raise SpecError(f"mode must be 'r' or 'r+', got {mode!r}")
         self.storage, self.info, self.mode = storage, info, mode
-        self.scale = scale = info.scale(scale)
+        self.scale = chosen = info.scale(scale)
         self.dtype = np.dtype(info.data_type)
         #: Where the scale's chunks or shards are.
-        self.chunk_storage = storage.child(scale.key)
-        if scale.sharding is not None and compress is not None:
+        self.chunk_storage = storage.child(chosen.key)
+        if chosen.sharding is not None and compress is not None:
             raise SpecError(f"{self.chunk_storage.url}: compress= is for a file per chunk; a "
                             f"sharded scale compresses as its sharding spec's data_encoding "
                             f"says")
         #: The twin unsharded chunks are written as (None: plain files), see FileChunks.
         self.compress = compress
-        grid = ChunkGrid(scale.size, scale.chunk_size, scale.voxel_offset)
-        token = f"raw F {self.dtype.newbyteorder('<').str}" if scale.encoding == "raw" else ""
+        grid = ChunkGrid(chosen.size, chosen.chunk_size, chosen.voxel_offset)
+        token = f"raw F {self.dtype.newbyteorder('<').str}" if chosen.encoding == "raw" else ""
         limit = self.max_chunk_bytes()
         #: The one store the scale's chunks are read and written through.
         self.store: ScaleStore
-        if scale.sharding is not None:
-            kv = ShardedKV(self.chunk_storage, scale.sharding, "r" if mode == "r" else "a",
+        if chosen.sharding is not None:
+            kv = ShardedKV(self.chunk_storage, chosen.sharding, "r" if mode == "r" else "a",
                            max_value_bytes=limit, staged_bytes=staged_bytes)
             self.store = ShardedChunks(kv, grid, self.dtype, token)
         else:
             files = Twins(self.chunk_storage, limit, compress, writable=mode != "r")
             self.store = FileChunks(files, grid, self.dtype, token)
-        self.codec = ScaleCodec(scale, self.dtype, info.num_channels)
+        self.codec = ScaleCodec(chosen, self.dtype, info.num_channels)
 
     @classmethod
     def open(cls, url: str | os.PathLike | dict | Storage, scale: int | str = 0,
@@ -177,7 +178,7 @@ class ScaleHandle:
             raise SpecError(f"a volume's channels cannot be resized ({channels} -> "
                             f"{shape[3]}): num_channels holds for every scale")
         grid, scale = self.grid, self.scale
-        new = ChunkGrid(shape[:3], scale.chunk_size, scale.voxel_offset)
+        new = ChunkGrid(xyz(shape[:3]), scale.chunk_size, scale.voxel_offset)
         if scale.sharding is not None and new.bits != grid.bits:
             raise SpecError(
                 f"resizing {self.chunk_storage.url} from {scale.size} to {tuple(shape[:3])} "
@@ -187,7 +188,7 @@ class ScaleHandle:
 
     def resize(self, shape: tuple[int, ...]) -> None:
         """Take the size ``shape[:3]`` (chunks are named after it from now on)."""
-        self.scale = dataclasses.replace(self.scale, size=tuple(int(n) for n in shape[:3]))
+        self.scale = dataclasses.replace(self.scale, size=xyz(int(n) for n in shape[:3]))
         self.store.resize(self.scale.size)
 
     def describe_metadata(self) -> str:

@@ -11,6 +11,7 @@ import zlib
 import numpy as np
 
 from ..errors import MissingDependencyError, SpecError
+from ..types import Blob
 
 
 class Corrupt(Exception):
@@ -63,7 +64,7 @@ def _jpeg_through_scan(data: bytes) -> bytes:
 _IN_SCAN = frozenset([0x00, 0xFF, *range(0xD0, 0xD8)])  # stuffed byte, fill, restart markers
 
 
-def decode_jpeg(data: bytes, shape: tuple[int, ...]) -> np.ndarray:
+def decode_jpeg(data: Blob, shape: tuple[int, ...]) -> np.ndarray:
     """libjpeg-turbo through simplejpeg, strict, as tensorstore decodes: any libjpeg warning
     while reading the scanlines (a segment that ends early, a bad Huffman code) is an error,
     where Pillow would return the damaged image. Like tensorstore, which stops after the last
@@ -94,7 +95,7 @@ def decode_jpeg(data: bytes, shape: tuple[int, ...]) -> np.ndarray:
     return arr.reshape(z, y, x, c).transpose(2, 1, 0, 3)
 
 
-def decode_image(data: bytes, encoding: str, shape: tuple[int, ...], dt: np.dtype) -> np.ndarray:
+def decode_image(data: Blob, encoding: str, shape: tuple[int, ...], dt: np.dtype) -> np.ndarray:
     if encoding == "jpeg":
         return decode_jpeg(data, shape)
     Image = _pillow()
@@ -171,13 +172,14 @@ _PNG_KNOWN = _PNG_ONCE | {b"PLTE", b"IDAT", b"IEND", b"tEXt", b"zTXt", b"iTXt", 
 _PNG_LENGTH = {b"gAMA": 4, b"sRGB": 1, b"cHRM": 32, b"pHYs": 9, b"oFFs": 9, b"tIME": 7}
 
 
-def _check_png(data: bytes | memoryview) -> bytes:
+def _check_png(data: Blob) -> bytes:
     """The PNG reduced to IHDR, PLTE and its image data, after libpng's checks up to the end of
     the image data (which must be one zlib stream inflating to exactly the image's rows)."""
     view = memoryview(data)
     if bytes(view[:8]) != b"\x89PNG\r\n\x1a\n":
         raise Corrupt("undecodable png image (no PNG signature)")
-    pos, header, keep, seen, palette = 8, None, [bytes(view[:8])], set(), 0
+    keep: list[Blob] = [bytes(view[:8])]
+    pos, header, seen, palette = 8, None, set(), 0
     inflate, want, total, first_idat = zlib.decompressobj(), 0, 0, None
     while True:
         if pos + 12 > len(view):

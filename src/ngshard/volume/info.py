@@ -45,6 +45,14 @@ def _vector(doc: dict, name: str, where: str, *, kind: type = int, positive: boo
     return vec3(value, f"{where}: {name}", kind=kind, positive=positive)
 
 
+def _one_of(doc: dict, name: str, choices: Sequence[str], where: str) -> Any:
+    """The member ``name`` of ``doc``, which must be one of ``choices``."""
+    value = doc.get(name)
+    if value not in choices:
+        raise SpecError(f"{where}: {name} must be one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
 def _check_key(key: Any, where: str) -> str:
     """A scale key is a relative path inside the layer: no '..', no absolute path."""
     if not isinstance(key, str) or not key:
@@ -82,10 +90,7 @@ class Scale:
             if len(chunk_sizes) != 1:
                 raise SpecError(f"{where}: a sharded scale must have exactly one chunk size")
             sharding = ShardingSpec.from_json(sharding)
-        encoding = doc.get("encoding")
-        if encoding not in ENCODINGS:
-            raise SpecError(f"{where}: encoding must be one of {', '.join(ENCODINGS)}, "
-                            f"got {encoding!r}")
+        encoding = _one_of(doc, "encoding", ENCODINGS, where)
         if encoding in SUPPORTED:  # the others are valid, but ngshard cannot decode them
             try:
                 check_encoding(encoding, data_type, num_channels)
@@ -136,14 +141,8 @@ class VolumeInfo:
             doc = parse_info(doc, where)
         if not isinstance(doc, dict):
             raise SpecError(f"{where}: must be a JSON object")
-        layer_type = doc.get("type")
-        if layer_type not in LAYER_TYPES:
-            raise SpecError(f"{where}: type must be one of {', '.join(LAYER_TYPES)}, "
-                            f"got {layer_type!r}")
-        data_type = doc.get("data_type")
-        if data_type not in DATA_TYPES:
-            raise SpecError(f"{where}: data_type must be one of {', '.join(DATA_TYPES)}, "
-                            f"got {data_type!r}")
+        layer_type = _one_of(doc, "type", LAYER_TYPES, where)
+        data_type = _one_of(doc, "data_type", DATA_TYPES, where)
         channels = doc.get("num_channels")
         if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1:
             raise SpecError(f"{where}: num_channels must be a positive integer, got {channels!r}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import MissingDependencyError
+from ..types import Blob
 from .images import Corrupt
 
 _BARE = b"\xff\x0a"
@@ -81,7 +82,7 @@ def _codestream(data: bytes) -> bytes:
     raise Corrupt("jxl container without a codestream box")
 
 
-def decode_jxl(data: bytes, shape: tuple[int, ...], decode_jpeg) -> np.ndarray:
+def decode_jxl(data: Blob, shape: tuple[int, ...], decode_jpeg) -> np.ndarray:
     """An (x, y, z, c) uint8 chunk from a JPEG XL image (a recompressed JPEG is rebuilt and
     handed to ``decode_jpeg``)."""
     x, y, z, c = shape

@@ -20,6 +20,7 @@ import google_crc32c
 import numpy as np
 
 from ..errors import MissingDependencyError
+from ..types import Blob
 from .images import Corrupt
 
 INSTALL = "pip install 'ngshard[segmentation]'"
@@ -61,7 +62,7 @@ def encode_labels(array: np.ndarray, encoding: str) -> bytes:
     return bytes(crackle().compress(labels))
 
 
-def decode_labels(data: bytes | memoryview, encoding: str, shape: tuple[int, ...],
+def decode_labels(data: Blob, encoding: str, shape: tuple[int, ...],
                   dt: np.dtype) -> np.ndarray:
     """A compresso or crackle stream as an (x, y, z, 1) array of ``shape``; Corrupt for a
     stream that is not one, declares another shape or label type, or does not decode."""

@@ -166,7 +166,7 @@ def create_volume(url: str | os.PathLike | Storage, *, dtype: Any, shape: Sequen
         sharding = auto_sharding(shape[:3], chunk_size, chunk_bytes, shard_bytes, encoding)
     elif isinstance(sharding, (dict, str)):
         sharding = ShardingSpec.from_json(sharding)
-    scale = {"key": scale_key(resolution), "size": list(shape[:3]),
+    scale: dict[str, Any] = {"key": scale_key(resolution), "size": list(shape[:3]),
              "voxel_offset": list(voxel_offset), "resolution": list(resolution),
              "chunk_sizes": [list(chunk_size)], "encoding": encoding}
     if sharding is not None:

@@ -21,6 +21,7 @@ from .handle import ScaleHandle, read_volume_info, write_volume_info
 from .info import Scale, chunk_nbytes
 from .layers import scale_key
 from .sharding import auto_sharding
+from .vectors import xyz
 from .volume import Volume
 
 
@@ -32,8 +33,8 @@ def coarse_positions(fine: Volume, factor: np.ndarray, coarse: Volume) -> np.nda
     grid_max = np.asarray(coarse.grid.shape) - 1
     lo = present * cs // factor // cs
     hi = np.minimum(((present + 1) * cs - 1) // factor // cs, grid_max)
-    reach = [lo + off for off in itertools.product((0, 1), repeat=3)]
-    reach = np.concatenate([r[(r <= hi).all(axis=1)] for r in reach] +
+    corners = [lo + off for off in itertools.product((0, 1), repeat=3)]
+    reach = np.concatenate([r[(r <= hi).all(axis=1)] for r in corners] +
                            [coarse.handle.store.list_positions()])
     return np.unique(reach, axis=0) if len(reach) else reach.reshape(0, 3)
 
@@ -61,14 +62,14 @@ def add_scale(vol: Volume, factor: Sequence[int] = (2, 2, 2), *, overwrite: bool
     if len(factor) != 3 or min(factor) < 1:
         raise SpecError(f"factor must be 3 positive integers, got {factor!r}")
     s = vol.scale
-    size = tuple(-(-n // f) for n, f in zip(s.size, factor))
-    resolution = tuple(r * f for r, f in zip(s.resolution, factor))
+    size = xyz(-(-n // f) for n, f in zip(s.size, factor))
+    resolution = xyz(r * f for r, f in zip(s.resolution, factor))
     chunk_bytes = chunk_nbytes(s.chunk_size, vol.info.num_channels, vol.dtype)
     sharding = None if s.sharding is None else auto_sharding(
         size, s.chunk_size, chunk_bytes, encoding=s.encoding)
     scale = Scale(key=scale_key(resolution), size=size, chunk_size=s.chunk_size,
                   resolution=resolution,
-                  voxel_offset=tuple(o // f for o, f in zip(s.voxel_offset, factor)),
+                  voxel_offset=xyz(o // f for o, f in zip(s.voxel_offset, factor)),
                   encoding=s.encoding, sharding=sharding,
                   compressed_segmentation_block_size=s.compressed_segmentation_block_size)
     storage = vol.storage

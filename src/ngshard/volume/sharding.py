@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from ..limits import DEFAULT_VOLUME_SHARD_BYTES, MAX_MINISHARD_BITS
 from ..sharded.spec import ShardingSpec
 from .grid import ChunkGrid
+from .vectors import xyz
 
 
 def auto_sharding(size: Sequence[int], chunk_size: Sequence[int], chunk_bytes: int,
@@ -23,7 +24,7 @@ def auto_sharding(size: Sequence[int], chunk_size: Sequence[int], chunk_bytes: i
     targets 3.5e9 bytes) but puts every chunk of a shard in one minishard up to 4000 chunks,
     so each chunk read fetches a 12-50 KB minishard index (``tools/compare_auto_sharding.py``).
     """
-    grid = ChunkGrid(tuple(size), tuple(chunk_size))
+    grid = ChunkGrid(xyz(size), xyz(chunk_size))
     total_bits = sum(grid.bits)
     chunks_per_shard = max(1, shard_bytes // max(1, chunk_bytes))
     per_shard = min(total_bits, chunks_per_shard.bit_length() - 1)

@@ -39,14 +39,16 @@ def select_scale(info: VolumeInfo, source: Source, scale: int | str, where: str
         The spec and ``scale`` select different scales, no scale has the spec's resolution,
         or the layer disagrees with a constraint of the spec (the message names it).
     """
-    chosen = source.scale
-    if isinstance(chosen, tuple):  # ("resolution", [x, y, z])
-        wanted = chosen[1]
+    chosen: int | str | None
+    if isinstance(source.scale, tuple):  # ("resolution", [x, y, z])
+        wanted = source.scale[1]
         found = [i for i, s in enumerate(info.scales) if _same(s.resolution, wanted)]
         if not found:
             raise SpecError(f"{where}: no scale has resolution {wanted} (resolutions: "
                             f"{', '.join(str(list(s.resolution)) for s in info.scales)})")
         chosen = found[0]
+    else:
+        chosen = source.scale
     if chosen is None:
         chosen = scale
     elif scale not in (0, chosen) and _scale(info, scale, where) is not \
@@ -73,14 +75,13 @@ def _same(a: Any, b: Any) -> bool:
 def _check(info: VolumeInfo, index: int, checks: dict, where: str) -> None:
     """SpecError naming the first constraint the layer does not meet."""
     s = info.scales[index]
-    have_scale = {"key": s.key, "size": list(s.size), "voxel_offset": list(s.voxel_offset),
-                  "resolution": list(s.resolution), "chunk_size": list(s.chunk_size),
-                  "encoding": s.encoding,
-                  "sharding": None if s.sharding is None else s.sharding.to_json(),
-                  "compressed_segmentation_block_size":
-                      None if s.compressed_segmentation_block_size is None
-                      else list(s.compressed_segmentation_block_size)}
-    have_layer = {"type": info.type, "data_type": info.data_type,
+    have_scale: dict[str, Any] = {
+        "key": s.key, "size": list(s.size), "voxel_offset": list(s.voxel_offset),
+        "resolution": list(s.resolution), "chunk_size": list(s.chunk_size),
+        "encoding": s.encoding, "sharding": None if s.sharding is None else s.sharding.to_json(),
+        "compressed_segmentation_block_size": None if s.compressed_segmentation_block_size is None
+        else list(s.compressed_segmentation_block_size)}
+    have_layer: dict[str, Any] = {"type": info.type, "data_type": info.data_type,
                   "num_channels": info.num_channels}
     wanted = [("scale_metadata", k, v, have_scale)
               for k, v in (checks.get("scale_metadata") or {}).items()]

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import operator
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, TypeVar
 
 import numpy as np
 
 from ..errors import SpecError
 
 Vec3 = tuple[int, int, int]
+T = TypeVar("T")
 # Grid bounds must stay inside int64 (chunk names, positions and Morton arithmetic use it).
 INT64_MAX = (1 << 63) - 1
 
@@ -43,3 +45,10 @@ def vec3(value: Any, what: str, *, kind: type = int, positive: bool = True) -> t
             raise bad
         out.append(kind(v))
     return tuple(out)
+
+
+def xyz(values: Iterable[T]) -> tuple[T, T, T]:
+    """Values known to be three (an x, y, z made by arithmetic over 3-vectors) as a 3-tuple:
+    what ``tuple(...)`` makes of them, with its length told to the type checker."""
+    x, y, z = values
+    return x, y, z

@@ -28,7 +28,7 @@ from .coords import Bounds, TranslateTo, array_index
 from .grid import ChunkGrid
 from .handle import ScaleHandle
 from .info import Scale
-from .vectors import Vec3
+from .vectors import Vec3, xyz
 
 
 def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
@@ -88,14 +88,15 @@ class Volume:
     @property
     def shape(self) -> tuple[int, int, int, int]:
         """The size (x, y, z, channels)."""
-        return self.array.shape
+        x, y, z, c = self.array.shape
+        return x, y, z, c
 
     @property
     def bounds(self) -> Bounds:
         """The box of voxel coordinates this volume is indexed in: ``[voxel_offset,
         voxel_offset + size)``, or from a view's origin (:attr:`translate_to`)."""
         start = self.voxel_offset if self._origin is None else self._origin
-        return Bounds(start, tuple(a + n for a, n in zip(start, self.shape[:3])))
+        return Bounds(start, xyz(a + n for a, n in zip(start, self.shape[:3])))
 
     @property
     def translate_to(self) -> TranslateTo[Volume]:

@@ -110,7 +110,7 @@ class ZarrChunkStore(ChunkStore):
     def _covered(self, shard: tuple[int, ...], ids: dict[int, Any]) -> bool:
         """Whether every inner chunk of ``shard`` inside the array is staged."""
         meta = self.reader.meta
-        cps = np.array(meta.sharding.chunks_per_shard, np.int64)
+        cps = np.array(meta.shard_codec.chunks_per_shard, np.int64)
         local = np.indices(tuple(cps)).reshape(len(cps), -1).T
         inside = np.flatnonzero(((np.array(shard) * cps + local) < meta.grid).all(axis=1))
         return all(i in ids for i in inside.tolist())
@@ -164,7 +164,7 @@ class ZarrChunkStore(ChunkStore):
 
     def _write_shard(self, item: tuple[tuple[int, ...], dict[int, Any]]) -> None:
         shard, entries = item
-        reader, sharding = self.reader, self.reader.meta.sharding
+        reader, sharding = self.reader, self.reader.meta.shard_codec
         name = reader.meta.key_encoding.keys([shard])[0]
         blobs: list[Any] = [None] * sharding.num_chunks
         generation: Any = ANY

@@ -2,7 +2,8 @@
 (``transpose``), one array -> bytes codec (``bytes``, or ``sharding_indexed`` from
 ``sharding.py``) and its bytes -> bytes codecs (``gzip``, ``zstd``, ``crc32c``, ``blosc``; and
 v2's ``zlib``), and back. Decoding checks every size it can know (a chunk's bytes, a
-compressor's output) and raises CorruptDataError naming the chunk.
+compressor's output) and raises CorruptDataError naming the chunk. From their JSON:
+``codec_json.py``.
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ import google_crc32c
 import numpy as np
 
 from ..compression import gzip_compress, gzip_decompress, zstd_compress, zstd_decompress
-from ..errors import CorruptDataError, MissingDependencyError, SpecError
+from ..errors import CorruptDataError, MissingDependencyError
 from ..limits import CHUNK_SLACK, CHUNK_SLACK_BYTES
+from ..types import Blob
 
 
 class Codec:
-    """One codec: ``kind`` is "array" (array -> array), "array_bytes" or "bytes"."""
+    """One codec: ``kind`` is "array" (array -> array), "array_bytes" or "bytes"; each kind
+    is a subclass below, with the methods the pipeline calls."""
 
     kind = "bytes"
     name = ""
@@ -35,14 +38,73 @@ class Codec:
         return {"name": self.name, "configuration": config} if config else {"name": self.name}
 
 
+class ArrayArrayCodec(Codec):
+    """array -> array."""
+
+    kind = "array"
+
+    def encoded_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def encode(self, chunk: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def decode(self, chunk: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+
+class ArrayBytesCodec(Codec):
+    """array -> bytes: the one codec between the array codecs and the bytes codecs."""
+
+    kind = "array_bytes"
+
+    def encoded_size(self, shape: tuple[int, ...], dtype: np.dtype) -> int | None:
+        """Bytes of a chunk of ``shape`` encoded, None where it varies."""
+        return None
+
+    def encode(self, chunk: np.ndarray, fill: Any) -> Blob:
+        raise NotImplementedError
+
+    def decode(self, data: Any, shape: tuple[int, ...], dtype: np.dtype, fill: Any,
+               where: str) -> np.ndarray:
+        raise NotImplementedError
+
+
+class BytesBytesCodec(Codec):
+    """bytes -> bytes."""
+
+    kind = "bytes"
+
+    def encoded_size(self, size: int) -> int | None:
+        """Bytes ``size`` bytes encode to, None where it varies."""
+        return None
+
+    def encode(self, data: Any) -> Blob:
+        raise NotImplementedError
+
+    def decode(self, data: Any, where: str, limit: int) -> Blob:
+        """The bytes ``data`` encodes, at most ``limit`` of them; CorruptDataError naming
+        ``where`` if it does not decode."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class _Leveled(BytesBytesCodec):
+    """A compression configured by its level alone."""
+
+    level: int
+
+    def configuration(self) -> dict:
+        return {"level": self.level}
+
+
 # --- array -> array ---------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Transpose(Codec):
+class Transpose(ArrayArrayCodec):
     """Permute the axes: encoded axis ``i`` is decoded axis ``order[i]``."""
 
     order: tuple[int, ...]
-    kind = "array"
     name = "transpose"
 
     def configuration(self) -> dict:
@@ -61,11 +123,10 @@ class Transpose(Codec):
 # --- array -> bytes ---------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Bytes(Codec):
+class Bytes(ArrayBytesCodec):
     """The values in C order, little or big endian (None: one byte per value)."""
 
     endian: str | None = "little"
-    kind = "array_bytes"
     name = "bytes"
 
     def configuration(self) -> dict:
@@ -77,11 +138,11 @@ class Bytes(Codec):
     def encoded_size(self, shape: tuple[int, ...], dtype: np.dtype) -> int:
         return math.prod(shape) * dtype.itemsize
 
-    def encode(self, chunk: np.ndarray, fill: Any) -> bytes | memoryview:
+    def encode(self, chunk: np.ndarray, fill: Any) -> Blob:
         stored = self.stored(chunk.dtype)
         if chunk.dtype != stored and chunk.dtype.itemsize > 1:
             chunk = chunk.astype(stored)
-        return memoryview(np.ascontiguousarray(chunk).reshape(-1).view(np.uint8))
+        return np.ascontiguousarray(chunk).reshape(-1).view(np.uint8).data
 
     def decode(self, data: Any, shape: tuple[int, ...], dtype: np.dtype, fill: Any,
                where: str) -> np.ndarray:
@@ -96,7 +157,7 @@ class Bytes(Codec):
 # --- bytes -> bytes ---------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Crc32c(Codec):
+class Crc32c(BytesBytesCodec):
     """A CRC32C of the bytes appended to them (4 bytes, little endian)."""
 
     name = "crc32c"
@@ -120,22 +181,19 @@ class Crc32c(Codec):
 
 
 @dataclass(frozen=True)
-class Gzip(Codec):
+class Gzip(_Leveled):
     level: int = 6
     name = "gzip"
 
-    def configuration(self) -> dict:
-        return {"level": self.level}
-
-    def encode(self, data: Any) -> bytes:
+    def encode(self, data: Any) -> Blob:
         return gzip_compress(bytes(data), self.level)
 
-    def decode(self, data: Any, where: str, limit: int) -> bytes:
+    def decode(self, data: Any, where: str, limit: int) -> Blob:
         return gzip_decompress(data, where, limit)
 
 
 @dataclass(frozen=True)
-class Zstd(Codec):
+class Zstd(_Leveled):
     level: int = 0
     checksum: bool = False
     name = "zstd"
@@ -151,14 +209,11 @@ class Zstd(Codec):
 
 
 @dataclass(frozen=True)
-class Zlib(Codec):
+class Zlib(_Leveled):
     """A zlib stream (Zarr v2's ``zlib`` compressor)."""
 
     level: int = 1
     name = "zlib"
-
-    def configuration(self) -> dict:
-        return {"level": self.level}
 
     def encode(self, data: Any) -> bytes:
         return zlib.compress(bytes(data), self.level)
@@ -181,7 +236,7 @@ SHUFFLES = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}
 
 
 @dataclass(frozen=True)
-class Blosc(Codec):
+class Blosc(BytesBytesCodec):
     """Blosc, through numcodecs (the ``zarr`` extra)."""
 
     cname: str = "zstd"
@@ -236,9 +291,9 @@ class CodecPipeline:
     """Array -> array codecs, one array -> bytes codec, bytes -> bytes codecs, applied in
     that order when encoding (and the reverse when decoding)."""
 
-    array: tuple[Codec, ...]
-    array_bytes: Codec
-    bytes_codecs: tuple[Codec, ...]
+    array: tuple[ArrayArrayCodec, ...]
+    array_bytes: ArrayBytesCodec
+    bytes_codecs: tuple[BytesBytesCodec, ...]
 
     def to_json(self) -> list[dict]:
         return [c.to_json() for c in (*self.array, self.array_bytes, *self.bytes_codecs)]
@@ -250,41 +305,37 @@ class CodecPipeline:
 
     def encoded_size(self, shape: tuple[int, ...], dtype: np.dtype) -> int | None:
         """Bytes of an encoded chunk where every codec's output size is fixed, else None."""
-        size = getattr(self.array_bytes, "encoded_size", None)
-        if size is None:
-            return None
-        size = size(self.encoded_shape(shape), dtype)
+        size = self.array_bytes.encoded_size(self.encoded_shape(shape), dtype)
         for codec in self.bytes_codecs:
-            if not hasattr(codec, "encoded_size"):
+            if size is None:
                 return None
             size = codec.encoded_size(size)
         return size
 
-    def encode(self, chunk: np.ndarray, fill: Any) -> bytes | memoryview:
-        for codec in self.array:
-            chunk = codec.encode(chunk)
+    def encode(self, chunk: np.ndarray, fill: Any) -> Blob:
+        for a in self.array:
+            chunk = a.encode(chunk)
         data = self.array_bytes.encode(chunk, fill)
-        for codec in self.bytes_codecs:
-            data = codec.encode(data)
+        for b in self.bytes_codecs:
+            data = b.encode(data)
         return data
 
     def decode(self, data: Any, shape: tuple[int, ...], dtype: np.dtype, fill: Any,
                where: str) -> np.ndarray:
         """The chunk of ``shape`` encoded in ``data``; CorruptDataError naming ``where``."""
         inner = self.encoded_shape(shape)
-        size = getattr(self.array_bytes, "encoded_size", None)
         raw = math.prod(shape) * dtype.itemsize
         # the size each bytes codec's output must have, where it can be known
-        sizes = [size(inner, dtype) if size is not None else None]
-        for codec in self.bytes_codecs:
-            known = sizes[-1] is not None and hasattr(codec, "encoded_size")
-            sizes.append(codec.encoded_size(sizes[-1]) if known else None)
-        for codec, expected in zip(reversed(self.bytes_codecs), reversed(sizes[:-1])):
+        sizes = [self.array_bytes.encoded_size(inner, dtype)]
+        for b in self.bytes_codecs:
+            size = sizes[-1]
+            sizes.append(None if size is None else b.encoded_size(size))
+        for b, expected in zip(reversed(self.bytes_codecs), reversed(sizes[:-1])):
             limit = expected if expected is not None else CHUNK_SLACK * raw + CHUNK_SLACK_BYTES
-            data = codec.decode(data, where, limit)
+            data = b.decode(data, where, limit)
         chunk = self.array_bytes.decode(data, inner, dtype, fill, where)
-        for codec in reversed(self.array):
-            chunk = codec.decode(chunk)
+        for a in reversed(self.array):
+            chunk = a.decode(chunk)
         return chunk
 
     def token(self, dtype: np.dtype) -> str:
@@ -298,93 +349,3 @@ class CodecPipeline:
             return ""
         order = ">" if self.array_bytes.endian == "big" and dtype.itemsize > 1 else "<"
         return f"{compression} C {order}{dtype.kind}{dtype.itemsize}"
-
-
-def _config(codec: Any, where: str) -> tuple[str, dict]:
-    if isinstance(codec, str):
-        return codec, {}
-    if not isinstance(codec, dict) or not isinstance(codec.get("name"), str):
-        raise SpecError(f"{where}: malformed codec {codec!r}")
-    config = codec.get("configuration") or {}
-    if not isinstance(config, dict):
-        raise SpecError(f"{where}: malformed configuration of codec {codec['name']!r}")
-    return codec["name"], config
-
-
-def _int(config: dict, key: str, default: Any, where: str, name: str) -> int:
-    value = config.get(key, default)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise SpecError(f"{where}: codec {name}: {key} must be an integer, got {value!r}")
-    return value
-
-
-def parse_codec(codec: Any, dtype: np.dtype, shape: tuple[int, ...], where: str) -> Codec:
-    """One codec from its JSON; SpecError naming the codec and ``where`` for one ngshard
-    does not know or a bad configuration."""
-    name, config = _config(codec, where)
-    ndim = len(shape)
-    if name == "transpose":
-        order = config.get("order")
-        if order == "C":
-            order = list(range(ndim))
-        elif order == "F":
-            order = list(range(ndim))[::-1]
-        if not isinstance(order, list) or sorted(order) != list(range(ndim)):
-            raise SpecError(f"{where}: transpose order {order!r} is not a permutation of "
-                            f"{ndim} axes")
-        return Transpose(tuple(order))
-    if name == "bytes":
-        endian = config.get("endian")
-        if endian not in ("little", "big", None) or (endian is None and dtype.itemsize > 1):
-            raise SpecError(f"{where}: bytes codec endian {endian!r} (must be 'little' or "
-                            f"'big' for {dtype})")
-        return Bytes(endian)
-    if name == "crc32c":
-        return Crc32c()
-    if name == "gzip":
-        return Gzip(_int(config, "level", 6, where, name))
-    if name == "zstd":
-        return Zstd(_int(config, "level", 0, where, name), bool(config.get("checksum", False)))
-    if name == "blosc":
-        Blosc.module(f"{where}: codec blosc")
-        shuffle = config.get("shuffle", "noshuffle")
-        if shuffle not in SHUFFLES:
-            raise SpecError(f"{where}: blosc shuffle {shuffle!r} (one of {list(SHUFFLES)})")
-        return Blosc(str(config.get("cname", "zstd")), _int(config, "clevel", 5, where, name),
-                     SHUFFLES[shuffle], _int(config, "typesize", dtype.itemsize, where, name),
-                     _int(config, "blocksize", 0, where, name))
-    if name == "sharding_indexed":
-        from .sharding import ShardingCodec
-
-        return ShardingCodec.from_config(config, dtype, shape, where)
-    raise SpecError(f"{where}: unsupported codec {name!r} (ngshard reads transpose, bytes, "
-                    f"sharding_indexed, gzip, zstd, blosc, crc32c)")
-
-
-def parse_pipeline(codecs: Any, dtype: np.dtype, shape: tuple[int, ...], where: str
-                   ) -> CodecPipeline:
-    """A pipeline from the ``codecs`` JSON list of a chunk of ``shape``."""
-    if not isinstance(codecs, list) or not codecs:
-        raise SpecError(f"{where}: codecs must be a non-empty list, got {codecs!r}")
-    array, array_bytes, after = [], None, []
-    for item in codecs:
-        codec = parse_codec(item, dtype, shape, where)
-        if codec.kind == "array":
-            if array_bytes is not None:
-                raise SpecError(f"{where}: array -> array codec {codec.name} after the array "
-                                f"-> bytes codec")
-            array.append(codec)
-            shape = codec.encoded_shape(shape)
-        elif codec.kind == "array_bytes":
-            if array_bytes is not None:
-                raise SpecError(f"{where}: two array -> bytes codecs ({array_bytes.name}, "
-                                f"{codec.name})")
-            array_bytes = codec
-        else:
-            if array_bytes is None:
-                raise SpecError(f"{where}: bytes -> bytes codec {codec.name} before the array "
-                                f"-> bytes codec")
-            after.append(codec)
-    if array_bytes is None:
-        raise SpecError(f"{where}: no array -> bytes codec (bytes or sharding_indexed)")
-    return CodecPipeline(tuple(array), array_bytes, tuple(after))

@@ -20,6 +20,7 @@ from ..chunkstore import Blob
 from ..errors import NotFoundError, SpecError
 from ..staged.stored import ChunkCodec
 from ..storage import Storage, open_source, require_family
+from ..types import MemoryOrder
 from .chunks import ZarrChunkStore
 from .codecs import Transpose
 from .dtypes import is_fill
@@ -54,10 +55,11 @@ def read_metadata(storage: Storage, version: int | None = None) -> ArrayMetadata
     doc = _json(storage, V2_NAME) if version != 3 else None
     if doc is not None:
         return parse_v2(doc, _json(storage, V2_ATTRS), storage.path(V2_NAME))
-    other = {2: V3_NAME, 3: V2_NAME}.get(version)
-    if other is not None and storage.stat(other) is not None:
-        raise SpecError(f"{storage.url}: Zarr v{version} was asked for, but only "
-                        f"{storage.path(other)} (Zarr v{5 - version}) is there")
+    if version is not None:
+        other = {2: V3_NAME, 3: V2_NAME}.get(version)
+        if other is not None and storage.stat(other) is not None:
+            raise SpecError(f"{storage.url}: Zarr v{version} was asked for, but only "
+                            f"{storage.path(other)} (Zarr v{5 - version}) is there")
     raise NotFoundError(f"{storage.url}: no zarr.json or .zarray there: not a zarr array")
 
 
@@ -66,7 +68,7 @@ def write_metadata(storage: Storage, meta: ArrayMetadata) -> None:
     storage.write(meta.name, [json.dumps(meta.to_json(), indent=2).encode()])
 
 
-def memory_order(meta: ArrayMetadata) -> str:
+def memory_order(meta: ArrayMetadata) -> MemoryOrder:
     """"F" where the granule's codecs begin by reversing its axes, else "C"."""
     first = meta.chunk_codecs.array[:1]
     reverse = tuple(range(len(meta.shape)))[::-1]
@@ -117,7 +119,8 @@ class ArrayHandle:
         """
         storage, source = open_source(url)
         require_family(source, url, "zarr")
-        version = {"zarr2": 2, "zarr3": 3}.get(source.format, version)
+        if source.format in ("zarr2", "zarr3"):  # the URL names the version
+            version = 2 if source.format == "zarr2" else 3
         return cls(storage, read_metadata(storage, version))
 
     def __reduce__(self) -> tuple:

@@ -8,13 +8,24 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..errors import SpecError
-from .codecs import Blosc, Bytes, Codec, CodecPipeline, Gzip, Transpose, Zlib, Zstd, parse_pipeline
+from .codec_json import parse_pipeline
+from .codecs import (
+    Blosc,
+    Bytes,
+    BytesBytesCodec,
+    CodecPipeline,
+    Gzip,
+    Transpose,
+    Zlib,
+    Zstd,
+)
 from .dtypes import decode_fill, v2_dtype, v3_dtype
 from .sharding import ShardingCodec
 
@@ -32,7 +43,7 @@ class KeyEncoding:
     def to_json(self) -> dict:
         return {"name": self.kind, "configuration": {"separator": self.separator}}
 
-    def keys(self, positions: np.ndarray) -> list[str]:
+    def keys(self, positions: np.ndarray | Sequence[Sequence[int]]) -> list[str]:
         sep = self.separator
         rows = (sep.join(map(str, row)) for row in np.asarray(positions).tolist())
         if self.kind == "default":
@@ -81,6 +92,14 @@ class ArrayMetadata:
         c = self.codecs
         return c.array_bytes if isinstance(c.array_bytes, ShardingCodec) and not c.array and \
             not c.bytes_codecs else None
+
+    @property
+    def shard_codec(self) -> ShardingCodec:
+        """:attr:`sharding`, for code that runs on such sharded arrays alone."""
+        sharding = self.sharding
+        if sharding is None:
+            raise SpecError(f"{self.name}: not sharded with sharding_indexed alone")
+        return sharding
 
     @property
     def chunks(self) -> tuple[int, ...]:
@@ -183,7 +202,7 @@ def v3_document(shape: tuple[int, ...], dtype_name: str, chunk_shape: tuple[int,
 
 # --- v2 ---------------------------------------------------------------------------------------
 
-def _compressor(config: Any, dtype: np.dtype, where: str) -> tuple[Codec, ...]:
+def _compressor(config: Any, dtype: np.dtype, where: str) -> tuple[BytesBytesCodec, ...]:
     if config is None:
         return ()
     kind = config.get("id") if isinstance(config, dict) else None

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -229,7 +230,7 @@ def _json(raw: bytes, where: str) -> dict:
     return doc
 
 
-def multiscales_05(levels: list[tuple[str, tuple[float, ...], tuple[float, ...]]],
+def multiscales_05(levels: Sequence[tuple[str, Sequence[float], Sequence[float]]],
                    channels: bool, name: str | None = None) -> dict:
     """The ``attributes`` of an OME-Zarr 0.5 group of (path, (x, y, z) resolution in nm,
     (x, y, z) offset in nm) levels whose arrays are (c,) z, y, x."""

@@ -21,6 +21,7 @@ from ..storage import Storage
 from ..storage.index_cache import IndexCache, changed_lately
 from ..storage.retry import RetryPolicy
 from ..threads import pmap
+from ..types import Blob
 from .metadata import ArrayMetadata
 from .shard_index import ShardIndex
 
@@ -41,7 +42,7 @@ class ChunkReader:
 
     def shard_of(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(shard positions, inner chunk ids in C order) of granule positions."""
-        cps = np.array(self.meta.sharding.chunks_per_shard, np.int64)
+        cps = np.array(self.meta.shard_codec.chunks_per_shard, np.int64)
         positions = np.asarray(positions, np.int64).reshape(-1, len(cps))
         ids = np.ravel_multi_index(tuple((positions % cps).T), tuple(cps.tolist())) \
             if len(positions) else np.zeros(0, np.int64)
@@ -69,7 +70,7 @@ class ChunkReader:
     def indices(self, names: list[str]) -> list[tuple[Hashable, ShardIndex] | None]:
         """(generation, index) of each named shard, None where there is no shard; every
         index not cached for the shard's current generation read in one batch."""
-        sharding = self.meta.sharding
+        sharding = self.meta.shard_codec
         infos = self.storage.stat_many(names)
         out: list = [None] * len(names)
         todo = []
@@ -88,11 +89,10 @@ class ChunkReader:
                 raise CorruptDataError(f"{self.storage.path(name)}: {info.size} bytes, "
                                        f"shorter than its shard index of "
                                        f"{sharding.index_nbytes}")
-            todo.append(i)
+            todo.append((i, info))
         reads = self.storage.read_ranges(
-            [(names[i], np.array([sharding.index_range(infos[i].size)])) for i in todo])
-        for i, (generation, chunks) in zip(todo, reads):
-            info = infos[i]
+            [(names[i], np.array([sharding.index_range(info.size)])) for i, info in todo])
+        for (i, info), (generation, chunks) in zip(todo, reads):
             if chunks is None or (generation is not None and generation != info.generation):
                 raise self.cache.stale(names[i], self.storage.path(names[i]))
             index = sharding.decode_index(chunks[0], info.size, self.storage.path(names[i]))
@@ -102,14 +102,16 @@ class ChunkReader:
 
     # --- granules ---------------------------------------------------------------------------
 
-    def get(self, positions: np.ndarray) -> list[bytes | memoryview | None]:
+    def get(self, positions: np.ndarray) -> list[Blob | None]:
         """The encoded granule at each (k, ndim) grid position, None where absent."""
         positions = np.asarray(positions, np.int64).reshape(-1, len(self.meta.shape))
         if self.meta.sharding is None:
-            return self.storage.read_many(self.meta.key_encoding.keys(positions))
+            found: list[Blob | None] = list(
+                self.storage.read_many(self.meta.key_encoding.keys(positions)))
+            return found
         return self.retry.run(self._get_sharded, positions)
 
-    def _get_sharded(self, positions: np.ndarray) -> list[bytes | memoryview | None]:
+    def _get_sharded(self, positions: np.ndarray) -> list[Blob | None]:
         shard_pos, ids = self.shard_of(positions)
         shards, inverse = np.unique(shard_pos, axis=0, return_inverse=True)
         inverse = inverse.reshape(-1)
@@ -136,11 +138,11 @@ class ChunkReader:
                 out[row] = chunk
         return out
 
-    def read_shard(self, name: str) -> tuple[Hashable, bytes] | None:
+    def read_shard(self, name: str) -> tuple[Hashable, Blob] | None:
         """A whole shard (or chunk object) and its generation, None if absent."""
         return self.retry.run(self._read_whole, name)
 
-    def _read_whole(self, name: str) -> tuple[Hashable, bytes] | None:
+    def _read_whole(self, name: str) -> tuple[Hashable, Blob] | None:
         info = self.storage.stat(name)
         if info is None:
             return None
@@ -162,8 +164,12 @@ class ChunkReader:
         levels: list[tuple[tuple[int, ...], Storage]] = [((), root)]
         for depth in range(ndim):
             last = depth == ndim - 1
-            listed = pmap(lambda item, last=last: item[1].list(dirs=not last), levels,
-                          min_items=4)
+
+            def listing(level: tuple[tuple[int, ...], Storage], last: bool = last
+                        ) -> list[str]:
+                return level[1].list(dirs=not last)
+
+            listed = pmap(listing, levels, min_items=4)
             levels = [((*prefix, int(n)), store.child(n) if not last else store)
                       for (prefix, store), names in zip(levels, listed)
                       for n in names if n.isdigit()]
@@ -177,13 +183,13 @@ class ChunkReader:
         if self.meta.sharding is None:
             found = keys
         else:
-            cps = np.array(self.meta.sharding.chunks_per_shard, np.int64)
+            cps = np.array(self.meta.shard_codec.chunks_per_shard, np.int64)
             keys = keys[((keys * cps) < grid).all(axis=1)]
             names = self.meta.key_encoding.keys(keys)
             parts = [np.zeros((0, ndim), np.int64)]
-            for shard, found in zip(keys, self.retry.run(self.indices, names)):
-                if found is not None:
-                    ids = np.flatnonzero(~found[1].empty)
+            for shard, entry in zip(keys, self.retry.run(self.indices, names)):
+                if entry is not None:
+                    ids = np.flatnonzero(~entry[1].empty)
                     parts.append(shard * cps + np.stack(np.unravel_index(ids, tuple(cps)), 1))
             found = np.concatenate(parts)
         found = found[(found < grid).all(axis=1)]

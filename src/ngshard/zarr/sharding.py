@@ -13,13 +13,14 @@ import numpy as np
 
 from ..errors import CorruptDataError, SpecError
 from ..types import IndexLocation
-from .codecs import Codec, CodecPipeline, parse_pipeline
+from .codec_json import parse_pipeline
+from .codecs import ArrayBytesCodec, CodecPipeline
 from .dtypes import is_fill
 from .shard_index import ShardIndex, decode_index, encode_index, index_nbytes, index_range, lay_out
 
 
 @dataclass(frozen=True)
-class ShardingCodec(Codec):
+class ShardingCodec(ArrayBytesCodec):
     """Inner chunks of ``chunk_shape`` in a shard of ``shard_shape``, each encoded with
     ``codecs``, found through an index encoded with ``index_codecs``."""
 
@@ -28,7 +29,6 @@ class ShardingCodec(Codec):
     codecs: CodecPipeline
     index_codecs: CodecPipeline
     index_location: str = "end"
-    kind = "array_bytes"
     name = "sharding_indexed"
 
     @classmethod

@@ -32,6 +32,7 @@ from ..errors import (
 from ..kinds import VOLUME, kind_of
 from ..sharded.infofile import INFO, read_info
 from ..storage import Storage, open_storage
+from ..types import Blob
 from ..volume import VolumeInfo
 from ..volume.encodings import check_encoding, require_codec
 from ..volume.handle import ScaleHandle
@@ -50,8 +51,6 @@ try:
 except ImportError as e:
     raise MissingDependencyError(f"PrecomputedStore is a zarr-python Store: pip install "
                                  f"'ngshard[zarr]' ({e})") from None
-
-Blob = bytes | memoryview
 
 
 class PrecomputedStore(Store):
@@ -123,12 +122,14 @@ class PrecomputedStore(Store):
     def _present(self, info: VolumeInfo) -> None:
         """The metadata documents and the levels of the Zarr view."""
         where = self.storage.path(INFO)
+        scale_id = None
         try:
             if self._scale is not None:
-                self._scale_id = info.scales.index(info.scale(self._scale))
+                scale_id = info.scales.index(info.scale(self._scale))
         except SpecError as e:
             raise SpecError(f"{where}: {e}") from None
-        which = range(len(info.scales)) if self._scale is None else [self._scale_id]
+        self._scale_id = scale_id
+        which = range(len(info.scales)) if scale_id is None else [scale_id]
         for i in which:
             scale = info.scales[i]
             try:
@@ -136,11 +137,11 @@ class PrecomputedStore(Store):
             except SpecError as e:
                 raise SpecError(f"{where}: scale {scale.key}: {e}") from None
             require_codec(scale.encoding, writing=False)
-        if self._scale is None:
+        if scale_id is None:
             self._docs["zarr.json"] = to_bytes(group_metadata(info))
             prefixes = [(i, f"{level_name(i)}/") for i in which]
         else:
-            prefixes = [(self._scale_id, "")]
+            prefixes = [(scale_id, "")]
         for i, prefix in prefixes:
             meta = to_bytes(array_metadata(info, info.scales[i]))
             self._docs[f"{prefix}zarr.json"] = meta
@@ -164,9 +165,9 @@ class PrecomputedStore(Store):
         return {"url": self._url, "scale": self._scale}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["url"], state["scale"])
+        PrecomputedStore.__init__(self, state["url"], state["scale"])
 
-    def with_read_only(self, read_only: bool = False) -> PrecomputedStore:
+    def with_read_only(self, read_only: bool = False) -> Store:
         """A copy, read-only as this store always is (a writable one cannot be had)."""
         if not read_only:
             return super().with_read_only(read_only)

@@ -17,8 +17,10 @@ from collections.abc import Iterator
 import numpy as np
 
 from ..threads import pmap
+from ..types import Blob
 from ..volume.encodings import encode_chunk
 from ..volume.handle import ScaleHandle
+from ..volume.vectors import xyz
 from .store_metadata import SEPARATOR
 
 _INDEX = re.compile(r"0|[1-9][0-9]*")  # the canonical decimal integers zarr writes in keys
@@ -50,7 +52,7 @@ class Level:
         parts = key[len(self.chunk_prefix):].split(SEPARATOR)
         if len(parts) != 4 or parts[3] != "0" or not all(_INDEX.fullmatch(p) for p in parts):
             return None
-        pos = tuple(int(p) for p in parts[:3])
+        pos = xyz(int(p) for p in parts[:3])
         return pos if all(p < n for p, n in zip(pos, self.grid.shape)) else None
 
     def chunk_keys(self) -> Iterator[str]:
@@ -58,7 +60,7 @@ class Level:
         for x, y, z in self.handle.store.list_positions().tolist():
             yield f"{self.chunk_prefix}{x}/{y}/{z}/0"
 
-    def read(self, positions: np.ndarray) -> list[bytes | memoryview | None]:
+    def read(self, positions: np.ndarray) -> list[Blob | None]:
         """Whole Zarr chunks at (n, 3) positions, None where absent; one batch of reads
         through the chunk store, decoding on threads."""
         store, codec = self.handle.store, self.handle.codec
@@ -69,7 +71,7 @@ class Level:
         extents = (stops - starts).tolist()
         whole = (stops - starts == np.array(self.grid.chunk_size)).all(axis=1).tolist()
 
-        def one(i: int) -> bytes | memoryview | None:
+        def one(i: int) -> Blob | None:
             blob = blobs[i]
             if blob is None:
                 return None

@@ -9,6 +9,7 @@ import numpy as np
 
 from ...errors import CorruptDataError
 from ...limits import CSEG_SLAB_VOXELS
+from ...types import Blob
 from .scratch import scratch
 
 _VALID_BITS = np.zeros(256, bool)
@@ -16,7 +17,7 @@ _VALID_BITS[[0, 1, 2, 4, 8, 16, 32]] = True
 _MASKS = np.array([(1 << b) - 1 for b in range(33)], np.uint64)
 
 
-def decode(data: bytes | memoryview, shape: tuple[int, ...], dt: np.dtype,
+def decode(data: Blob, shape: tuple[int, ...], dt: np.dtype,
            bs: tuple[int, int, int], *, reuse: bool = False) -> np.ndarray:
     """An (x, y, z, channels) array of ``dt`` from a chunk; CorruptDataError on bad bytes.
 

@@ -56,7 +56,7 @@ def _pack(idx: np.ndarray, b: int) -> np.ndarray:
         return idx.astype("<u4")
     if b == 16:
         return idx.astype("<u2").view("<u4")
-    i8 = idx.astype(np.uint8)
+    i8: np.ndarray = idx.astype(np.uint8)
     if b == 1:
         return np.packbits(i8, axis=1, bitorder="little").view("<u4")
     if b == 2:
