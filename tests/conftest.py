@@ -173,3 +173,43 @@ def browser():
             yield chromium
         finally:
             chromium.close()
+
+
+# --- object-store servers (tests/objectstores.py) ------------------------------------------
+
+def _object_server(kind: str):
+    from objectstores import STARTERS
+
+    server = STARTERS[kind]()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """moto's S3 server on 127.0.0.1 with the test bucket (``.url()``, ``.options``)."""
+    yield from _object_server("s3")
+
+
+@pytest.fixture(scope="session")
+def gcs_server():
+    """gcp-storage-emulator on 127.0.0.1 with the test bucket; tensorstore's gcs driver in
+    this process is pointed at it (TENSORSTORE_GCS_HTTP_URL, read once per process)."""
+    for server in _object_server("gcs"):
+        os.environ["TENSORSTORE_GCS_HTTP_URL"] = server.endpoint
+        os.environ["GOOGLE_AUTH_TOKEN_FOR_TESTING"] = "test"
+        yield server
+
+
+@pytest.fixture(scope="session")
+def azure_server():
+    """Azurite's blob service on 127.0.0.1 with the test container."""
+    yield from _object_server("azure")
+
+
+@pytest.fixture(params=["s3", "gcs", "azure"])
+def object_server(request):
+    """Each object-store server in turn."""
+    return request.getfixturevalue(f"{request.param}_server")

@@ -1,10 +1,10 @@
 """Load on ``ngshard serve``: many concurrent Range requests on 127.0.0.1, beside nginx serving
-the same files, and the same request handling behind an asyncio front end (the measurement
-behind the server's choice of threads).
+the same files, and the same request handling with other front ends (the measurement behind
+the server's event loops: ``loopsN``, and asyncio's streams).
 
     python tools/bench_serve.py [--seconds 3] [--rounds 1] [--connections 32]
                                 [--client auto|wrk|python] [--data DIR]
-                                [--servers threads,asyncio,nginx]
+                                [--servers ngshard,loops1,asyncio,nginx] [--slow N]
 
 Each server gets the same randomly drawn requests: byte ranges of 1 B to 64 KiB inside the
 shard files of the demo data (written to a temporary folder unless ``--data``), as Neuroglancer
@@ -123,9 +123,73 @@ class AsyncioConnections:
             writer.close()
 
 
+class SlowClients:
+    """``n`` clients holding connections without using them, from one thread: a third
+    connected and silent, a third sending a request head a byte every half second, a third
+    reading a large response 1 KiB every half second. Each reconnects when the server closes
+    it; ``reconnects`` counts those (slots the server took back)."""
+
+    def __init__(self, base: str, n: int, path: str) -> None:
+        host, port = base.split("//")[1].split(":")
+        self.address, self.path, self.n = (host, int(port)), path, n
+        self.reconnects, self._stop = 0, threading.Event()
+        self.socks: list[socket.socket | None] = [None] * n
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _connect(self, i: int) -> socket.socket:
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect(self.address)
+        s.setblocking(False)
+        if i % 3 == 2:
+            s.send(f"GET {self.path} HTTP/1.1\r\n\r\n".encode())
+        elif i % 3 == 1:
+            s.send(b"GET / HTTP/1.1\r\nX-Slow: ")
+        return s
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for i in range(self.n):
+                s = self.socks[i]
+                try:
+                    if s is None:
+                        self.socks[i] = self._connect(i)
+                        continue
+                    if i % 3 == 1:
+                        s.send(b"a")
+                    elif not s.recv(1024 if i % 3 == 2 else 1, socket.MSG_PEEK * (i % 3 == 0)):
+                        raise ConnectionResetError  # closed by the server
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    if s is not None:
+                        s.close()
+                        self.reconnects += 1
+                    self.socks[i] = None
+            self._stop.wait(0.5)
+
+    def close(self) -> None:
+        self._stop.set()
+        self.thread.join()
+        for s in self.socks:
+            if s is not None:
+                s.close()
+
+
 def start_ngshard(root: str, model: str):
-    """(base URL, stop) of the server over ``root`` with the threads or asyncio front end."""
-    if model == "threads":
+    """(base URL, stop) of the server over ``root``: as shipped ("ngshard"), with
+    ``loopsN`` event loops, or behind the asyncio front end."""
+    if model.startswith("loops"):
+        from ngshard.server import connections
+
+        shipped, connections.SERVE_LOOPS = connections.SERVE_LOOPS, int(model[5:])
+        try:
+            server = serve(root)
+        finally:
+            connections.SERVE_LOOPS = shipped
+        return server.url, server.close
+    if model == "ngshard":
         server = serve(root)
         return server.url, server.close
     sock = socket.create_server(("127.0.0.1", 0), backlog=128)
@@ -305,7 +369,11 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--client", choices=("auto", "wrk", "python"), default="auto")
     parser.add_argument("--data", help="a folder of shard files (default: the demo data)")
-    parser.add_argument("--servers", default="threads,asyncio,nginx")
+    parser.add_argument("--slow", type=int, default=0,
+                        help="of the connections, this many are slow or idle clients (see "
+                             "SlowClients); each server is also run without them")
+    parser.add_argument("--servers", default="ngshard,nginx",
+                        help="ngshard, loopsN (N event loops), asyncio, nginx")
     args = parser.parse_args()
     client = args.client if args.client != "auto" else \
         "wrk" if shutil.which("wrk") else "python"
@@ -332,10 +400,21 @@ def main() -> None:
                     continue
                 servers[name] = started
                 run(started[0], requests[:8], 0.5, args.connections)  # warm up
+            big = max(Path(root).rglob("*.shard"), key=lambda p: p.stat().st_size)
             for _ in range(args.rounds):
                 for name, (base, _) in servers.items():
                     results.setdefault(name, []).append(
-                        run(base, requests, args.seconds, args.connections))
+                        run(base, requests, args.seconds, args.connections - args.slow))
+                    if args.slow:
+                        slow = SlowClients(base, args.slow, "/" + str(big.relative_to(root)))
+                        time.sleep(1)
+                        try:
+                            results.setdefault(f"{name}+slow", []).append(
+                                run(base, requests, args.seconds, args.connections - args.slow))
+                        finally:
+                            slow.close()
+                        print(f"{name}: the server closed {slow.reconnects} slow or idle "
+                              f"connections (they reconnected)")
         finally:
             for _, stop in servers.values():
                 stop()
@@ -346,13 +425,17 @@ def main() -> None:
             rates = [r["requests"] / r["seconds"] for r in rounds]
             r = sorted(rounds, key=lambda r: r["requests"] / r["seconds"])[len(rounds) // 2]
             rate[name] = r["requests"] / r["seconds"]
-            label = {"threads": "ngshard (threads)", "asyncio": "ngshard (asyncio)"}.get(
-                name, name)
+            label = {"asyncio": "ngshard (asyncio)"}.get(name, name)
             spread = "   " + " ".join(f"{x:.0f}" for x in rates) if args.rounds > 1 else ""
             print(f"{label:<18}{rate[name]:>12.0f}{r['p50']:>9.2f}{r['p90']:>9.2f}"
                   f"{r['p99']:>9.2f}{sum(x['errors'] for x in rounds):>8}{spread}")
-        if "nginx" in rate and "threads" in rate:
-            print(f"ngshard (threads) / nginx requests/s: {rate['threads'] / rate['nginx']:.2f}")
+        for name in rate:
+            if "nginx" in rate and name != "nginx" and "+slow" not in name:
+                print(f"{name} / nginx requests/s: {rate[name] / rate['nginx']:.2f}")
+            if f"{name}+slow" in rate:
+                print(f"{name} with {args.slow} slow or idle clients / without: "
+                      f"{rate[name + '+slow'] / rate[name]:.2f}")
+        print(f"load average after: {os.getloadavg()[0]:.1f}")
         sys.stdout.flush()
 
 

@@ -140,6 +140,8 @@ def main() -> None:
     work = tempfile.mkdtemp(prefix="ngshard-volbench-")
     try:
         for name, (encoding, data) in cases.items():
+            if args.only not in name:
+                continue
             print(f"{name}: {n}^3 voxels, {c}^3 chunks, one shard")
             bench_case(work, name, data.dtype.name, encoding, data, n, c, picks, args.repeat)
     finally:

@@ -182,11 +182,13 @@ def summary(script: str) -> None:
 
 def volume_args(script: str, doc: str, size: int) -> argparse.Namespace:
     """The options of a volume benchmark (``--size``: voxels a side, ``--chunk``: chunk edge,
-    ``--repeat``: turns), parsed, and the header printed."""
+    ``--repeat``: turns, ``--only``: a part of the volume names), parsed, and the header
+    printed."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--size", type=int, default=size)
     ap.add_argument("--chunk", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--only", default="", help="only the volumes whose name holds this")
     args = ap.parse_args()
     header(f"{script}: {args}")
     return args

@@ -32,7 +32,7 @@ from .sharded.kv import ShardedKV
 from .sharded.opener import open_kv
 from .sharded.shard_writer import write_shard
 from .sharded.spec import ShardingSpec, as_key_array
-from .storage import Storage, open_storage, remove_stale
+from .storage import Storage, StorageOptions, open_storage, remove_stale
 from .types import Blob
 from .volume import Volume, open_volume
 
@@ -64,7 +64,8 @@ def _dask() -> Any:
 def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
              collection: Any, *, key: str = "key", value: str = "value",
              npartitions: int | None = None, info: bool = True, durable: bool = True,
-             overwrite: bool = False) -> ShardedKV:
+             overwrite: bool = False,
+             storage_options: StorageOptions | None = None) -> ShardedKV:
     """Write a whole store at ``url`` from a Dask collection, one task per group of shards.
 
     Parameters
@@ -86,6 +87,9 @@ def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
         keys in 2 input partitions on 4 GiB workers write one shard per task.
     info, durable, overwrite
         As for :func:`ngshard.write_kv`.
+    storage_options
+        How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and the
+        ``retries`` and ``retry_seconds`` of its requests (see :mod:`ngshard.storage.options`).
 
     Returns
     -------
@@ -111,7 +115,7 @@ def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
     """
     dask = _dask()
     spec = as_spec(spec)
-    storage = open_storage(url, durable=durable)
+    storage = open_storage(url, durable=durable, storage_options=storage_options)
     claim(storage, overwrite=overwrite)
     if storage.local_root is not None:
         os.makedirs(storage.local_root, exist_ok=True)
@@ -205,7 +209,8 @@ def _write_shards(df: pd.DataFrame, storage: Storage, spec_json: dict) -> pd.Dat
 
 
 def write_chunks(url: str | os.PathLike | Storage, collection: Any, *, scale: int | str = 0,
-                 npartitions: int | None = None, durable: bool = True) -> Volume:
+                 npartitions: int | None = None, durable: bool = True,
+                 storage_options: StorageOptions | None = None) -> Volume:
     """Write a sharded scale of the precomputed volume at ``url`` from a Dask bag of chunks.
 
     Parameters
@@ -220,6 +225,9 @@ def write_chunks(url: str | os.PathLike | Storage, collection: Any, *, scale: in
         The scale's index or key.
     npartitions, durable
         As for :func:`write_kv`.
+    storage_options
+        How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and the
+        ``retries`` and ``retry_seconds`` of its requests (see :mod:`ngshard.storage.options`).
 
     Returns
     -------
@@ -240,7 +248,7 @@ def write_chunks(url: str | os.PathLike | Storage, collection: Any, *, scale: in
     """
     from .volume.handle import ScaleHandle
 
-    handle = ScaleHandle.open(url, scale)
+    handle = ScaleHandle.open(url, scale, storage_options=storage_options)
     if handle.scale.sharding is None:
         raise SpecError(f"{handle.storage.url}: scale {handle.scale.key} is not sharded; write "
                         f"its chunks with open_volume(..., mode='r+')")

@@ -78,6 +78,25 @@ class StorageAccessError(NgShardError, PermissionError):
     path only the client sees): raised before the job writes anything."""
 
 
+class RequestError(NgShardError, OSError):
+    """A storage request failed: the server answered an error status, or the connection
+    failed, and (for a transient failure: HTTP 408, 429, 5xx, a reset or refused connection,
+    a timeout, a truncated body) every retry the policy allowed failed too. ``url`` names the
+    object, ``status`` the last HTTP status (None for a connection failure), ``tries`` how
+    many requests were sent."""
+
+    def __init__(self, message: str, url: str = "", status: int | None = None,
+                 tries: int = 1) -> None:
+        super().__init__(message)
+        self.url, self.status, self.tries = url, status, tries
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+    def __reduce__(self) -> tuple:  # crosses process boundaries (pools, Dask) intact
+        return type(self), (str(self), self.url, self.status, self.tries)
+
+
 class MissingDependencyError(NgShardError, ImportError):
     """An optional package is needed for this URL or encoding; the message says what to
     install."""

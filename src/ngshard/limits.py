@@ -42,15 +42,27 @@ COARSE_TIMES = 2.0
 
 # --- retries (storage/retry.py) ------------------------------------------------------------
 
-#: Times one object may be found changed under one read before the read gives up (a writer
-#: committing to it without pause); with the backoff below that is about a second.
+#: Times one object may be found changed under one read (a writer committing to it without
+#: pause), or one request may fail transiently, before the read or request gives up; with the
+#: backoff below that is about a second of changes, or half a minute of a failing server.
 DEFAULT_READ_RETRIES = 10
 #: First and longest pause between tries, seconds (doubling, jittered): the first retry is
 #: almost immediate, a busy writer is not hammered.
 BACKOFF_FIRST, BACKOFF_MAX = 0.001, 0.2
-#: Seconds all the tries of one operation may take: a read that cannot finish within a
-#: minute of retries is reported rather than hanging a viewer or a task.
+#: Seconds all the tries of one operation (or of one request) may take: a read that cannot
+#: finish within a minute of retries is reported rather than hanging a viewer or a task.
 RETRY_SECONDS = 60.0
+#: First and longest pause before a request that failed transiently (HTTP 408/429/5xx, a
+#: reset, a timeout) is sent again, seconds: a server that sheds load gets time to recover
+#: (the cloud SDKs start near 0.1 s and cap at tens of seconds), yet one dropped request
+#: among thousands costs a read little.
+REQUEST_BACKOFF_FIRST, REQUEST_BACKOFF_MAX = 0.05, 10.0
+#: Seconds one remote request may take before it counts as failed (and is tried again), and
+#: seconds to open its connection.
+REQUEST_TIMEOUT, CONNECT_TIMEOUT = 120.0, 10.0
+#: Requests one remote store keeps in flight at once: enough to hide 20-100 ms of latency
+#: behind a large batch, few enough not to be throttled or exhaust sockets.
+REQUEST_CONCURRENCY = 128
 
 # --- staging and writing -------------------------------------------------------------------
 
@@ -112,8 +124,6 @@ MAX_CELLS, MAX_LEVELS = 64, 24
 MAX_QUERY_CELLS = 1 << 16
 #: Bytes of one compressed_segmentation scratch buffer a thread reuses; larger ones are fresh.
 CSEG_SCRATCH_BYTES = 16 * MiB
-#: Voxels per step of the numpy compressed_segmentation decoder.
-CSEG_SLAB_VOXELS = 1 << 20
 #: Draco guard: declared faces (or vertices) per byte of a fragment decoded in this process,
 #: plus a little for tiny fragments; the address space a child may add for the outliers.
 DRACO_RATIO, DRACO_SLACK, DRACO_ISOLATED_BYTES = 16, 4096, 1 * GiB
@@ -158,10 +168,26 @@ MAX_INFO_BYTES = 16 * MiB
 
 # --- the server ----------------------------------------------------------------------------
 
-#: Most connections served at once; more are answered 503 and closed.
-MAX_CONNECTIONS = 256
+#: Most connections open at once (fewer if the descriptor limit says so). Past it, the
+#: connection idle the longest is closed for a new one; if none is idle, the new one is
+#: answered 503 and closed.
+MAX_CONNECTIONS = 4096
 #: Seconds a connection may stay idle between requests.
 IDLE_TIMEOUT = 60.0
+#: A response must be taken by the client at SEND_TIMEOUT seconds plus one second per
+#: MIN_SEND_RATE bytes sent, or the connection is closed (a trickling reader holds no slot).
+SEND_TIMEOUT, MIN_SEND_RATE = 60.0, 64 * KiB
+#: Event loops (threads) of the server. One: two loops fight over the GIL (a waiting loop
+#: gets it after the 5 ms switch interval), 0.35x the requests/s of one at 256 connections
+#: (tools/bench_serve.py --servers loops1,loops2).
+SERVE_LOOPS = 1
+#: Threads for the server's blocking work: remote stores, decoding twins, listings.
+SERVE_THREADS = 8
+#: Local files the server keeps open between requests.
+OPEN_FILES = 256
+#: Decoded bytes of a compressed twin made per step while serving it (bounds the memory a
+#: connection holds, whatever the twin inflates to).
+TWIN_PIECE_BYTES = 64 * KiB
 #: Seconds a client has to deliver a whole request head once it has begun.
 HEAD_TIMEOUT = 20.0
 #: Largest request body read (and discarded); larger ones are refused with 413.

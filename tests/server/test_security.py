@@ -222,29 +222,65 @@ def _listening(port: int) -> list[str]:
 
 
 def test_connections_are_bounded(tree, monkeypatch):
-    """Past MAX_CONNECTIONS open connections, a new one is answered 503 and closed; once
-    one ends, the next is served."""
+    """Past MAX_CONNECTIONS open connections, the one idle the longest is closed to make room
+    for a new one (idle clients lock no one out); when every connection is busy with a
+    request, a new one is answered 503 and closed; once one ends, the next is served."""
     from ngshard.server import connections as front
 
     monkeypatch.setattr(front, "MAX_CONNECTIONS", 3)
     with ngshard.serve(tree) as srv:
-        held = [socket.create_connection((srv.host, srv.port)) for _ in range(3)]
-        time.sleep(0.2)
-        assert status_of(raw(srv, b"GET /data HTTP/1.1\r\n\r\n")) == 503
-        held.pop().close()
+        idle = [socket.create_connection((srv.host, srv.port), 5) for _ in range(3)]
         time.sleep(0.2)
         assert still_serving(srv)
-        for s in held:
+        closed = 0
+        for s in idle:  # one idle connection made room
+            s.settimeout(2)
+            with contextlib.suppress(TimeoutError):
+                closed += s.recv(10) == b""
+        assert closed == 1
+        for s in idle:
+            s.close()
+        time.sleep(0.2)
+        busy = [socket.create_connection((srv.host, srv.port)) for _ in range(3)]
+        for s in busy:
+            s.sendall(b"GET /da")  # a head begun: not idle
+        time.sleep(0.2)
+        assert status_of(raw(srv, b"GET /data HTTP/1.1\r\n\r\n")) == 503
+        busy.pop().close()
+        time.sleep(0.2)
+        assert still_serving(srv)
+        for s in busy:
             s.close()
 
 
 def test_slow_heads_are_timed_out(tree, monkeypatch):
     """A client that starts a request and never finishes it is answered 408 and dropped."""
-    from ngshard.server import connections as front
+    from ngshard.server import exchange
 
-    monkeypatch.setattr(front, "HEAD_TIMEOUT", 0.3)
+    monkeypatch.setattr(exchange, "HEAD_TIMEOUT", 0.3)
     with ngshard.serve(tree) as srv, socket.create_connection((srv.host, srv.port), 5) as s:
         s.sendall(b"GET /data HTTP/1.1\r\n")
         started = time.monotonic()
         assert status_of(s.recv(4096)) == 408
         assert time.monotonic() - started < 3
+
+
+def test_files_kept_open_are_checked_each_time(server, tree, tmp_path):
+    """The server keeps descriptors open between requests; a file replaced, changed, removed,
+    or moved behind a symbolic link out of the root is looked up afresh each time."""
+    (tree / "sub" / "kept").write_bytes(b"first")
+    assert request(server, "GET", "/sub/kept")[2] == b"first"
+    (tree / "sub" / "new").write_bytes(b"second!")
+    os.replace(tree / "sub" / "new", tree / "sub" / "kept")  # replaced by rename
+    assert request(server, "GET", "/sub/kept")[2] == b"second!"
+    with open(tree / "sub" / "kept", "r+b") as f:  # changed in place
+        f.write(b"THIRD!!")
+    assert request(server, "GET", "/sub/kept")[2] == b"THIRD!!"
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "kept").write_bytes(b"outside")
+    os.rename(tree / "sub", tmp_path / "moved")
+    os.symlink(outside, tree / "sub")  # the folder is now a link out of the root
+    assert request(server, "GET", "/sub/kept")[0] == 404
+    os.unlink(tree / "sub")
+    assert request(server, "GET", "/sub/kept")[0] == 404

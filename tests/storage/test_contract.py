@@ -2,12 +2,13 @@
 
 Each store kind comes with a way around it (``Backend.put``/``get`` write and read the objects
 underneath without the store under test), so every method is checked against the real thing:
-local files, fsspec's memory filesystem, and HTTP (read only: objects are written into the
+local files, fsspec's memory filesystem, HTTP (read only: objects are written into the
 served directory), both from a server with Range support and ETags and from ``python3 -m
-http.server``, which has neither. What a store cannot do is skipped by its capability flags,
-never by its class. Each kind also has a peer read-back: a sharded store written through it
-(or, read only, into the served directory) is read by tensorstore, value for value, and by
-ngshard through the store under test.
+http.server``, which has neither, and the object stores S3 (moto's server), GCS
+(gcp-storage-emulator) and Azure (Azurite), each a real server on 127.0.0.1. What a store
+cannot do is skipped by its capability flags, never by its class. Each kind also has a peer
+read-back: a sharded store written through it (or, read only, into the served directory) is
+read by tensorstore, value for value, and by ngshard through the store under test.
 """
 
 from __future__ import annotations
@@ -16,7 +17,17 @@ import os
 
 import numpy as np
 import pytest
-from backends import KINDS, Backend, HttpBackend, LocalBackend, MemoryBackend, PlainHttpBackend
+from backends import (
+    KINDS,
+    AzureBackend,
+    Backend,
+    GcsBackend,
+    HttpBackend,
+    LocalBackend,
+    MemoryBackend,
+    ObjectStoreBackend,
+    PlainHttpBackend,
+)
 from peers import PEER_TIMEOUT
 
 import ngshard
@@ -35,7 +46,11 @@ def backend(request, tmp_path) -> Backend:
         return MemoryBackend()
     if request.param == "http":
         return HttpBackend(request.getfixturevalue("http_server"))
-    return PlainHttpBackend(request.getfixturevalue("plain_http_server"))
+    if request.param == "http-plain":
+        return PlainHttpBackend(request.getfixturevalue("plain_http_server"))
+    server = request.getfixturevalue(f"{request.param}_server")
+    kinds = {"s3": ObjectStoreBackend, "gcs": GcsBackend, "azure": AzureBackend}
+    return kinds[request.param](server)
 
 
 def needs_writes(backend: Backend) -> storage.Storage:

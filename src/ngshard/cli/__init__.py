@@ -15,6 +15,7 @@ from ..errors import NgShardError
 from .convert import add_command as add_convert_command
 from .demo import cmd_demo
 from .serve import add_commands as add_serve_commands
+from .storage_args import add_storage_args
 from .store import (
     KeyNotFound,
     cmd_compact,
@@ -40,11 +41,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, fn, help: str) -> argparse.ArgumentParser:
+    def command(name: str, fn, help: str, *, storage: bool = True,
+                source: bool = False) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help)
         p.set_defaults(fn=fn)
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                        help="show tracebacks of errors")
+        if storage:
+            add_storage_args(p, source=source)
         return p
 
     def store_args(p: argparse.ArgumentParser) -> None:
@@ -113,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     quiet(p)
     p = command("demo", cmd_demo, "write sample sharded image and segmentation layers (with "
                 "skeletons), then view them in Neuroglancer (as `ngshard view` does); Ctrl-C "
-                "stops")
+                "stops", storage=False)
     p.add_argument("dir", nargs="?", default="ngshard-demo", help="where (default ./ngshard-demo)")
     p.add_argument("--force", action="store_true", help="write into a folder that holds other "
                    "things too, replacing its info and the files in its image and segmentation "

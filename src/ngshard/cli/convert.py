@@ -8,6 +8,7 @@ import argparse
 import sys
 
 from ..errors import SpecError
+from .storage_args import storage_options
 
 
 def add_command(command) -> None:
@@ -15,7 +16,7 @@ def add_command(command) -> None:
     p = command("convert", cmd_convert, "convert a zarr array or OME-Zarr group to a "
                 "precomputed layer, or a precomputed layer to an OME-Zarr 0.5 group of "
                 "sharded Zarr v3 arrays (by what SRC holds); an interrupted conversion "
-                "resumes where it stopped")
+                "resumes where it stopped", source=True)
     p.add_argument("src", metavar="SRC", help="zarr array or group, or precomputed layer")
     p.add_argument("url", metavar="DST", help="where the result goes")
     p.add_argument("--axes", metavar="LETTERS",
@@ -70,7 +71,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
                         downsample=args.downsample, workers=args.workers,
                         executor=client.get_executor() if client else None,
                         progress=not args.quiet and sys.stderr.isatty(),
-                        resume=not args.no_resume, overwrite=args.force)
+                        resume=not args.no_resume, overwrite=args.force,
+                        storage_options=storage_options(args),
+                        src_storage_options=storage_options(args, source=True))
     finally:
         if client is not None:
             client.close()

@@ -12,6 +12,7 @@ import threading
 from ..server import Server, serve
 from ..server.protocol import Request
 from ..server.respond import Response
+from .storage_args import storage_options
 
 _SHOWN = 40  # layers printed at most
 
@@ -67,6 +68,7 @@ def run_until_interrupted(announce, close) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     server = serve(args.url, args.host, args.port, listing=args.listing,
+                   storage_options=storage_options(args),
                    log=_access_log if args.verbose else None)
     return run_until_interrupted(lambda: print_sources(server, args.url), server.close)
 
@@ -74,7 +76,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_view(args: argparse.Namespace) -> int:
     from ..server.view import open_viewer
 
-    viewing = open_viewer(args.url, args.host, args.port, args.viewer_port)
+    viewing = open_viewer(args.url, args.host, args.port, args.viewer_port,
+                          storage_options=storage_options(args))
     return show(viewing, args.url, browser=not args.no_browser)
 
 

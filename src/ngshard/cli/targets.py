@@ -18,6 +18,7 @@ from ..storage import Storage
 from ..types import Mode, Strategy
 from ..volume import VolumeInfo
 from ..volume.handle import ScaleHandle
+from .storage_args import storage_options
 
 
 @dataclass
@@ -44,7 +45,7 @@ def url_storage(args: argparse.Namespace) -> Storage:
     """The storage of the command's URL (any form, see ngshard.storage.urls), opened once
     per command; a format the URL names must be the one stored there."""
     if getattr(args, "opened", None) is None:
-        args.opened = checked_source(args.url)[0]
+        args.opened = checked_source(args.url, storage_options(args))[0]
     return args.opened
 
 

@@ -22,7 +22,7 @@ from ..limits import ANNOTATION_BATCH_BYTES, DEFAULT_ANNOTATIONS_PER_CELL
 from ..sharded import ShardingSpec
 from ..sharded.infofile import write_info
 from ..sharded.spec import as_key_array
-from ..storage import Storage, open_storage
+from ..storage import Storage, StorageOptions, open_storage
 from ..types import Compress
 from .annotation_codec import (
     PROPERTY_TYPES,
@@ -167,7 +167,8 @@ def write_annotations(url: str | os.PathLike | Storage, kind: str, geometry: Any
                       lower_bound: Any = None, upper_bound: Any = None,
                       limit: int | None = None, seed: int = 0, progress: bool = False,
                       durable: bool = True, overwrite: bool = False,
-                      compress: Compress | None = None) -> Annotations:
+                      compress: Compress | None = None,
+                      storage_options: StorageOptions | None = None) -> Annotations:
     """Write an annotation collection: by_id, relationship and spatial indices and the info.
 
     Parameters
@@ -203,6 +204,9 @@ def write_annotations(url: str | os.PathLike | Storage, kind: str, geometry: Any
         The spatial index's sampling is pseudo-random: the same seed writes the same bytes.
     progress, durable, overwrite, compress
         As for :func:`ngshard.write_skeletons`.
+    storage_options
+        How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and the
+        ``retries`` and ``retry_seconds`` of its requests (see :mod:`ngshard.storage.options`).
 
     Returns
     -------
@@ -251,7 +255,7 @@ def write_annotations(url: str | os.PathLike | Storage, kind: str, geometry: Any
     if limit is None:
         limit = min(max(n, 1), DEFAULT_ANNOTATIONS_PER_CELL)
     limit = max(1, int(limit))
-    storage = open_storage(url, durable=durable)
+    storage = open_storage(url, durable=durable, storage_options=storage_options)
     claim(storage, overwrite=overwrite, into=[storage.child(name) for name in (
         "by_id", "spatial0", *(f"rel_{r}" for r in relations))])
     mean = 4 * float(records.sizes.mean()) if n else None

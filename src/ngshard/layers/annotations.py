@@ -15,7 +15,7 @@ from ..kinds import ANNOTATIONS as KIND
 from ..limits import MAX_QUERY_CELLS
 from ..sharded.infofile import INFO
 from ..sharded.spec import as_key_array, check_key
-from ..storage import Storage, open_storage
+from ..storage import Storage, StorageOptions, open_storage
 from ..types import Blob
 from .annotation_codec import (
     PropertySpec,
@@ -318,7 +318,8 @@ def _stored_cells(store: SegmentStore, level: Level) -> np.ndarray:
     return np.array(cells, np.int64).reshape(-1, rank)
 
 
-def open_annotations(url: str | os.PathLike | Storage) -> Annotations:
+def open_annotations(url: str | os.PathLike | Storage,
+                     *, storage_options: StorageOptions | None = None) -> Annotations:
     """Open the annotation collection at ``url`` (the directory holding its info)."""
-    storage = open_storage(url)
+    storage = open_storage(url, storage_options=storage_options)
     return Annotations(storage, layer_info(storage, KIND))

@@ -5,7 +5,6 @@ store for writing needs to know (the unindexed entries in its shards)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from typing import Any
 
 from ..errors import SpecError
@@ -22,7 +21,7 @@ from ..kinds import (
 )
 from ..sharded.infofile import read_info
 from ..sharded.unindexed import UnindexedSizes
-from ..storage import Source, Storage, open_source
+from ..storage import Source, Storage, StorageOptions, open_source
 from ..storage.urls import check_format
 
 # The metadata files that say which format a folder holds.
@@ -40,8 +39,7 @@ def stored_formats(storage: Storage) -> set[str]:
 
 
 def checked_source(url: str | os.PathLike | dict | Storage,
-                   storage_options: Mapping[str, Any] | None = None
-                   ) -> tuple[Storage, Source]:
+                   storage_options: StorageOptions | None = None) -> tuple[Storage, Source]:
     """The storage of ``url`` and what it names; a URL that names a format other than the
     one stored there is a SpecError naming both (checked only when it names one)."""
     storage, source = open_source(url, storage_options=storage_options)
@@ -62,7 +60,8 @@ def unindexed_sizes(doc: dict | None) -> UnindexedSizes | None:
     return None
 
 
-def open_layer(url: str | os.PathLike | dict | Storage, **kwargs: Any) -> Any:
+def open_layer(url: str | os.PathLike | dict | Storage, *,
+               storage_options: StorageOptions | None = None, **kwargs: Any) -> Any:
     """Open whatever layer ``url`` holds: a precomputed layer by its info, or a zarr array
     (or an OME-Zarr group's level).
 
@@ -76,6 +75,9 @@ def open_layer(url: str | os.PathLike | dict | Storage, **kwargs: Any) -> Any:
         Passed to the opener (e.g. ``scale=``, ``mode=`` and ``fill_missing=`` for a volume,
         as :func:`ngshard.open_volume` takes them; ``mode=`` for a bare store; ``scale=``
         picks an OME-Zarr group's level).
+    storage_options
+        How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and the
+        ``retries`` and ``retry_seconds`` of its requests (see :mod:`ngshard.storage.options`).
 
     Returns
     -------
@@ -89,7 +91,7 @@ def open_layer(url: str | os.PathLike | dict | Storage, **kwargs: Any) -> Any:
         An info of no known kind, or an invalid one; a URL or spec that names a format other
         than the one stored there.
     """
-    storage, source = checked_source(url)
+    storage, source = checked_source(url, storage_options)
     if source.family == "zarr":
         return _open_zarr(storage, **kwargs)
     doc = read_info(storage)

@@ -23,7 +23,7 @@ from ..limits import DEFAULT_BUFFER_BYTES, MESH_BATCH
 from ..sharded.infofile import write_info
 from ..sharded.shard_writer import ShardWriter
 from ..sharded.spec import check_key
-from ..storage import Storage, open_storage
+from ..storage import Storage, StorageOptions, open_storage
 from ..storage.twins import write_twins
 from ..threads import pmap
 from ..types import Compress
@@ -103,7 +103,8 @@ def write_meshes(url: str | os.PathLike | Storage,
                  transform: Any = None, chunk_shape: Any = None,
                  lod_scale_multiplier: float = 1.0, compression_level: int = 7,
                  buffer_bytes: int = DEFAULT_BUFFER_BYTES, durable: bool = True,
-                 overwrite: bool = False, compress: Compress | None = None) -> Meshes:
+                 overwrite: bool = False, compress: Compress | None = None,
+                 storage_options: StorageOptions | None = None) -> Meshes:
     """Write a multi-resolution (``neuroglancer_multilod_draco``) mesh layer at ``url``.
 
     Parameters
@@ -137,6 +138,9 @@ def write_meshes(url: str | os.PathLike | Storage,
         With ``sharding=None``: the ``<id>.index`` manifests written as their compressed
         twins (None: plain, "gzip", "br" or "zstd"). The fragment files stay plain: readers
         (cloud-volume, Neuroglancer) fetch byte ranges of them.
+    storage_options
+        How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and the
+        ``retries`` and ``retry_seconds`` of its requests (see :mod:`ngshard.storage.options`).
 
     Returns
     -------
@@ -152,7 +156,7 @@ def write_meshes(url: str | os.PathLike | Storage,
     if vertex_quantization_bits not in (10, 16):
         raise SpecError(f"vertex_quantization_bits must be 10 or 16, got "
                         f"{vertex_quantization_bits}")
-    storage = open_storage(url, durable=durable)
+    storage = open_storage(url, durable=durable, storage_options=storage_options)
     spec = resolve_sharding(sharding, count_of(items), None, data_encoding="raw")
     if spec is not None and spec.data_encoding != "raw":
         raise SpecError("mesh shards need data_encoding raw (fragments are read by range)")
@@ -185,8 +189,8 @@ def write_meshes(url: str | os.PathLike | Storage,
 def write_legacy_meshes(url: str | os.PathLike | Storage,
                         items: Mapping[int, Any] | Iterable[tuple[int, Any]], *,
                         sharding: None | str | dict = None, durable: bool = True,
-                        overwrite: bool = False, compress: Compress | None = None
-                        ) -> LegacyMeshes:
+                        overwrite: bool = False, compress: Compress | None = None,
+                        storage_options: StorageOptions | None = None) -> LegacyMeshes:
     """Write a legacy single-resolution (``neuroglancer_legacy_mesh``) layer: per segment a
     ``<id>:0`` manifest naming one fragment file ``<id>:0:0`` (unsharded, the default), or
     the fragment itself as the value (sharded, as cloud-volume writes them).
@@ -196,7 +200,7 @@ def write_legacy_meshes(url: str | os.PathLike | Storage,
     igneous writes them (its default is gzip); the manifests stay plain, as igneous leaves
     them. Returns the layer written, open for reading (:class:`LegacyMeshes`)."""
     twin = unsharded_twin(compress, sharding)
-    storage = open_storage(url, durable=durable)
+    storage = open_storage(url, durable=durable, storage_options=storage_options)
 
     def encoded() -> Iterable[tuple[int, bytes]]:
         for key, value in pairs(items):

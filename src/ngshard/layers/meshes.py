@@ -24,7 +24,7 @@ from ..kinds import kind_of
 from ..sharded import open_kv
 from ..sharded.infofile import INFO, read_info
 from ..sharded.spec import as_key_array, check_key
-from ..storage import Storage, open_storage
+from ..storage import Storage, StorageOptions, open_storage
 from ..types import Blob
 from .info import apply_transform, parse_sharding, parse_transform
 from .lookup import InStore
@@ -242,10 +242,11 @@ class LegacyMeshes(InStore[Mesh]):
                 for k, frags in names.items()}
 
 
-def open_meshes(url: str | os.PathLike | Storage) -> Meshes | LegacyMeshes:
+def open_meshes(url: str | os.PathLike | Storage,
+                *, storage_options: StorageOptions | None = None) -> Meshes | LegacyMeshes:
     """Open the mesh layer at ``url``: multi-resolution (its info says
     ``neuroglancer_multilod_draco``) or legacy (``neuroglancer_legacy_mesh``, or no info)."""
-    storage = open_storage(url)
+    storage = open_storage(url, storage_options=storage_options)
     doc = read_info(storage)
     if doc is not None and kind_of(doc) == KIND:
         return Meshes(storage, doc)

@@ -21,7 +21,7 @@ from ..kinds import LEGACY_MESHES, MESHES, SKELETONS, VOLUME, kind_of
 from ..kinds import PROPERTIES as KIND
 from ..sharded.infofile import INFO, read_info, write_info
 from ..sharded.spec import as_key_array
-from ..storage import Storage, open_storage
+from ..storage import Storage, StorageOptions, open_storage
 from .info import layer_info
 from .lookup import ById
 
@@ -162,9 +162,10 @@ def _parse_property(p: Any, n: int, where: str) -> tuple[dict, Any]:
     return spec, values
 
 
-def open_segment_properties(url: str | os.PathLike | Storage) -> SegmentProperties:
+def open_segment_properties(url: str | os.PathLike | Storage,
+                            *, storage_options: StorageOptions | None = None) -> SegmentProperties:
     """Open the segment properties at ``url`` (their directory, holding the info)."""
-    storage = open_storage(url)
+    storage = open_storage(url, storage_options=storage_options)
     return SegmentProperties(storage, layer_info(storage, KIND), storage.path(INFO))
 
 
@@ -229,8 +230,8 @@ def write_segment_properties(url: str | os.PathLike | Storage, ids: Any, *,
                              numbers: Mapping[str, Any] | None = None,
                              tags: Sequence[Sequence[str]] | None = None,
                              tag_descriptions: Mapping[str, str] | None = None,
-                             key: str = "segment_properties", overwrite: bool = False
-                             ) -> SegmentProperties:
+                             key: str = "segment_properties", overwrite: bool = False,
+                             storage_options: StorageOptions | None = None) -> SegmentProperties:
     """Write inline segment properties.
 
     Parameters
@@ -254,6 +255,9 @@ def write_segment_properties(url: str | os.PathLike | Storage, ids: Any, *,
     overwrite
         Replace what is where the properties go (a layer, or properties attached before);
         by default that is refused.
+    storage_options
+        How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and the
+        ``retries`` and ``retry_seconds`` of its requests (see :mod:`ngshard.storage.options`).
 
     Returns
     -------
@@ -270,7 +274,7 @@ def write_segment_properties(url: str | os.PathLike | Storage, ids: Any, *,
     doc = segment_properties_json(ids, labels=labels, descriptions=descriptions,
                                   strings=strings, numbers=numbers, tags=tags,
                                   tag_descriptions=tag_descriptions)
-    storage = open_storage(url)
+    storage = open_storage(url, storage_options=storage_options)
     parent = read_info(storage)
     attach = kind_of(parent) in (VOLUME, SKELETONS, MESHES, LEGACY_MESHES)
     target = storage.child(key) if attach else storage

@@ -20,7 +20,7 @@ from ..kinds import SKELETONS as KIND
 from ..limits import SKELETON_BATCH
 from ..sharded.infofile import INFO, write_info
 from ..sharded.spec import ShardingSpec, as_key_array, check_key
-from ..storage import Storage, open_storage
+from ..storage import Storage, StorageOptions, open_storage
 from ..types import Blob, Compress
 from .info import apply_transform, layer_info, parse_sharding, parse_transform, transform_json
 from .lookup import InStore
@@ -121,7 +121,8 @@ class Skeletons(InStore[Skeleton]):
         return {k: self._decode(k, v, transform) for k, v in found.items()}
 
 
-def open_skeletons(url: str | os.PathLike | Storage) -> Skeletons:
+def open_skeletons(url: str | os.PathLike | Storage,
+                   *, storage_options: StorageOptions | None = None) -> Skeletons:
     """Open the skeleton layer at ``url`` (the directory holding its ``info``).
 
     Raises
@@ -131,7 +132,7 @@ def open_skeletons(url: str | os.PathLike | Storage) -> Skeletons:
     SpecError
         An info that is not a valid ``neuroglancer_skeletons`` one (the member is named).
     """
-    storage = open_storage(url)
+    storage = open_storage(url, storage_options=storage_options)
     return Skeletons(storage, layer_info(storage, KIND))
 
 
@@ -172,7 +173,8 @@ def write_skeletons(url: str | os.PathLike | Storage,
                     transform: Any = None,
                     buffer_bytes: int | None = None, progress: bool = False,
                     durable: bool = True, overwrite: bool = False,
-                    compress: Compress | None = None) -> Skeletons:
+                    compress: Compress | None = None,
+                    storage_options: StorageOptions | None = None) -> Skeletons:
     """Write a skeleton layer at ``url``: its shards (or a file per segment) and its info.
 
     Parameters
@@ -203,6 +205,9 @@ def write_skeletons(url: str | os.PathLike | Storage,
     compress
         With ``sharding=None``: each file written as its compressed twin, as cloud-volume's
         ``compress=`` does: None (plain), "gzip" (``<id>.gz``), "br" or "zstd".
+    storage_options
+        How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and the
+        ``retries`` and ``retry_seconds`` of its requests (see :mod:`ngshard.storage.options`).
 
     Returns
     -------
@@ -219,7 +224,7 @@ def write_skeletons(url: str | os.PathLike | Storage,
         A bad ``compress``, or one given with sharding.
     """
     twin = unsharded_twin(compress, sharding)
-    storage = open_storage(url, durable=durable)
+    storage = open_storage(url, durable=durable, storage_options=storage_options)
     it = iter(pairs(items))
     head = list(itertools.islice(it, SKELETON_BATCH))
     spec = _attribute_spec(vertex_attributes, head[0][1] if head else None)

@@ -10,11 +10,10 @@ from typing import Any
 
 from ..errors import SpecError
 from ..layers.dispatch import checked_source
-from ..storage import canonical_url, source_of
+from ..storage import StorageOptions, canonical_url, rooted_options, source_of
 from ..types import Encoding
 from .layout import DEFAULT_TASK_BYTES, precomputed_to_zarr, zarr_to_precomputed
 from .runner import run_plan
-from .sources import storage_at
 
 
 def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
@@ -23,7 +22,8 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
             executor: Executor | None = None, workers: int | None = None,
             progress: bool = True, resume: bool = True, axes: str | None = None,
             downsample: bool | int = False, task_bytes: int = DEFAULT_TASK_BYTES,
-            overwrite: bool = False, storage_options: dict | None = None) -> dict[str, int]:
+            overwrite: bool = False, storage_options: StorageOptions | None = None,
+            src_storage_options: StorageOptions | None = None) -> dict[str, int]:
     """Convert a zarr array or OME-Zarr group to a precomputed layer, or a precomputed layer
     to an OME-Zarr 0.5 group of Zarr v3 sharded arrays (which, by ``src``: a precomputed
     layer has an ``info``).
@@ -69,8 +69,12 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
     task_bytes
         Uncompressed bytes per task (auto shard size): a worker's memory is about this.
     storage_options
-        Options of the remote storage (credentials, endpoint), sent with every task, so
-        workers need none in their environment.
+        How to reach ``src`` and ``dst`` where they are not local paths (credentials,
+        ``anon``, ``endpoint_url``, ...; ``retries`` and ``retry_seconds``: see
+        :mod:`ngshard.storage.options`); every worker opens them so.
+    src_storage_options
+        Options for ``src`` alone, where it needs others than ``dst`` (another bucket, a
+        public one read with ``anon``); default ``storage_options``.
 
     Returns
     -------
@@ -92,7 +96,23 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
     NgShardError
         A worker process died (the message says what to do).
     """
-    src, to_zarr = _source(src, storage_options)
+    roots = {u: o for u, o in ((canonical_url(source_of(src).url),
+                                src_storage_options or storage_options),
+                               (canonical_url(source_of(dst).url), storage_options))
+             if "://" in u and o}
+    with rooted_options(roots):  # every open of a URL under src or dst, in every process
+        return _convert(src, dst, scales=scales, chunk_size=chunk_size, encoding=encoding,
+                        sharding=sharding, executor=executor, workers=workers,
+                        progress=progress, resume=resume, axes=axes, downsample=downsample,
+                        task_bytes=task_bytes, overwrite=overwrite, roots=roots)
+
+
+def _convert(src: str | os.PathLike, dst: str | os.PathLike, *, scales: Sequence[int] | None,
+             chunk_size: Sequence[int] | None, encoding: Encoding | None, sharding: Any,
+             executor: Executor | None, workers: int | None, progress: bool, resume: bool,
+             axes: str | None, downsample: bool | int, task_bytes: int, overwrite: bool,
+             roots: dict) -> dict[str, int]:
+    src, to_zarr = _source(src)
     dst = _destination(dst, "zarr" if to_zarr else "precomputed", src)
     _apart(src, dst)
     if to_zarr:
@@ -102,12 +122,12 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
             raise SpecError(f"{src} is precomputed: {', '.join(wrong or ['sharding'])} only "
                             f"apply to zarr -> precomputed")
         plan = precomputed_to_zarr(src, dst, scales=scales, encoding=encoding,
-                                   task_bytes=task_bytes, storage_options=storage_options)
+                                   task_bytes=task_bytes)
     else:
         plan = zarr_to_precomputed(src, dst, scales=scales, chunk_size=chunk_size,
                                    encoding=encoding, sharding=sharding, axes=axes,
-                                   downsample=downsample, task_bytes=task_bytes,
-                                   storage_options=storage_options)
+                                   downsample=downsample, task_bytes=task_bytes)
+    plan.roots = roots
     return run_plan(plan, executor=executor, workers=workers, progress=progress,
                     resume=resume, overwrite=overwrite)
 
@@ -121,15 +141,14 @@ def _apart(src: str, dst: str) -> None:
                         f"another folder")
 
 
-def _source(src: str | os.PathLike, options: dict | None) -> tuple[str, bool]:
+def _source(src: str | os.PathLike) -> tuple[str, bool]:
     """The canonical URL of a conversion's source, and whether it is precomputed (to
     zarr)."""
-    remote = "://" in canonical_url(source_of(src).url)
-    _, source = checked_source(src, options if remote else None)
+    storage, source = checked_source(src)
     url = canonical_url(source.url)
     if source.format is not None:
         return url, source.family == "precomputed"
-    return url, storage_at(url, options).read("info") is not None
+    return url, storage.read("info") is not None
 
 
 def _destination(dst: str | os.PathLike, makes: str, src: str) -> str:

@@ -26,7 +26,7 @@ def local_pool(workers: int | None = None) -> ProcessPoolExecutor:
     is killed when its parent dies (``kill -9`` of the client leaves no worker behind)."""
     context: BaseContext
     parent: int | None
-    if "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1:
+    if "fork" in multiprocessing.get_all_start_methods() and _one_thread():
         context = multiprocessing.get_context("fork")
         parent = os.getpid()
     else:
@@ -36,6 +36,15 @@ def local_pool(workers: int | None = None) -> ProcessPoolExecutor:
         parent = None  # the forkserver, which exits when this process does
     return ProcessPoolExecutor(max_workers=workers or available_cpus(), mp_context=context,
                                initializer=die_with_parent, initargs=(parent,))
+
+
+def _one_thread() -> bool:
+    """Whether this process runs one thread: Python's and native ones (an object store's
+    runtime), which a forked child would inherit stopped, with whatever locks they held."""
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:  # no /proc: Python's threads only
+        return threading.active_count() == 1
 
 
 def die_with_parent(parent: int | None = None) -> None:

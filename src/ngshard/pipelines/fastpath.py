@@ -65,11 +65,11 @@ def fill_fast(task: Task) -> dict:
     """Run a fast-path task: the chunks of the box [lo, hi) (or the scattered positions) of
     a sharded raw scale carried from the zarr array of ``task.source``."""
     source: ZarrSource = task.source
-    scale = open_scale(task.url, task.scale, task.storage_options)
+    scale = open_scale(task.url, task.scale)
     grid, spec, dtype = scale.grid, scale.scale.sharding, scale.dtype
     if spec is None:
         raise SpecError(f"{task.url}: scale {task.scale} is unsharded: no fast path to it")
-    chunks = open_zarr(source.url, source.storage_options).store
+    chunks = open_zarr(source.url).store
     compression = chunks.encoding.split()[0]
     inflate = _INFLATE[compression]
     channels = scale.info.num_channels

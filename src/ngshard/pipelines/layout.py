@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import SpecError
 from ..limits import DEFAULT_TASK_BYTES
 from ..sharded.infofile import as_spec
-from ..storage import Storage
+from ..storage import Storage, open_storage
 from ..volume.grid import ChunkGrid
 from ..volume.handle import read_volume_info, write_volume_info
 from ..volume.info import DATA_TYPES, Scale, VolumeInfo, chunk_nbytes
@@ -32,7 +32,7 @@ from ..zarr.ome import axis_roles, multiscales_05, read_group, to_nm
 from . import fastpath
 from .plan import precomputed_tasks, task_box, zarr_tasks
 from .runner import Plan
-from .sources import DownsampledSource, PrecomputedSource, ZarrSource, storage_at
+from .sources import DownsampledSource, PrecomputedSource, ZarrSource
 
 _DTYPES = {"bool": "uint8", "int64": "uint64"}  # what precomputed stores them as
 _LABELS = ("uint32", "uint64")
@@ -46,11 +46,11 @@ class _Level:
     offset: tuple[int, int, int]
 
 
-def _zarr_levels(src: str, axes: str | None, options: dict | None) -> list[_Level]:
+def _zarr_levels(src: str, axes: str | None) -> list[_Level]:
     """The arrays of a zarr source, finest first, with their axis roles and placement."""
-    ms = read_group(storage_at(src, options))
+    ms = read_group(src)
     if ms is None:
-        meta = ArrayHandle.open(storage_at(src, options)).meta
+        meta = ArrayHandle.open(src).meta
         names = meta.dimension_names if meta.dimension_names and \
             None not in meta.dimension_names else None
         return [_Level(src, axis_roles(len(meta.shape), names, axes, src), (1.0, 1.0, 1.0),
@@ -100,12 +100,11 @@ def _downsample_factors(size, chunk, steps: int) -> list[Vec3]:
 
 def zarr_to_precomputed(src: str, dst: str, *, scales=None, chunk_size=None, encoding=None,
                         sharding: Any = "auto", axes: str | None = None,
-                        downsample: bool | int = False, task_bytes: int = DEFAULT_TASK_BYTES,
-                        storage_options: dict | None = None) -> Plan:
-    options = storage_options
-    levels = _zarr_levels(src, axes, options)
+                        downsample: bool | int = False, task_bytes: int = DEFAULT_TASK_BYTES
+                        ) -> Plan:
+    levels = _zarr_levels(src, axes)
     chosen = _pick(levels, scales, src)
-    first_array = ArrayHandle.open(storage_at(levels[chosen[0]].url, options))
+    first_array = ArrayHandle.open(levels[chosen[0]].url)
     first = first_array.meta
     dtype_name = _DTYPES.get(first.dtype.name, first.dtype.name)
     if dtype_name not in DATA_TYPES:
@@ -128,8 +127,7 @@ def zarr_to_precomputed(src: str, dst: str, *, scales=None, chunk_size=None, enc
     scale_list, sources, used = [], [], set()
     for i in chosen:
         level = levels[i]
-        array = first_array if i == chosen[0] else \
-            ArrayHandle.open(storage_at(level.url, options))
+        array = first_array if i == chosen[0] else ArrayHandle.open(level.url)
         size = xyz(int(array.meta.shape[level.roles[a]]) for a in "xyz")
         key = scale_key(level.resolution)
         key = key if key not in used else f"s{i}"
@@ -140,8 +138,7 @@ def zarr_to_precomputed(src: str, dst: str, *, scales=None, chunk_size=None, enc
             sharding=_sharding(sharding, size, chunk_size, chunk_bytes, encoding, task_bytes),
             compressed_segmentation_block_size=(8, 8, 8)
             if encoding == "compressed_segmentation" else None))
-        sources.append((array, ZarrSource(level.url, tuple(sorted(level.roles.items())),
-                                          options)))
+        sources.append((array, ZarrSource(level.url, tuple(sorted(level.roles.items())))))
     steps = 0 if len(levels) > 1 or not downsample else 16 if downsample is True \
         else int(downsample)
     coarse: list[tuple[Scale, DownsampledSource]] = []
@@ -154,7 +151,7 @@ def zarr_to_precomputed(src: str, dst: str, *, scales=None, chunk_size=None, enc
                       encoding=encoding, sharding=_sharding(sharding, size, chunk_size,
                                                             chunk_bytes, encoding, task_bytes),
                       compressed_segmentation_block_size=s.compressed_segmentation_block_size)
-        coarse.append((scale, DownsampledSource(PrecomputedSource(dst, s.key, options), f,
+        coarse.append((scale, DownsampledSource(PrecomputedSource(dst, s.key), f,
                                                 layer_type == "segmentation")))
     info = VolumeInfo.from_json({"type": layer_type, "data_type": dtype_name,
                                  "num_channels": channels, "scales": [
@@ -166,12 +163,12 @@ def zarr_to_precomputed(src: str, dst: str, *, scales=None, chunk_size=None, enc
             fastpath.eligible(array, dict(source.roles), scale, dtype)
         fast.append(quick)
         first_stage.append(precomputed_tasks(dst, scale.key, grid, scale.sharding, source,
-                                             chunk_bytes, task_bytes, quick, options))
+                                             chunk_bytes, task_bytes, quick))
     stages = [first_stage] + [
         [precomputed_tasks(dst, s.key, ChunkGrid(s.size, s.chunk_size, s.voxel_offset),
-                           s.sharding, source, chunk_bytes, task_bytes, storage_options=options)]
+                           s.sharding, source, chunk_bytes, task_bytes)]
         for s, source in coarse]
-    storage = storage_at(dst, options)
+    storage = open_storage(dst)
     dirs = [storage.child(s.key) for s in info.scales]
 
     def prepare() -> None:
@@ -182,8 +179,8 @@ def zarr_to_precomputed(src: str, dst: str, *, scales=None, chunk_size=None, enc
 
     job = {"from": src, "to": dst, "info": info.to_json(), "fast": fast,
            "sources": [s.roles for _, s in sources]}
-    probes = [(src, _metadata(storage_at(src, options))), (dst, None)]
-    return Plan(json.loads(json.dumps(job)), dst, prepare, stages, dirs, probes, options)
+    probes = [(src, _metadata(open_storage(src))), (dst, None)]
+    return Plan(json.loads(json.dumps(job)), dst, prepare, stages, dirs, probes)
 
 
 _CODECS = {"zstd": None, "gzip": [{"name": "bytes", "configuration": {"endian": "little"}},
@@ -192,12 +189,10 @@ _CODECS = {"zstd": None, "gzip": [{"name": "bytes", "configuration": {"endian": 
 
 
 def precomputed_to_zarr(src: str, dst: str, *, scales=None, encoding=None,
-                        task_bytes: int = DEFAULT_TASK_BYTES,
-                        storage_options: dict | None = None) -> Plan:
+                        task_bytes: int = DEFAULT_TASK_BYTES) -> Plan:
     from ..zarr import create_array
 
-    options = storage_options
-    info = read_volume_info(storage_at(src, options))
+    info = read_volume_info(open_storage(src))
     encoding = encoding or "zstd"
     if encoding not in _CODECS:
         raise SpecError(f"zarr chunks can be encoded {', '.join(_CODECS)}, not {encoding!r}")
@@ -217,24 +212,22 @@ def precomputed_to_zarr(src: str, dst: str, *, scales=None, encoding=None,
         arrays.append((url, shape, chunks, shards))
         levels.append((path, s.resolution, tuple(o * r for o, r in zip(s.voxel_offset,
                                                                        s.resolution))))
-        stages.append(zarr_tasks(url, shape, shards, PrecomputedSource(src, s.key, options),
-                                 options))
+        stages.append(zarr_tasks(url, shape, shards, PrecomputedSource(src, s.key)))
     attributes = multiscales_05(levels, channels > 1)
     names = (("c",) if channels > 1 else ()) + ("z", "y", "x")
-    storage = storage_at(dst, options)
+    storage = open_storage(dst)
 
     def prepare() -> None:
         group = {"zarr_format": 3, "node_type": "group", "attributes": attributes}
         storage.write("zarr.json", [json.dumps(group, indent=2).encode()])
         for url, shape, chunks, shards in arrays:
-            create_array(storage_at(url, options), shape, info.data_type, chunks, shards=shards,
+            create_array(url, shape, info.data_type, chunks, shards=shards,
                          codecs=_CODECS[encoding], dimension_names=names, overwrite=True)
 
     job = {"from": src, "to": dst, "info": info.to_json(), "encoding": encoding,
            "arrays": arrays}
     return Plan(json.loads(json.dumps(job)), dst, prepare, [stages],
-                [storage_at(a[0], options) for a in arrays], [(src, "info"), (dst, None)],
-                options)
+                [open_storage(a[0]) for a in arrays], [(src, "info"), (dst, None)])
 
 
 def _metadata(storage: Storage) -> str | None:

@@ -47,7 +47,6 @@ class Task:
     shard: int | None = None  # the shard file this task writes whole (sharded precomputed)
     positions: np.ndarray | None = field(default=None, compare=False)  # scattered chunks
     fast: bool = False  # zarr -> precomputed: carry encoded chunks (fastpath.py)
-    storage_options: dict | None = field(default=None, compare=False)  # for task.url
 
     def whole_shard(self) -> int:
         """The shard this task writes whole (every task of a sharded scale has one)."""
@@ -94,12 +93,12 @@ def task_box(grid: ChunkGrid, chunk_bytes: int, task_bytes: int) -> tuple[int, i
 
 
 def precomputed_tasks(url: str, scale_key: str, grid: ChunkGrid, sharding: ShardingSpec | None,
-                      source: Any, chunk_bytes: int, task_bytes: int, fast: bool = False,
-                      storage_options: dict | None = None) -> TaskList:
+                      source: Any, chunk_bytes: int, task_bytes: int, fast: bool = False
+                      ) -> TaskList:
     """The tasks that fill one precomputed scale."""
     def task(name: str, lo, hi, **kw) -> Task:
         return Task(f"{scale_key}/{name}", "precomputed", url, scale_key, source,
-                    tuple(lo), tuple(hi), fast=fast, storage_options=storage_options, **kw)
+                    tuple(lo), tuple(hi), fast=fast, **kw)
 
     if sharding is None:
         box = task_box(grid, chunk_bytes, task_bytes)
@@ -196,8 +195,8 @@ class ScatteredShards:
                 yield int(shards[a]), self.grid.unmorton(np.sort(codes[a:b]))
 
 
-def zarr_tasks(url: str, shape: tuple[int, ...], shards: tuple[int, ...], source: Any,
-               storage_options: dict | None = None) -> TaskList:
+def zarr_tasks(url: str, shape: tuple[int, ...], shards: tuple[int, ...], source: Any
+               ) -> TaskList:
     """One task per shard of a zarr array, in array coordinates (voxels, not chunks)."""
     grid = tuple(-(-n // s) for n, s in zip(shape, shards))
     name = url.rstrip("/").rsplit("/", 1)[-1]
@@ -207,5 +206,5 @@ def zarr_tasks(url: str, shape: tuple[int, ...], shards: tuple[int, ...], source
             start = tuple(a * s for a, s in zip(lo, shards))
             stop = tuple(min(a + s, n) for a, s, n in zip(start, shards, shape))
             yield Task(f"{name}/{'.'.join(map(str, lo))}", "zarr", url, "", source, start,
-                       stop, storage_options=storage_options)
+                       stop)
     return TaskList(name, box_count(grid, (1,) * len(grid)), make)

@@ -53,7 +53,9 @@ class Plan:
     #: (url, name) pairs a worker must reach before the job starts: ``name`` must exist
     #: there (a source's metadata), or is None (a destination: reachable is enough)
     probes: list[tuple[str, str | None]] = field(default_factory=list)
-    storage_options: dict | None = None
+    #: the storage options of the trees the tasks open, by root URL (sent with every task:
+    #: see :func:`ngshard.storage.rooted_options`)
+    roots: dict = field(default_factory=dict)
 
 
 def run_plan(plan: Plan, *, executor: Executor | None = None, workers: int | None = None,
@@ -77,7 +79,7 @@ def run_plan(plan: Plan, *, executor: Executor | None = None, workers: int | Non
     NgShardError
         A local worker process died.
     """
-    dst, options = plan.dst, plan.storage_options
+    dst = plan.dst
     parts: Counter[str] = Counter()
     for stage in plan.stages:
         for tasks in stage:
@@ -89,7 +91,7 @@ def run_plan(plan: Plan, *, executor: Executor | None = None, workers: int | Non
     pool = local_pool(workers) if executor is None else executor
     try:
         _preflight(pool, plan)
-        storage = open_storage(dst, storage_options=options)
+        storage = open_storage(dst)
         if not records.recorded(storage, record):  # not an unfinished run of this job
             claim(storage, overwrite=overwrite, into=plan.dirs)
         done = records.start(storage, record, resume)
@@ -100,7 +102,7 @@ def run_plan(plan: Plan, *, executor: Executor | None = None, workers: int | Non
         with records.Recorder(storage) as recorder:
             results = (r for stage in plan.stages for r in completed(
                 pool, (t for tasks in stage for t in tasks if t.name not in done),
-                run_task, job, record=lambda r: recorder.add(r[0])))
+                run_task, job, plan.roots, record=lambda r: recorder.add(r[0])))
             for _, result in progress_bar(results, enabled=progress, total=total,
                                           initial=stats["skipped"], desc=what, unit="task"):
                 stats["run"] += 1
@@ -129,10 +131,10 @@ def _preflight(executor: Executor, plan: Plan) -> None:
     anything is written; the first failure is raised."""
     if not plan.probes:
         return
-    probe(plan.probes, plan.storage_options)
+    probe(plan.probes, plan.roots)
     if isinstance(executor, (ThreadPoolExecutor, ProcessPoolExecutor)):
         return  # this machine, this environment: what the client reaches, they reach
-    futures = [executor.submit(probe, plan.probes, plan.storage_options)
+    futures = [executor.submit(probe, plan.probes, plan.roots)
                for _ in range(max(1, in_flight(executor) // 2))]
     for f in futures:
         f.result()

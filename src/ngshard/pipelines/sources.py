@@ -11,57 +11,27 @@ never a Volume or ZarrArray.
 from __future__ import annotations
 
 import functools
-import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import SpecError
 from ..staged import StagedChangesArray
 from ..staged.stored import StoredChunks
-from ..storage import Storage, open_storage
 from ..volume.handle import ScaleHandle
 from ..zarr.handle import ArrayHandle
 
 
-def storage_at(url: str, storage_options: dict | None = None) -> Storage:
-    """The storage at an absolute path or URL; ``storage_options`` go to remote URLs only
-    (a local path needs none)."""
-    return open_storage(url, storage_options=storage_options if "://" in url else None)
-
-
-class _Options:
-    """Storage options as a cache key (a dict is not hashable; equal JSON, equal options)."""
-
-    def __init__(self, options: dict | None) -> None:
-        self.options = options
-        self.key = json.dumps(options, sort_keys=True, default=repr) if options else ""
-
-    def __hash__(self) -> int:
-        return hash(self.key)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Options) and other.key == self.key
-
-
-def open_zarr(url: str, storage_options: dict | None = None) -> ArrayHandle:
+@functools.lru_cache(maxsize=32)
+def open_zarr(url: str) -> ArrayHandle:
     """The handle of the zarr array at ``url``, opened once per process."""
-    return _open_zarr(url, _Options(storage_options))
+    return ArrayHandle.open(url)
 
 
-def open_scale(url: str, scale: str, storage_options: dict | None = None) -> ScaleHandle:
+@functools.lru_cache(maxsize=32)
+def open_scale(url: str, scale: str) -> ScaleHandle:
     """The handle of a precomputed scale, opened once per process for reading."""
-    return _open_scale(url, scale, _Options(storage_options))
-
-
-@functools.lru_cache(maxsize=32)
-def _open_zarr(url: str, options: _Options) -> ArrayHandle:
-    return ArrayHandle.open(storage_at(url, options.options))
-
-
-@functools.lru_cache(maxsize=32)
-def _open_scale(url: str, scale: str, options: _Options) -> ScaleHandle:
-    return ScaleHandle.open(storage_at(url, options.options), scale)
+    return ScaleHandle.open(url, scale)
 
 
 @functools.lru_cache(maxsize=32)
@@ -73,7 +43,7 @@ def voxels(handle: ScaleHandle | ArrayHandle) -> StagedChangesArray:
 
 def forget_opened() -> None:
     """Close what this process holds open (the arrays of another job may have changed)."""
-    for cached in (_open_zarr, _open_scale, voxels):
+    for cached in (open_zarr, open_scale, voxels):
         cached.cache_clear()
 
 
@@ -84,7 +54,6 @@ class ZarrSource:
 
     url: str
     roles: tuple[tuple[str, int], ...]
-    storage_options: dict | None = field(default=None, compare=False)
     magnification = 1  # source voxels read per voxel returned
 
     @property
@@ -92,7 +61,7 @@ class ZarrSource:
         return dict(self.roles)
 
     def read(self, lo, hi) -> np.ndarray:
-        array = voxels(open_zarr(self.url, self.storage_options))
+        array = voxels(open_zarr(self.url))
         role = self.role
         index: list = [slice(None)] * array.ndim
         for d, axis in enumerate("xyz"):
@@ -112,12 +81,11 @@ class PrecomputedSource:
 
     url: str
     scale: str
-    storage_options: dict | None = field(default=None, compare=False)
     magnification = 1
 
     def read(self, lo, hi) -> np.ndarray:
         box = tuple(slice(int(a), int(b)) for a, b in zip(lo, hi))
-        return voxels(open_scale(self.url, self.scale, self.storage_options))[box]
+        return voxels(open_scale(self.url, self.scale))[box]
 
 
 @dataclass(frozen=True)
@@ -138,8 +106,7 @@ class DownsampledSource:
         from ..volume.downsample import downsample_mean, downsample_mode
 
         f = np.asarray(self.factor)
-        fine = open_scale(self.fine.url, self.fine.scale, self.fine.storage_options)
-        size = np.asarray(fine.scale.size)
+        size = np.asarray(open_scale(self.fine.url, self.fine.scale).scale.size)
         data = self.fine.read(np.asarray(lo) * f, np.minimum(np.asarray(hi) * f, size))
         reduce = downsample_mode if self.segmentation else downsample_mean
         return reduce(data, self.factor)

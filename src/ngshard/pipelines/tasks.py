@@ -7,16 +7,23 @@ from __future__ import annotations
 
 import socket
 
-from ..errors import NgShardError, StorageAccessError
+from ..errors import MissingDependencyError, NgShardError, StorageAccessError
+from ..storage import open_storage, rooted_options
 from .plan import Task
-from .sources import forget_opened, storage_at
+from .sources import forget_opened
 
 _job: str | None = None  # the job whose arrays this process holds open
 
 
-def run_task(task: Task, job: str) -> tuple[str, dict]:
+def run_task(task: Task, job: str, roots: dict | None = None) -> tuple[str, dict]:
     """Run ``task`` of the job ``job`` (a digest); returns its name and what it wrote
-    (``chunks``, ``bytes``)."""
+    (``chunks``, ``bytes``). ``roots``: the storage options of the trees it opens
+    (:func:`~ngshard.storage.rooted_options`)."""
+    with rooted_options(roots or {}):
+        return _run(task, job)
+
+
+def _run(task: Task, job: str) -> tuple[str, dict]:
     global _job
     if job != _job:  # arrays opened for another job may have changed since
         forget_opened()
@@ -30,9 +37,10 @@ def run_task(task: Task, job: str) -> tuple[str, dict]:
     return task.name, fill(task)
 
 
-def probe(probes: list[tuple[str, str | None]], storage_options: dict | None) -> str:
+def probe(probes: list[tuple[str, str | None]], roots: dict | None = None) -> str:
     """Check from a worker that each ``(url, name)`` is reachable (and ``name``, when
-    given, exists there); returns the worker's host name.
+    given, exists there), opened with the options of ``roots``
+    (:func:`~ngshard.storage.rooted_options`); returns the worker's host name.
 
     Raises
     ------
@@ -41,20 +49,26 @@ def probe(probes: list[tuple[str, str | None]], storage_options: dict | None) ->
         endpoint, a path this worker does not see).
     """
     host = socket.gethostname()
-    for url, name in probes:
-        try:
-            storage = storage_at(url, storage_options)
-            found = storage.stat(name or ".ngshard-probe") is not None
-        except NgShardError:
-            raise
-        except Exception as e:  # whatever the backend raises: credentials, DNS, refused
-            raise StorageAccessError(
-                f"a worker on {host} cannot reach {url}: {type(e).__name__}: {e}. Workers "
-                f"need the same access as this client: pass storage_options= (credentials, "
-                f"endpoint) to have them sent with every task") from None
-        if name is not None and not found:
-            raise StorageAccessError(
-                f"a worker on {host} does not see {url}/{name}, which this client reads: "
-                f"give a path or URL every worker can reach (a shared filesystem or an "
-                f"object store)")
+    with rooted_options(roots or {}):
+        for url, name in probes:
+            _reach(url, name, host)
     return host
+
+
+def _reach(url: str, name: str | None, host: str) -> None:
+    try:
+        found = open_storage(url).stat(name or ".ngshard-probe") is not None
+    except NgShardError as e:
+        if isinstance(e, MissingDependencyError):
+            raise
+        raise StorageAccessError(f"a worker on {host} cannot reach {url}: {e}") from None
+    except Exception as e:  # whatever the backend raises: credentials, DNS, refused
+        raise StorageAccessError(
+            f"a worker on {host} cannot reach {url}: {type(e).__name__}: {e}. Workers "
+            f"need the same access as this client: pass storage_options= (credentials, "
+            f"endpoint) to have them sent with every task") from None
+    if name is not None and not found:
+        raise StorageAccessError(
+            f"a worker on {host} does not see {url}/{name}, which this client reads: "
+            f"give a path or URL every worker can reach (a shared filesystem or an "
+            f"object store)")

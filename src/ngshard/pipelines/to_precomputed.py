@@ -18,7 +18,7 @@ from .sources import as_dtype, open_scale
 
 def store_chunks(task: Task, positions: np.ndarray, blobs: list) -> dict:
     """Store a task's encoded chunks (scale-encoded, not data-encoded yet)."""
-    handle = open_scale(task.url, task.scale, task.storage_options)
+    handle = open_scale(task.url, task.scale)
     spec, storage = handle.scale.sharding, handle.chunk_storage
     if spec is None:
         storage.write_many(list(zip(handle.grid.chunk_names(positions), blobs)))
@@ -32,7 +32,7 @@ def store_chunks(task: Task, positions: np.ndarray, blobs: list) -> dict:
 
 def fill(task: Task) -> dict:
     """Run a (decoding) precomputed task: the chunks of its box from its source."""
-    handle = open_scale(task.url, task.scale, task.storage_options)
+    handle = open_scale(task.url, task.scale)
     grid, scale, dtype = handle.grid, handle.scale, handle.dtype
     where = f"{handle.storage.path(scale.key)} ({task.name})"
 

@@ -9,7 +9,7 @@ from .sources import open_zarr, voxels
 
 
 def fill_zarr(task: Task) -> dict:
-    array = voxels(open_zarr(task.url, task.storage_options))
+    array = voxels(open_zarr(task.url))
     spatial = list(zip(task.lo[-3:], task.hi[-3:]))[::-1]  # (x, y, z)
     data = task.source.read([a for a, _ in spatial], [b for _, b in spatial])
     if not data.any():  # all fill value: nothing to store in a new array

@@ -10,7 +10,7 @@ import os
 import socket
 
 from ..errors import NotFoundError
-from ..storage import Storage, open_storage
+from ..storage import Storage, StorageOptions, open_storage
 from .connections import Connections, Log
 from .files import open_files
 from .layers import Layer, find_layers
@@ -26,7 +26,7 @@ class Server:
             raise NotFoundError(f"{storage.local_root}: no such folder")
         self.files = open_files(storage)
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-        sock = socket.create_server((host, port), family=family, backlog=128)
+        sock = socket.create_server((host, port), family=family, backlog=1024)  # bursts of viewers
         port = sock.getsockname()[1]
         shown = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
         self.url = f"http://[{shown}]:{port}" if ":" in shown else f"http://{shown}:{port}"
@@ -61,7 +61,8 @@ class Server:
 
 
 def serve(path_or_url: str | os.PathLike | Storage, host: str = "127.0.0.1", port: int = 0,
-          *, listing: bool = False, log: Log | None = None) -> Server:
+          *, listing: bool = False, log: Log | None = None,
+          storage_options: StorageOptions | None = None) -> Server:
     """Serve a precomputed dataset tree over HTTP, from a background thread.
 
     Parameters
@@ -78,6 +79,9 @@ def serve(path_or_url: str | os.PathLike | Storage, host: str = "127.0.0.1", por
     log
         Called with ``(request, response)`` after each response (request None when the
         request could not be parsed).
+    storage_options
+        How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and the
+        ``retries`` and ``retry_seconds`` of its requests (see :mod:`ngshard.storage.options`).
 
     Returns
     -------
@@ -93,6 +97,7 @@ def serve(path_or_url: str | os.PathLike | Storage, host: str = "127.0.0.1", por
     MissingDependencyError, SpecError
         The URL needs a package that is missing, or its scheme is unknown.
     """
-    return Server(open_storage(path_or_url), host, port, listing=listing, log=log)
+    return Server(open_storage(path_or_url, storage_options=storage_options), host, port,
+                  listing=listing, log=log)
 
 __all__ = ["Layer", "Server", "find_layers", "serve"]

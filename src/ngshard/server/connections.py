@@ -1,287 +1,263 @@
-"""The HTTP front end: a thread per connection over blocking sockets, keep-alive, bounded
-heads, bodies, connection counts and waits, and local file ranges sent with ``sendfile``.
+"""The HTTP front end: one event loop over non-blocking sockets, keep-alive and pipelining,
+bounded heads, bodies, waits and connection counts, local file ranges sent with ``sendfile``.
 
-Threads, not asyncio: ``tools/bench_serve.py`` measured both over the same request handling
-(see the README); file reads and fsspec calls block, which threads absorb without an
-executor hop. A browser opens at most six connections per origin, so the thread count stays
-small; :data:`MAX_CONNECTIONS` bounds it against anything else.
+One loop, not a thread per connection: ``tools/bench_serve.py`` measured both (and asyncio's
+streams) over the same request handling; threads fight over the GIL at every system call
+(see BENCHMARKS.md). Local files are answered on the loop (a ``stat`` and a ``pread`` or
+``sendfile``: page-cache work of microseconds). What may block - a remote store, decoding a
+compressed twin, a listing - runs on a few threads and comes back to the loop when done.
+
+An idle connection costs a descriptor and no thread, so thousands may be open. Every wait is
+bounded: a request head must arrive within :data:`HEAD_TIMEOUT` of its first byte, a
+connection may idle :data:`IDLE_TIMEOUT` between requests, and a response must be taken at
+:data:`MIN_SEND_RATE` after :data:`SEND_TIMEOUT` of grace, so a client trickling its reads
+holds its slot no longer than a silent one. Past :data:`MAX_CONNECTIONS`, the connection idle
+the longest makes room for a new one (as nginx drains keep-alive connections); only when none
+is idle is the new one answered 503.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import resource
 import selectors
 import socket
+import struct
 import sys
+import termios
 import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
-from ..errors import NgShardError
 from ..limits import (
-    HEAD_TIMEOUT,
-    IDLE_TIMEOUT,
-    LINGER_BYTES,
     LINGER_SECONDS,
-    MAX_BODY,
     MAX_CONNECTIONS,
-    MAX_HEAD,
-    SERVE_PIECE_BYTES,
-    SMALL_BODY,
+    MIN_SEND_RATE,
+    SEND_TIMEOUT,
+    SERVE_LOOPS,
+    SERVE_THREADS,
 )
-from .files import File, LocalFiles, RemoteFiles
-from .protocol import HttpError, Request, format_head, head_end, parse_head
-from .respond import Response, error_response, respond
+from .exchange import BUSY, CLOSED, DRAINING, READ, READING, WRITING, Conn, Exchange, Log
+from .files import LocalFiles, RemoteFiles
+from .protocol import format_head
+from .respond import error_response
 
-#: ``log(request or None, response)``, called after each response is sent.
-Log = Callable[[Request | None, Response], None]
+_SWEEP = 0.1  # seconds between looks at the deadlines
+_WAKE = object()
+_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 seconds: close with a reset
 
 
 class Connections:
-    """Accepts connections on a listening socket and serves each on its own thread."""
+    """Accepts connections on a listening socket and serves them from
+    :data:`SERVE_LOOPS` event loops (threads) and a few threads for blocking work."""
 
     def __init__(self, files: LocalFiles | RemoteFiles, sock: socket.socket, *,
                  listing: bool = False, log: Log | None = None) -> None:
         self.files, self.sock, self.listing, self.log = files, sock, listing, log
-        self._lock = threading.Lock()
-        self._open: set[socket.socket] = set()
-        self._rejected: deque[tuple[float, socket.socket]] = deque()  # (close at, socket)
-        self._closed = False
+        self.local = isinstance(files, LocalFiles)
+        sock.setblocking(False)
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        self.fd_room = max(16, soft - 64) if soft != resource.RLIM_INFINITY else 1 << 20
+        self.pool = ThreadPoolExecutor(SERVE_THREADS, thread_name_prefix="ngshard-serve-work")
+        self.loops = [_Loop(self, f"ngshard-serve-{i}") for i in range(SERVE_LOOPS)]
+
+    def open_count(self) -> int:
+        """Connections open, over every loop."""
+        return sum(len(loop.conns) for loop in self.loops)
+
+    def close(self) -> None:
+        """Stop accepting, end every open connection, and wait for the loops."""
+        for loop in self.loops:
+            loop.close()
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.sock.close()
+        self.files.close()
+
+
+class _Loop(Exchange):
+    """One event loop: the connections it accepted, served on its thread."""
+
+    def __init__(self, front: Connections, name: str) -> None:
+        self.front, self.files, self.sock = front, front.files, front.sock
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self.sock, READ, None)
         self._wake_r, self._wake_w = socket.socketpair()
-        self._thread = threading.Thread(target=self._accept_loop, name="ngshard-serve",
-                                        daemon=True)
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._selector.register(self._wake_r, READ, _WAKE)
+        self._posted: deque[Callable[[], None]] = deque()  # from the threads, run on the loop
+        self._ready: deque[Conn] = deque()  # connections with pipelined requests waiting
+        self.conns: dict[int, Conn] = {}
+        self._rejected: deque[tuple[float, socket.socket]] = deque()  # (close at, socket)
+        self._accepting, self._closed = True, False
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
     def close(self) -> None:
-        """Stop accepting, end every open connection, and wait for the accept loop."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            for conn in self._open:
-                with contextlib.suppress(OSError):
-                    conn.shutdown(socket.SHUT_RDWR)
-        self._wake_w.send(b"x")
-        self._thread.join()
-        for _, conn in self._rejected:
-            conn.close()
-        self.sock.close()
-        self._wake_r.close()
-        self._wake_w.close()
-
-    def _accept_loop(self) -> None:
-        with selectors.DefaultSelector() as selector:
-            selector.register(self.sock, selectors.EVENT_READ)
-            selector.register(self._wake_r, selectors.EVENT_READ)
-            while not self._closed:
-                events = selector.select(0.25 if self._rejected else None)
-                while self._rejected and self._rejected[0][0] < time.monotonic():
-                    self._rejected.popleft()[1].close()
-                for key, _ in events:
-                    if key.fileobj is self._wake_r or self._closed:
-                        return
-                    try:
-                        conn, _ = self.sock.accept()
-                    except OSError:  # the client gave up already; out of descriptors
-                        time.sleep(0.01)
-                        continue
-                    try:
-                        self._start(conn)
-                    except Exception:  # no thread to be had: this client waits, not all
-                        with self._lock:
-                            self._open.discard(conn)
-                        conn.close()
-                        time.sleep(0.01)
-
-    def _start(self, conn: socket.socket) -> None:
-        with self._lock:
-            busy = len(self._open) >= MAX_CONNECTIONS
-            if not busy:
-                self._open.add(conn)
-        if busy:
-            self._reject(conn)
+        if self._closed:
             return
-        threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+        self._closed = True
+        self._wake()
+        self._thread.join()
 
-    def _reject(self, conn: socket.socket) -> None:
-        """Answer 503 without a thread: the answer goes out at once, the socket is closed
-        a second later (closing with the request unread could reset the connection before
-        the client reads why)."""
+    # --- the loop ------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        next_sweep = time.monotonic() + _SWEEP
+        try:
+            while not self._closed:
+                for key, _ in self._selector.select(_SWEEP):
+                    conn = key.data
+                    if conn is None:
+                        self._accept()
+                    elif conn is _WAKE:
+                        with contextlib.suppress(OSError):
+                            self._wake_r.recv(4096)
+                    elif conn.state == READING:
+                        self._on_readable(conn)
+                    elif conn.state == WRITING:
+                        self._pump(conn)
+                    elif conn.state == DRAINING:
+                        self._on_linger(conn)
+                while self._posted:
+                    self._posted.popleft()()
+                for _ in range(len(self._ready)):
+                    conn = self._ready.popleft()
+                    if conn.state == READING and self.conns.get(conn.fd) is conn:
+                        self._answer_buffered(conn)
+                if (now := time.monotonic()) >= next_sweep:
+                    self._sweep(now)
+                    next_sweep = now + _SWEEP
+        except Exception:  # a bug in the loop itself: say so, and end every connection
+            traceback.print_exc(file=sys.stderr)
+        finally:
+            for conn in list(self.conns.values()):
+                with contextlib.suppress(OSError):
+                    conn.sock.shutdown(socket.SHUT_RDWR)
+                self._drop(conn)
+            for _, s in self._rejected:
+                s.close()
+            self._selector.close()
+            self._wake_r.close()
+            self._wake_w.close()
+
+    def _wake(self) -> None:
+        with contextlib.suppress(OSError):  # a full pipe has a wake-up pending already
+            self._wake_w.send(b"x")
+
+    def _post(self, call: Callable[[], None]) -> None:
+        """Run ``call`` on the loop (from a thread of the pool)."""
+        self._posted.append(call)
+        self._wake()
+
+    def _want(self, conn: Conn, mask: int) -> None:
+        if conn.mask == mask:
+            return
+        if conn.mask == 0:
+            self._selector.register(conn.sock, mask, conn)
+        elif mask == 0:
+            self._selector.unregister(conn.sock)
+        else:
+            self._selector.modify(conn.sock, mask, conn)
+        conn.mask = mask
+
+    def _drop(self, conn: Conn, *, abort: bool = False) -> None:
+        """Close a connection at once, and release what its response held; ``abort`` resets
+        it, so that what the kernel holds unsent is dropped too (a slow reader's)."""
+        if self.conns.pop(conn.fd, None) is None:
+            return
+        conn.state = CLOSED
+        if conn.mask:
+            self._selector.unregister(conn.sock)
+            conn.mask = 0
+        if abort:
+            with contextlib.suppress(OSError):
+                conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+        conn.sock.close()
+        self._release(conn)
+
+    def _sweep(self, now: float) -> None:
+        """Close what waited too long: idle connections, slow heads (408), slow readers."""
+        while self._rejected and self._rejected[0][0] < now:
+            self._rejected.popleft()[1].close()
+        if not self._accepting:  # out of descriptors a moment ago: try again
+            self._selector.register(self.sock, READ, None)
+            self._accepting = True
+        for conn in list(self.conns.values()):
+            if conn.state == WRITING:
+                taken = conn.sent - _unsent(conn.sock)
+                if now > conn.send_start + SEND_TIMEOUT + taken / MIN_SEND_RATE:
+                    self._drop(conn, abort=True)
+            elif conn.state != BUSY and now > conn.deadline:
+                if conn.state == READING and conn.head_started:
+                    self._respond(conn, None, error_response(
+                        408, "request head took too long", close=True))
+                else:
+                    self._drop(conn)
+
+    # --- accepting -----------------------------------------------------------------------
+
+    def _accept(self) -> None:
+        for _ in range(64):
+            try:
+                sock, _ = self.sock.accept()
+            except BlockingIOError:
+                return
+            except OSError:  # out of descriptors: make room, or pause accepting
+                if not self._evict_idle():
+                    self._selector.unregister(self.sock)
+                    self._accepting = False
+                return
+            if self.front.open_count() >= min(MAX_CONNECTIONS, self.front.fd_room) and \
+                    not self._evict_idle():
+                self._reject(sock)
+                continue
+            try:
+                sock.setblocking(False)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                sock.close()
+                continue
+            conn = Conn(sock, time.monotonic())
+            self.conns[conn.fd] = conn
+            self._want(conn, READ)
+
+    def _evict_idle(self) -> bool:
+        """Close the connection idle the longest between requests; False if none is."""
+        idle = [c for c in self.conns.values()
+                if c.state == READING and not c.buffer and not c.head_started]
+        if not idle:
+            return False
+        self._drop(min(idle, key=lambda c: c.deadline))
+        return True
+
+    def _reject(self, sock: socket.socket) -> None:
+        """Answer 503 with no connection slot: the answer goes out at once, the socket is
+        closed a moment later (closing with the request unread could reset the connection
+        before the client reads why)."""
         response = error_response(503, "too many connections", close=True)
         try:
-            conn.setblocking(False)
-            conn.send(format_head(response.status, response.headers) + response.body)
-            conn.shutdown(socket.SHUT_WR)
+            sock.setblocking(False)
+            sock.send(format_head(response.status, response.headers) + response.body)
+            sock.shutdown(socket.SHUT_WR)
         except OSError:
-            conn.close()
+            sock.close()
             return
-        self._rejected.append((time.monotonic() + LINGER_SECONDS / 2, conn))
+        self._rejected.append((time.monotonic() + LINGER_SECONDS / 2, sock))
         while len(self._rejected) > MAX_CONNECTIONS:
             self._rejected.popleft()[1].close()
 
-    def _serve(self, conn: socket.socket) -> None:
-        """Requests of one connection in turn, until it closes, errs or idles out."""
-        try:
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            buffer = bytearray()
-            while not self._closed:
-                request, response = None, None
-                try:
-                    head = self._read_head(conn, buffer)
-                    if head is None:
-                        return
-                    request = parse_head(head)
-                    self._skip_body(conn, buffer, request)
-                except HttpError as e:
-                    response = error_response(e.status, e.reason, close=True)
-                else:
-                    response = self._answer(request)
-                complete = self._send(conn, response)
-                if self.log is not None:
-                    self.log(request, response)
-                if response.close or not complete or request is None or \
-                        not request.keep_alive:
-                    _linger(conn)
-                    return
-        except OSError:  # reset, timed out, or shut down by close()
-            pass
-        except Exception:  # a bug: this connection ends, the server goes on
-            traceback.print_exc(file=sys.stderr)
-        finally:
-            with self._lock:
-                self._open.discard(conn)
-            conn.close()
 
-    def _answer(self, request: Request) -> Response:
-        try:
-            return respond(self.files, request, listing=self.listing)
-        except Exception as e:  # a store failing (network, permissions): say so, go on
-            return error_response(500, f"{type(e).__name__}: {e}", close=True)
-
-    @staticmethod
-    def _read_head(conn: socket.socket, buffer: bytearray) -> bytes | None:
-        """The next request head (None at a clean end of the connection), leaving what
-        follows it in ``buffer``."""
-        conn.settimeout(IDLE_TIMEOUT)
-        deadline = None
-        while (end := head_end(buffer)) < 0:
-            if buffer and deadline is None:
-                deadline = time.monotonic() + HEAD_TIMEOUT
-                conn.settimeout(HEAD_TIMEOUT)
-            elif deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise HttpError(408, "request head took too long", close=True)
-                conn.settimeout(left)
-            try:
-                data = conn.recv(MAX_HEAD + 1)
-            except TimeoutError:
-                if deadline is None:
-                    return None  # idle keep-alive connection
-                raise HttpError(408, "request head took too long", close=True) from None
-            if not data:
-                if buffer.strip():
-                    raise HttpError(400, "connection closed inside a request head", close=True)
-                return None
-            buffer += data
-            if not buffer.strip():  # blank lines before a request are ignored (RFC 9112)
-                buffer.clear()
-        head = bytes(buffer[:end])
-        del buffer[:end]
-        return head
-
-    @staticmethod
-    def _skip_body(conn: socket.socket, buffer: bytearray, request: Request) -> None:
-        """Read and drop a small request body, so the next request is framed right."""
-        if "transfer-encoding" in request.headers:
-            raise HttpError(400, "request bodies are not accepted", close=True)
-        value = request.headers.get("content-length", "0").strip()
-        if not value.isdigit() or len(value) > 18:
-            raise HttpError(400, "bad Content-Length", close=True)
-        size = int(value)
-        if size > MAX_BODY:
-            raise HttpError(413, "request bodies are not accepted", close=True)
-        while len(buffer) < size:
-            data = conn.recv(size - len(buffer))
-            if not data:
-                raise HttpError(400, "connection closed inside a request body", close=True)
-            buffer += data
-        del buffer[:size]
-
-    @staticmethod
-    def _send(conn: socket.socket, response: Response) -> bool:
-        """Send a response; False if the file ended early (the connection must close)."""
-        conn.settimeout(IDLE_TIMEOUT)
-        head = format_head(response.status, response.headers)
-        file, length = response.file, response.length
-        try:
-            if response.stream is not None and response.send_body:
-                conn.sendall(head)
-                return _send_stream(conn, response, response.stream)
-            if not response.send_body or length == 0:
-                conn.sendall(head)
-            elif file is None:
-                conn.sendall(head + response.body)
-            elif length <= SMALL_BODY:
-                data = file.read(response.start, response.end)
-                conn.sendall(head + data)
-                return len(data) == length
-            else:
-                conn.sendall(head)
-                return _send_file(conn, file, response.start, response.end) == length
-            return True
-        finally:
-            if file is not None:
-                file.close()
-
-
-def _linger(conn: socket.socket) -> None:
-    """Close gracefully: stop sending, then read and drop what the client still sends for a
-    moment. Closing with unread input would reset the connection, and the client could lose
-    the response (an error it is owed) before reading it."""
-    conn.shutdown(socket.SHUT_WR)
-    deadline, drained = time.monotonic() + LINGER_SECONDS, 0
-    while drained < LINGER_BYTES and (left := deadline - time.monotonic()) > 0:
-        conn.settimeout(left)
-        data = conn.recv(65536)
-        if not data:
-            return
-        drained += len(data)
-
-
-def _send_stream(conn: socket.socket, response: Response, stream: Iterator[bytes]) -> bool:
-    """Send a streamed body (with chunked framing where the response says so); False if it
-    ended early (a twin that stops decoding, a file that shrank): the connection must close,
-    so the client sees an incomplete response rather than a short one."""
-    sent = 0
+def _unsent(sock: socket.socket) -> int:
+    """Bytes sent to the kernel that the client has not taken yet (0 where unknown): the
+    send buffer holds megabytes, which must not count as taken."""
     try:
-        for piece in stream:
-            if response.chunked:
-                conn.sendall(b"%x\r\n%b\r\n" % (len(piece), piece))
-            else:
-                conn.sendall(piece)
-            sent += len(piece)
-    except NgShardError as e:
-        print(f"ngshard serve: {e}", file=sys.stderr)
-        return False
-    if response.chunked:
-        conn.sendall(b"0\r\n\r\n")
-    return response.expected is None or sent == response.expected
+        return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0" * 4))[0]
+    except (OSError, AttributeError):
+        return 0
 
 
-def _send_file(conn: socket.socket, file: File, start: int, end: int) -> int:
-    """Stream bytes ``[start, end)`` of a file: ``sendfile`` for local files, pieces
-    otherwise."""
-    if file.fileno is not None:
-        with open(file.fileno, "rb", buffering=0, closefd=False) as f:
-            return conn.sendfile(f, start, end - start)
-    sent = 0
-    for offset in range(start, end, SERVE_PIECE_BYTES):
-        data = file.read(offset, min(offset + SERVE_PIECE_BYTES, end))
-        conn.sendall(data)
-        sent += len(data)
-        if len(data) < min(SERVE_PIECE_BYTES, end - offset):
-            break
-    return sent

@@ -2,18 +2,26 @@
 under the root, never a hidden one, never one reached through a symbolic link that leaves the
 root. Each opened file carries the size, modification time and entity tag of the very bytes
 that will be read (locally: one descriptor, opened without following a last link and without
-blocking, so a FIFO or device put in the tree cannot stall the server)."""
+blocking, so a FIFO or device put in the tree cannot stall the server).
+
+Local descriptors are kept open for the next request of the same name (viewers read a few
+shard files over and over): a kept file is served again only while one ``stat`` of its path
+still names the same inode, size and modification time, so a file replaced or changed is
+looked up afresh (and checked again), and nothing is served that was not checked once."""
 
 from __future__ import annotations
 
 import hashlib
 import os
 import stat
+import threading
+from collections import OrderedDict
 from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
 from ..errors import SpecError
+from ..limits import OPEN_FILES
 from ..storage import FsspecStorage, Storage
 from .paths import hidden
 
@@ -32,6 +40,7 @@ class File:
     mtime: float | None
     etag: str
     fileno: int | None = None
+    last_modified: str | None = None  # the HTTP date of ``mtime``, made once (respond.py)
 
     def read(self, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` (short only if the file shrank under us)."""
@@ -42,9 +51,14 @@ class File:
 
 
 class LocalFile(File):
-    def __init__(self, fd: int, st: os.stat_result) -> None:
+    """A local descriptor shared by the responses using it: each :meth:`close` releases one
+    use, the last one closes it."""
+
+    def __init__(self, fd: int, st: os.stat_result, lock: threading.Lock) -> None:
         self.fileno, self.size, self.mtime = fd, st.st_size, st.st_mtime
         self.etag = f'"{st.st_ino:x}-{st.st_size:x}-{st.st_mtime_ns:x}"'
+        self.key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        self._lock, self._users = lock, 1
 
     def read(self, start: int, end: int) -> bytes:
         fd = self.fileno
@@ -59,10 +73,23 @@ class LocalFile(File):
             offset += len(piece)
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
+    def _use(self) -> bool:
+        with self._lock:
+            if self._users == 0:
+                return False
+            self._users += 1
+            return True
+
     def close(self) -> None:
-        if self.fileno is not None:
-            os.close(self.fileno)
-            self.fileno = None
+        with self._lock:
+            if self._users == 0:
+                return
+            self._users -= 1
+            if self._users:
+                return
+            fd, self.fileno = self.fileno, None
+        if fd is not None:
+            os.close(fd)
 
 
 class LocalFiles:
@@ -71,6 +98,8 @@ class LocalFiles:
     def __init__(self, root: str) -> None:
         self.root = os.path.realpath(root)
         self.url = self.root
+        self._lock = threading.Lock()
+        self._kept: OrderedDict[str, tuple[str, LocalFile]] = OrderedDict()  # name -> (path, file)
 
     def _real(self, name: str) -> str | None:
         """The real path of ``name`` if it stays under the root and passes through no
@@ -104,7 +133,18 @@ class LocalFiles:
 
     def open(self, name: str) -> File | str | None:
         """The file ``name`` (relative, "/"-separated, already checked by ``parse_target``),
-        :data:`DIRECTORY` for a directory, None for anything absent or not to be served."""
+        :data:`DIRECTORY` for a directory, None for anything absent or not to be served.
+        The caller closes the file."""
+        kept = self._kept.get(name)
+        if kept is not None:
+            try:
+                st = os.stat(kept[0])
+            except OSError:
+                st = None
+            if st is not None and kept[1].key == (st.st_dev, st.st_ino, st.st_size,
+                                                  st.st_mtime_ns) and kept[1]._use():
+                return kept[1]
+            self._forget(name)
         real = self._real(name)
         if real is None:
             return None
@@ -118,9 +158,37 @@ class LocalFiles:
             os.close(fd)
             return None
         if stat.S_ISREG(st.st_mode):
-            return LocalFile(fd, st)
+            file = LocalFile(fd, st, self._lock)
+            self._keep(name, real, file)
+            return file
         os.close(fd)
         return DIRECTORY if stat.S_ISDIR(st.st_mode) else None
+
+    def _keep(self, name: str, path: str, file: LocalFile) -> None:
+        """Keep ``file`` open for later requests (one more use), dropping the least recently
+        opened past :data:`OPEN_FILES`."""
+        file._use()
+        with self._lock:
+            dropped = [self._kept.pop(name, None)]
+            self._kept[name] = (path, file)
+            while len(self._kept) > OPEN_FILES:
+                dropped.append(self._kept.popitem(last=False)[1])
+        for old in dropped:
+            if old is not None:
+                old[1].close()
+
+    def _forget(self, name: str) -> None:
+        with self._lock:
+            old = self._kept.pop(name, None)
+        if old is not None:
+            old[1].close()
+
+    def close(self) -> None:
+        """Close the files kept open."""
+        with self._lock:
+            kept, self._kept = list(self._kept.values()), OrderedDict()
+        for _, file in kept:
+            file.close()
 
     def listdir(self, name: str) -> list[tuple[str, bool]] | None:
         """``(name, is_directory)`` of what may be served directly in the directory
@@ -186,6 +254,9 @@ class RemoteFiles:
         found = {(e["name"].rstrip("/").rsplit("/", 1)[-1], e.get("type") == "directory")
                  for e in entries}
         return sorted((n, d) for n, d in found if n and not hidden(n))
+
+    def close(self) -> None:
+        """Nothing is kept open (as :meth:`LocalFiles.close`)."""
 
 
 def open_files(storage: Storage) -> LocalFiles | RemoteFiles:

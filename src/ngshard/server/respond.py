@@ -9,6 +9,7 @@ import html
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Literal, overload
 from urllib.parse import quote
 
 from ..errors import CorruptDataError
@@ -62,8 +63,14 @@ def error_response(status: int, reason: str, *, close: bool = False,
     return Response(status, headers, body, close=close)
 
 
+@overload
+def respond(files: LocalFiles | RemoteFiles, request: Request, *, listing: bool = False,
+            quick: Literal[False] = False) -> Response: ...
+@overload
+def respond(files: LocalFiles | RemoteFiles, request: Request, *, listing: bool = False,
+            quick: bool) -> Response | None: ...
 def respond(files: LocalFiles | RemoteFiles, request: Request, *,
-            listing: bool = False) -> Response:
+            listing: bool = False, quick: bool = False) -> Response | None:
     """The response to ``request`` for the files under ``files``' root.
 
     Parameters
@@ -74,19 +81,23 @@ def respond(files: LocalFiles | RemoteFiles, request: Request, *,
         A parsed request head.
     listing
         Answer GET of a directory with an HTML list of what it holds (else 404).
+    quick
+        Give up (return None) where the answer takes more than a few file system calls:
+        a listing, or a range of a compressed twin (decoded to find its size).
 
     Returns
     -------
-    Response
+    Response or None
         200 or 206 with the bytes; 204 for OPTIONS (CORS preflight); 304 or 412 for
-        conditional requests; 400, 404, 405 or 416 with a one-line reason otherwise.
+        conditional requests; 400, 404, 405 or 416 with a one-line reason otherwise; None
+        when ``quick`` and the answer is slow.
     """
     try:
         if request.method == "OPTIONS":
             return _options(request)
         if request.method not in ("GET", "HEAD"):
             raise HttpError(405, f"{request.method} is not allowed: this server is read-only")
-        return _get(files, request, listing)
+        return _get(files, request, listing, quick)
     except HttpError as e:
         extra = [("Allow", ALLOW)] if e.status == 405 else []
         return error_response(e.status, e.reason, close=e.close, extra=extra)
@@ -102,14 +113,20 @@ def _options(request: Request) -> Response:
     return Response(204, headers)
 
 
-def _get(files: LocalFiles | RemoteFiles, request: Request, listing: bool) -> Response:
+def _get(files: LocalFiles | RemoteFiles, request: Request, listing: bool,
+         quick: bool) -> Response | None:
     target = parse_target(request.target)
     found, twin = files.open(target.name), ""
     if found is None and target.name and not target.directory:
         found, twin = open_twin(files, target.name) or (None, "")
+        if isinstance(found, File) and quick and "range" in request.headers:
+            found.close()  # a twin's range: decoded to find its size
+            return None
     if found == DIRECTORY:
         if not listing:
             raise HttpError(404, "directory listing is off")
+        if quick:
+            return None
         return _listing(files, target.name, request.method == "GET")
     if not isinstance(found, File) or target.directory:  # None: no such file
         raise HttpError(404, "no such file")
@@ -132,7 +149,9 @@ def _file(file: File, name: str, twin: str, request: Request) -> Response:
         etag = decoded_tag if decode else f'{file.etag[:-1]}-{twin[1:]}"'
     validators = [("ETag", etag)]
     if file.mtime is not None:
-        validators.append(("Last-Modified", http_date(file.mtime)))
+        if file.last_modified is None:
+            file.last_modified = http_date(file.mtime)
+        validators.append(("Last-Modified", file.last_modified))
     headers = [*CORS, ("Accept-Ranges", "bytes"), *validators, ("Cache-Control", "no-cache"),
                ("X-Content-Type-Options", "nosniff")]
     status = precondition(request.method, request.headers, etag, file.mtime)

@@ -3,7 +3,7 @@
 ``Content-Encoding`` to a client that accepts the coding, decoded as a stream for one that
 does not, and decoded for any ``Range`` (a range selects bytes of the decoded file, and a
 browser would not take a slice of an encoded stream). Memory stays bounded by one piece of
-decoded output, whatever the file's size.
+decoded output (:data:`TWIN_PIECE_BYTES`), whatever the file's size.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ..compression import TWINS, iter_decompress
+from ..limits import TWIN_PIECE_BYTES
 from .files import File, LocalFiles, RemoteFiles
 
 #: The twins a browser may take as they are: suffix -> Content-Encoding.
@@ -57,7 +58,7 @@ def decoded(file: File, name: str, suffix: str, start: int = 0, end: int | None 
     ``name`` plus the suffix if it does not decode)."""
     at = 0
     for piece in iter_decompress(lambda offset, n: file.read(offset, min(offset + n, file.size)),
-                                 suffix, f"{name}{suffix}"):
+                                 suffix, f"{name}{suffix}", piece=TWIN_PIECE_BYTES):
         lo, hi = max(start - at, 0), len(piece) if end is None else min(end - at, len(piece))
         at += len(piece)
         if lo < hi:

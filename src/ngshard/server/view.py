@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import MissingDependencyError, NgShardError
 from ..kinds import IMAGE, SEGMENTATION, VOLUME_TYPES
 from ..limits import MAX_LAYERS
-from ..storage import Storage, open_storage
+from ..storage import Storage, StorageOptions, open_storage
 from ..volume import open_volume
 from .layers import Layer
 
@@ -161,7 +161,8 @@ class Viewing:
 
 
 def open_viewer(path_or_url: str | os.PathLike | Storage, host: str = "127.0.0.1",
-                port: int = 0, viewer_port: int = 0) -> Viewing:
+                port: int = 0, viewer_port: int = 0, *,
+                storage_options: StorageOptions | None = None) -> Viewing:
     """Serve a tree and a Neuroglancer client whose state already holds its layers.
 
     Parameters
@@ -172,6 +173,9 @@ def open_viewer(path_or_url: str | os.PathLike | Storage, host: str = "127.0.0.1
         The address both servers bind (127.0.0.1 unless told otherwise).
     port, viewer_port
         The data server's and the viewer's ports (0: free ones).
+    storage_options
+        How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and the
+        ``retries`` and ``retry_seconds`` of its requests (see :mod:`ngshard.storage.options`).
 
     Returns
     -------
@@ -187,7 +191,7 @@ def open_viewer(path_or_url: str | os.PathLike | Storage, host: str = "127.0.0.1
     from . import serve
 
     neuroglancer = require_neuroglancer()
-    storage = open_storage(path_or_url)
+    storage = open_storage(path_or_url, storage_options=storage_options)
     server = serve(storage, host, port)
     try:
         state = viewer_state(server.layers, server.url, storage)

@@ -23,7 +23,7 @@ from .._arrays import uint_dtype
 from ..destination import claim
 from ..limits import DEFAULT_BUFFER_BYTES, KEY_BLOCK
 from ..progress import progress_bar
-from ..storage import Storage, open_storage, remove_stale
+from ..storage import Storage, StorageOptions, open_storage, remove_stale
 from ..threads import WORKERS, bounded_map
 from .infofile import as_spec, record_spec
 from .inputs import Values, value_arrays
@@ -46,7 +46,8 @@ def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
              keys: Any = None, values: Any = None, offsets: Any = None,
              progress: bool = False, buffer_bytes: int = DEFAULT_BUFFER_BYTES,
              spill_dir: str | None = None, info: bool = True, durable: bool = True,
-             overwrite: bool = False) -> ShardedKV:
+             overwrite: bool = False,
+             storage_options: StorageOptions | None = None) -> ShardedKV:
     """Write a whole store at ``url``: from a mapping or an iterable of (key, bytes), or from
     arrays (``keys=``, ``values=``, ``offsets=``).
 
@@ -76,6 +77,9 @@ def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
     overwrite
         Replace a store or layer already at ``url`` (its shards, or whatever the layer owns,
         are removed first, its info last); by default such a destination is refused.
+    storage_options
+        How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and the
+        ``retries`` and ``retry_seconds`` of its requests (see :mod:`ngshard.storage.options`).
 
     Returns
     -------
@@ -113,7 +117,7 @@ def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
         # in memory already: written shard by shard straight from it, no staging or spilling
         # (what that costs per key stays within the buffer)
         arrays = value_arrays(list(items.keys()), list(items.values()))
-    storage = open_storage(url, durable=durable)
+    storage = open_storage(url, durable=durable, storage_options=storage_options)
     claim(storage, overwrite=overwrite)
     if arrays is not None:
         write_arrays(storage, spec, *arrays, progress=progress, info=info, durable=durable)

@@ -18,7 +18,6 @@ from ..errors import InvalidKeyError, NgShardError, NotFoundError, ReadOnlyError
 from ..limits import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_MAX_VALUE_BYTES,
-    DEFAULT_READ_RETRIES,
     DEFAULT_STAGED_BYTES,
     ITEMS_BATCH,
 )
@@ -50,7 +49,6 @@ class ShardedKV(MutableMapping):
                  staged_bytes: int = DEFAULT_STAGED_BYTES, spill_dir: str | None = None,
                  cache_bytes: int = DEFAULT_CACHE_BYTES, info: bool = False,
                  max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
-                 read_retries: int = DEFAULT_READ_RETRIES,
                  unindexed: UnindexedSizes | None = None) -> None:
         if mode not in MODES:
             raise SpecError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -68,7 +66,7 @@ class ShardedKV(MutableMapping):
         self.strategy, self.compact_ratio = strategy, compact_ratio
         #: The reads, the index cache and the retry policy (``reader.cached_bytes``,
         #: ``reader.forget()``, ``reader.stats()``).
-        self.reader = ShardReader(storage, spec, cache_bytes, max_value_bytes, read_retries)
+        self.reader = ShardReader(storage, spec, cache_bytes, max_value_bytes)
         #: ``unindexed(keys, values)``: lengths of the unindexed entries stored right before
         #: values, which rewrites and compactions keep.
         self.unindexed = unindexed

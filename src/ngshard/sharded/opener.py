@@ -10,10 +10,9 @@ from ..errors import SpecError
 from ..limits import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_MAX_VALUE_BYTES,
-    DEFAULT_READ_RETRIES,
     DEFAULT_STAGED_BYTES,
 )
-from ..storage import Storage, open_storage
+from ..storage import Storage, StorageOptions, open_storage
 from ..types import Mode, Strategy
 from .infofile import as_spec, check_recorded, spec_from_info
 from .kv import ShardedKV
@@ -26,8 +25,8 @@ def open_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str | 
             staged_bytes: int = DEFAULT_STAGED_BYTES, spill_dir: str | None = None,
             cache_bytes: int = DEFAULT_CACHE_BYTES, info: bool = True,
             max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
-            read_retries: int = DEFAULT_READ_RETRIES, durable: bool = True,
-            unindexed: UnindexedSizes | None = None) -> ShardedKV:
+            durable: bool = True, unindexed: UnindexedSizes | None = None,
+            storage_options: StorageOptions | None = None) -> ShardedKV:
     """Open the sharded key-value store at ``url``.
 
     Parameters
@@ -57,9 +56,6 @@ def open_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str | 
     max_value_bytes
         The most a gzip-encoded value may inflate to (256 MiB by default): a value past it
         raises CorruptDataError rather than exhausting memory.
-    read_retries
-        How often one read may find a shard replaced under it (another writer committing)
-        before it gives up with ChangedError; retries back off with jitter.
     durable
         Local writes are fsynced (data before it is renamed into place or pointed at, the
         directory after a rename), so a power cut leaves every shard old or new; False skips
@@ -71,6 +67,12 @@ def open_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str | 
         their values: ``unindexed(keys, values)`` gives their lengths (the layer supplies
         it); every rewrite and compaction keeps them. A store of a layer kind that keeps
         them (:func:`ngshard.kinds.unindexed_entries`) is refused for writing without it.
+    storage_options
+        How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and how
+        often to retry: ``retries`` (10) is how many times a request that fails transiently
+        is sent again and how often one read may find a shard replaced under it (another
+        writer committing) before giving up; ``retry_seconds`` (60) bounds the time of all
+        tries. See :mod:`ngshard.storage.options`.
 
     Returns
     -------
@@ -93,7 +95,8 @@ def open_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str | 
     >>> open_kv("memory://doc-kv")[7]
     b'seven'
     """
-    storage = open_storage(url, durable=durable, expect="precomputed")
+    storage = open_storage(url, durable=durable, expect="precomputed",
+                           storage_options=storage_options)
     if spec is None:
         if mode == "w":
             raise SpecError("mode 'w' needs a sharding spec")
@@ -106,6 +109,6 @@ def open_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str | 
         refuse_blind_writes(storage)
     return ShardedKV(storage, spec, mode, strategy=strategy, compact_ratio=compact_ratio,
                      staged_bytes=staged_bytes, spill_dir=spill_dir, cache_bytes=cache_bytes,
-                     info=info, max_value_bytes=max_value_bytes, read_retries=read_retries,
+                     info=info, max_value_bytes=max_value_bytes,
                      unindexed=unindexed)
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..compression import decode
 from ..errors import CorruptDataError
-from ..limits import DEFAULT_CACHE_BYTES, DEFAULT_MAX_VALUE_BYTES, DEFAULT_READ_RETRIES
+from ..limits import DEFAULT_CACHE_BYTES, DEFAULT_MAX_VALUE_BYTES
 from ..storage import ObjectInfo, Storage
 from ..storage.index_cache import IndexCache, changed_lately
 from ..storage.retry import RetryPolicy
@@ -78,19 +78,19 @@ class ShardState:
 class ShardReader:
     """Reads of the shards of one store, with the index cache. Not thread-safe.
 
-    ``retry``: the retry policy to share (the readers a listing runs on threads share their
-    store's); by default one of ``read_retries``."""
+    ``retry``: the retry policy (by default the storage's, :attr:`Storage.retry
+    <ngshard.storage.Storage.retry>`, set by the ``retries`` and ``retry_seconds`` storage
+    options: its requests and these reads count their retries in one place)."""
 
     def __init__(self, storage: Storage, spec: ShardingSpec,
                  cache_bytes: int = DEFAULT_CACHE_BYTES,
-                 max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
-                 read_retries: int = DEFAULT_READ_RETRIES, *,
+                 max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES, *,
                  retry: RetryPolicy | None = None) -> None:
         self.storage, self.spec, self.max_value_bytes = storage, spec, max_value_bytes
         #: The shard states (indices) by shard file name.
         self.cache: IndexCache[ShardState] = IndexCache(cache_bytes)
         #: How reads that meet a shard replaced under them run again.
-        self.retry = retry if retry is not None else RetryPolicy(read_retries)
+        self.retry = retry if retry is not None else storage.retry
         self._names: dict[int, str] = {}  # shard number -> file name, for single-key reads
 
     @property
@@ -110,7 +110,8 @@ class ShardReader:
 
     def stats(self) -> dict[str, int]:
         """The index cache's figures (:meth:`IndexCache.stats`) and the retry counts
-        (:meth:`RetryPolicy.stats`) since the reader was made."""
+        (:meth:`RetryPolicy.stats`: of the storage's requests and of these reads) since the
+        storage was opened."""
         return {**self.cache.stats(), **self.retry.stats()}
 
     def retrying(self, fn: Callable[..., R], *args: Any) -> R:

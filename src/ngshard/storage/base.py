@@ -17,6 +17,7 @@ from ..errors import ConflictError
 from ..limits import MAX_GAP
 from ..threads import pmap
 from ..types import Blob
+from .retry import RetryPolicy
 
 #: ``if_generation`` value that skips the generation check.
 ANY = object()
@@ -109,6 +110,21 @@ class Storage:
     #: directory listings): :meth:`list` raises UnlistableError there, and callers that can
     #: find objects another way (probing known names with :meth:`stat_many`) ask this first.
     supports_listing = True
+    _retry: RetryPolicy | None = None
+
+    @property
+    def retry(self) -> RetryPolicy:
+        """The retry policy of this store's requests and of the reads through it: its
+        readers share it, so their ``stats()`` count both kinds of retries (see
+        :mod:`ngshard.storage.retry`); stores derived by :meth:`child` and :meth:`parent`
+        share it too."""
+        if self._retry is None:
+            self._retry = RetryPolicy()
+        return self._retry
+
+    @retry.setter
+    def retry(self, policy: RetryPolicy) -> None:
+        self._retry = policy
 
     def path(self, name: str) -> str:
         """The full location of ``name``, for messages."""

@@ -315,11 +315,16 @@ class LocalStorage(Storage):
             return []
 
     def child(self, name: str) -> LocalStorage:
-        return LocalStorage(os.path.join(self.root, name), durable=self.durable)
+        return self._like(os.path.join(self.root, name))
 
     def parent(self) -> LocalStorage | None:
         up = os.path.dirname(self.root)
-        return None if up == self.root else LocalStorage(up, durable=self.durable)
+        return None if up == self.root else self._like(up)
+
+    def _like(self, root: str) -> LocalStorage:
+        other = LocalStorage(root, durable=self.durable)
+        other.retry = self.retry
+        return other
 
 
 def _generation(st: os.stat_result) -> Hashable:

@@ -172,8 +172,8 @@ def _kvstore(text: str, whole: str) -> str:
         return _kvstore(f"gs://{ngauth.group(1)}", whole)
     if scheme.startswith("s3+"):
         raise SpecError(f"{whole}: {scheme}:// (an S3-compatible server) is not supported: "
-                        f"give s3://BUCKET/PATH and the server in fsspec's configuration "
-                        f"(environment variable FSSPEC_S3_ENDPOINT_URL)")
+                        f"give s3://BUCKET/PATH and the server as a storage option "
+                        f"(endpoint_url=..., or the environment variable AWS_ENDPOINT_URL)")
     if not rest.strip("/") and scheme not in ("file", "memory"):
         raise SpecError(f"{whole}: no bucket or path after {scheme}://")
     if scheme == "file" and not rest:

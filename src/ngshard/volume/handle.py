@@ -24,7 +24,7 @@ from ..sharded import ShardedKV
 from ..sharded.infofile import INFO, read_info, write_info
 from ..staged import DEFAULT_STAGED_BYTES
 from ..staged.stored import ChunkCodec
-from ..storage import Storage, open_source, require_family
+from ..storage import Storage, StorageOptions, open_source, require_family
 from ..storage.twins import Twins
 from .chunks import FileChunks, ScaleStore, ShardedChunks
 from .encodings import decode_chunk, encode_chunk, require_codec
@@ -72,8 +72,9 @@ class ScaleCodec(ChunkCodec):
                             where=where, reuse=True)
 
     def encode(self, chunk: np.ndarray, copy: bool = True) -> Blob:
-        if not (chunk.flags.f_contiguous or chunk.flags.c_contiguous):
-            chunk = chunk.copy(order="K")  # gathered first, in its own order
+        if self.encoding != "raw" and not (chunk.flags.f_contiguous or
+                                           chunk.flags.c_contiguous):
+            chunk = chunk.copy(order="K")  # gathered first (raw chunks transpose any strides)
         # raw chunks of stable Fortran-ordered memory (slabs being dropped) go as views
         return encode_chunk(chunk, self.encoding, block_size=self.block, copy=copy)
 
@@ -130,9 +131,10 @@ class ScaleHandle:
     @classmethod
     def open(cls, url: str | os.PathLike | dict | Storage, scale: int | str = 0,
              mode: str = "r", *, compress: str | None = None,
-             staged_bytes: int = DEFAULT_STAGED_BYTES) -> ScaleHandle:
+             staged_bytes: int = DEFAULT_STAGED_BYTES,
+             storage_options: StorageOptions | None = None) -> ScaleHandle:
         """Open scale ``scale`` of the volume at ``url`` (any URL form :func:`open_volume`
-        takes; a tensorstore spec may choose the scale).
+        takes, with its ``storage_options``; a tensorstore spec may choose the scale).
 
         Raises
         ------
@@ -143,7 +145,7 @@ class ScaleHandle:
         MissingDependencyError
             The scale's encoding needs a package that is not installed.
         """
-        storage, source = open_source(url)
+        storage, source = open_source(url, storage_options=storage_options)
         require_family(source, url, "precomputed")
         info = read_volume_info(storage)
         scale = select_scale(info, source, scale, storage.url)
@@ -152,7 +154,8 @@ class ScaleHandle:
         return cls(storage, info, scale, mode, compress=compress, staged_bytes=staged_bytes)
 
     def __reduce__(self) -> tuple:
-        return _reopen, (self.storage.url, self.scale.key, self.mode, self.compress)
+        # the storage travels as what reopens it (its URL and storage options)
+        return _reopen, (self.storage, self.scale.key, self.mode, self.compress)
 
     def __repr__(self) -> str:
         return (f"ScaleHandle({self.storage.url!r}, scale={self.scale.key!r}, "
@@ -201,6 +204,6 @@ class ScaleHandle:
         write_volume_info(self.storage, self.info)
 
 
-def _reopen(url: str, scale: str, mode: str, compress: str | None) -> ScaleHandle:
-    return ScaleHandle.open(url, scale, mode, compress=compress)
+def _reopen(storage: Storage, scale: str, mode: str, compress: str | None) -> ScaleHandle:
+    return ScaleHandle.open(storage, scale, mode, compress=compress)
 

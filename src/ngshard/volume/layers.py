@@ -16,7 +16,7 @@ from ..kinds import IMAGE, SEGMENTATION
 from ..limits import DEFAULT_VOLUME_SHARD_BYTES
 from ..sharded.spec import ShardingSpec
 from ..staged import DEFAULT_STAGED_BYTES
-from ..storage import Storage, open_storage
+from ..storage import Storage, StorageOptions, open_storage
 from ..types import Compress, Encoding, LayerType, VolumeMode
 from .encodings import SEGMENTATION_ENCODINGS, require_codec
 from .handle import ScaleHandle, write_volume_info
@@ -33,8 +33,8 @@ def scale_key(resolution: Sequence[float]) -> str:
 def open_volume(url: str | os.PathLike | dict | Storage, scale: int | str = 0,
                 mode: VolumeMode = "r", *,
                 fill_missing: bool = True, progress: bool = False,
-                staged_bytes: int = DEFAULT_STAGED_BYTES, compress: Compress | None = None
-                ) -> Volume:
+                staged_bytes: int = DEFAULT_STAGED_BYTES, compress: Compress | None = None,
+                storage_options: StorageOptions | None = None) -> Volume:
     """Open one scale of the precomputed volume at ``url``, indexed in its voxel coordinates
     (``vol.bounds``: ``[voxel_offset, voxel_offset + size)``; ``vol.translate_to[0]`` is a
     view indexed from 0).
@@ -64,6 +64,9 @@ def open_volume(url: str | os.PathLike | dict | Storage, scale: int | str = 0,
         How an unsharded scale's chunk files are written: None (plain files), "gzip", "br"
         or "zstd" (cloud-volume's ``compress``: the ``.gz``, ``.br``, ``.zstd`` twin).
         Reads take whichever is stored.
+    storage_options
+        How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and the
+        ``retries`` and ``retry_seconds`` of its requests (see :mod:`ngshard.storage.options`).
 
     Returns
     -------
@@ -88,7 +91,8 @@ def open_volume(url: str | os.PathLike | dict | Storage, scale: int | str = 0,
     >>> vol[1000:1512, 2000:2512, 100, 0].shape        # doctest: +SKIP
     (512, 512)
     """
-    handle = ScaleHandle.open(url, scale, mode, compress=compress, staged_bytes=staged_bytes)
+    handle = ScaleHandle.open(url, scale, mode, compress=compress, staged_bytes=staged_bytes,
+                              storage_options=storage_options)
     return Volume(handle, progress=progress, fill_missing=fill_missing,
                   staged_bytes=staged_bytes)
 
@@ -101,7 +105,8 @@ def create_volume(url: str | os.PathLike | Storage, *, dtype: Any, shape: Sequen
                   shard_bytes: int = DEFAULT_VOLUME_SHARD_BYTES,
                   compressed_segmentation_block_size: Sequence[int] = (8, 8, 8),
                   compress: Compress | None = None, progress: bool = False,
-                  staged_bytes: int = DEFAULT_STAGED_BYTES, overwrite: bool = False) -> Volume:
+                  staged_bytes: int = DEFAULT_STAGED_BYTES, overwrite: bool = False,
+                  storage_options: StorageOptions | None = None) -> Volume:
     """Write the ``info`` of a new single-scale precomputed layer and open it for writing.
 
     Parameters
@@ -132,6 +137,9 @@ def create_volume(url: str | os.PathLike | Storage, *, dtype: Any, shape: Sequen
         Replace a layer, store or zarr array already at ``url``: everything it owns (its
         scales' chunks and shards, its linked meshes and skeletons) is removed first. By
         default such a destination is refused.
+    storage_options
+        How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and the
+        ``retries`` and ``retry_seconds`` of its requests (see :mod:`ngshard.storage.options`).
 
     Returns
     -------
@@ -179,7 +187,7 @@ def create_volume(url: str | os.PathLike | Storage, *, dtype: Any, shape: Sequen
         raise SpecError("compress= is for a file per chunk (sharding=None); a sharded scale "
                         "compresses as its sharding spec's data_encoding says")
     require_codec(encoding)  # before the info is written: no orphan layer
-    storage = open_storage(url, expect="precomputed")
+    storage = open_storage(url, expect="precomputed", storage_options=storage_options)
     claim(storage, overwrite=overwrite, into=[storage.child(scale["key"])])
     write_volume_info(storage, info)
     handle = ScaleHandle(storage, info, 0, "r+", compress=compress, staged_bytes=staged_bytes)

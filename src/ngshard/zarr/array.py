@@ -26,7 +26,7 @@ from ..destination import claim
 from ..errors import ReadOnlyError, SpecError
 from ..staged import DEFAULT_STAGED_BYTES, StagedChangesArray
 from ..staged.stored import StoredChunks
-from ..storage import Storage, open_source, require_family
+from ..storage import Storage, StorageOptions, open_source, require_family
 from ..types import IndexLocation
 from .chunks import ZarrChunkStore
 from .codecs import Bytes
@@ -40,7 +40,8 @@ INDEX_CODECS = [Bytes().to_json(), {"name": "crc32c"}]
 
 
 def open_array(url: str | os.PathLike | dict | Storage, *,
-               staged_bytes: int = DEFAULT_STAGED_BYTES) -> ZarrArray:
+               staged_bytes: int = DEFAULT_STAGED_BYTES,
+               storage_options: StorageOptions | None = None) -> ZarrArray:
     """Open the Zarr array (v3 ``zarr.json`` or v2 ``.zarray``) at ``url``.
 
     Parameters
@@ -49,6 +50,11 @@ def open_array(url: str | os.PathLike | dict | Storage, *,
         A path, any fsspec URL, a Neuroglancer source (``zarr://...``, ``zarr2://``,
         ``zarr3://``, ``gs://b/p/|zarr3:``), a tensorstore spec dict of the zarr3, zarr or
         zarr2 driver, or an open Storage.
+    staged_bytes
+        Memory for staged (decoded) chunks, as for :func:`ngshard.open_volume`.
+    storage_options
+        How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and the
+        ``retries`` and ``retry_seconds`` of its requests (see :mod:`ngshard.storage.options`).
 
     Raises
     ------
@@ -61,14 +67,16 @@ def open_array(url: str | os.PathLike | dict | Storage, *,
     MissingDependencyError
         A blosc array without numcodecs.
     """
-    return ZarrArray(ArrayHandle.open(url), staged_bytes=staged_bytes)
+    return ZarrArray(ArrayHandle.open(url, storage_options=storage_options),
+                     staged_bytes=staged_bytes)
 
 
 def create_array(url: str | os.PathLike | Storage, shape: Sequence[int], dtype: Any,
                  chunks: Sequence[int], shards: Sequence[int] | None = None,
                  codecs: list[dict] | None = None, index_location: IndexLocation = "end",
                  fill_value: Any = 0, dimension_names: Sequence[str | None] | None = None,
-                 attributes: dict | None = None, overwrite: bool = False) -> ZarrArray:
+                 attributes: dict | None = None, overwrite: bool = False,
+                 storage_options: StorageOptions | None = None) -> ZarrArray:
     """Create a Zarr v3 array at ``url`` (writes its ``zarr.json``) and open it.
 
     Parameters
@@ -85,6 +93,9 @@ def create_array(url: str | os.PathLike | Storage, shape: Sequence[int], dtype: 
     overwrite
         Replace an array, group or precomputed layer already at ``url`` (its chunks and
         members are removed first); by default it is refused.
+    storage_options
+        How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and the
+        ``retries`` and ``retry_seconds`` of its requests (see :mod:`ngshard.storage.options`).
 
     Raises
     ------
@@ -93,7 +104,7 @@ def create_array(url: str | os.PathLike | Storage, shape: Sequence[int], dtype: 
     ExistsError
         An array, group or layer there already, and not ``overwrite``.
     """
-    storage, source = open_source(url)
+    storage, source = open_source(url, storage_options=storage_options)
     require_family(source, url, "zarr")
     if source.format == "zarr2":
         raise SpecError(f"{url}: create_array writes Zarr v3, the URL says zarr2")

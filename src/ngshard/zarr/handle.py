@@ -19,7 +19,7 @@ import numpy as np
 from ..chunkstore import Blob
 from ..errors import NotFoundError, SpecError
 from ..staged.stored import ChunkCodec
-from ..storage import Storage, open_source, require_family
+from ..storage import Storage, StorageOptions, open_source, require_family
 from ..types import MemoryOrder
 from .chunks import ZarrChunkStore
 from .codecs import Transpose
@@ -107,24 +107,26 @@ class ArrayHandle:
         self.codec = ArrayCodec(meta)
 
     @classmethod
-    def open(cls, url: str | os.PathLike | dict | Storage, version: int | None = None
-             ) -> ArrayHandle:
-        """Open the array at ``url`` (any URL form :func:`open_array` takes); ``version``
-        2 or 3 reads only that format's metadata (a URL may name it too).
+    def open(cls, url: str | os.PathLike | dict | Storage, version: int | None = None, *,
+             storage_options: StorageOptions | None = None) -> ArrayHandle:
+        """Open the array at ``url`` (any URL form :func:`open_array` takes, with its
+        ``storage_options``); ``version`` 2 or 3 reads only that format's metadata (a URL
+        may name it too).
 
         Raises
         ------
         NotFoundError, SpecError
             As :func:`read_metadata`; a URL that names precomputed.
         """
-        storage, source = open_source(url)
+        storage, source = open_source(url, storage_options=storage_options)
         require_family(source, url, "zarr")
         if source.format in ("zarr2", "zarr3"):  # the URL names the version
             version = 2 if source.format == "zarr2" else 3
         return cls(storage, read_metadata(storage, version))
 
     def __reduce__(self) -> tuple:
-        return ArrayHandle.open, (self.storage.url, self.meta.zarr_format)
+        # the storage travels as what reopens it (its URL and storage options)
+        return ArrayHandle.open, (self.storage, self.meta.zarr_format)
 
     def __repr__(self) -> str:
         return f"ArrayHandle({self.storage.url!r}, shape={self.meta.shape})"

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import NotFoundError, SpecError
-from ..storage import Storage, open_storage
+from ..storage import Storage, StorageOptions, open_storage
 
 #: Nanometres per unit, for the UDUNITS-2 length units the NGFF spec allows.
 _NM_PER_UNIT = {
@@ -185,7 +185,8 @@ def _role(axis: Axis) -> str | None:
     return _ROLE_NAMES.get(axis.name.lower())
 
 
-def read_group(url: str | os.PathLike | Storage) -> Multiscales | None:
+def read_group(url: str | os.PathLike | Storage,
+               storage_options: StorageOptions | None = None) -> Multiscales | None:
     """The multiscales metadata of the zarr group at ``url`` (v3 ``zarr.json`` or v2
     ``.zattrs``), None if ``url`` is an array.
 
@@ -197,7 +198,7 @@ def read_group(url: str | os.PathLike | Storage) -> Multiscales | None:
         Metadata that is not valid JSON or not valid multiscales, or a group without
         multiscales (name one of its arrays instead).
     """
-    storage = open_storage(url)
+    storage = open_storage(url, storage_options=storage_options)
     raw = storage.read("zarr.json")
     if raw is not None:
         doc = _json(raw, storage.path("zarr.json"))

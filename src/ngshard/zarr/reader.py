@@ -19,7 +19,6 @@ from ..errors import CorruptDataError
 from ..limits import DEFAULT_CACHE_BYTES
 from ..storage import Storage
 from ..storage.index_cache import IndexCache, changed_lately
-from ..storage.retry import RetryPolicy
 from ..threads import pmap
 from ..types import Blob
 from .metadata import ArrayMetadata
@@ -35,8 +34,9 @@ class ChunkReader:
         self.storage, self.meta = storage, meta
         #: Shard indices by shard object name.
         self.cache: IndexCache[ShardIndex] = IndexCache(cache_bytes)
-        #: How reads that meet a shard replaced under them run again.
-        self.retry = RetryPolicy()
+        #: How reads that meet a shard replaced under them run again: the storage's policy,
+        #: which also retries its failed requests (one count of both).
+        self.retry = storage.retry
 
     # --- names ------------------------------------------------------------------------------
 

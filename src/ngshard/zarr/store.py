@@ -31,7 +31,7 @@ from ..errors import (
 )
 from ..kinds import VOLUME, kind_of
 from ..sharded.infofile import INFO, read_info
-from ..storage import Storage, open_storage
+from ..storage import Storage, StorageOptions, open_storage
 from ..types import Blob
 from ..volume import VolumeInfo
 from ..volume.encodings import check_encoding, require_codec
@@ -67,6 +67,9 @@ class PrecomputedStore(Store):
         mode="r")``).
     read_only
         Must be True (the default): the store cannot write.
+    storage_options
+        How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and the
+        ``retries`` and ``retry_seconds`` of its requests (see :mod:`ngshard.storage.options`).
 
     Raises
     ------
@@ -89,13 +92,14 @@ class PrecomputedStore(Store):
     supports_listing = True
 
     def __init__(self, url: str | os.PathLike | Storage, scale: int | str | None = 0, *,
-                 read_only: bool = True) -> None:
+                 read_only: bool = True, storage_options: StorageOptions | None = None
+                 ) -> None:
         if not read_only:
             raise ReadOnlyError(f"{url}: a PrecomputedStore is read-only (read_only=False "
                                 f"was asked for)")
         super().__init__(read_only=True)
-        self._url, self._scale = url, scale
-        self.storage = open_storage(url, expect="precomputed")
+        self._scale = scale
+        self.storage = open_storage(url, expect="precomputed", storage_options=storage_options)
         self._docs: dict[str, bytes] = {}
         self._levels: list[Level] = []
         self._hidden: tuple[frozenset[str], tuple[str, ...]] = (frozenset(), ())
@@ -162,7 +166,8 @@ class PrecomputedStore(Store):
         return f"PrecomputedStore({self.storage.url!r}, scale={self._scale!r})"
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"url": self._url, "scale": self._scale}
+        # the storage travels as what reopens it (its URL and storage options)
+        return {"url": self.storage, "scale": self._scale}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         PrecomputedStore.__init__(self, state["url"], state["scale"])
@@ -171,7 +176,7 @@ class PrecomputedStore(Store):
         """A copy, read-only as this store always is (a writable one cannot be had)."""
         if not read_only:
             return super().with_read_only(read_only)
-        return type(self)(self._url, self._scale)
+        return type(self)(self.storage, self._scale)
 
     @property
     def supports_consolidated_metadata(self) -> bool:

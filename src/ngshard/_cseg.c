@@ -1,0 +1,356 @@
+/* compressed_segmentation, one channel at a time, in C (the layout is in the docstring of
+ * ngshard/volume/cseg/__init__.py). The Python side validates every block header first
+ * (tensorstore's rules) and formats the errors; here the decoder still checks each index it
+ * reads against its table, and nothing reads or writes outside the buffers it was given.
+ * Both directions release the GIL.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "_kernels.h"
+
+static inline uint32_t word_at(const char *w, Py_ssize_t i) {
+    uint32_t v;
+    memcpy(&v, w + 4 * i, 4); /* little-endian hosts only (checked at import) */
+    return v;
+}
+
+/* One block's voxels inside the volume, indices of B bits: bad = the block if one points
+ * past its table. */
+#define DECODE_BLOCK(B)                                                                    \
+    for (Py_ssize_t lz = 0; lz < ez && bad < 0; lz++)                                      \
+        for (Py_ssize_t ly = 0; ly < ey && bad < 0; ly++) {                               \
+            Py_ssize_t l = bx * (ly + by * lz);                                            \
+            Py_ssize_t o = kx * bx + X * (ky * by + ly + Y * (kz * bz + lz));              \
+            for (Py_ssize_t lx = 0; lx < ex; lx++, l++, o++) {                             \
+                uint32_t idx = 0;                                                          \
+                if (B) {                                                                   \
+                    Py_ssize_t bit = l * B;                                                \
+                    idx = (word_at(cw, values + (bit >> 5)) >> (bit & 31)) &               \
+                          (uint32_t)((1ull << B) - 1);                                     \
+                }                                                                          \
+                if (idx >= (uint64_t)tsize) {                                              \
+                    bad = block;                                                           \
+                    break;                                                                 \
+                }                                                                          \
+                if (entry == 1) {                                                          \
+                    uint32_t v = word_at(cw, table + idx);                                 \
+                    memcpy(out + 4 * o, &v, 4);                                            \
+                } else {                                                                   \
+                    uint64_t v = word_at(cw, table + 2 * (Py_ssize_t)idx) |                \
+                                 (uint64_t)word_at(cw, table + 2 * (Py_ssize_t)idx + 1) << 32; \
+                    memcpy(out + 8 * o, &v, 8);                                            \
+                }                                                                          \
+            }                                                                              \
+        }
+
+/* Decode one channel whose headers were validated: returns -1 on success, else the block
+ * whose index points past its table inside the volume. */
+static Py_ssize_t decode_channel(const char *w, Py_ssize_t nwords, Py_ssize_t start,
+                                 const Py_ssize_t *xyz, const Py_ssize_t *bs, int entry,
+                                 char *out) {
+    Py_ssize_t n = nwords - start, X = xyz[0], Y = xyz[1], Z = xyz[2];
+    Py_ssize_t bx = bs[0], by = bs[1], bz = bs[2];
+    Py_ssize_t gx = (X + bx - 1) / bx, gy = (Y + by - 1) / by, gz = (Z + bz - 1) / bz;
+    const char *cw = w + 4 * start;
+    for (Py_ssize_t kz = 0; kz < gz; kz++)
+        for (Py_ssize_t ky = 0; ky < gy; ky++)
+            for (Py_ssize_t kx = 0; kx < gx; kx++) {
+                Py_ssize_t block = kx + gx * (ky + gy * kz);
+                uint32_t h0 = word_at(cw, 2 * block), h1 = word_at(cw, 2 * block + 1);
+                Py_ssize_t table = h0 & 0xFFFFFF, values = h1 & 0xFFFFFF;
+                int bits = h0 >> 24;
+                Py_ssize_t tsize = (n - table) / entry;
+                Py_ssize_t ex = X - kx * bx < bx ? X - kx * bx : bx;
+                Py_ssize_t ey = Y - ky * by < by ? Y - ky * by : by;
+                Py_ssize_t ez = Z - kz * bz < bz ? Z - kz * bz : bz;
+                Py_ssize_t bad = -1;
+                switch (bits) { /* a loop per width: shifts and masks of constants */
+                case 0: DECODE_BLOCK(0); break;
+                case 1: DECODE_BLOCK(1); break;
+                case 2: DECODE_BLOCK(2); break;
+                case 4: DECODE_BLOCK(4); break;
+                case 8: DECODE_BLOCK(8); break;
+                case 16: DECODE_BLOCK(16); break;
+                default: DECODE_BLOCK(32); break;
+                }
+                if (bad >= 0)
+                    return bad;
+            }
+    return -1;
+}
+
+/* cseg_decode(words, start, (x, y, z), (bx, by, bz), entry, out) -> -1 or a bad block */
+PyObject *cseg_decode(PyObject *self, PyObject *args) {
+    Py_buffer words, out;
+    Py_ssize_t start, xyz[3], bs[3];
+    int entry;
+    if (!PyArg_ParseTuple(args, "y*n(nnn)(nnn)iw*", &words, &start, &xyz[0], &xyz[1], &xyz[2],
+                          &bs[0], &bs[1], &bs[2], &entry, &out))
+        return NULL;
+    Py_ssize_t nwords = words.len / 4, result = -2;
+    Py_ssize_t gx = (xyz[0] + bs[0] - 1) / bs[0], gy = (xyz[1] + bs[1] - 1) / bs[1],
+               gz = (xyz[2] + bs[2] - 1) / bs[2];
+    if ((entry == 1 || entry == 2) && start >= 0 && start + 2 * gx * gy * gz <= nwords &&
+        bs[0] > 0 && bs[1] > 0 && bs[2] > 0 && out.len == 4 * entry * xyz[0] * xyz[1] * xyz[2]) {
+        Py_BEGIN_ALLOW_THREADS
+        result = decode_channel(words.buf, nwords, start, xyz, bs, entry, out.buf);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&words);
+    PyBuffer_Release(&out);
+    if (result == -2) {
+        PyErr_SetString(PyExc_ValueError, "cseg_decode: arguments that do not fit");
+        return NULL;
+    }
+    return PyLong_FromSsize_t(result);
+}
+
+/* --- encoding ------------------------------------------------------------------------- */
+
+static inline uint64_t mix64(uint64_t z) { /* splitmix64's finalizer */
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static const int BITS_BY_LENGTH[33] = {0, 1, 2, 4, 4, 8, 8, 8, 8, 16, 16, 16, 16, 16, 16, 16, 16,
+                                       32, 32, 32, 32, 32, 32, 32, 32, 32, 32, 32, 32, 32, 32,
+                                       32, 32};
+
+static int bits_for(Py_ssize_t count) {
+    uint64_t v = (uint64_t)(count - 1);
+    int length = 0;
+    while (v) {
+        length++;
+        v >>= 1;
+    }
+    return BITS_BY_LENGTH[length];
+}
+
+typedef struct {
+    Py_ssize_t nb, bv, entry;
+    Py_ssize_t *count, *tstart, *rep; /* per block: distinct values, table start, table owner */
+    uint64_t *tables;                  /* every block's sorted table, back to back */
+    uint32_t *index;                   /* every voxel's index into its table, x fastest */
+} Encoded;
+
+/* Tables and indices of every block; 0, or -1 when out of memory. */
+static int tabulate(const char *src, const Py_ssize_t *shape, const Py_ssize_t *strides,
+                    int itemsize, const Py_ssize_t *bs, Encoded *e) {
+    Py_ssize_t bx = bs[0], by = bs[1], bz = bs[2], bv = e->bv;
+    Py_ssize_t gx = (shape[0] + bx - 1) / bx, gy = (shape[1] + by - 1) / by;
+    Py_ssize_t slots = 1;
+    while (slots < 2 * bv)
+        slots <<= 1;
+    uint64_t *values = malloc(bv * sizeof(uint64_t)), *keys = malloc(slots * sizeof(uint64_t));
+    uint32_t *found = malloc(slots * sizeof(uint32_t));
+    if (!values || !keys || !found) {
+        free(values), free(keys), free(found);
+        return -1;
+    }
+    Py_ssize_t used = 0;
+    for (Py_ssize_t b = 0; b < e->nb; b++) {
+        Py_ssize_t kx = b % gx, ky = b / gx % gy, kz = b / (gx * gy), l = 0;
+        for (Py_ssize_t lz = 0; lz < bz; lz++)
+            for (Py_ssize_t ly = 0; ly < by; ly++)
+                for (Py_ssize_t lx = 0; lx < bx; lx++, l++) {
+                    /* past the edge: the nearest voxel inside (numpy's "edge" padding) */
+                    Py_ssize_t x = kx * bx + lx, y = ky * by + ly, z = kz * bz + lz;
+                    x = x < shape[0] ? x : shape[0] - 1;
+                    y = y < shape[1] ? y : shape[1] - 1;
+                    z = z < shape[2] ? z : shape[2] - 1;
+                    const char *p = src + x * strides[0] + y * strides[1] + z * strides[2];
+                    if (itemsize == 4) {
+                        uint32_t v;
+                        memcpy(&v, p, 4);
+                        values[l] = v;
+                    } else {
+                        memcpy(&values[l], p, 8);
+                    }
+                }
+        uint64_t *table = e->tables + used;
+        Py_ssize_t k = 0;
+        int uniform = 1;
+        for (Py_ssize_t i = 1; i < bv && uniform; i++)
+            uniform = values[i] == values[0];
+        if (uniform) {
+            table[k++] = values[0];
+            memset(e->index + b * bv, 0, bv * sizeof(uint32_t));
+        } else { /* distinct values by hashing, sorted, then each voxel's rank */
+            memset(found, 0xFF, slots * sizeof(uint32_t));
+            for (Py_ssize_t i = 0; i < bv; i++) {
+                Py_ssize_t s = mix64(values[i]) & (slots - 1);
+                while (found[s] != 0xFFFFFFFFu && keys[s] != values[i])
+                    s = (s + 1) & (slots - 1);
+                if (found[s] == 0xFFFFFFFFu) {
+                    keys[s] = values[i];
+                    found[s] = 0;
+                    table[k++] = values[i];
+                }
+            }
+            qsort(table, k, sizeof(uint64_t), cmp_u64);
+            for (Py_ssize_t i = 0; i < k; i++) {
+                Py_ssize_t s = mix64(table[i]) & (slots - 1);
+                while (keys[s] != table[i])
+                    s = (s + 1) & (slots - 1);
+                found[s] = (uint32_t)i;
+            }
+            for (Py_ssize_t i = 0; i < bv; i++) {
+                Py_ssize_t s = mix64(values[i]) & (slots - 1);
+                while (keys[s] != values[i])
+                    s = (s + 1) & (slots - 1);
+                e->index[b * bv + i] = found[s];
+            }
+        }
+        e->count[b] = k;
+        e->tstart[b] = used;
+        used += k;
+    }
+    free(values), free(keys), free(found);
+    return 0;
+}
+
+/* Each block's first block with an equal table (itself if none): equal tables stored once. */
+static int share_tables(Encoded *e) {
+    Py_ssize_t slots = 1;
+    while (slots < 2 * e->nb)
+        slots <<= 1;
+    Py_ssize_t *first = malloc(slots * sizeof(Py_ssize_t));
+    if (!first)
+        return -1;
+    memset(first, 0xFF, slots * sizeof(Py_ssize_t));
+    for (Py_ssize_t b = 0; b < e->nb; b++) {
+        const uint64_t *t = e->tables + e->tstart[b];
+        Py_ssize_t k = e->count[b];
+        uint64_t h = mix64((uint64_t)k);
+        for (Py_ssize_t i = 0; i < k; i++)
+            h = mix64(h ^ t[i]);
+        Py_ssize_t s = h & (slots - 1);
+        e->rep[b] = b;
+        for (; first[s] >= 0; s = (s + 1) & (slots - 1)) {
+            Py_ssize_t o = first[s];
+            if (e->count[o] == k && !memcmp(e->tables + e->tstart[o], t, k * sizeof(uint64_t))) {
+                e->rep[b] = o;
+                break;
+            }
+        }
+        if (e->rep[b] == b)
+            first[s] = b;
+    }
+    free(first);
+    return 0;
+}
+
+/* The channel's words after ``lead`` free ones (headers, packed indices, tables), or 0 words
+ * and *overflow set when its offsets do not fit in 24 bits. */
+static uint32_t *lay_out(Encoded *e, Py_ssize_t lead, Py_ssize_t *total, int *overflow) {
+    Py_ssize_t nb = e->nb, bv = e->bv, vend = 2 * nb, tend;
+    for (Py_ssize_t b = 0; b < nb; b++)
+        vend += (bv * bits_for(e->count[b]) + 31) / 32;
+    tend = vend;
+    for (Py_ssize_t b = 0; b < nb; b++)
+        if (e->rep[b] == b)
+            tend += e->count[b] * e->entry;
+    *overflow = tend >= (1 << 24);
+    *total = tend;
+    if (*overflow)
+        return NULL;
+    uint32_t *out = calloc(lead + tend, sizeof(uint32_t));
+    if (!out)
+        return NULL;
+    uint32_t *w = out + lead;
+    Py_ssize_t *toff = malloc(nb * sizeof(Py_ssize_t));
+    if (!toff) {
+        free(out);
+        return NULL;
+    }
+    Py_ssize_t v = 2 * nb, t = vend;
+    for (Py_ssize_t b = 0; b < nb; b++) {
+        if (e->rep[b] == b) { /* the owner's table, in place */
+            const uint64_t *table = e->tables + e->tstart[b];
+            toff[b] = t;
+            for (Py_ssize_t i = 0; i < e->count[b]; i++) {
+                w[t++] = (uint32_t)table[i];
+                if (e->entry == 2)
+                    w[t++] = (uint32_t)(table[i] >> 32);
+            }
+        } else {
+            toff[b] = toff[e->rep[b]];
+        }
+        int bits = bits_for(e->count[b]);
+        w[2 * b] = (uint32_t)toff[b] | (uint32_t)bits << 24;
+        w[2 * b + 1] = (uint32_t)v;
+        if (bits) {
+            const uint32_t *idx = e->index + b * bv;
+            for (Py_ssize_t i = 0; i < bv; i++) {
+                Py_ssize_t bit = i * bits;
+                w[v + (bit >> 5)] |= idx[i] << (bit & 31);
+            }
+            v += (bv * bits + 31) / 32;
+        }
+    }
+    free(toff);
+    return out;
+}
+
+/* cseg_encode(array (x, y, z) of uint32 or uint64, (bx, by, bz), lead) -> bytes, or None
+ * when its offsets overflow 24 bits */
+PyObject *cseg_encode(PyObject *self, PyObject *args) {
+    PyObject *array;
+    Py_ssize_t bs[3], lead;
+    if (!PyArg_ParseTuple(args, "O(nnn)n", &array, &bs[0], &bs[1], &bs[2], &lead))
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(array, &view, PyBUF_RECORDS_RO) < 0)
+        return NULL;
+    if (view.ndim != 3 || (view.itemsize != 4 && view.itemsize != 8) || bs[0] < 1 ||
+        bs[1] < 1 || bs[2] < 1 || lead < 0 || bs[0] * bs[1] * bs[2] > (1 << 24)) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "cseg_encode: arguments that do not fit");
+        return NULL;
+    }
+    Encoded e = {0};
+    const Py_ssize_t *shape = view.shape;
+    e.bv = bs[0] * bs[1] * bs[2];
+    e.entry = view.itemsize / 4;
+    e.nb = ((shape[0] + bs[0] - 1) / bs[0]) * ((shape[1] + bs[1] - 1) / bs[1]) *
+           ((shape[2] + bs[2] - 1) / bs[2]);
+    if (shape[0] == 0 || shape[1] == 0 || shape[2] == 0)
+        e.nb = 0;
+    int failed = 0, overflow = 0;
+    Py_ssize_t total = 0;
+    uint32_t *words = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    e.count = malloc((e.nb + 1) * sizeof(Py_ssize_t));
+    e.tstart = malloc((e.nb + 1) * sizeof(Py_ssize_t));
+    e.rep = malloc((e.nb + 1) * sizeof(Py_ssize_t));
+    e.tables = malloc((e.nb * e.bv + 1) * sizeof(uint64_t));
+    e.index = malloc((e.nb * e.bv + 1) * sizeof(uint32_t));
+    failed = !e.count || !e.tstart || !e.rep || !e.tables || !e.index ||
+             tabulate(view.buf, shape, view.strides, (int)view.itemsize, bs, &e) < 0 ||
+             share_tables(&e) < 0;
+    if (!failed) {
+        words = lay_out(&e, lead, &total, &overflow);
+        failed = words == NULL && !overflow;
+    }
+    free(e.count), free(e.tstart), free(e.rep), free(e.tables), free(e.index);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    if (failed)
+        return PyErr_NoMemory();
+    if (overflow)
+        Py_RETURN_NONE;
+    PyObject *out = PyBytes_FromStringAndSize((const char *)words, 4 * (lead + total));
+    free(words);
+    return out;
+}

@@ -1,0 +1,15 @@
+"""Compiled kernels of ngshard (_kernels.c, _cseg.c)."""
+
+from typing import Any
+
+def fortran_bytes(array: Any, /) -> bytes:
+    """The array's items in Fortran order (any strides), as bytes."""
+
+def cseg_decode(words: Any, start: int, xyz: tuple[int, ...], block: tuple[int, int, int],
+                entry: int, out: Any, /) -> int:
+    """Decode one validated compressed_segmentation channel into ``out`` (C-contiguous
+    (z, y, x)); -1, or the first block whose index points past its table."""
+
+def cseg_encode(array: Any, block: tuple[int, int, int], lead: int, /) -> bytes | None:
+    """One (x, y, z) channel's words after ``lead`` zero words; None if its offsets overflow
+    24 bits."""
