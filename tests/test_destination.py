@@ -159,3 +159,19 @@ def test_a_store_of_shards_without_info_is_refused(tmp_path):
         ngshard.write_kv(tmp_path, SPEC, {1: b"x"})
     ngshard.write_kv(tmp_path, SPEC, {1: b"x"}, overwrite=True, info=False)
     assert len(tree(tmp_path)) == 1
+
+
+@pytest.mark.parametrize("job", ["[" * 100_000 + "]" * 100_000,
+                                 '{"from": "x", "to": "y", "tasks": {"a": 1e400}}'])
+def test_a_hostile_job_record_is_no_crash(tmp_path, job):
+    """A job record nested past Python's parser, or counting infinite tasks: the
+    destination is still refused (ExistsError), once a RecursionError or OverflowError."""
+    from ngshard.pipelines.resume import unfinished
+
+    records = tmp_path / ".ngshard-convert"
+    records.mkdir(parents=True)
+    (records / "job.json").write_text(job)
+    (records / "task%3A1").write_text("")
+    with pytest.raises(ngshard.ExistsError, match="unfinished conversion"):
+        ngshard.write_kv(tmp_path, SPEC, {1: b"x"})
+    assert "run the same conversion again" in unfinished(str(tmp_path))

@@ -18,13 +18,13 @@ import ngshard
 import ngshard.compression
 import ngshard.types
 
-# The public names of DESIGN.md that exist today (transfer, downsample, mesh, skeletonize and
+# The public names of DESIGN.md that exist today (transfer, mesh, skeletonize and
 # attach are still to come), and the errors.
 DESIGN = ["ShardingSpec", "ShardedKV", "open_kv", "write_kv", "open_volume", "create_volume",
           "Volume", "Bounds", "open", "write_skeletons", "write_meshes", "write_legacy_meshes",
           "write_annotations", "write_segment_properties", "Skeletons", "Meshes",
-          "LegacyMeshes", "Annotations", "SegmentProperties", "convert", "serve", "dask",
-          "zarr", "types"]
+          "LegacyMeshes", "Annotations", "SegmentProperties", "convert", "downsample", "serve",
+          "dask", "zarr", "types"]
 ERRORS = ["NgShardError", "SpecError", "CorruptDataError", "InvalidKeyError", "NotFoundError",
           "ConflictError", "ExistsError", "ReadOnlyError", "MissingDependencyError",
           "StorageWriteError", "UnlistableError"]

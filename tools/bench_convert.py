@@ -73,35 +73,6 @@ def spec(shape: tuple[int, int, int], data_encoding: str) -> dict:
 
 # --- the children ----------------------------------------------------------------------
 
-def _hwm(pid: int | str = "self") -> int:
-    """A process's peak resident memory (VmHWM; unlike ru_maxrss, not inherited over exec)."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return next(int(line.split()[1]) << 10 for line in f if line.startswith("VmHWM"))
-    except (OSError, StopIteration):
-        return 0
-
-
-def watch(proc: subprocess.Popen) -> tuple[int, int]:
-    """Wait for ``proc``, sampling the peak memory (VmHWM) of it and of its descendants
-    (worker processes, a forkserver's children among them) from outside, so the child's own
-    thread count (which chooses how workers start) is not changed by the measuring. VmHWM
-    only grows: the last sample of each process is its peak but for its last moments."""
-    import psutil
-
-    me = psutil.Process(proc.pid)
-    peaks: dict[int, int] = {}
-    while proc.poll() is None:
-        try:
-            for p in [me, *me.children(recursive=True)]:
-                peaks[p.pid] = max(peaks.get(p.pid, 0), _hwm(p.pid))
-        except psutil.Error:
-            pass
-        time.sleep(0.05)
-    own = peaks.pop(proc.pid, 0)
-    return own, max(peaks.values(), default=own)
-
-
 def child_ngshard(src: str, dst: str, sharding: dict, dask: bool, fast: bool = True
                   ) -> dict:
     import ngshard
@@ -122,7 +93,7 @@ def child_ngshard(src: str, dst: str, sharding: dict, dask: bool, fast: bool = T
             ngshard.convert(src, dst, sharding=sharding, executor=client.get_executor(),
                             progress=False, resume=False)
             elapsed = time.perf_counter() - t
-            workers = client.run(_hwm)
+            workers = client.run(benchlib.hwm)
         return {"seconds": elapsed, "peak_worker": max(workers.values())}
     ngshard.convert(src, dst, sharding=sharding, workers=2, progress=False, resume=False)
     return {"seconds": time.perf_counter() - t}
@@ -170,7 +141,7 @@ def run_child(kind: str, src: str, dst: str, sharding: dict) -> dict:
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen([sys.executable, __file__, "--child", kind, src, dst,
                                  json.dumps(sharding)], stdout=out, stderr=err, text=True)
-        own, workers = watch(proc)
+        own, workers = benchlib.watch(proc)
         if proc.returncode:
             err.seek(0)
             raise SystemExit(f"{kind} failed:\n{err.read()}")

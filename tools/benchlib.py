@@ -93,6 +93,35 @@ def _commit(path: str) -> str:
     return (out.stdout.strip() or "no git") + (", modified" if dirty else "")
 
 
+def hwm(pid: int | str = "self") -> int:
+    """A process's peak resident memory (VmHWM; unlike ru_maxrss, not inherited over exec)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(line.split()[1]) << 10 for line in f if line.startswith("VmHWM"))
+    except (OSError, StopIteration):
+        return 0
+
+
+def watch(proc: subprocess.Popen) -> tuple[int, int]:
+    """Wait for ``proc``, sampling the peak memory (VmHWM) of it and of its descendants
+    (worker processes, a forkserver's children among them) from outside, so the child's own
+    thread count (which chooses how workers start) is not changed by the measuring. VmHWM
+    only grows: the last sample of each process is its peak but for its last moments."""
+    import psutil
+
+    me = psutil.Process(proc.pid)
+    peaks: dict[int, int] = {}
+    while proc.poll() is None:
+        try:
+            for p in [me, *me.children(recursive=True)]:
+                peaks[p.pid] = max(peaks.get(p.pid, 0), hwm(p.pid))
+        except psutil.Error:
+            pass
+        time.sleep(0.05)
+    own = peaks.pop(proc.pid, 0)
+    return own, max(peaks.values(), default=own)
+
+
 def header(what: str) -> None:
     print(what)
     print(machine())

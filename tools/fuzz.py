@@ -17,6 +17,10 @@ reading). Usage::
 
     python tools/fuzz.py --cases 100000 --seed 1 --jobs 2
     python tools/fuzz.py --seed 1 --replay 4711      # one case, every comparison printed
+    python tools/fuzz.py --surfaces all --cases 5000 # every other format surface, per surface
+
+``--surfaces`` hands the run to ``tools/fuzz_surfaces.py`` (zarr v2/v3, volumes, skeletons,
+meshes, annotations, segment properties, each case in a memory-limited child).
 """
 
 from __future__ import annotations
@@ -1080,7 +1084,15 @@ def main(argv=None) -> int:
     p.add_argument("--encodings", default="", help="volume encodings to use (default all)")
     p.add_argument("--dir", help="where to write the stores (default /dev/shm)")
     p.add_argument("--jobs", type=int, default=1, help="processes to run cases in")
+    p.add_argument("--surfaces", help="fuzz these format surfaces instead (or 'all'): "
+                   "see tools/fuzz_surfaces.py")
     args = p.parse_args(argv)
+    if args.surfaces:
+        import fuzz_surfaces
+
+        names = ",".join(fuzz_surfaces.SURFACES) if args.surfaces == "all" else args.surfaces
+        return fuzz_surfaces.main(["--surfaces", names, "--seed", str(args.seed), "--cases",
+                                   str(args.cases), "--jobs", str(args.jobs)])
     start, cases = (args.replay, 1) if args.replay is not None else (args.start, args.cases)
     options = {"kinds": tuple(args.kinds.split(",")),
                "encodings": tuple(e for e in args.encodings.split(",") if e),

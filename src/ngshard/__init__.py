@@ -15,10 +15,14 @@ What is here (every ``url``: a path, an fsspec URL or a Neuroglancer source):
 - Segment layers: :func:`write_skeletons`, :func:`write_meshes`,
   :func:`write_legacy_meshes`, :func:`write_annotations`, :func:`write_segment_properties`;
   :class:`Skeletons`, :class:`Meshes`, :class:`LegacyMeshes`, :class:`Annotations`,
-  :class:`SegmentProperties` (and ``open_skeletons``, ... for each).
+  :class:`SegmentProperties` (and ``open_skeletons``, ... for each); :func:`attach` names
+  meshes, skeletons and segment properties in a segmentation's info.
 - :func:`open`: any layer by what is stored (a volume, a segment layer, a bare store, a
   zarr array).
-- :func:`convert`: zarr <-> precomputed; :func:`serve`: an HTTP server for Neuroglancer.
+- :func:`convert`: zarr <-> precomputed; :func:`downsample`: a pyramid in one pass;
+  :func:`serve`: an HTTP server for Neuroglancer.
+- :func:`mesh`, :func:`skeletonize`: a segmentation's meshes and skeletons, made by tasks
+  on any executor.
 - Subpackages: ``ngshard.zarr`` (zarr v2/v3 arrays, ``PrecomputedStore``), ``ngshard.dask``
   (the writers on a Dask cluster), ``ngshard.types`` (the ``Literal`` types of the
   signatures).
@@ -66,6 +70,7 @@ from .layers import (
     SegmentProperties,
     Skeleton,
     Skeletons,
+    attach,
     open_annotations,
     open_meshes,
     open_segment_properties,
@@ -77,7 +82,7 @@ from .layers import (
     write_skeletons,
 )
 from .layers import open_layer as open  # ngshard.open(url), as tarfile.open
-from .pipelines import convert
+from .pipelines import convert, downsample, mesh, skeletonize, transfer
 from .server import serve
 from .sharded import ShardedKV, ShardingSpec, open_kv, write_kv
 from .volume import Bounds, Volume, create_volume, open_volume
@@ -118,8 +123,12 @@ __all__ = [
     "StorageWriteError",
     "UnlistableError",
     "Volume",
+    "attach",
     "convert",
+    "downsample",
+    "transfer",
     "create_volume",
+    "mesh",
     "open",
     "open_annotations",
     "open_kv",
@@ -128,6 +137,7 @@ __all__ = [
     "open_skeletons",
     "open_volume",
     "serve",
+    "skeletonize",
     "write_annotations",
     "write_kv",
     "write_legacy_meshes",

@@ -131,4 +131,11 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernels",
                                     "Compiled kernels of ngshard.", -1, methods};
 
-PyMODINIT_FUNC PyInit__kernels(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__kernels(void) {
+    const uint16_t one = 1; /* the stored formats are little endian; so are the kernels */
+    if (*(const uint8_t *)&one != 1) {
+        PyErr_SetString(PyExc_ImportError, "ngshard._kernels needs a little-endian machine");
+        return NULL;
+    }
+    return PyModule_Create(&module);
+}

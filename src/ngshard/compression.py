@@ -103,35 +103,40 @@ def zstd_compress(data: Blob, level: int = 3, checksum: bool = False) -> bytes:
 def zstd_decompress(data: Blob, where: str = "", limit: int | None = None) -> bytes:
     """Decode one or more concatenated zstd frames; CorruptDataError if it is not zstd, is
     truncated, or inflates past ``limit`` bytes. A frame that declares its size is checked
-    against the limit before it is decoded (zstandard's one-shot call would trust it); one
-    that does not is fed in small pieces, so memory stays near the limit."""
+    against the limit before it is decoded (zstandard's one-shot call would trust it); from
+    the first that does not, the rest is streamed in small steps (:func:`iter_decompress`),
+    so memory stays near the limit whatever the frames hold."""
     out: list[bytes] = []
     total = 0
     rest = bytes(data)
     try:
         while True:
             declared = zstandard.frame_content_size(rest)
+            if declared < 0 and limit is not None:
+                room = limit - total
+                out += iter_decompress(_reader(rest), ".zstd", where, room,
+                                       min(room + 1, INFLATE_PIECE_BYTES))
+                return b"".join(out)
             if limit is not None and declared > limit - total:
                 raise CorruptDataError(f"{where}: a zstd frame of {declared} bytes, past the "
                                        f"{limit} it may hold")
             d = zstandard.ZstdDecompressor().decompressobj()
-            step = len(rest) if declared >= 0 or limit is None else 1024
-            for at in range(0, len(rest), step):
-                piece = d.decompress(rest[at:at + step])
-                out.append(piece)
-                total += len(piece)
-                if limit is not None and total > limit:
-                    raise CorruptDataError(f"{where}: zstd data inflates past the {limit} "
-                                           f"bytes it may hold")
-                if d.eof:
-                    rest = d.unused_data + rest[at + step:]
-                    break
+            piece = d.decompress(rest)
+            out.append(piece)
+            total += len(piece)
             if not d.eof:
                 raise CorruptDataError(f"{where}: truncated zstd data")
+            rest = d.unused_data
             if not rest:
                 return b"".join(out) if len(out) != 1 else out[0]
     except zstandard.ZstdError as e:
         raise CorruptDataError(f"{where}: bad zstd data ({e})") from None
+
+
+def _reader(data: bytes) -> Callable[[int, int], memoryview]:
+    """``read(offset, n)`` of :func:`iter_decompress` over ``data``."""
+    view = memoryview(data)
+    return lambda at, n: view[at:at + n]
 
 
 def encode(data: Blob, encoding: str) -> Blob:

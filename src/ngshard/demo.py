@@ -1,10 +1,14 @@
-"""Built-in sample data: two Neuroglancer layers as a connectomics pipeline leaves them, in
-``image/`` and ``segmentation/``. The segmentation is a sharded compressed_segmentation volume
-of Voronoi "cells" at two scales, whose segment IDs key a sharded skeleton layer in its
-``skeletons`` directory; the image is a sharded raw uint8 volume at two scales, the same cells
-as a microscope might show them (bright insides, dark membranes, smooth). Each cell's skeleton
-runs along the cell through its own voxels, so a viewer shows it inside its segment; the other
-IDs' skeletons are random walks that stay inside the volume.
+"""Built-in sample data: Neuroglancer layers as a connectomics pipeline leaves them, in
+``image/``, ``segmentation/`` and ``synapses/``. The segmentation is a sharded
+compressed_segmentation volume of Voronoi "cells" at two scales, whose segment IDs key the
+layers its info attaches: sharded skeletons (``skeletons/``), sharded multi-resolution meshes
+made from the segmentation by marching cubes (``mesh/``) and segment properties (labels,
+sizes, tags: ``segment_properties/``). The image is a sharded raw uint8 volume at two scales,
+the same cells as a microscope might show them (bright insides, dark membranes, smooth). Each
+cell's skeleton runs along the cell through its own voxels, so a viewer shows it inside its
+segment; the other IDs' skeletons are random walks that stay inside the volume. The synapses
+are point annotations on membranes, with properties and their two cells as relationships
+(see :mod:`ngshard.demo_segments`).
 
 The data is deterministic (a seeded generator, fixed encodings), so a rerun writes the same
 bytes. It replaces the previous demo's files rather than writing over them: the volumes'
@@ -22,9 +26,14 @@ from pathlib import Path
 
 import numpy as np
 
+from .demo_segments import cell_meshes, cell_properties, synapses
 from .errors import NgShardError
+from .layers.annotation_writer import write_annotations
+from .layers.mesh_writer import write_meshes
+from .layers.properties import write_segment_properties
 from .layers.skeletons import write_skeletons
 from .sharded import ShardingSpec
+from .sharded.infofile import write_info
 from .types import Encoding
 from .volume import create_volume
 from .volume.handle import write_volume_info
@@ -32,18 +41,28 @@ from .volume.layers import scale_key
 
 DEMO_SPEC = ShardingSpec(hash="murmurhash3_x86_128", preshift_bits=0, minishard_bits=4,
                          shard_bits=3, minishard_index_encoding="gzip", data_encoding="gzip")
+# mesh fragments are read by byte range: their data is never gzipped
+MESH_SPEC = ShardingSpec(hash="murmurhash3_x86_128", preshift_bits=0, minishard_bits=3,
+                         shard_bits=1, minishard_index_encoding="gzip", data_encoding="raw")
+ANNOTATION_SPEC = ShardingSpec(hash="murmurhash3_x86_128", preshift_bits=0, minishard_bits=2,
+                               shard_bits=1, minishard_index_encoding="gzip",
+                               data_encoding="gzip")
 RESOLUTION = (8, 8, 40)  # nm per voxel, x y z
 DOWNSAMPLE = (2, 2, 1)  # of the second scale
 #: Info member that marks a layer as the demo's: only such a layer is replaced by a rerun.
 MARKER = "ngshard_demo"
-#: The layers' folders.
-IMAGE, SEGMENTATION = "image", "segmentation"
+#: The layers' folders, and those of the layers the segmentation's info attaches.
+IMAGE, SEGMENTATION, SYNAPSES = "image", "segmentation", "synapses"
+ATTACHED = ("skeletons", "mesh", "segment_properties")
 SCALE_DIRS = (scale_key(RESOLUTION), scale_key([r * d for r, d in zip(RESOLUTION, DOWNSAMPLE)]))
+_RELATIONSHIPS = ("pre_synaptic_cell", "post_synaptic_cell")
 # The folders the demo writes: None is a folder of shards (and an info), a dict a layer (whose
 # info must carry MARKER) and its folders. Earlier demos wrote the segmentation at the top:
 # a rerun replaces those too.
 DEMO_TREE: dict = {IMAGE: dict.fromkeys(SCALE_DIRS),
-                   SEGMENTATION: {**dict.fromkeys(SCALE_DIRS), "skeletons": None},
+                   SEGMENTATION: {**dict.fromkeys(SCALE_DIRS), **dict.fromkeys(ATTACHED)},
+                   SYNAPSES: dict.fromkeys(("by_id", "spatial0",
+                                            *(f"rel_{r}" for r in _RELATIONSHIPS))),
                    **dict.fromkeys(SCALE_DIRS), "skeletons": None}
 # The files the demo writes in those folders, and the temporaries an interrupted write leaves.
 _DEMO_FILE = re.compile(r"info|[0-9a-f]+\.shard")
@@ -183,7 +202,7 @@ def previous_demo(path: str) -> list[str]:
     def foreign(why: str) -> NgShardError:
         return NgShardError(f"{path} is not a folder of `ngshard demo` ({why}); use --force to "
                             f"write the demo there anyway (replacing the files in its "
-                            f"{IMAGE} and {SEGMENTATION} folders)")
+                            f"{IMAGE}, {SEGMENTATION} and {SYNAPSES} folders)")
 
     if not os.path.exists(path):
         return []
@@ -266,12 +285,15 @@ def make_demo(path: str | os.PathLike, shape: tuple[int, int, int] = (256, 256, 
     Returns
     -------
     dict
-        The layers' folders: ``{"image": ..., "segmentation": ..., "skeletons": ...}``.
+        The layers' folders: ``{"image": ..., "segmentation": ..., "synapses": ...,
+        "skeletons": ..., "mesh": ..., "segment_properties": ...}``.
 
     Raises
     ------
     NgShardError
         ``path`` holds files the demo did not write, and not ``force``.
+    MissingDependencyError
+        zmesh (for the meshes) or DracoPy (to encode them) is missing; nothing is written.
     """
     path = os.fspath(path)
     for name in _demo_files_any(path) if force and os.path.isdir(path) else previous_demo(path):
@@ -284,26 +306,41 @@ def make_demo(path: str | os.PathLike, shape: tuple[int, int, int] = (256, 256, 
     skeletons = dict(zip(ids.tolist(), walks))
     skeletons.update((int(chosen[c]), v) for c, v in cell_skeletons(cell, cells).items())
     image = smooth_image(rng, cell, cells)
+    labels = chosen[cell]
+    meshes = cell_meshes(labels, RESOLUTION)  # before writing: zmesh may be missing
+    synapse = synapses(rng, labels)
 
-    folders = {IMAGE: os.path.join(path, IMAGE), SEGMENTATION: os.path.join(path, SEGMENTATION)}
-    folders["skeletons"] = os.path.join(folders[SEGMENTATION], "skeletons")
+    folders = {name: os.path.join(path, name) for name in (IMAGE, SEGMENTATION, SYNAPSES)}
+    folders.update((name, os.path.join(folders[SEGMENTATION], name)) for name in ATTACHED)
     encoding: Encoding
-    for layer, data, encoding in ((SEGMENTATION, chosen[cell], "compressed_segmentation"),
+    for layer, data, encoding in ((SEGMENTATION, labels, "compressed_segmentation"),
                                   (IMAGE, image, "raw")):
         vol = create_volume(folders[layer], dtype=data.dtype, shape=shape,
                             chunk_size=(64, 64, 64), encoding=encoding, resolution=RESOLUTION,
                             sharding="auto")
         # Marked before any chunk is written, so that a rerun after an interruption replaces
-        # it; "skeletons" is where Neuroglancer looks for the segments' skeletons.
+        # it; the layers it attaches are named once they are written.
         extra = {MARKER: "sample data; `ngshard demo` replaces it"}
-        if layer == SEGMENTATION:
-            extra["skeletons"] = "skeletons"
         vol.handle.info = replace(vol.info, extra={**vol.info.extra, **extra})
         write_volume_info(vol.storage, vol.info)
         with vol:
             vol[:] = data
         vol.add_scale(DOWNSAMPLE)
 
+    seg = folders[SEGMENTATION]
     write_skeletons(folders["skeletons"], {k: chain(v) for k, v in skeletons.items()},
-                    sharding=DEMO_SPEC)
+                    sharding=DEMO_SPEC, segmentation=seg)
+    write_meshes(folders["mesh"], meshes, sharding=MESH_SPEC.to_json(), segmentation=seg,
+                 chunk_shape=np.multiply(shape, RESOLUTION) / 2)  # one grid for all: fast
+    write_segment_properties(folders["segment_properties"], segmentation=seg,
+                             **cell_properties(labels, chosen, np.concatenate(
+                                 list(synapse["relationships"].values()))))
+    written = write_annotations(folders[SYNAPSES], "point", synapse["geometry"],
+                                properties=synapse["properties"],
+                                relationships=synapse["relationships"],
+                                dimensions={a: [r, "nm"] for a, r in zip("xyz", RESOLUTION)},
+                                lower_bound=[0, 0, 0], upper_bound=list(shape),
+                                sharding=ANNOTATION_SPEC)
+    # marked last: a collection written whole, then claimed as the demo's
+    write_info(written.storage, {**written.info, MARKER: extra[MARKER]})
     return folders

@@ -12,15 +12,16 @@ names what is left. A zarr array or group (metadata and chunk keys) and a store 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from collections.abc import Sequence
 
 from .errors import ExistsError, ReadOnlyError, SpecError
+from .jsondoc import parse_json
 from .kinds import (
     CONVERT_JOB,
     CONVERT_RECORDS,
     EVERYTHING,
+    FRAGMENTS,
     INFO,
     LEGACY_MESH_FILES,
     SCALE_FILES,
@@ -59,8 +60,8 @@ def _zarr_node(storage: Storage) -> str | None:
     """"array" or "group" if ``storage`` holds zarr (v3 or v2) metadata, else None."""
     raw = storage.read(ZARR_V3)
     if raw is not None:
-        with contextlib.suppress(ValueError, UnicodeDecodeError, AttributeError):
-            return "group" if json.loads(raw).get("node_type") == "group" else "array"
+        with contextlib.suppress(SpecError, AttributeError):
+            return "group" if parse_json(raw, ZARR_V3).get("node_type") == "group" else "array"
         return "array"
     if storage.stat(ZARR_ARRAY) is not None:
         return "array"
@@ -72,8 +73,8 @@ def _job_source(storage: Storage) -> str | None:
     raw = storage.child(CONVERT_RECORDS).read(CONVERT_JOB)
     if raw is None:
         return None
-    with contextlib.suppress(ValueError, UnicodeDecodeError, AttributeError):
-        return str(json.loads(raw).get("from"))
+    with contextlib.suppress(SpecError, AttributeError):
+        return str(parse_json(raw, CONVERT_JOB).get("from"))
     return "?"
 
 
@@ -158,6 +159,7 @@ def clear(storage: Storage) -> None:
         legacy = any(n.endswith(":0") for n in names)
         _remove(storage, LEGACY_MESH_FILES if legacy else SCALE_FILES, names)
     _remove(storage.child(CONVERT_RECORDS), EVERYTHING)
+    _remove(storage.child(FRAGMENTS), EVERYTHING)
     storage.delete(INFO)
 
 

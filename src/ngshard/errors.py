@@ -100,3 +100,8 @@ class RequestError(NgShardError, OSError):
 class MissingDependencyError(NgShardError, ImportError):
     """An optional package is needed for this URL or encoding; the message says what to
     install."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) stopped a long job at once: the message says what was done, what is
+    left and how to resume. A KeyboardInterrupt still, so code that catches those does."""

@@ -10,17 +10,20 @@ whose ``list()`` they call. ``ngshard.destination`` acts on it.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any, Final, NamedTuple
 
 from .compression import split_twin
 from .errors import NotFoundError, SpecError
-from .limits import MAX_JSON_DEPTH
+from .jsondoc import Doc, parse_json
+from .storage.names import is_inside
 
 INFO = "info"
 #: Where ``ngshard.convert`` records the job and the tasks of it that are done, until it is.
 CONVERT_RECORDS, CONVERT_JOB = ".ngshard-convert", "job.json"
+#: Where ``ngshard.mesh`` and ``ngshard.skeletonize`` keep the pieces of each task box until
+#: the layer is written (in the layer being made).
+FRAGMENTS = ".ngshard-fragments"
 
 VOLUME = "volume"
 STORE = "store"
@@ -67,34 +70,11 @@ ZARR_CHUNK_FILES = re.compile(r"c(?:\.[0-9]+)*|[0-9]+(?:\.[0-9]+)*")
 ZARR_CHUNK_DIRS = re.compile(r"c|[0-9]+")
 
 
-def _depth(doc: Any) -> int:
-    """Nesting depth of parsed JSON, without recursion."""
-    deepest, todo = 0, [(doc, 1)]
-    while todo:
-        value, depth = todo.pop()
-        deepest = max(deepest, depth)
-        if depth > MAX_JSON_DEPTH:
-            break
-        children = value.values() if isinstance(value, dict) else \
-            value if isinstance(value, list) else ()
-        todo += [(c, depth + 1) for c in children if isinstance(c, (dict, list))]
-    return deepest
-
-
 def parse_info(raw: bytes | str, where: str) -> dict:
     """An info document as a dict; SpecError naming ``where`` for anything else (bad JSON,
-    not an object, nesting past 100 levels, numbers too long to convert)."""
-    try:
-        doc = json.loads(raw)
-    except RecursionError:
-        raise SpecError(f"{where}: JSON nested too deeply") from None
-    except (ValueError, UnicodeDecodeError) as e:  # ValueError: also integers of 4300+ digits
-        raise SpecError(f"{where}: not valid JSON ({e})") from None
-    if not isinstance(doc, dict):
-        raise SpecError(f"{where}: expected a JSON object, got {type(doc).__name__}")
-    if _depth(doc) > MAX_JSON_DEPTH:
-        raise SpecError(f"{where}: JSON nested more than {MAX_JSON_DEPTH} levels deep")
-    return doc
+    not an object, numbers too long to convert). Members nested past MAX_JSON_DEPTH are
+    kept unparsed (:func:`ngshard.jsondoc.parse_json`)."""
+    return Doc(parse_json(raw, where), where).value
 
 
 def kind_of(doc: dict | None) -> str | None:
@@ -187,14 +167,9 @@ class Part(NamedTuple):
 
 
 def relative_folder(value: Any) -> str | None:
-    """``value`` if it names a folder inside the layer (no scheme, no '..', not absolute),
-    else None: only such folders are the layer's to remove."""
-    if not isinstance(value, str) or not value or value.startswith(("/", "\\")):
-        return None
-    parts = value.replace("\\", "/").split("/")
-    if ":" in parts[0] or any(p in ("", ".", "..") for p in parts):
-        return None
-    return value
+    """``value`` if it names a folder inside the layer (no scheme, no '..', not absolute:
+    :mod:`ngshard.storage.names`), else None: only such folders are the layer's to remove."""
+    return value.rstrip("/") if is_inside(value, folder=True) else None
 
 
 def parts(kind: str, doc: dict | None) -> list[Part]:

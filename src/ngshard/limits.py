@@ -161,8 +161,13 @@ MAX_SHARD_TASKS = 4096
 
 # --- hostile input -------------------------------------------------------------------------
 
-#: JSON nesting deeper than any real info holds: deeper is hostile and would exhaust the stack.
+#: JSON nesting deeper than any real metadata holds: a subtree deeper is kept unparsed
+#: (:class:`ngshard.jsondoc.DeepJSON`), so Python's recursive parser never exhausts the stack.
 MAX_JSON_DEPTH = 100
+#: The longest name from data (fragment, dataset path, scale key) taken as a storage name.
+MAX_NAME_CHARS = 4096
+#: Most axes a zarr array may have (tensorstore's limit).
+MAX_RANK = 32
 #: An info file past this size is not a layer's (the server does not read it whole).
 MAX_INFO_BYTES = 16 * MiB
 

@@ -1,7 +1,9 @@
 """``ngshard demo``: the sample layers are readable by tensorstore, the skeletons lie inside
-their segments, the image is smooth, a rerun replaces the demo (or an earlier version's) byte
-for byte, a folder of other things is left alone, and without the viewer the demo says in one
-line how to get it. (Viewing it: tests/server/test_view.py and test_browser.py.)"""
+their segments, the meshes wrap them, the synapses lie between the cells they relate, the
+segment properties label every segment, the image is smooth, a rerun replaces the demo (or an
+earlier version's) byte for byte, a folder of other things is left alone, the output is a few
+lines (``--verbose``: more), what it needs is installed or named in one line. (Viewing it:
+tests/server/test_view.py and test_browser.py.)"""
 
 from __future__ import annotations
 
@@ -46,12 +48,15 @@ def test_console_script_demo(demo):
     """A two-scale segmentation that tensorstore reads as ngshard does, whose every segment
     has a skeleton, and a two-scale image beside it."""
     path, out = demo
-    assert "keys         5000" in out and "2 scale(s)" in out and str(path) in out
-    assert out.strip().splitlines()[-1] == f"look at it:  ngshard view {path}"
+    lines = out.strip().splitlines()
+    assert len(lines) == 2 and lines[0].startswith(f"wrote the demo to {path}: ")
+    assert lines[-1] == f"look at it:  ngshard view {path}"
     kv = ngshard.open_kv(path / "segmentation" / "skeletons")
     assert len(kv) == 5000
     info = json.loads((path / "segmentation" / "info").read_text())
-    assert info["skeletons"] == "skeletons" and len(info["scales"]) == 2
+    assert {k: info[k] for k in ("skeletons", "mesh", "segment_properties")} == {
+        "skeletons": "skeletons", "mesh": "mesh", "segment_properties": "segment_properties"}
+    assert len(info["scales"]) == 2
     assert info["type"] == "segmentation" and "sharding" in info["scales"][1]
     for scale in (0, 1):
         labels = ngshard.open_volume(path / "segmentation", scale)[:]
@@ -127,6 +132,66 @@ def test_skeletons_run_through_their_own_segments(demo):
         if key in diagonal:
             assert np.linalg.norm(np.ptp(v, axis=0)) > 0.5 * diagonal[key], key
 
+def test_verbose_describes_every_layer(demo, tmp_path, capsys):
+    """--verbose: each layer's description too (the store figures the quiet run omits)."""
+    path = tmp_path / "demo"
+    shutil.copytree(demo[0], path)
+    assert main(["demo", str(path), "--no-view", "--verbose"]) == 0
+    out = capsys.readouterr().out
+    assert "keys         5000" in out and "2 scale(s)" in out and len(out.splitlines()) > 40
+    for name in ("image", "segmentation", "skeletons", "mesh", "segment_properties",
+                 "synapses"):
+        assert f"\n{name} (" in out, name
+
+
+def test_meshes_wrap_their_segments(demo):
+    """Every segment has a sharded multi-resolution mesh (two levels of detail, made from
+    the segmentation): its finest level spans the segment's voxels, within a sampling step."""
+    path, _ = demo
+    meshes = ngshard.open(path / "segmentation" / "mesh")
+    assert meshes.info["sharding"]["data_encoding"] == "raw"
+    vol = ngshard.open_volume(path / "segmentation")
+    labels, res = vol[:][..., 0], np.array(vol.resolution)
+    segments = np.unique(labels)
+    assert set(segments.tolist()) <= set(meshes.keys_array().tolist())
+    for segment in segments[:: len(segments) // 8].tolist():
+        voxels = np.argwhere(labels == segment)
+        lo, hi = voxels.min(axis=0) * res, (voxels.max(axis=0) + 1) * res
+        fine, coarse = meshes.get(segment, lod=0), meshes.get(segment, lod=1)
+        assert len(fine.faces) > len(coarse.faces) > 0
+        # the cells are constant over 4 x 4 x 4 voxel blocks, which the finest level meshes
+        np.testing.assert_allclose(fine.vertices.min(axis=0), lo, atol=0.1)
+        np.testing.assert_allclose(fine.vertices.max(axis=0), hi, atol=0.1)
+
+
+def test_synapses_lie_between_the_cells_they_relate(demo):
+    """Point annotations on a membrane along x: the voxels either side of the point belong
+    to its two related cells (one presynaptic, one postsynaptic); each has a score in [0, 1)
+    and a kind; the segment properties label every segment, tag the connected ones, and
+    the segmentation's info attaches them."""
+    path, _ = demo
+    synapses = ngshard.open(path / "synapses")
+    labels = ngshard.open_volume(path / "segmentation")[:][..., 0]
+    ids = synapses.keys_array()
+    assert len(ids) >= 500
+    connected = set()
+    for i in ids[::17].tolist():
+        a = synapses[i]
+        point = np.asarray(a.geometry, float)
+        sides = {int(labels[tuple(np.floor(point + [dx, 0, 0]).astype(int))])
+                 for dx in (-0.5, 0.5)}
+        pre, post = (a.relationships[r] for r in ("pre_synaptic_cell", "post_synaptic_cell"))
+        assert sides == {pre[0], post[0]} and pre[0] != post[0], (i, a)
+        assert 0 <= a.properties["score"] < 1 and a.properties["kind"] in (0, 1)
+        connected |= sides
+    props = ngshard.open(path / "segmentation" / "segment_properties")
+    segments = set(np.unique(labels).tolist())
+    assert set(props.ids.tolist()) == segments
+    for segment in connected:
+        entry = props[segment]
+        assert entry["label"].startswith("cell ") and "connected" in entry["tags"]
+
+
 def test_rerun_replaces_the_demo_byte_for_byte(demo, tmp_path, capsys):
     """A rerun into a demo's folder replaces it: the same files, byte for byte, and no
     garbage in any shard; so does a rerun into one that a killed run left half written."""
@@ -159,7 +224,8 @@ def test_rerun_replaces_an_earlier_versions_demo(demo, tmp_path):
     scales and skeletons there): a rerun replaces that too, leaving only today's layout."""
     first, _ = demo
     path = tmp_path / "old"
-    shutil.copytree(first / "segmentation", path)
+    shutil.copytree(first / "segmentation", path,
+                    ignore=shutil.ignore_patterns("mesh", "segment_properties"))  # not then
     assert json.loads((path / "info").read_text())["ngshard_demo"]
     assert main(["demo", str(path), "--no-view"]) == 0
     assert files(path) == files(first)
@@ -200,12 +266,40 @@ def test_without_the_viewer_it_says_how_to_get_it(demo, tmp_path, capsys, monkey
 
     monkeypatch.setattr(ngshard.demo, "make_demo", copy_demo)
     monkeypatch.setitem(sys.modules, "neuroglancer", None)  # import neuroglancer fails
-    assert main(["demo", str(tmp_path / "d")]) == 0
+    assert main(["demo", str(tmp_path / "d"), "--no-install"]) == 0
     captured = capsys.readouterr()
     last = captured.out.strip().splitlines()[-1]
-    assert "pip install 'ngshard[view]'" in last and str(tmp_path / "d") in last
+    assert "pip install 'ngshard[demo]'" in last and str(tmp_path / "d") in last
     assert not captured.err
     assert (tmp_path / "d" / "image" / "info").exists()
     assert main(["view", str(tmp_path / "d")]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "pip install 'ngshard[view]'" in err
+
+
+def test_what_the_demo_needs_is_installed_by_one_command(tmp_path, capsys, monkeypatch):
+    """The demo's needs are the ``demo`` extra, which the README's demo command installs;
+    what is missing is named (``missing``), installed by the demo unless --no-install, and
+    without the meshing packages the demo refuses in one line before writing anything."""
+    from pathlib import Path
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11
+
+    from ngshard.cli.demo import NEEDS, missing
+
+    root = Path(__file__).parents[2]
+    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    assert set(NEEDS.values()) == set(extras["demo"]) and set(extras["demo"]) <= \
+        set(extras["test"])
+    readme = (root / "README.md").read_text()
+    assert "pip install -e '.[demo]' && .venv/bin/ngshard demo" in readme
+    assert missing() == []
+    monkeypatch.setitem(sys.modules, "zmesh", None)
+    monkeypatch.setitem(sys.modules, "neuroglancer", None)
+    assert missing() == ["zmesh>=1.7", "neuroglancer>=2.40"]
+    assert missing(view=False) == ["zmesh>=1.7"]
+    assert main(["demo", str(tmp_path / "d"), "--no-install", "--no-view"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "zmesh" in err and "pip install 'ngshard[demo]'" in err
+    assert not (tmp_path / "d").exists()

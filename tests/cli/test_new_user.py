@@ -215,3 +215,29 @@ def test_info_of_a_zarr_array_and_an_ome_group(tmp_path, capsys):
     (tmp_path / "a.zarr" / "zarr.json").write_text("{")
     assert main(["info", str(tmp_path / "a.zarr")]) == 1
     assert "a.zarr/zarr.json: not valid JSON" in one_error_line(capsys)
+
+
+@pytest.mark.parametrize("command", ["put", "import"])
+def test_writing_to_a_new_store_without_a_spec_asks_for_one(tmp_path, capsys, command):
+    """Not "no such directory": the store is to be made, and the spec is what is missing."""
+    (tmp_path / "items").mkdir()
+    (tmp_path / "items" / "7").write_bytes(b"hello")
+    last = [str(tmp_path / "items")] if command == "import" else \
+        ["7", str(tmp_path / "items" / "7")]
+    assert main([command, str(tmp_path / "new"), *last]) == 1
+    err = one_error_line(capsys)
+    assert "--spec" in err and "no such directory" not in err, err
+    assert not (tmp_path / "new").exists()
+
+
+def test_each_command_says_what_its_scale_option_does(capsys):
+    """--scale's help is the command's own, not get's default everywhere."""
+    helps = {}
+    for name in ("info", "ls", "get", "put", "rm", "import", "verify", "compact"):
+        with pytest.raises(SystemExit):
+            main([name, "-h"])
+        text = " ".join(capsys.readouterr().out.split())
+        helps[name] = text.split("--scale INDEX|KEY")[-1].split(" --", 1)[0]
+    assert "scale 0" in helps["get"] and all("scale 0" not in h for n, h in helps.items()
+                                             if n != "get"), helps
+    assert len({helps[n] for n in ("info", "ls", "get", "put", "verify", "compact")}) == 6

@@ -58,10 +58,10 @@ class Running:
         """Send ``sig``; (exit status, the rest of stdout, stderr) within 20 s."""
         self.proc.send_signal(sig)
         try:
-            err = self.proc.stderr.read()
-            code = self.proc.wait(20)
+            code = self.proc.wait(20)  # a server that does not stop fails here, never hangs
         finally:
             self.proc.kill()
+        err = self.proc.stderr.read()
         time.sleep(0.1)
         rest = []
         while not self.lines.empty():
@@ -89,7 +89,9 @@ def test_serve_prints_sources_and_stops_cleanly(demo, sig):
     run = Running("serve", str(demo))
     base = run.wait_for(r"serving .* at (http://127\.0\.0\.1:\d+) ").group(1)
     image = run.wait_for(r"image\s+(precomputed://\S+)").group(1)
-    seg = run.wait_for(r"segmentation\s+(precomputed://\S+)\s+\(segmentation; with skeletons")
+    seg = run.wait_for(r"segmentation\s+(precomputed://\S+)\s+\(segmentation; with "
+                       r"skeletons, mesh, segment_properties\)")
+    run.wait_for(r"synapses\s+precomputed://\S+/synapses\s+\(annotations\)")
     assert image == f"precomputed://{base}/image"
     assert seg.group(1) == f"precomputed://{base}/segmentation"
     status, body = fetch(f"{base}/image/8_8_40/0.shard", {"Range": "bytes=0-15"})
@@ -113,13 +115,14 @@ def test_view_prints_the_viewer_and_stops_cleanly(demo):
 
 
 def test_demo_writes_then_views_and_stops_cleanly(demo, tmp_path):
-    """`ngshard demo` (here a rerun into a copy, to save time) writes, prints the viewer's
-    link, serves until Ctrl-C."""
+    """`ngshard demo` (here a rerun into a copy, to save time) writes, prints where and the
+    viewer's link (nothing else), serves until Ctrl-C."""
     pytest.importorskip("neuroglancer", reason="the view extra is not installed")
     shutil.copytree(demo, tmp_path / "demo")
     run = Running("demo", str(tmp_path / "demo"), "--no-browser")
-    run.wait_for(r"^wrote a sample image layer and a segmentation layer")
+    run.wait_for(r"^wrote the demo to ")
     viewer = run.wait_for(r"^viewer: (http://\S+)$").group(1)
+    assert len(run.out) == 2, run.out  # quiet: what was written where, and the link
     assert fetch(viewer)[0] == 200
     code, rest, err = run.stop()
     assert code == 0 and rest.strip() == "stopped" and "Traceback" not in err, err

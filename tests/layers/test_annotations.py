@@ -119,6 +119,21 @@ def test_round_trip_every_index(tmp_path, kind, sharding):
         assert found.properties["score"][by[int(ids[i])]] == properties["score"][i]
 
 
+@pytest.mark.parametrize("sharding", ["auto", None])
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_query_meeting_no_annotation_is_empty(tmp_path, kind, sharding):
+    """Boxes outside the bounds, in an empty cell, or between the annotations: an empty set
+    of the collection's kind (it once raised ValueError for points and lines)."""
+    rng = np.random.default_rng(1)
+    geometry, properties, _ = collection(kind, 30, rng)
+    a = ngshard.write_annotations(tmp_path / "a", kind, geometry, properties=properties,
+                                  sharding=sharding, limit=3, durable=False)
+    for lo, hi in ([500] * 3, [600] * 3), ([-50] * 3, [-40] * 3), ([1e-3] * 3, [2e-3] * 3):
+        found = a.query(lo, hi)
+        assert len(found) == 0 and found.type == kind and found.ids.dtype == np.uint64
+        assert sorted(found.properties) == ["cls", "color", "count", "score"]
+
+
 def test_boxes_across_many_cells_are_stored_once_per_level(tmp_path):
     """A box spanning the whole space among small ones: emitted early, found once."""
     rng = np.random.default_rng(5)

@@ -76,3 +76,26 @@ def test_bad_info_is_a_spec_error(tmp_path):
                                       "chunk_size": [1, 1, 1]}])
     with pytest.raises(ngshard.SpecError, match="must be positive"):
         ngshard.Annotations(layer.storage, info)
+
+
+@pytest.mark.parametrize("change, says", [
+    (dict(spatial=[{"key": "s", "grid_shape": [2**32, 2**32, 2], "chunk_size": [1, 1, 1]}]),
+     "too many cells"),
+    (dict(spatial=[{"key": "s", "grid_shape": [2**63, 1, 1], "chunk_size": [1, 1, 1]}]),
+     r"spatial\[0\].grid_shape\[0\] must be an integer"),
+    (dict(relationships=[{"id": ["a"], "key": "r"}]), r"relationships\[0\].id must be"),
+    (dict(lower_bound=[0, 0, "x"]), r"lower_bound\[2\] must be a finite number"),
+    (dict(upper_bound=[0, 0, 1e999]), r"upper_bound\[2\] must be a finite number"),
+    (dict(dimensions=[]), "dimensions must be a JSON object"),
+    (dict(by_id=[]), "by_id must be a JSON object"),
+    (dict(spatial=[{"key": "s", "grid_shape": [1, 1, 1], "chunk_size": [1, 1, 1],
+                    "limit": "many"}]), r"spatial\[0\].limit must be an integer"),
+])
+def test_info_members_of_the_wrong_type_or_range(tmp_path, change, says):
+    """Each once a foreign exception (OverflowError for a grid of 2**64 cells, TypeError for
+    a relationship id that is a list) or accepted as nonsense."""
+    layer = ngshard.write_annotations(tmp_path / "a", "point", np.zeros((2, 3)),
+                                      durable=False)
+    with pytest.raises(ngshard.SpecError, match=says) as e:
+        ngshard.Annotations(layer.storage, dict(layer.info, **change))
+    assert "info" in str(e.value)

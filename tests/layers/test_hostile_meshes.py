@@ -4,6 +4,7 @@ fragments that overrun: CorruptDataError naming the segment, memory bounded by t
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -208,3 +209,41 @@ def test_draco_bombs_raise_in_bounded_memory(layers, vertices, faces):
                          timeout=PEER_TIMEOUT).stdout.splitlines()
     assert re.search(rf"segment {k} LOD 0 fragment 0: Draco fragment does not decode", out[0])
     assert int(out[1]) < 64 << 10  # KiB of peak growth
+
+
+READ_ONE = r"""
+import resource, sys, ngshard
+layer = ngshard.open(sys.argv[1])
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:
+    layer.get(int(sys.argv[2]))
+except ngshard.CorruptDataError as e:
+    print(e)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
+"""
+
+
+def test_a_fragment_size_past_the_file_costs_what_the_file_holds(layers):
+    """An unsharded manifest claiming a fragment of 2**32 - 1 bytes: the read of the
+    fragment file is cut at its end, not sized by the claim (it once allocated 4 GiB)."""
+    index = layers / "u" / "3.index"
+    m = Manifest.from_bytes(index.read_bytes(), "x")
+    m.fragment_sizes[0] = np.full_like(m.fragment_sizes[0], 2**32 - 1)
+    index.write_bytes(m.to_bytes())
+    out = subprocess.run([sys.executable, "-c", READ_ONE, str(layers / "u"), "3"],
+                         capture_output=True, text=True, check=True,
+                         timeout=PEER_TIMEOUT).stdout.splitlines()
+    assert "fragment data of segment 3 ends before byte" in out[0]
+    assert int(out[1]) < 64 << 10  # KiB of peak growth
+
+
+def test_a_legacy_manifest_naming_a_fragment_twice(tmp_path):
+    """100,000 names of one fragment in a 1.3 MB manifest once made a mesh 100,000 times the
+    fragment (97 MiB of peak memory): a name given twice is damage."""
+    layer = ngshard.write_legacy_meshes(tmp_path / "m", {5: (np.eye(3), [[0, 1, 2]])},
+                                        durable=False)
+    manifest = tmp_path / "m" / "5:0"
+    doc = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps({"fragments": doc["fragments"] * 3}))
+    with pytest.raises(ngshard.CorruptDataError, match=r"5:0: names fragment .* twice"):
+        layer.get(5)

@@ -169,13 +169,13 @@ def test_verify_says_an_interrupted_conversion_has_not_finished(tmp_path, source
             ngshard.convert(src, dst, executor=Interrupting(pool, 3), progress=False,
                             chunk_size=(16, 16, 16), task_bytes=32**3, downsample=1)
         # the three shards written are whole: only the records tell the job is unfinished
-        left = "a conversion into it has not finished: 6 of 9 task(s) remain (1_1_1: 5 of 8"
+        left = "a conversion into it has not finished: 13 of 16 task(s) remain (1_1_1: 5 of 8"
         assert main(["verify", str(dst)]) == 1
         out = capsys.readouterr().out
         assert "scale 1_1_1: 3 shard(s), " in out
         assert "of 1_1_1 remain; to finish it, run `ngshard convert" in out
         assert f"`ngshard convert {src} {dst}` again with the same options" in out
-        assert "scale 2_2_2:" in out and "1 of 1 task(s) of 2_2_2 remain" in out
+        assert "scale 2_2_2:" in out and "8 of 8 task(s) of 2_2_2 remain" in out
         assert "OK" not in out
         report = verify_volume(ngshard.open_volume(dst))
         assert not report.ok and "5 of 8 task(s) of 1_1_1 remain" in report.problems[-1]

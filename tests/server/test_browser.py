@@ -1,156 +1,51 @@
 """End to end with the real viewer: headless Chromium (the Debian package, driven by
-playwright; no browser is ever downloaded) loads the viewer that ``ngshard view`` serves for
-the demo data, and the test asserts what cannot pass by accident:
+playwright; no browser is ever downloaded) loads the viewer that ``ngshard view`` serves,
+one browser for the module, one test per mix of layers: the demo (precomputed image,
+segmentation with meshes, skeletons and segment properties, annotations), precomputed
+layers a user wrote (meshes attached by ``write_meshes(segmentation=)``, skeletons lying
+beside), zarr arrays, an OME-Zarr group, and zarr beside precomputed. Each asserts what a
+person would check on the screen (``browser_helpers.check_view``: the xy panel shows x-y,
+the scale bar reads the data's size within 2x, every layer loaded its chunks with no
+error), and more per mix:
 
 (a) every ``.shard`` request carried a Range header and got 206;
-(b) every layer is ready, no data source has an error, and the chunk statistics show every
-    visible chunk on the GPU and none failed (a server that ignores Range still reports
-    "ready": readiness alone proves nothing);
-(c) with the mouse over the xy panel, ``viewer.layerSelectedValues`` gives the values the demo
-    arrays hold at ``viewer.mouseState.position``;
-(d) a crop of the data area of the screenshot is not flat;
-(e) the skeleton of a selected segment is drawn: with it alone selected and coloured magenta,
-    the 3D panel (no slices there, no meshes in the demo) shows magenta pixels, and none when
-    no segment is selected.
+(b) with the mouse over the xy panel, ``viewer.layerSelectedValues`` gives the values the
+    arrays hold at ``viewer.mouseState.position`` (for zarr beside precomputed: the same
+    segment in both, so they overlay);
+(c) a crop of the data area of the screenshot is not flat;
+(d) what a selected segment has is drawn in the 3D panel (no slices there): skeletons in
+    magenta when it alone is selected and coloured so, meshes as lit pixels, synapses as
+    yellow points, nothing when no segment is selected.
 
-If Chromium, playwright or neuroglancer is missing, or the browser cannot start, the test is
-skipped with the reason (shown by pytest's ``-ra``), never silently. Set NGSHARD_SCREENSHOT to
-a path to keep the screenshot.
+If Chromium, playwright or neuroglancer is missing, or the browser cannot start, the tests
+are skipped with the reason (shown by pytest's ``-ra``), never silently. Set
+NGSHARD_SCREENSHOT to a path to keep the demo's screenshot.
 """
 
 from __future__ import annotations
 
-import io
 import os
-import queue
-import re
 import shutil
-import signal
-import subprocess
-import sys
-import threading
 import time
 
 import numpy as np
+from browser_helpers import (
+    MOUSE_JS,
+    PANELS_JS,
+    SELECT_JS,
+    VIEWPORT,
+    ViewCommand,
+    check_view,
+    crop,
+    lit,
+    loaded,
+    magenta,
+    poll,
+    wait_until_drawn,
+    yellow,
+)
 
 import ngshard
-
-VIEWPORT = {"width": 1024, "height": 700}
-
-# Per chunk source: visible chunks in each state (ChunkState: GPU_MEMORY 0, FAILED 6; the
-# statistics are [state][priority tier][numChunks, systemMemory, gpuMemory], VISIBLE tier 0).
-STATISTICS_JS = """async () => {
-  const map = await window.viewer.chunkQueueManager.getStatistics();
-  const rows = [];
-  for (const [source, s] of map) {
-    let visible = 0;
-    for (let state = 0; state < 8; ++state) visible += s[state * 9];
-    const url = (source.key && source.key.parameters && source.key.parameters.url) || '';
-    rows.push({type: source.RPC_TYPE_ID, url, visible, gpu: s[0], failed: s[6 * 9]});
-  }
-  return rows;
-}"""
-LAYERS_JS = """() => window.viewer.layerManager.managedLayers.map(l => ({
-  name: l.name, ready: !!l.isReady(),
-  errors: l.layer.dataSources.map(d => d.loadState === undefined ? 'not loaded' :
-                                        (d.loadState.error === undefined ? null :
-                                         String(d.loadState.error)))}))"""
-PANELS_JS = """() => Array.from(window.viewer.display.panels).map(p => {
-  const r = p.element.getBoundingClientRect();
-  return {slice: 'sliceView' in p, box: [r.x, r.y, r.width, r.height]};
-})"""
-MOUSE_JS = """() => ({
-  active: window.viewer.mouseState.active,
-  position: Array.from(window.viewer.mouseState.position),
-  values: JSON.parse(JSON.stringify(window.viewer.layerSelectedValues,
-                                    (k, v) => typeof v === 'bigint' ? v.toString() : v))})"""
-# Show only ``segments`` of the segmentation layer, in the colour 0xRRGGBB.
-SELECT_JS = """([segments, color]) => {
-  const display = window.viewer.layerManager.getLayerByName('segmentation').layer.displayState;
-  const visible = display.segmentationGroupState.value.visibleSegments;
-  const colors = display.segmentationColorGroupState.value.segmentStatedColors;
-  visible.clear();
-  colors.clear();
-  for (const s of segments) {
-    visible.add(BigInt(s));
-    colors.set(BigInt(s), BigInt(color));
-  }
-}"""
-
-
-class ViewCommand:
-    """``ngshard view DIR --no-browser`` running: its data URL and viewer URL."""
-
-    def __init__(self, path) -> None:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen([sys.executable, "-m", "ngshard.cli", "view", str(path),
-                                      "--no-browser"], env=env, text=True,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        self.lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=lambda: [self.lines.put(x) for x in self.proc.stdout],
-                         daemon=True).start()
-        self.data = self._wait(r"^serving .* at (http://127\.0\.0\.1:\d+) ")
-        self.viewer = self._wait(r"^viewer: (http://127\.0\.0\.1:\d+/v/\w+/)$")
-
-    def _wait(self, pattern: str, timeout: float = 120) -> str:
-        deadline, seen = time.monotonic() + timeout, []
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            try:
-                line = self.lines.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            seen.append(line)
-            if match := re.search(pattern, line):
-                return match.group(1)
-        self.proc.kill()
-        raise AssertionError(f"ngshard view printed {''.join(seen)!r}, "
-                             f"stderr {self.proc.stderr.read()!r}")
-
-    def stop(self) -> tuple[int, str]:
-        self.proc.send_signal(signal.SIGINT)
-        try:
-            err = self.proc.stderr.read()
-            return self.proc.wait(20), err
-        finally:
-            self.proc.kill()
-
-
-def poll(page, script: str, done, timeout: float = 90, arg=None):
-    """Evaluate ``script`` until ``done(result)``; the last result either way."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = page.evaluate(script, arg) if arg is not None else page.evaluate(script)
-        if done(result) or time.monotonic() > deadline:
-            return result
-        time.sleep(0.2)
-
-
-def settled(rows) -> bool:
-    """Every visible chunk of every source on the GPU (or failed: reported, not waited for)."""
-    return bool(rows) and all(r["gpu"] + r["failed"] == r["visible"] for r in rows) and \
-        sum(r["visible"] for r in rows) > 0
-
-
-def wait_until_drawn(page) -> list[dict]:
-    page.wait_for_function("window.viewer !== undefined && window.viewer.isReady()",
-                           timeout=90_000)
-    rows = poll(page, STATISTICS_JS, settled)
-    page.wait_for_function("window.viewer.isReady()", timeout=30_000)
-    page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
-    return rows
-
-
-def crop(png: bytes, box) -> np.ndarray:
-    from PIL import Image
-
-    x, y, w, h = (int(round(v)) for v in box)
-    image = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
-    return image[y + 4:y + h - 4, x + 4:x + w - 4]
-
-
-def magenta(pixels: np.ndarray) -> int:
-    r, g, b = (pixels[..., i].astype(int) for i in range(3))
-    return int(((r > 180) & (g < 90) & (b > 180)).sum())
 
 
 def test_the_viewer_shows_the_demo(browser, demo_dir, tmp_path):
@@ -165,25 +60,20 @@ def test_the_viewer_shows_the_demo(browser, demo_dir, tmp_path):
             else None)
     try:
         page.goto(view.viewer)
-        rows = wait_until_drawn(page)
+        # 256 voxels of 8 nm across x and y
+        rows = check_view(page, view, ["image", "segmentation", "synapses"], 256 * 8e-9)
 
-        # (a) every shard read is a byte range, answered 206; all three stores were read
+        # (a) every shard read is a byte range, answered 206; all the stores were read
         shards = [r for r in responses if r[0].split("?")[0].endswith(".shard")]
         assert shards and all(rng and rng.startswith("bytes=") and status == 206
                               for _, rng, status in shards), shards
         read = {url.split(view.data, 1)[1].rsplit("/", 1)[0] for url, _, _ in shards}
-        assert {"/image/8_8_40", "/segmentation/8_8_40", "/segmentation/skeletons"} <= read
+        assert {"/image/8_8_40", "/segmentation/8_8_40", "/segmentation/skeletons",
+                "/segmentation/mesh", "/synapses/rel_pre_synaptic_cell"} <= read, read
         assert not failed and all(status < 400 for _, _, status in responses), responses
-
-        # (b) ready, no source error, every visible chunk on the GPU, none failed
-        layers = page.evaluate(LAYERS_JS)
-        assert [layer["name"] for layer in layers] == ["image", "segmentation"]
-        assert all(layer["ready"] and layer["errors"] == [None] for layer in layers), layers
-        assert settled(rows) and not any(r["failed"] for r in rows), rows
-        for store in ("/image/8_8_40/", "/segmentation/8_8_40/", "/segmentation/skeletons/"):
-            mine = [r for r in rows if r["url"] == view.data + store]
-            assert mine and mine[0]["visible"] > 0 and mine[0]["gpu"] == mine[0]["visible"], \
-                (store, rows)
+        for store in ("/image/8_8_40/", "/segmentation/8_8_40/", "/segmentation/skeletons/",
+                      "/segmentation/mesh/"):
+            assert loaded(rows, view.data + store), (store, rows)
 
         # (c) the values under the mouse are the demo's at the mouse position
         panels = page.evaluate(PANELS_JS)
@@ -202,8 +92,10 @@ def test_the_viewer_shows_the_demo(browser, demo_dir, tmp_path):
                 continue  # on a voxel boundary, or off the volume: ambiguous
             assert voxel[2] == 64, state  # the xy panel's plane through the centre
             assert state["values"]["image"]["value"] == int(image[voxel]), (voxel, state)
-            assert state["values"]["segmentation"]["value"] == str(labels[voxel]), \
-                (voxel, state)
+            # the segment's id, with its label and tags from the segment properties
+            segment = state["values"]["segmentation"]["value"]
+            assert segment["key"] == str(labels[voxel]), (voxel, state)
+            assert segment["label"].startswith("cell "), state
             checked += 1
         assert checked >= 2
 
@@ -216,7 +108,8 @@ def test_the_viewer_shows_the_demo(browser, demo_dir, tmp_path):
         grey = data.astype(float).mean(axis=2)
         assert grey.std() > 10 and len(np.unique(data.reshape(-1, 3), axis=0)) > 50
 
-        # (e) the skeleton of a selected segment is drawn (in the 3D panel: only skeletons)
+        # (d) what the selected segment has is drawn in the 3D panel: its skeleton and mesh
+        # (magenta when coloured so), its synapses (yellow points)
         segment = page.evaluate("() => window.viewer.state.toJSON().layers.find("
                                 "l => l.type === 'segmentation').segments[0]")
         assert int(segment) in ngshard.open_kv(demo_dir / "segmentation" / "skeletons")
@@ -225,21 +118,24 @@ def test_the_viewer_shows_the_demo(browser, demo_dir, tmp_path):
         for selected in ([segment], []):
             page.evaluate(SELECT_JS, [selected, 0xFF00FF])
             wait_until_drawn(page)
-            counts[len(selected)] = magenta(crop(page.screenshot(), perspective))
-        assert counts[1] >= 20 and counts[0] == 0, counts
+            pixels = crop(page.screenshot(), perspective)
+            counts[len(selected)] = magenta(pixels), lit(pixels), yellow(pixels)
+        # selected, its mesh and skeleton in magenta, its synapses among the yellow points
+        # (only its own: fewer than all of them, which show when none is selected)
+        assert counts[1][0] >= 20 and 10 <= counts[1][2] < counts[0][2], counts
+        assert counts[0][0] == 0, counts
     finally:
         page.close()
         code, err = view.stop()
-    assert code == 0 and "Traceback" not in err, err
     assert time.monotonic() - started < 120
 
 
 def test_the_viewer_shows_zarr_arrays(browser, tmp_path):
     """Zarr arrays under the served root (a v3 array with sharding_indexed, written by
-    ngshard, and a v2 array with its dot-named metadata) are found, put in the viewer's
-    state as zarr sources, and drawn by Neuroglancer's own zarr reader through the server:
-    inner chunks read as byte ranges of the shards (206), every layer ready, every visible
-    chunk on the GPU, and the value under the mouse the array's."""
+    ngshard, and a v2 array with its dot-named metadata, both z, y, x by name) are found,
+    put in the viewer's state as zarr sources on axes x, y, z, and drawn by Neuroglancer's
+    own zarr reader through the server: inner chunks read as byte ranges of the shards
+    (206), and the value under the mouse the array's."""
     import ngshard.zarr
 
     rng = np.random.default_rng(5)
@@ -260,21 +156,18 @@ def test_the_viewer_shows_zarr_arrays(browser, tmp_path):
         if r.url.startswith(view.data) else None)
     try:
         page.goto(view.viewer)
-        rows = wait_until_drawn(page)
+        # no units: 1 nm voxels (the notice says so), 128 across x
+        check_view(page, view, ["em.zarr", "labels_v2.zarr"], 128e-9)
         # Neuroglancer asks a shard's size (HEAD), then reads its index and inner chunks
         shards = [r for r in responses if "/em.zarr/c/" in r[0] and r[3] == "GET"]
         assert shards and all(rng and rng.startswith("bytes=") and status == 206
                               for _, rng, status, _ in shards), responses
         assert any(url.endswith("/labels_v2.zarr/.zarray") and status == 200
                    for url, _, status, _ in responses), responses
-        layers = page.evaluate(LAYERS_JS)
-        assert sorted(layer["name"] for layer in layers) == ["em.zarr", "labels_v2.zarr"]
-        assert all(layer["ready"] and layer["errors"] == [None] for layer in layers), layers
-        assert settled(rows) and not any(r["failed"] for r in rows), rows
 
         xy = next(p["box"] for p in page.evaluate(PANELS_JS) if p["slice"])
         names = list(page.evaluate("() => window.viewer.state.toJSON().dimensions"))
-        assert sorted(names) == ["x", "y", "z"], names  # both arrays on the same axes
+        assert names == ["x", "y", "z"], names  # both arrays on the same axes, x first
         # a voxel many pixels wide, so the mouse lands inside one
         page.evaluate("() => { window.viewer.crossSectionScale.value = 0.05; }")
         checked = 0
@@ -299,4 +192,131 @@ def test_the_viewer_shows_zarr_arrays(browser, tmp_path):
     finally:
         page.close()
         code, err = view.stop()
+
+
+def selected_pixels(page, layer: str, segments: list[str], box) -> tuple[int, int]:
+    """(lit pixels of the 3D panel with ``segments`` of ``layer`` shown, with none)."""
+    script = SELECT_JS.replace("'segmentation'", repr(layer))
+    counts = []
+    for shown in (segments, []):
+        page.evaluate(script, [shown, 0xFF00FF])
+        wait_until_drawn(page)
+        counts.append(lit(crop(page.screenshot(), box)))
+    return counts[0], counts[1]
+
+
+def test_precomputed_layers_a_user_wrote(browser, tmp_path):
+    """An image and a segmentation in a dataset folder; meshes written beside the
+    segmentation with ``write_meshes(segmentation=)`` (its info names ``../meshes``, which
+    Neuroglancer resolves below the served folder), skeletons written beside it and attached
+    to nothing (the view joins them): both are read, a selected segment's mesh lights the 3D
+    panel, none without it."""
+    served, tmp_path = tmp_path, tmp_path / "dataset"
+    shape, res = (96, 80, 24), (4, 4, 40)
+    labels = np.zeros(shape, np.uint32)
+    labels[20:60, 10:50, 4:20] = 7
+    with ngshard.create_volume(tmp_path / "em", dtype="uint8", shape=shape,
+                               resolution=res, voxel_offset=(100, 0, 0)) as vol:
+        vol[...] = (np.arange(shape[0])[:, None, None] * 2).astype(np.uint8)
+    with ngshard.create_volume(tmp_path / "seg", dtype="uint32", shape=shape,
+                               resolution=res, voxel_offset=(100, 0, 0),
+                               encoding="compressed_segmentation") as vol:
+        vol[...] = labels
+    box = np.array([[120, 10, 4], [160, 50, 20]], np.float32) * res  # the cube, in nm
+    corners = np.array([[box[i // 4 % 2][0], box[i // 2 % 2][1], box[i % 2][2]]
+                        for i in range(8)], np.float32)
+    faces = np.array([[0, 1, 3], [0, 3, 2], [4, 6, 7], [4, 7, 5], [0, 4, 5], [0, 5, 1],
+                      [2, 3, 7], [2, 7, 6], [0, 2, 6], [0, 6, 4], [1, 5, 7], [1, 7, 3]])
+    ngshard.write_meshes(tmp_path / "meshes", {7: (corners, faces)},
+                         segmentation=tmp_path / "seg")
+    ngshard.write_skeletons(tmp_path / "skeletons", {7: (corners[:2], [[0, 1]])})
+    view = ViewCommand(served)
+    page = browser.new_page(viewport=VIEWPORT)
+    try:
+        page.goto(view.viewer)
+        rows = check_view(page, view, ["em", "seg"], 96 * 4e-9)
+        sources = page.evaluate("() => window.viewer.state.toJSON().layers[1].source")
+        assert sources == [f"precomputed://{view.data}/dataset/seg",
+                           f"precomputed://{view.data}/dataset/skeletons"], sources
+        assert loaded(rows, f"{view.data}/dataset/meshes/") and \
+            loaded(rows, f"{view.data}/dataset/skeletons/"), rows
+        perspective = next(p["box"] for p in page.evaluate(PANELS_JS) if not p["slice"])
+        shown, hidden = selected_pixels(page, "seg", ["7"], perspective)
+        assert shown > hidden + 2000, (shown, hidden)  # hidden: the bounding box alone
+    finally:
+        page.close()
+        code, err = view.stop()
     assert code == 0 and "Traceback" not in err, err
+
+
+def test_an_ome_zarr_group(browser, tmp_path):
+    """An OME-Zarr 0.5 group (converted from a precomputed volume at 8, 8, 40 nm with an
+    offset): its axes and units place it (no transform needed), x-y in the main panel."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    shape = (64, 48, 16)
+    with ngshard.create_volume(tmp_path / "pre", dtype="uint8", shape=shape,
+                               resolution=(8, 8, 40), voxel_offset=(32, 0, 8)) as vol:
+        vol[...] = np.random.default_rng(4).integers(0, 255, shape, dtype=np.uint8)
+    with ThreadPoolExecutor(2) as pool:
+        ngshard.convert(tmp_path / "pre", tmp_path / "served" / "em.ome.zarr",
+                        executor=pool, progress=False)
+    view = ViewCommand(tmp_path / "served")
+    page = browser.new_page(viewport=VIEWPORT)
+    try:
+        page.goto(view.viewer)
+        check_view(page, view, ["em.ome.zarr"], 64 * 8e-9)
+        state = page.evaluate("() => window.viewer.state.toJSON()")
+        assert state["dimensions"] == {"x": [8e-9, "m"], "y": [8e-9, "m"], "z": [4e-8, "m"]}
+        assert state["position"] == [32 + 32.5, 24.5, 8 + 8.5]  # the data's centre voxel
+        assert not any(line.startswith("note:") for line in view.printed), view.printed
+    finally:
+        page.close()
+        code, err = view.stop()
+    assert code == 0 and "Traceback" not in err, err
+
+
+def test_zarr_beside_precomputed_overlays_it(browser, demo_dir, tmp_path):
+    """The demo's segmentation also as a plain zarr array (z, y, x, no units) with
+    ``--resolution 8,8,40``: both in one space, so under the mouse the zarr layer holds the
+    same segment as the precomputed one; without --resolution a notice says it is shown at
+    1 nm voxels."""
+    import ngshard.zarr
+
+    (tmp_path / "served").mkdir()
+    shutil.copytree(demo_dir / "segmentation", tmp_path / "served" / "segmentation")
+    labels = ngshard.open_volume(demo_dir / "segmentation")[..., 0]
+    array = ngshard.zarr.create_array(tmp_path / "served" / "seg.zarr", labels.shape[::-1],
+                                      "uint64", (32, 64, 64), dimension_names=("z", "y", "x"))
+    array[...] = labels.T
+    view = ViewCommand(tmp_path / "served", "--resolution", "8,8,40")
+    page = browser.new_page(viewport=VIEWPORT)
+    try:
+        page.goto(view.viewer)
+        check_view(page, view, ["seg.zarr", "segmentation"], 256 * 8e-9)
+        xy = next(p["box"] for p in page.evaluate(PANELS_JS) if p["slice"])
+        checked = 0
+        for fx, fy in ((0.5, 0.5), (0.3, 0.6), (0.7, 0.35), (0.45, 0.2)):
+            page.mouse.move(xy[0] + fx * xy[2], xy[1] + fy * xy[3])
+            state = poll(page, MOUSE_JS, lambda s: s["active"] and all(
+                "value" in s["values"].get(n, {}) for n in ("seg.zarr", "segmentation")),
+                timeout=20)
+            position = np.array(state["position"])
+            if np.any(np.abs(position - np.round(position)) < 1e-3):
+                continue  # on a voxel boundary: ambiguous
+            voxel = tuple(np.floor(position).astype(int).tolist())
+            precomputed = state["values"]["segmentation"]["value"]
+            assert precomputed["key"] == str(labels[voxel]), (voxel, state)
+            assert state["values"]["seg.zarr"]["value"] == precomputed["key"], state
+            checked += 1
+        assert checked >= 2
+    finally:
+        page.close()
+        code, err = view.stop()
+    assert code == 0 and "Traceback" not in err, err
+    plain = ViewCommand(tmp_path / "served")
+    try:
+        notes = [line for line in plain.printed if line.startswith("note:")]
+        assert len(notes) == 1 and "seg.zarr" in notes[0] and "--resolution" in notes[0]
+    finally:
+        plain.stop()

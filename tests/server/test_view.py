@@ -19,7 +19,12 @@ from ngshard.storage import open_storage
 def test_state_of_the_demo(demo_dir):
     with ngshard.serve(demo_dir) as srv:
         state = viewer_state(srv.layers, srv.url, open_storage(demo_dir))
-    image, seg = state["layers"]
+    image, seg, synapses = state["layers"]  # images, segmentations, annotations
+    assert synapses == {"type": "annotation", "name": "synapses",
+                        "source": f"precomputed://{srv.url}/synapses",
+                        "linkedSegmentationLayer": {"pre_synaptic_cell": "segmentation",
+                                                    "post_synaptic_cell": "segmentation"},
+                        "filterBySegmentation": ["pre_synaptic_cell", "post_synaptic_cell"]}
     assert image == {"type": "image", "name": "image",
                      "source": f"precomputed://{srv.url}/image"}
     assert seg["type"] == "segmentation" and seg["source"] == \
@@ -40,9 +45,9 @@ def test_state_of_the_demo(demo_dir):
 
 
 def test_state_of_other_trees(tmp_path):
-    """Standalone skeletons become segmentation layers, annotations annotation layers, a
-    bare sharded store none; names stay distinct; the position follows the voxel offset;
-    hundreds of layers are cut to MAX_LAYERS."""
+    """Standalone skeletons join the only segmentation, annotations become annotation
+    layers, a bare sharded store none; names stay distinct; the position is the centre of
+    all the layers' bounds; hundreds of layers are cut to MAX_LAYERS."""
     with ngshard.create_volume(tmp_path / "a" / "em", dtype="uint8", shape=(100, 60, 10),
                                voxel_offset=(1000, 0, 5), resolution=(4, 4, 30)) as vol:
         vol[:] = 3
@@ -56,11 +61,14 @@ def test_state_of_other_trees(tmp_path):
     ngshard.write_kv(tmp_path / "kv", ngshard.ShardingSpec(), {1: b"x"})
     files = LocalFiles(str(tmp_path))
     state = viewer_state(find_layers(files), "http://h:1", open_storage(tmp_path))
-    kinds = {(e["name"], e["type"]) for e in state["layers"]}
-    assert kinds == {("em", "image"), ("em'", "segmentation"), ("sk", "segmentation"),
-                     ("ann", "annotation")}
-    assert next(e for e in state["layers"] if e["name"] == "em'")["segments"] == []
-    assert state["position"] == [1050.5, 30.5, 10.5] and state["dimensions"]["z"] == [30e-9, "m"]
+    kinds = [(e["name"], e["type"]) for e in state["layers"]]
+    # images, then segmentations, then annotations; the skeletons join the one segmentation
+    assert kinds == [("em", "image"), ("em'", "segmentation"), ("ann", "annotation")]
+    seg = state["layers"][1]
+    assert seg["segments"] == [] and seg["source"] == [
+        "precomputed://http://h:1/b/em", "precomputed://http://h:1/sk"]
+    # x: [4000, 4400) nm and [0, 10) nm; y: [0, 240) and [0, 10); z: [150, 450) and [0, 10)
+    assert state["position"] == [550.5, 30.5, 7.5] and state["dimensions"]["z"] == [30e-9, "m"]
     for i in range(MAX_LAYERS + 5):
         (tmp_path / "many" / f"s{i:02d}").mkdir(parents=True)
         (tmp_path / "many" / f"s{i:02d}" / "info").write_text(
@@ -77,7 +85,7 @@ def test_open_viewer_serves_the_client_with_the_state(demo_dir):
         with urllib.request.urlopen(viewing.url, timeout=10) as page:
             assert page.status == 200 and b"<script" in page.read()
         names = [layer.name for layer in viewing.viewer.state.layers]
-        assert names == ["image", "segmentation"]
+        assert names == ["image", "segmentation", "synapses"]
         with urllib.request.urlopen(f"{viewing.server.url}/image/info", timeout=10) as info:
             assert json.loads(info.read())["type"] == "image"
     with pytest.raises(OSError):  # both stopped
@@ -137,4 +145,59 @@ def test_zarr_arrays_and_groups_are_layers(tmp_path):
     assert {e["name"]: e["type"] for e in state["layers"]} == {
         "em.zarr": "image", "v2.zarr": "segmentation", "ome.zarr": "image",
         "ids.zarr": "segmentation", "inner": "image"}
-    assert "dimensions" not in state and "segments" not in state["layers"][1]
+    # one space x, y, z: arrays without units at 1 nm per voxel (axes by name or position)
+    assert state["dimensions"] == {a: [1e-9, "m"] for a in "xyz"}
+    layers = {e["name"]: e for e in state["layers"]}
+    zyx = {a: [1e-9, "m"] for a in "zyx"}
+    assert layers["em.zarr"]["source"] == {"url": "zarr://http://h:1/em.zarr", "transform": {
+        "inputDimensions": zyx, "outputDimensions": zyx}}
+    assert layers["ome.zarr"]["source"]["transform"]["outputDimensions"] == zyx  # no units
+    assert layers["inner"]["source"] == "zarr://http://h:1/plain/inner"  # 1-D: as it is
+    assert "segments" not in layers["v2.zarr"]
+    assert [e["type"] for e in state["layers"]] == ["image"] * 3 + ["segmentation"] * 2
+
+
+def test_every_source_shares_one_space(tmp_path):
+    """A precomputed volume, zarr arrays named in any order (v3 dimension_names, v2
+    _ARRAY_DIMENSIONS, channels first) and an OME-Zarr group with units: one space of x, y,
+    z; each zarr array named and scaled by its source transform (at --resolution, else 1 nm
+    with a one-line notice), the OME group placed by its own metadata; the position is the
+    centre of all of them."""
+    zarr = pytest.importorskip("zarr")
+    from concurrent.futures import ThreadPoolExecutor
+
+    import ngshard.zarr
+
+    with ngshard.create_volume(tmp_path / "em", dtype="uint8", shape=(64, 32, 8),
+                               resolution=(8, 8, 40), voxel_offset=(64, 0, 0)) as vol:
+        vol[...] = 1
+    ngshard.zarr.create_array(tmp_path / "zyx.zarr", (8, 32, 64), "uint8", (8, 8, 8),
+                              dimension_names=("z", "y", "x"))
+    zarr.create_array(tmp_path / "xyz.zarr", shape=(64, 32, 8), chunks=(8, 8, 8),
+                      dtype="uint8", zarr_format=2,
+                      attributes={"_ARRAY_DIMENSIONS": ["x", "y", "z"]})
+    ngshard.zarr.create_array(tmp_path / "czyx.zarr", (2, 8, 32, 64), "uint8", (1, 8, 8, 8))
+    with ThreadPoolExecutor(1) as pool:
+        ngshard.convert(tmp_path / "em", tmp_path / "ome.zarr", executor=pool,
+                        progress=False)
+    layers = find_layers(LocalFiles(str(tmp_path)))
+    notices: list[str] = []
+    state = viewer_state(layers, "http://h:1", open_storage(tmp_path),
+                         resolution=(8, 8, 40), notices=notices)
+    by_name = {e["name"]: e for e in state["layers"]}
+    nm = {"x": [8e-9, "m"], "y": [8e-9, "m"], "z": [40e-9, "m"]}
+
+    def dims(name):
+        return by_name[name]["source"]["transform"]["outputDimensions"]
+
+    assert list(dims("zyx.zarr").items()) == [(a, nm[a]) for a in "zyx"]
+    assert list(dims("xyz.zarr").items()) == [(a, nm[a]) for a in "xyz"]
+    assert list(dims("czyx.zarr").items()) == [("c^", [1, ""])] + [(a, nm[a]) for a in "zyx"]
+    assert by_name["ome.zarr"]["source"] == "zarr://http://h:1/ome.zarr"  # units of its own
+    assert state["dimensions"] == nm
+    assert state["position"] == [64.5, 16.5, 4.5]  # x: [0, 128) voxels of them all
+    assert notices == ["no units in the metadata of czyx.zarr, xyz.zarr, zyx.zarr: shown at "
+                       "8,8,40 nm per voxel (x,y,z)"]
+    notices.clear()
+    viewer_state(layers, "http://h:1", open_storage(tmp_path), notices=notices)
+    assert len(notices) == 1 and "1,1,1 nm" in notices[0] and "--resolution" in notices[0]

@@ -265,3 +265,18 @@ def test_a_long_lived_zarr_reader_after_another_process_rewrote_the_array(s3_ser
     want = np.arange(256, dtype=np.uint8).reshape(16, 16)
     np.testing.assert_array_equal(reader[...], want)  # the shard's new offsets, not the old
     np.testing.assert_array_equal(open_array(url, storage_options=s3_server.options)[...], want)
+
+
+def test_serve_gives_the_object_as_it_is_now_after_another_writer_grew_it(s3_server):
+    import requests
+
+    url = s3_server.url()
+    store = open_storage(url, storage_options=s3_server.options)
+    store.write("info", [b'{"small": 1}'])
+    with ngshard.serve(url, listing=True, storage_options=s3_server.options) as server:
+        assert requests.get(f"{server.url}/info", timeout=PEER_TIMEOUT).content == \
+            b'{"small": 1}'
+        assert "info" in requests.get(f"{server.url}/", timeout=PEER_TIMEOUT).text
+        grown = b'{"grown": "' + b"x" * 8000 + b'"}'
+        open_storage(url, storage_options=s3_server.options).write("info", [grown])
+        assert requests.get(f"{server.url}/info", timeout=PEER_TIMEOUT).content == grown

@@ -348,6 +348,40 @@ class TestStorageContract:
             up, steps = up.parent(), steps + 1
             assert steps < 50
 
+    # --- names stay inside the root -------------------------------------------------------
+
+    @pytest.mark.parametrize("name", ["../outside", "sub/../../outside", "/etc/hostname", "",
+                                      "a//b", "./a", "a/.", "a\\..\\b", "a\x00b",
+                                      "file:///etc/hostname", "gs://bucket/x", "C:x"])
+    def test_names_outside_the_root_are_refused(self, backend, name):
+        """Every method refuses a name that leaves the root before touching storage (so the
+        message can say nothing of what lies outside)."""
+        s = backend.storage
+        backend.put("sub/x", b"inside")
+        calls = [lambda: s.stat(name), lambda: s.read(name), lambda: s.read_many([name]),
+                 lambda: s.stat_many([name]), lambda: s.read_range(name, 0, 10),
+                 lambda: s.read_ranges([(name, np.array([[0, 10]]))]), lambda: s.child(name)]
+        if s.supports_writes:
+            calls += [lambda: s.write(name, [b"x"]), lambda: s.delete(name)]
+        for call in calls:
+            with pytest.raises(ngshard.SpecError, match="must name something inside"):
+                call()
+        if s.supports_writes:
+            assert backend.get("outside") is None
+
+    def test_folder_names_may_end_in_a_slash(self, backend):
+        backend.put("sub/x", b"inside")
+        assert backend.storage.child("sub/").read("x") == b"inside"
+
+    def test_a_range_past_the_end_costs_what_the_object_holds(self, backend):
+        """A range a hostile index claims (2**40 bytes of a 1000-byte object) reads the
+        object's bytes, without a buffer of the size claimed."""
+        s, data = backend.storage, blob(1000)
+        backend.put("a", data)
+        assert bytes(s.read_range("a", 10, 1 << 40)[1]) == data[10:]
+        got = s.read_ranges([("a", np.array([[0, 1 << 40], [999, (1 << 40) + 5]]))])[0][1]
+        assert as_bytes(got) == [data, data[999:]]
+
     # --- peers read what is written through the store -------------------------------------
 
     @pytest.mark.parametrize("spec", [

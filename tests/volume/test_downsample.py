@@ -1,31 +1,94 @@
-"""Downsampling reductions against brute force on random blocks."""
+"""Downsampling reductions against brute force on random blocks, and against tensorstore's
+``downsample`` driver (the same blocks, the same edges, the same rounding and ties)."""
 
 from __future__ import annotations
 
 import collections
 
 import numpy as np
+import pytest
+import tensorstore as ts
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from peers import PEER_TIMEOUT
 
-from ngshard.volume.downsample import downsample_mean, downsample_mode
+from ngshard.errors import SpecError
+from ngshard.volume.downsample import downsample
+
+
+def _brute(data, factor, origin, method, sparse=False):
+    shape = data.shape[:3]
+    lo = [o // f for o, f in zip(origin, factor)]
+    hi = [-(-(o + n) // f) for o, n, f in zip(origin, shape, factor)]
+    out = np.zeros((*[b - a for a, b in zip(lo, hi)], data.shape[3]), data.dtype)
+    for x, y, z, c in np.ndindex(out.shape):
+        idx = []
+        for d, i in enumerate((x, y, z)):
+            a = (lo[d] + i) * factor[d] - origin[d]
+            idx.append(np.arange(max(a, 0), min(a + factor[d], shape[d])))
+        block = data[np.ix_(*idx, [c])].ravel()
+        if method == "mean":
+            out[x, y, z, c] = np.rint(block.astype(float).mean())
+        elif method == "min":
+            out[x, y, z, c] = block.min()
+        elif method == "max":
+            out[x, y, z, c] = block.max()
+        elif method == "stride":
+            out[x, y, z, c] = block[0]
+        else:
+            counts = collections.Counter(v for v in block.tolist() if not (sparse and v == 0))
+            if not counts:
+                continue
+            best = max(counts.values())
+            out[x, y, z, c] = min(v for v, n in counts.items() if n == best)
+    return out
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.tuples(*[st.integers(1, 7)] * 3), st.tuples(*[st.integers(1, 3)] * 3),
-       st.integers(1, 2), st.integers(0, 2**31))
-def test_mode_and_mean_match_brute_force(shape, factor, channels, seed):
+@given(st.tuples(*[st.integers(1, 7)] * 3), st.tuples(*[st.integers(1, 5)] * 3),
+       st.tuples(*[st.integers(0, 9)] * 3), st.integers(1, 2), st.integers(0, 2**31),
+       st.sampled_from(["mean", "mode", "sparse", "min", "max", "stride"]))
+def test_methods_match_brute_force(shape, factor, origin, channels, seed, method):
     rng = np.random.default_rng(seed)
-    data = rng.integers(0, 4, (*shape, channels)).astype(np.uint64)
-    mode, mean = downsample_mode(data, factor), downsample_mean(data.astype(np.uint8), factor)
-    out_shape = tuple(-(-s // f) for s, f in zip(shape, factor))
-    assert mode.shape == mean.shape == (*out_shape, channels)
-    for x, y, z, c in np.ndindex(*out_shape, channels):
-        lo = np.array([x, y, z]) * factor
-        # edge blocks repeat their last voxel, as the padding does
-        idx = [np.minimum(np.arange(lo[d], lo[d] + factor[d]), shape[d] - 1) for d in range(3)]
-        block = data[np.ix_(*idx, [c])].ravel()
-        counts = collections.Counter(block.tolist())
-        best = max(counts.values())
-        assert mode[x, y, z, c] == min(v for v, n in counts.items() if n == best)
-        assert mean[x, y, z, c] == np.rint(block.astype(float).mean())
+    data = rng.integers(0, 4, (*shape, channels)).astype(np.uint8 if method == "mean"
+                                                         else np.uint64)
+    sparse = method == "sparse"
+    method = "mode" if sparse else method
+    got = downsample(data, factor, method, origin=origin, sparse=sparse)
+    np.testing.assert_array_equal(got, _brute(data, factor, origin, method, sparse))
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.int8, np.uint64, np.int64,
+                                   np.float32])
+@pytest.mark.parametrize("method", ["mean", "mode", "min", "max"])
+@pytest.mark.parametrize("factor", [(2, 2, 1), (2, 2, 2), (3, 1, 2), (4, 4, 4)])
+def test_equals_tensorstore(dtype, method, factor):
+    rng = np.random.default_rng(7)
+    shape, origin = (13, 10, 7, 2), (5, 3, 1, 0)
+    if np.dtype(dtype).kind == "f":
+        data = rng.random(shape).astype(dtype)
+    else:
+        info = np.iinfo(dtype)
+        span = 3 if method == "mode" else None
+        data = (rng.integers(0, span, shape) if span else
+                rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True))
+        data = data.astype(dtype)
+    base = ts.array(data)[ts.d[:].translate_to[origin]]
+    want = ts.downsample(base, [*factor, 1], method)
+    assert list(want.domain.inclusive_min[:3]) == [o // f for o, f in zip(origin, factor)]
+    got = downsample(data, factor, method, origin=origin[:3])
+    np.testing.assert_array_equal(got, want.read().result(timeout=PEER_TIMEOUT))
+
+
+def test_stride_equals_tensorstore_from_aligned_origin():
+    data = np.arange(7 * 5 * 3, dtype=np.uint32).reshape(7, 5, 3, 1)
+    want = ts.downsample(ts.array(data), [2, 3, 2, 1], "stride").read().result(timeout=PEER_TIMEOUT)
+    np.testing.assert_array_equal(downsample(data, (2, 3, 2), "stride"), want)
+
+
+def test_bad_method_or_sparse_is_a_spec_error():
+    data = np.zeros((4, 4, 4, 1), np.uint8)
+    with pytest.raises(SpecError, match="median"):
+        downsample(data, (2, 2, 2), "median")
+    with pytest.raises(SpecError, match="sparse"):
+        downsample(data, (2, 2, 2), "mean", sparse=True)

@@ -240,7 +240,7 @@ def test_missing_and_malformed_metadata(tmp_path):
     with pytest.raises(NotFoundError, match="no zarr.json or .zarray"):
         open_array(tmp_path)
     (tmp_path / "zarr.json").write_text("{not json")
-    with pytest.raises(SpecError, match="zarr.json: malformed JSON"):
+    with pytest.raises(SpecError, match="zarr.json: not valid JSON"):
         open_array(tmp_path)
     parse_v3(doc(future={"must_understand": False}), "ok")  # may be ignored
 

@@ -12,8 +12,11 @@ from collections.abc import Sequence
 
 from .. import __version__
 from ..errors import NgShardError
+from .attach import add_command as add_attach_command
 from .convert import add_command as add_convert_command
-from .demo import cmd_demo
+from .demo import add_command as add_demo_command
+from .pyramids import add_commands as add_pyramid_commands
+from .segments import add_commands as add_segment_commands
 from .serve import add_commands as add_serve_commands
 from .storage_args import add_storage_args
 from .store import (
@@ -51,16 +54,14 @@ def build_parser() -> argparse.ArgumentParser:
             add_storage_args(p, source=source)
         return p
 
-    def store_args(p: argparse.ArgumentParser) -> None:
+    def store_args(p: argparse.ArgumentParser, scale: str) -> None:
         p.add_argument("url", metavar="URL", help="a sharded store, or a volume's root")
         p.add_argument("--spec", metavar="JSON|FILE",
                        help="sharding spec (JSON text or file) when URL has no info file")
-        p.add_argument("--scale", metavar="INDEX|KEY",
-                       help="for a volume root: the scale whose store to use (default: all "
-                            "scales; scale 0 for get)")
+        p.add_argument("--scale", metavar="INDEX|KEY", help=f"for a volume root: {scale}")
 
     def write_args(p: argparse.ArgumentParser) -> None:
-        store_args(p)
+        store_args(p, "the scale whose store to change (needed there)")
         p.add_argument("--strategy", choices=("auto", "append", "rewrite"), default="auto",
                        help="append to local shards, or rewrite them whole (default: append "
                             "for local files, rewrite elsewhere)")
@@ -74,11 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
                 "garbage), a precomputed volume (scales, chunking, sharding, encoding, and "
                 "the stores of its sharded scales), or a skeleton, mesh, annotation or "
                 "segment properties layer")
-    store_args(p)
+    store_args(p, "describe only this scale's store (default: every scale)")
     p.add_argument("--json", action="store_true", help="print JSON")
     quiet(p)
     p = command("ls", cmd_ls, "list the keys of a store (or of a volume's scales), one per line")
-    store_args(p)
+    store_args(p, "list only this scale's keys (default: every sharded scale)")
     p.add_argument("--sort", action="store_true", help="sort numerically (default: shard order, "
                    "streamed shard by shard; --sort holds every key in memory)")
     quiet(p)
@@ -87,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "0-based from voxel_offset) after its Morton key")
     p = command("get", cmd_get, "write the value of one key to stdout or a file; for a "
                 "skeleton, mesh or annotation layer, --as decodes it")
-    store_args(p)
+    store_args(p, "the scale whose store holds KEY (default: scale 0)")
     p.add_argument("key", metavar="KEY", help="uint64 key, decimal or 0x hex")
     p.add_argument("--as", dest="as_", choices=("json", "obj", "ply", "swc"),
                    help="decode the segment: json (any layer), swc (skeletons), obj or ply "
@@ -109,28 +110,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("source", metavar="DIR|NDJSON")
     p = command("verify", cmd_verify, "check every shard, index, key and chunk of a store, or "
                 "decode every chunk of every scale of a volume; exit 1 on any problem")
-    store_args(p)
+    store_args(p, "check only this scale (default: every scale)")
     quiet(p)
     p = command("compact", cmd_compact, "rewrite shards without the garbage left by appends "
                 "(every sharded scale of a volume)")
-    store_args(p)
+    store_args(p, "compact only this scale's store (default: every sharded scale)")
     quiet(p)
-    p = command("demo", cmd_demo, "write sample sharded image and segmentation layers (with "
-                "skeletons), then view them in Neuroglancer (as `ngshard view` does); Ctrl-C "
-                "stops", storage=False)
-    p.add_argument("dir", nargs="?", default="ngshard-demo", help="where (default ./ngshard-demo)")
-    p.add_argument("--force", action="store_true", help="write into a folder that holds other "
-                   "things too, replacing its info and the files in its image and segmentation "
-                   "folders (a previous demo is replaced without --force)")
-    p.add_argument("--no-view", action="store_true", help="only write the data")
-    p.add_argument("--no-browser", action="store_true", help="only print the viewer's URL")
+    add_demo_command(command)
+    add_attach_command(command)
     add_convert_command(command)
+    add_pyramid_commands(command)
+    add_segment_commands(command)
     add_serve_commands(command)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # to say how to resume
     with warnings.catch_warnings():
         warnings.showwarning = _show_warning
         return _run(args)
@@ -142,7 +139,8 @@ def _run(args: argparse.Namespace) -> int:
     except BrokenPipeError:  # e.g. `ngshard ls URL | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:  # Ctrl-C: one line, what was left and how to resume
+        print(f"ngshard: {str(e) or 'interrupted'}", file=sys.stderr)
         return 130
     except (NgShardError, OSError) as e:
         if args.debug:

@@ -5,24 +5,34 @@ or a Dask cluster."""
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 
-from ..errors import SpecError
+from ..errors import Interrupted, SpecError
+from .serve import floats
 from .storage_args import storage_options
 
 
 def add_command(command) -> None:
     """The ``convert`` subcommand (``command(name, fn, help)`` makes one)."""
-    p = command("convert", cmd_convert, "convert a zarr array or OME-Zarr group to a "
-                "precomputed layer, or a precomputed layer to an OME-Zarr 0.5 group of "
-                "sharded Zarr v3 arrays (by what SRC holds); an interrupted conversion "
-                "resumes where it stopped", source=True)
-    p.add_argument("src", metavar="SRC", help="zarr array or group, or precomputed layer")
+    p = command("convert", cmd_convert, "convert a zarr array or OME-Zarr group, or a TIFF "
+                "stack, to a precomputed layer, or a precomputed layer to an OME-Zarr 0.5 "
+                "group of sharded Zarr v3 arrays (by what SRC holds); an interrupted "
+                "conversion resumes where it stopped", source=True)
+    p.add_argument("src", metavar="SRC", help="zarr array or group, precomputed layer, or a "
+                   "TIFF stack (a glob or folder of 2-D sections, or a multi-page TIFF)")
     p.add_argument("url", metavar="DST", help="where the result goes")
     p.add_argument("--axes", metavar="LETTERS",
                    help="the source's axes in order, from x y z c t (e.g. czyx); default: "
                         "OME metadata or dimension names, else the last three are z y x and "
                         "a fourth from the end is channels")
+    p.add_argument("--resolution", metavar="X,Y,Z", help="the voxel size (of the finest "
+                   "level) where the source's metadata gives none, in --units (default nm; "
+                   "a TIFF stack: nm, default the OME-TIFF's, else 1,1,1)")
+    p.add_argument("--offset", metavar="X,Y,Z", help="the voxel offset (of the finest "
+                   "level) where the source's metadata gives none")
+    p.add_argument("--units", metavar="UNIT", help="the length unit of --resolution, or of "
+                   "OME scales without units: nm (default), um, mm, ...")
     p.add_argument("--chunk-size", metavar="X,Y,Z", help="precomputed chunk size (default: "
                    "the zarr inner chunk when it is between 8 and 512, else 64,64,64)")
     p.add_argument("--encoding", help="precomputed: raw, compressed_segmentation, jpeg, png "
@@ -33,7 +43,8 @@ def add_command(command) -> None:
                         "a spec (JSON text or file)")
     p.add_argument("--scales", metavar="I,J,...", help="only these source levels")
     p.add_argument("--downsample", nargs="?", const=True, default=False, type=int,
-                   metavar="N", help="add coarser scales (at most N) to a single-level source")
+                   metavar="N", help="add coarser scales (at most N; near-isotropic factors, as "
+                   "`ngshard downsample`) to a single-level source")
     p.add_argument("--workers", type=int, metavar="N", help="local worker processes "
                    "(default: one per core)")
     p.add_argument("--dask", metavar="ADDRESS", help="run the tasks on the Dask scheduler "
@@ -46,16 +57,18 @@ def add_command(command) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
 
-def _ints(text: str | None, what: str, n: int | None = None) -> tuple[int, ...] | None:
+def _ints(text: str | None, what: str, n: int | None = None, signed: bool = False
+          ) -> tuple[int, ...] | None:
     if text is None:
         return None
     try:
         values = tuple(int(v) for v in text.split(","))
     except ValueError:
         values = ()
-    if not values or (n is not None and len(values) != n) or min(values) < 0:
-        raise SpecError(f"{what} must be {n or 'some'} comma-separated integers >= 0, "
-                        f"not {text!r}")
+    if not values or (n is not None and len(values) != n) or (min(values) < 0 and
+                                                              not signed):
+        raise SpecError(f"{what} must be {n or 'some'} comma-separated integers"
+                        f"{'' if signed else ' >= 0'}, not {text!r}")
     return values
 
 
@@ -73,7 +86,13 @@ def cmd_convert(args: argparse.Namespace) -> int:
                         progress=not args.quiet and sys.stderr.isatty(),
                         resume=not args.no_resume, overwrite=args.force,
                         storage_options=storage_options(args),
-                        src_storage_options=storage_options(args, source=True))
+                        src_storage_options=storage_options(args, source=True),
+                        resolution=floats(args.resolution, "--resolution"),
+                        offset=_ints(args.offset, "--offset", 3, signed=True),
+                        units=args.units)
+    except Interrupted as e:  # the command that resumes it (--no-resume would start afresh)
+        again = shlex.join(["ngshard", *(a for a in args.argv if a != "--no-resume")])
+        raise Interrupted(f"{e}: {again}") from None
     finally:
         if client is not None:
             client.close()

@@ -9,7 +9,15 @@ import json
 from typing import Any
 
 from ..errors import NgShardError
-from ..kinds import LAYER_TYPES, MESHES, PROPERTIES, SKELETONS, kind_of, layer_kind
+from ..kinds import (
+    LAYER_TYPES,
+    MESHES,
+    PROPERTIES,
+    SKELETONS,
+    kind_of,
+    layer_kind,
+    unindexed_entries,
+)
 from ..sharded.infofile import read_info
 from ..storage import Storage
 from .targets import emit, url_storage
@@ -91,10 +99,7 @@ def cmd_info_layer(args: argparse.Namespace, storage: Storage, kind: str) -> Non
     for name, text in rows:
         print(f"{name:<13}{text}")
     if kv is not None:
-        describe_store(kv)
-        if kind == MESHES:
-            print(f"{'':<13}(the fragment data before each manifest is unindexed: the figure "
-                  f"above counts it; compact keeps it)")
+        describe_store(kv, unindexed=unindexed_entries(layer.info))
 
 
 def cmd_get_layer(args: argparse.Namespace, storage: Storage, kind: str, key: int) -> None:

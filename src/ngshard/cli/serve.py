@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 
+from ..errors import SpecError
 from ..server import Server, serve
 from ..server.protocol import Request
 from ..server.respond import Response
@@ -77,17 +78,21 @@ def cmd_view(args: argparse.Namespace) -> int:
     from ..server.view import open_viewer
 
     viewing = open_viewer(args.url, args.host, args.port, args.viewer_port,
+                          resolution=floats(args.resolution, "--resolution"),
                           storage_options=storage_options(args))
     return show(viewing, args.url, browser=not args.no_browser)
 
 
-def show(viewing, root: str, *, browser: bool) -> int:
-    """Print where the data and the viewer are, open the viewer if asked and possible, and
-    serve until interrupted."""
+def show(viewing, root: str, *, browser: bool, sources: bool = True) -> int:
+    """Print where the data (with ``sources``, every layer's source) and the viewer are,
+    open the viewer if asked and possible, and serve until interrupted."""
     from ..server.view import open_browser
 
     def announce() -> None:
-        print_sources(viewing.server, root)
+        if sources:
+            print_sources(viewing.server, root)
+        for notice in viewing.notices:
+            print(f"note: {notice}")
         print(f"viewer: {viewing.url}", flush=True)
         if browser and open_browser(viewing.url):
             print("(opened in your browser)", flush=True)
@@ -111,6 +116,27 @@ def add_commands(command) -> None:
     p.add_argument("--viewer-port", type=int, default=0, metavar="PORT",
                    help="the viewer's port (default: a free one)")
     p.add_argument("--no-browser", action="store_true", help="only print the viewer's URL")
+    p.add_argument("--resolution", metavar="X,Y,Z", help="nm per voxel of the layers whose "
+                   "metadata has no units (plain zarr arrays; default 1 nm, with a notice)")
+
+
+def floats(text: str | None, what: str, n: int = 3) -> tuple[float, ...] | None:
+    """``n`` comma-separated positive numbers (an option's value), None if not given.
+
+    Raises
+    ------
+    SpecError
+        Not ``n`` positive numbers.
+    """
+    if text is None:
+        return None
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        values = ()
+    if len(values) != n or not all(0 < v < float("inf") for v in values):
+        raise SpecError(f"{what} must be {n} comma-separated numbers > 0, not {text!r}")
+    return values
 
 
 def where(p: argparse.ArgumentParser) -> None:

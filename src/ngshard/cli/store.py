@@ -65,7 +65,11 @@ def _summary(kv: ShardedKV, progress: bool = False) -> dict:
             "garbage_bytes": round(sum(s["garbage"] * s["bytes"] for s in stats))}
 
 
-def describe_store(kv: ShardedKV, indent: str = "", progress: bool = False) -> None:
+def describe_store(kv: ShardedKV, indent: str = "", progress: bool = False,
+                   unindexed: str | None = None) -> None:
+    """Print a store's rows. ``unindexed``: what the bytes outside its indices are, for a
+    store whose values keep data before them (a mesh layer's fragments): they are reported
+    as that data, not as garbage for ``compact`` to remove (it keeps them)."""
     s = _summary(kv, progress)
     spec, stats = kv.spec, s["shards"]
     rows = [("store", s["url"]),
@@ -83,7 +87,10 @@ def describe_store(kv: ShardedKV, indent: str = "", progress: bool = False) -> N
                                 f"max {max(per)}"),
                  ("garbage", f"{s['garbage_bytes'] / max(1, s['bytes']):.1%} of the bytes "
                              f"unreferenced (worst {worst['name']}: {worst['garbage']:.1%}; "
-                             f"`ngshard compact` removes it)")]
+                             f"`ngshard compact` removes it)") if unindexed is None else
+                 ("unindexed", f"{s['garbage_bytes'] / max(1, s['bytes']):.1%} of the bytes "
+                               f"outside the indices ({unindexed}: data, not garbage; "
+                               f"`ngshard compact` keeps them)")]
     for name, text in rows:
         print(f"{indent}{name:<13}{text}")
 

@@ -106,6 +106,11 @@ def targets(args: argparse.Namespace, mode: Mode = "r", *, every_scale: bool = F
     except SpecMissingError as e:
         raise SpecError(f"{e.where}: {e.reason}: give the sharding spec with --spec "
                         f"JSON|FILE") from None
+    except NotFoundError:
+        if not writing or args.spec is not None:
+            raise
+        raise SpecError(f"{storage.url}: no store there yet: give the sharding spec of the "
+                        f"new store with --spec JSON|FILE") from None
     return [Target(storage.url, kv)]
 
 

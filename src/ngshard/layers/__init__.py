@@ -9,6 +9,7 @@ beside its reader/writer.
 
 from .annotation_writer import write_annotations
 from .annotations import Annotation, Annotations, AnnotationSet, open_annotations
+from .attach import attach
 from .dispatch import open_layer
 from .mesh_writer import write_legacy_meshes, write_meshes
 from .meshes import LegacyMeshes, Mesh, Meshes, open_meshes
@@ -20,6 +21,7 @@ from .properties import (
 from .skeletons import Skeleton, Skeletons, open_skeletons, write_skeletons
 
 __all__ = ["Annotation", "AnnotationSet", "Annotations", "LegacyMeshes", "Mesh", "Meshes",
+           "attach",
            "SegmentProperties", "Skeleton", "Skeletons", "open_annotations", "open_layer",
            "open_meshes", "open_segment_properties", "open_skeletons", "write_annotations",
            "write_legacy_meshes", "write_meshes", "write_segment_properties",

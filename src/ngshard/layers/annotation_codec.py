@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ..bounded import take
 from ..errors import CorruptDataError, SpecError
 from ..types import Blob
 
@@ -229,7 +230,7 @@ def decode_records(schema: Schema, buf: memoryview, offset: int, count: int, whe
         if count > (len(buf) - offset) // max(1, dtype.itemsize):
             raise CorruptDataError(f"{where}: {count} annotations of {dtype.itemsize} bytes "
                                    f"do not fit the {len(buf) - offset} bytes left")
-        table = np.frombuffer(buf, dtype, count, offset)
+        table = take(buf, dtype, count, offset, where=where, what="annotations")
         return (Decoded(table["geometry"], schema.property_columns(table["props"])),
                 offset + count * dtype.itemsize)
     pdtype = schema.property_dtype
@@ -242,13 +243,13 @@ def decode_records(schema: Schema, buf: memoryview, offset: int, count: int, whe
     for i in range(count):
         if offset + 4 > len(buf):
             raise CorruptDataError(f"{where}: polyline {i} starts past the end of the value")
-        p = int(np.frombuffer(buf, "<u4", 1, offset)[0])
+        p = int(take(buf, "<u4", 1, offset, where=where, what="point count")[0])
         end = offset + 4 + step * p + pdtype.itemsize
         if end > len(buf):
             raise CorruptDataError(f"{where}: polyline {i} claims {p} points, past the end "
                                    f"of the value")
-        points.append(np.frombuffer(buf, "<f4", p * schema.rank, offset + 4)
-                      .reshape(p, schema.rank))
+        points.append(take(buf, "<f4", p * schema.rank, offset + 4, where=where,
+                           what="polyline points").reshape(p, schema.rank))
         starts[i] = end - pdtype.itemsize
         offset = end
     raw = np.frombuffer(buf, _U8, len(buf))
@@ -285,11 +286,11 @@ def decode_single(schema: Schema, buf: Blob, where: str) -> Decoded:
     for name in schema.relationships:
         if offset + 4 > len(buf):
             raise CorruptDataError(f"{where}: relationship {name!r} starts past the end")
-        count = int(np.frombuffer(buf, "<u4", 1, offset)[0])
+        count = int(take(buf, "<u4", 1, offset, where=where, what=name)[0])
         if count > (len(buf) - offset - 4) // 8:
             raise CorruptDataError(f"{where}: relationship {name!r} claims {count} ids, past "
                                    f"the end of the value")
-        relationships[name] = np.frombuffer(buf, "<u8", count, offset + 4)
+        relationships[name] = take(buf, "<u8", count, offset + 4, where=where, what=name)
         offset += 4 + 8 * count
     if offset != len(buf):
         raise CorruptDataError(f"{where}: {len(buf) - offset} bytes left over after the "
@@ -328,7 +329,7 @@ def decode_multiple(schema: Schema, buf: Blob, where: str) -> Decoded:
     buf = memoryview(buf)
     if len(buf) < 8:
         raise CorruptDataError(f"{where}: {len(buf)} bytes, shorter than the 8-byte count")
-    count = int(np.frombuffer(buf, "<u8", 1)[0])
+    count = int(take(buf, "<u8", 1, where=where, what="count")[0])
     if count > (len(buf) - 8) // 12:  # a record is at least 4 bytes, an id 8
         raise CorruptDataError(f"{where}: claims {count} annotations, more than its "
                                f"{len(buf)} bytes hold")
@@ -336,5 +337,5 @@ def decode_multiple(schema: Schema, buf: Blob, where: str) -> Decoded:
     if offset + 8 * count != len(buf):
         raise CorruptDataError(f"{where}: {count} annotations should take "
                                f"{offset + 8 * count} bytes, the value has {len(buf)}")
-    decoded.ids = np.frombuffer(buf, "<u8", count, offset)
+    decoded.ids = take(buf, "<u8", count, offset, where=where, what="ids")
     return decoded

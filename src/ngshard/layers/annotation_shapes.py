@@ -91,7 +91,8 @@ def shapes(kind: str, rank: int, geometry: Any) -> Shapes:
         start = np.repeat(first, segments) + j
         nxt = np.repeat(first, segments) + np.minimum(j + 1, np.repeat(counts - 1, segments))
         return Shapes(kind, lo, hi, owner, flat[start], flat[nxt])
-    g = np.asarray(geometry, np.float64).reshape(len(geometry), -1)
+    g = np.asarray(geometry, np.float64).reshape(len(geometry), rank if kind == "point" else
+                                                 2 * rank)
     owner = np.arange(len(g))
     if kind == "point":
         return Shapes(kind, g, g, owner, g, g)

@@ -11,11 +11,13 @@ from typing import Any
 import numpy as np
 
 from ..errors import SpecError
+from ..jsondoc import Doc
 from ..kinds import ANNOTATIONS as KIND
 from ..limits import MAX_QUERY_CELLS
 from ..sharded.infofile import INFO
 from ..sharded.spec import as_key_array, check_key
 from ..storage import Storage, StorageOptions, open_storage
+from ..storage.names import check_name
 from ..types import Blob
 from .annotation_codec import (
     PropertySpec,
@@ -106,18 +108,9 @@ def _concat(schema: Schema, parts: list[AnnotationSet]) -> AnnotationSet:
 
 
 def _child(storage: Storage, key: Any, where: str) -> Storage:
-    """The sub-directory ``key`` ("/"-separated, ".." allowed) of an annotation info."""
-    if not isinstance(key, str) or not key:
-        raise SpecError(f"{where}: an index key must be a non-empty string, got {key!r}")
-    for part in key.strip("/").split("/"):
-        if part == "..":
-            parent = storage.parent()
-            if parent is None:
-                raise SpecError(f"{where}: key {key!r} climbs above the storage root")
-            storage = parent
-        elif part not in ("", "."):
-            storage = storage.child(part)
-    return storage
+    """The sub-directory ``key`` ("/"-separated, inside the collection) of an annotation
+    info."""
+    return storage.child(check_name(key, where, "index key", folder=True))
 
 
 class Annotations(ById[Annotation]):
@@ -143,38 +136,38 @@ class Annotations(ById[Annotation]):
     def __init__(self, storage: Storage, info: dict) -> None:
         where = storage.path(INFO)
         self.storage, self.info = storage, info
-        dims = info.get("dimensions")
-        if not isinstance(dims, dict) or not dims:
-            raise SpecError(f"{where}: dimensions must be a non-empty object")
-        self.dimensions = dims
-        rank = len(dims)
+        d = Doc(info, where)
+        dims = d.obj("dimensions")
+        if not dims.value:
+            raise d.fail("must be a non-empty object", "dimensions")
+        self.dimensions = dims.value
+        rank = len(dims.value)
+        self.lower_bound = np.array(d.numbers("lower_bound", length=rank), np.float64)
+        self.upper_bound = np.array(d.numbers("upper_bound", length=rank), np.float64)
         try:
-            self.lower_bound = np.array(info["lower_bound"], np.float64).reshape(rank)
-            self.upper_bound = np.array(info["upper_bound"], np.float64).reshape(rank)
-            props = tuple(PropertySpec.from_json(p) for p in info.get("properties", []))
-            rels = info.get("relationships", [])
-            self.schema = Schema(str(info.get("annotation_type", "")).lower(), rank, props,
-                                 tuple(r["id"] for r in rels))
-        except (KeyError, TypeError, ValueError) as e:
-            if isinstance(e, SpecError):
-                raise SpecError(f"{where}: {e}") from None
-            raise SpecError(f"{where}: bad annotation info ({type(e).__name__}: {e})") from None
+            props = tuple(PropertySpec.from_json(p.value) for p in d.objects("properties", []))
+        except (TypeError, ValueError) as e:  # SpecError is a ValueError: named below
+            raise SpecError(f"{where}: {e}") from None
+        rels = d.objects("relationships", [])
+        self.schema = Schema(d.text("annotation_type").lower(), rank, props,
+                             tuple(r.text("id") for r in rels))
         self.type, self.properties = self.schema.kind, props
         self.relationships = list(self.schema.relationships)
-        self._rel = {r["id"]: self._store(r, where) for r in rels}
-        self.by_id = self._store(info["by_id"], where) if "by_id" in info else None
+        self._rel = {r.text("id"): self._store(r.value, where) for r in rels}
+        by_id = d.obj("by_id", None)
+        self.by_id = None if by_id is None else self._store(by_id.value, where)
         self.levels = []
-        for i, s in enumerate(info.get("spatial", [])):
-            try:
-                level = Level(np.array(s["chunk_size"], np.float64).reshape(rank),
-                              np.array(s["grid_shape"], np.int64).reshape(rank))
-            except (KeyError, TypeError, ValueError):
-                raise SpecError(f"{where}: spatial level {i} needs chunk_size and grid_shape "
-                                f"of {rank} numbers") from None
+        for s in d.objects("spatial", []):
+            level = Level(np.array(s.numbers("chunk_size", length=rank), np.float64),
+                          np.array(s.integers("grid_shape", length=rank, lo=0, hi=1 << 62),
+                                   np.int64))
             if (level.grid_shape < 1).any() or not (level.chunk_size > 0).all():
-                raise SpecError(f"{where}: spatial level {i}: grid_shape and chunk_size must "
-                                f"be positive")
-            self.levels.append((level, self._store(s, where), s.get("limit")))
+                raise s.fail("grid_shape and chunk_size must be positive")
+            if sum(int(g - 1).bit_length() for g in level.grid_shape) > 64:
+                raise s.fail(f"grid_shape {level.grid_shape.tolist()} has too many cells "
+                             f"for 64-bit cell codes")
+            self.levels.append((level, self._store(s.value, where),
+                                s.integer("limit", None, lo=0)))
 
     def _store(self, doc: Any, where: str) -> SegmentStore:
         if not isinstance(doc, dict):

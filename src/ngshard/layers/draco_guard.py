@@ -111,11 +111,10 @@ def decoder(bufs: Sequence[Blob], vetted: np.ndarray
 def decode_in_process(buf: Blob) -> tuple[np.ndarray, np.ndarray] | str:
     """(points ``(n, 3)`` float32, faces ``(m, 3)`` uint32), or what went wrong. Only for
     fragments :func:`in_bounds` passed."""
-    try:
-        mesh = draco().decode(bytes(buf))
+    try:  # the arrays too: a mesh of 2-D points, or points not in threes, is damage
+        return _arrays(draco().decode(bytes(buf)))
     except Exception as e:  # DracoPy raises its own classes, ValueError and TypeError
         return f"{type(e).__name__}: {e}"
-    return _arrays(mesh)
 
 
 def _arrays(mesh) -> tuple[np.ndarray, np.ndarray]:

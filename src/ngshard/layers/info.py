@@ -1,5 +1,6 @@
 """Members shared by the info files of segment layers: the ``@type``, the ``transform`` from
-stored model to model coordinates, the optional ``sharding`` and ``segment_properties``."""
+stored model to model coordinates, the optional ``sharding`` and ``segment_properties``; and
+the members of a segmentation's info naming the layers that go with it."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import NotFoundError, SpecError
+from ..kinds import LINKS, VOLUME, kind_of
 from ..sharded import ShardingSpec
-from ..sharded.infofile import INFO, read_info
+from ..sharded.infofile import INFO, read_info, write_info
 from ..storage import Storage
 
 IDENTITY = (1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0)
@@ -66,3 +68,25 @@ def transform_json(transform: Any) -> list[float]:
     if t.size != 12:
         raise SpecError(f"transform must have 12 numbers (a 3x4 matrix), got shape {t.shape}")
     return [float(x) for x in t.reshape(-1)]
+
+
+def link_layer(volume: Storage, member: str, folder: str) -> None:
+    """Name the layer in ``folder`` (relative to the volume) as the volume's ``member``
+    ("mesh", "skeletons" or "segment_properties") in its info, rewritten atomically (call
+    it after the layer is written: a volume's info is the last thing a writer changes).
+
+    Raises
+    ------
+    NotFoundError, SpecError
+        No info at ``volume``, or not a volume's.
+    """
+    if member not in LINKS:
+        raise ValueError(f"member must be one of {LINKS}, not {member!r}")
+    doc = read_info(volume)
+    where = volume.path(INFO)
+    if doc is None:
+        raise NotFoundError(f"{where}: no info file: not a precomputed layer")
+    if kind_of(doc) != VOLUME:
+        raise SpecError(f"{where}: not a volume: {member} cannot be attached to it")
+    if doc.get(member) != folder:
+        write_info(volume, {**doc, member: folder})

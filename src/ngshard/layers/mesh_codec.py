@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..bounded import take
 from ..errors import CorruptDataError
 from ..types import Blob
 from .draco_guard import decoder, draco, heads, in_bounds
@@ -66,23 +67,26 @@ class Manifest:
         if size < _HEAD:
             raise CorruptDataError(f"{where}: manifest of {size} bytes is shorter than its "
                                    f"{_HEAD}-byte header")
-        head = np.frombuffer(buf, "<f4", 6)
-        lods = int(np.frombuffer(buf, "<u4", 1, 24)[0])
+        head = take(buf, "<f4", 6, where=where, what="header")
+        lods = int(take(buf, "<u4", 1, 24, where=where, what="levels of detail")[0])
         fixed = _HEAD + 20 * lods
         if fixed > size:
             raise CorruptDataError(f"{where}: manifest claims {lods} levels of detail, more "
                                    f"than its {size} bytes hold")
-        scales = np.frombuffer(buf, "<f4", lods, _HEAD)
-        offsets = np.frombuffer(buf, "<f4", 3 * lods, _HEAD + 4 * lods).reshape(lods, 3)
-        counts = np.frombuffer(buf, "<u4", lods, _HEAD + 16 * lods).astype(np.int64)
+        scales = take(buf, "<f4", lods, _HEAD, where=where, what="lod scales")
+        offsets = take(buf, "<f4", 3 * lods, _HEAD + 4 * lods, where=where,
+                       what="vertex offsets").reshape(lods, 3)
+        counts = take(buf, "<u4", lods, _HEAD + 16 * lods, where=where,
+                      what="fragment counts").astype(np.int64)
         if fixed + 16 * int(counts.sum()) != size:
             raise CorruptDataError(f"{where}: manifest claims {int(counts.sum())} fragments "
                                    f"({fixed + 16 * int(counts.sum())} bytes) but holds "
                                    f"{size} bytes")
         positions, sizes, at = [], [], fixed
         for n in counts.tolist():
-            positions.append(np.frombuffer(buf, "<u4", 3 * n, at).reshape(3, n).T)
-            sizes.append(np.frombuffer(buf, "<u4", n, at + 12 * n))
+            positions.append(take(buf, "<u4", 3 * n, at, where=where,
+                                  what="fragment positions").reshape(3, n).T)
+            sizes.append(take(buf, "<u4", n, at + 12 * n, where=where, what="fragment sizes"))
             at += 16 * n
         return cls(head[:3], head[3:], scales, offsets, positions, sizes)
 
@@ -136,13 +140,14 @@ def decode_legacy(buf: Blob, where: str) -> tuple[np.ndarray, np.ndarray]:
     size = len(buf)
     if size < 4:
         raise CorruptDataError(f"{where}: mesh fragment of {size} bytes has no vertex count")
-    n = int(np.frombuffer(buf, "<u4", 1)[0])
+    n = int(take(buf, "<u4", 1, where=where, what="vertex count")[0])
     rest = size - 4 - 12 * n
     if rest < 0 or rest % 12:
         raise CorruptDataError(f"{where}: mesh fragment claims {n} vertices; its {size} bytes "
                                f"do not hold them and whole triangles")
-    vertices = np.frombuffer(buf, "<f4", 3 * n, 4).reshape(n, 3)
-    faces = np.frombuffer(buf, "<u4", rest // 4, 4 + 12 * n).reshape(-1, 3)
+    vertices = take(buf, "<f4", 3 * n, 4, where=where, what="vertices").reshape(n, 3)
+    faces = take(buf, "<u4", rest // 4, 4 + 12 * n, where=where,
+                 what="triangles").reshape(-1, 3)
     if len(faces) and int(faces.max()) >= n:
         raise CorruptDataError(f"{where}: mesh fragment has a triangle naming vertex "
                                f"{int(faces.max())} of {n}")

@@ -22,11 +22,12 @@ from ..errors import SpecError
 from ..limits import DEFAULT_BUFFER_BYTES, MESH_BATCH
 from ..sharded.infofile import write_info
 from ..sharded.shard_writer import ShardWriter
-from ..sharded.spec import check_key
+from ..sharded.spec import ShardingSpec, check_key
 from ..storage import Storage, StorageOptions, open_storage
 from ..storage.twins import write_twins
 from ..threads import pmap
 from ..types import Compress
+from .attach import attach, check_segmentation
 from .info import transform_json
 from .mesh_codec import Manifest, encode_fragment, encode_legacy
 from .mesh_octree import fragments
@@ -65,13 +66,16 @@ def _lod_scales(lods: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
 
 
 def encode_mesh(lods: list[tuple[np.ndarray, np.ndarray]], bits: int,
-                chunk_shape: Any = None, compression_level: int = 7
-                ) -> tuple[Manifest, list[bytes]]:
-    """The manifest and Draco fragments (LOD 0 first, Z-curve order) of one segment."""
+                chunk_shape: Any = None, compression_level: int = 7,
+                grid_origin: Any = None) -> tuple[Manifest, list[bytes]]:
+    """The manifest and Draco fragments (LOD 0 first, Z-curve order) of one segment; the
+    octree's ``grid_origin`` (with ``chunk_shape``) may be given, for pieces of a segment
+    that must share one grid (vertices at or past it)."""
     everything = np.concatenate([v for v, _ in lods])
     if not len(everything):
         everything = np.zeros((1, 3))
-    origin = everything.min(axis=0)
+    origin = everything.min(axis=0) if grid_origin is None else \
+        np.asarray(grid_origin, np.float64).reshape(3)
     extent = everything.max(axis=0) - origin
     if chunk_shape is None:
         extent = np.where(extent > 0, extent, max(float(extent.max()), 1.0))
@@ -104,7 +108,8 @@ def write_meshes(url: str | os.PathLike | Storage,
                  lod_scale_multiplier: float = 1.0, compression_level: int = 7,
                  buffer_bytes: int = DEFAULT_BUFFER_BYTES, durable: bool = True,
                  overwrite: bool = False, compress: Compress | None = None,
-                 storage_options: StorageOptions | None = None) -> Meshes:
+                 storage_options: StorageOptions | None = None,
+                 segmentation: str | os.PathLike | Storage | None = None) -> Meshes:
     """Write a multi-resolution (``neuroglancer_multilod_draco``) mesh layer at ``url``.
 
     Parameters
@@ -141,6 +146,9 @@ def write_meshes(url: str | os.PathLike | Storage,
     storage_options
         How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and the
         ``retries`` and ``retry_seconds`` of its requests (see :mod:`ngshard.storage.options`).
+    segmentation
+        A segmentation volume to attach the layer to once it is written (its info, written
+        last, names it: see :func:`ngshard.attach`); None attaches it to none.
 
     Returns
     -------
@@ -151,8 +159,12 @@ def write_meshes(url: str | os.PathLike | Storage,
     ------
     ExistsError
         ``url`` holds a layer or store, and not ``overwrite``.
+    SpecError
+        ``segmentation`` is not one (checked before anything is written).
     """
     twin = unsharded_twin(compress, sharding)
+    if segmentation is not None:
+        check_segmentation(segmentation)
     if vertex_quantization_bits not in (10, 16):
         raise SpecError(f"vertex_quantization_bits must be 10 or 16, got "
                         f"{vertex_quantization_bits}")
@@ -161,29 +173,45 @@ def write_meshes(url: str | os.PathLike | Storage,
     if spec is not None and spec.data_encoding != "raw":
         raise SpecError("mesh shards need data_encoding raw (fragments are read by range)")
     claim(storage, overwrite=overwrite)
-    writer = ShardWriter(storage, spec, buffer_bytes) if spec is not None else None
-    for batch in batched(pairs(items), MESH_BATCH):
-        encoded = []
-        for key, value in batch:
-            k = check_key(key)
-            manifest, blobs = encode_mesh(_lods(value, k), vertex_quantization_bits,
-                                          chunk_shape, compression_level)
-            encoded.append((k, b"".join(blobs), manifest.to_bytes()))
-        if writer is not None:
-            writer.add_many(np.array([k for k, _, _ in encoded], np.uint64),
-                            [m for _, _, m in encoded], [d for _, d, _ in encoded])
-        else:
-            storage.write_many([(str(k), data) for k, data, _ in encoded])
-            write_twins(storage, [(f"{k}.index", manifest) for k, _, manifest in encoded], twin)
-    if writer is not None:
-        writer.close()
+
+    def encoded() -> Iterable[list[tuple[int, bytes, bytes]]]:
+        for batch in batched(pairs(items), MESH_BATCH):
+            out = []
+            for key, value in batch:
+                k = check_key(key)
+                manifest, blobs = encode_mesh(_lods(value, k), vertex_quantization_bits,
+                                              chunk_shape, compression_level)
+                out.append((k, b"".join(blobs), manifest.to_bytes()))
+            yield out
+
+    store_meshes(storage, spec, encoded(), buffer_bytes, twin)
     info = {"@type": KIND, "vertex_quantization_bits": vertex_quantization_bits,
             "transform": transform_json(transform),
             "lod_scale_multiplier": float(lod_scale_multiplier)}
     if spec is not None:
         info["sharding"] = spec.to_json()
     write_info(storage, info)
+    if segmentation is not None:
+        attach(segmentation, meshes=storage)
     return Meshes(storage, info)
+
+
+def store_meshes(storage: Storage, spec: ShardingSpec | None,
+                 batches: Iterable[list[tuple[int, bytes, bytes]]],
+                 buffer_bytes: int = DEFAULT_BUFFER_BYTES, twin: str = "") -> None:
+    """Store encoded multi-resolution meshes, batches of (id, fragment data, manifest): in
+    shards (the data unindexed before each manifest, memory bounded by ``buffer_bytes``),
+    or as ``<id>`` fragment files and ``<id>.index`` manifests (as their ``twin``)."""
+    writer = ShardWriter(storage, spec, buffer_bytes) if spec is not None else None
+    for batch in batches:
+        if writer is not None:
+            writer.add_many(np.array([k for k, _, _ in batch], np.uint64),
+                            [m for _, _, m in batch], [d for _, d, _ in batch])
+        else:
+            storage.write_many([(str(k), data) for k, data, _ in batch])
+            write_twins(storage, [(f"{k}.index", manifest) for k, _, manifest in batch], twin)
+    if writer is not None:
+        writer.close()
 
 
 def write_legacy_meshes(url: str | os.PathLike | Storage,

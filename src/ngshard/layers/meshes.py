@@ -9,8 +9,8 @@ ranges of the ``<id>`` files). Then the whole batch decodes at once (:mod:`.mesh
 
 from __future__ import annotations
 
-import json
 import os
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..errors import CorruptDataError, SpecError
+from ..jsondoc import Doc, parse_json
 from ..kinds import LEGACY_MESHES as LEGACY
 from ..kinds import MESHES as KIND
 from ..kinds import kind_of
@@ -25,6 +26,7 @@ from ..sharded import open_kv
 from ..sharded.infofile import INFO, read_info
 from ..sharded.spec import as_key_array, check_key
 from ..storage import Storage, StorageOptions, open_storage
+from ..storage.names import check_name, shown
 from ..types import Blob
 from .info import apply_transform, parse_sharding, parse_transform
 from .lookup import InStore
@@ -139,6 +141,13 @@ class Meshes(InStore[Mesh]):
             out[k] = (chosen[k][0], chunk, chosen[k][1])
         return out
 
+    def encoded_many(self, segment_ids: Iterable[int] | np.ndarray
+                     ) -> dict[int, tuple[bytes, bytes]]:
+        """{id: (fragment data of every LOD, manifest)} as stored, for the segments present:
+        a layer copied without decoding its meshes (two batched reads)."""
+        fetched = self._fetch(np.unique(as_key_array(segment_ids)), None)
+        return {k: (bytes(data), m.to_bytes()) for k, (m, data, _) in fetched.items()}
+
     def get(self, segment_id: int, default: T | None = None, *, lod: int = 0
             ) -> Mesh | T | None:
         """One segment's mesh at one level of detail (``lod``: 0 the finest, -1 the
@@ -223,16 +232,16 @@ class LegacyMeshes(InStore[Mesh]):
     def _fragments(self, manifests: dict[int, Blob]) -> dict[int, list]:
         names: dict[int, list[str]] = {}
         for k, raw in manifests.items():
-            try:
-                doc = json.loads(bytes(raw))
-                frags = doc["fragments"]
-                if not isinstance(frags, list) or not all(isinstance(f, str) for f in frags):
-                    raise TypeError("fragments must be a list of names")
-            except (ValueError, KeyError, TypeError) as e:
-                raise CorruptDataError(f"{self.storage.path(f'{k}:0')}: not a legacy mesh "
-                                       f"manifest ({e})") from None
-            names[k] = frags
-        flat = [n for frags in names.values() for n in frags]
+            where = self.storage.path(f"{k}:0")
+            doc = Doc(parse_json(raw, where, error=CorruptDataError), where,
+                      error=CorruptDataError)
+            frags = doc.texts("fragments")
+            if len(set(frags)) != len(frags):  # a mesh as many times as named: no
+                twice = next(f for f, n in Counter(frags).items() if n > 1)
+                raise CorruptDataError(f"{where}: names fragment {shown(twice)} twice")
+            names[k] = [check_name(f, where, "fragment name", error=CorruptDataError)
+                        for f in frags]
+        flat = list(dict.fromkeys(n for frags in names.values() for n in frags))
         blobs = dict(zip(flat, self.store.files.read_many(flat)))
         missing = [n for n, b in blobs.items() if b is None]
         if missing:

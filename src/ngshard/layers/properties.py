@@ -22,6 +22,7 @@ from ..kinds import PROPERTIES as KIND
 from ..sharded.infofile import INFO, read_info, write_info
 from ..sharded.spec import as_key_array
 from ..storage import Storage, StorageOptions, open_storage
+from .attach import attach, check_segmentation
 from .info import layer_info
 from .lookup import ById
 
@@ -231,7 +232,9 @@ def write_segment_properties(url: str | os.PathLike | Storage, ids: Any, *,
                              tags: Sequence[Sequence[str]] | None = None,
                              tag_descriptions: Mapping[str, str] | None = None,
                              key: str = "segment_properties", overwrite: bool = False,
-                             storage_options: StorageOptions | None = None) -> SegmentProperties:
+                             storage_options: StorageOptions | None = None,
+                             segmentation: str | os.PathLike | Storage | None = None
+                             ) -> SegmentProperties:
     """Write inline segment properties.
 
     Parameters
@@ -258,6 +261,9 @@ def write_segment_properties(url: str | os.PathLike | Storage, ids: Any, *,
     storage_options
         How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and the
         ``retries`` and ``retry_seconds`` of its requests (see :mod:`ngshard.storage.options`).
+    segmentation
+        A segmentation volume to attach the layer to once it is written (its info, written
+        last, names it: see :func:`ngshard.attach`); None attaches it to none.
 
     Returns
     -------
@@ -274,14 +280,18 @@ def write_segment_properties(url: str | os.PathLike | Storage, ids: Any, *,
     doc = segment_properties_json(ids, labels=labels, descriptions=descriptions,
                                   strings=strings, numbers=numbers, tags=tags,
                                   tag_descriptions=tag_descriptions)
+    if segmentation is not None:
+        check_segmentation(segmentation)
     storage = open_storage(url, storage_options=storage_options)
     parent = read_info(storage)
-    attach = kind_of(parent) in (VOLUME, SKELETONS, MESHES, LEGACY_MESHES)
-    target = storage.child(key) if attach else storage
+    inside = kind_of(parent) in (VOLUME, SKELETONS, MESHES, LEGACY_MESHES)
+    target = storage.child(key) if inside else storage
     parsed = SegmentProperties(target, doc)  # the checks a reader makes, before writing
     claim(target, overwrite=overwrite)
     write_info(target, doc)
     # the link last: a layer never points at properties not yet there
-    if attach and parent is not None:
+    if inside and parent is not None:
         write_info(storage, {**parent, "segment_properties": key})
+    if segmentation is not None:
+        attach(segmentation, segment_properties=target)
     return parsed

@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..bounded import take
 from ..errors import CorruptDataError, SpecError
 from ..types import Blob
 
@@ -171,7 +172,7 @@ def decode_skeleton(buf: Blob, spec: Sequence[VertexAttribute], where: str
     if size < 8:
         raise CorruptDataError(f"{where}: skeleton of {size} bytes is shorter than its "
                                f"8-byte header")
-    n, m = (int(x) for x in np.frombuffer(buf, _HEAD, 2))
+    n, m = (int(x) for x in take(buf, _HEAD, 2, where=where, what="header"))
     base = 8 + 12 * n + 8 * m
     per_vertex = sum(a.dtype.itemsize * a.num_components for a in spec)
     full = base + n * per_vertex
@@ -179,8 +180,8 @@ def decode_skeleton(buf: Blob, spec: Sequence[VertexAttribute], where: str
         raise CorruptDataError(
             f"{where}: skeleton claims {n} vertices and {m} edges "
             f"({full} bytes with its attributes) but holds {size} bytes")
-    vertices = np.frombuffer(buf, "<f4", 3 * n, 8).reshape(n, 3)
-    edges = np.frombuffer(buf, "<u4", 2 * m, 8 + 12 * n).reshape(m, 2)
+    vertices = take(buf, "<f4", 3 * n, 8, where=where, what="vertices").reshape(n, 3)
+    edges = take(buf, "<u4", 2 * m, 8 + 12 * n, where=where, what="edges").reshape(m, 2)
     if m and int(edges.max()) >= n:
         i = int(np.argmax(edges.max(axis=1) >= n))
         raise CorruptDataError(f"{where}: edge {i} {edges[i].tolist()} names a vertex past "
@@ -189,7 +190,8 @@ def decode_skeleton(buf: Blob, spec: Sequence[VertexAttribute], where: str
     offset = base
     if size == full:
         for a in spec:
-            values = np.frombuffer(buf, a.dtype, n * a.num_components, offset)
+            values = take(buf, a.dtype, n * a.num_components, offset, where=where,
+                          what=f"attribute {a.id}")
             attributes[a.id] = values if a.num_components == 1 else \
                 values.reshape(n, a.num_components)
             offset += values.nbytes

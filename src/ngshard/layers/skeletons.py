@@ -22,6 +22,7 @@ from ..sharded.infofile import INFO, write_info
 from ..sharded.spec import ShardingSpec, as_key_array, check_key
 from ..storage import Storage, StorageOptions, open_storage
 from ..types import Blob, Compress
+from .attach import attach, check_segmentation
 from .info import apply_transform, layer_info, parse_sharding, parse_transform, transform_json
 from .lookup import InStore
 from .sharding import resolve_sharding
@@ -174,7 +175,8 @@ def write_skeletons(url: str | os.PathLike | Storage,
                     buffer_bytes: int | None = None, progress: bool = False,
                     durable: bool = True, overwrite: bool = False,
                     compress: Compress | None = None,
-                    storage_options: StorageOptions | None = None) -> Skeletons:
+                    storage_options: StorageOptions | None = None,
+                    segmentation: str | os.PathLike | Storage | None = None) -> Skeletons:
     """Write a skeleton layer at ``url``: its shards (or a file per segment) and its info.
 
     Parameters
@@ -208,6 +210,9 @@ def write_skeletons(url: str | os.PathLike | Storage,
     storage_options
         How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and the
         ``retries`` and ``retry_seconds`` of its requests (see :mod:`ngshard.storage.options`).
+    segmentation
+        A segmentation volume to attach the layer to once it is written (its info, written
+        last, names it: see :func:`ngshard.attach`); None attaches it to none.
 
     Returns
     -------
@@ -221,9 +226,12 @@ def write_skeletons(url: str | os.PathLike | Storage,
     ExistsError
         ``url`` holds a layer or store, and not ``overwrite``.
     SpecError
-        A bad ``compress``, or one given with sharding.
+        A bad ``compress``, or one given with sharding; ``segmentation`` is not one
+        (checked before anything is written).
     """
     twin = unsharded_twin(compress, sharding)
+    if segmentation is not None:
+        check_segmentation(segmentation)
     storage = open_storage(url, durable=durable, storage_options=storage_options)
     it = iter(pairs(items))
     head = list(itertools.islice(it, SKELETON_BATCH))
@@ -247,5 +255,7 @@ def write_skeletons(url: str | os.PathLike | Storage,
     if shards is not None:
         info["sharding"] = shards.to_json()
     write_info(storage, info)
+    if segmentation is not None:
+        attach(segmentation, skeletons=storage)
     return Skeletons(storage, info)
 

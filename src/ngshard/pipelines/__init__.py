@@ -13,5 +13,9 @@ made from a segmentation join conversion here as they come: whole-shard tasks on
 from __future__ import annotations
 
 from .api import convert
+from .downsample import downsample
+from .meshing import mesh
+from .skeletonizing import skeletonize
+from .transfer import transfer
 
-__all__ = ["convert"]
+__all__ = ["convert", "downsample", "mesh", "skeletonize", "transfer"]

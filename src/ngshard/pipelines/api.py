@@ -12,7 +12,12 @@ from ..errors import SpecError
 from ..layers.dispatch import checked_source
 from ..storage import StorageOptions, canonical_url, rooted_options, source_of
 from ..types import Encoding
-from .layout import DEFAULT_TASK_BYTES, precomputed_to_zarr, zarr_to_precomputed
+from .layout import (
+    DEFAULT_TASK_BYTES,
+    is_precomputed,
+    precomputed_to_zarr,
+    zarr_to_precomputed,
+)
 from .runner import run_plan
 
 
@@ -23,10 +28,12 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
             progress: bool = True, resume: bool = True, axes: str | None = None,
             downsample: bool | int = False, task_bytes: int = DEFAULT_TASK_BYTES,
             overwrite: bool = False, storage_options: StorageOptions | None = None,
-            src_storage_options: StorageOptions | None = None) -> dict[str, int]:
+            src_storage_options: StorageOptions | None = None,
+            resolution: Sequence[float] | None = None, offset: Sequence[int] | None = None,
+            units: str | None = None) -> dict[str, int]:
     """Convert a zarr array or OME-Zarr group to a precomputed layer, or a precomputed layer
     to an OME-Zarr 0.5 group of Zarr v3 sharded arrays (which, by ``src``: a precomputed
-    layer has an ``info``).
+    layer has an ``info``), or a TIFF stack to a precomputed layer.
 
     Parameters
     ----------
@@ -37,6 +44,9 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
         Relative paths are made absolute here (workers elsewhere see the same folders), and
         the job is known by these canonical names: ``out``, ``./out/`` and its absolute
         path resume the same job.
+        A local TIFF stack as ``src`` (a glob or a folder of 2-D sections, one per z in
+        natural order of their names, or one multi-page or OME-TIFF; needs
+        ``ngshard[tiff]``) becomes a precomputed layer, 64^3 chunks by default.
     scales
         Indices of the source levels to convert (default all).
     chunk_size
@@ -68,6 +78,8 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
         scale fits a chunk; an integer caps their number).
     task_bytes
         Uncompressed bytes per task (auto shard size): a worker's memory is about this.
+    resolution
+        TIFF stacks: the voxel size (x, y, z) in nm (default the OME-TIFF's, else 1, 1, 1).
     storage_options
         How to reach ``src`` and ``dst`` where they are not local paths (credentials,
         ``anon``, ``endpoint_url``, ...; ``retries`` and ``retry_seconds``: see
@@ -75,6 +87,13 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
     src_storage_options
         Options for ``src`` alone, where it needs others than ``dst`` (another bucket, a
         public one read with ``anon``); default ``storage_options``.
+    resolution, offset, units
+        zarr -> precomputed, for sources whose metadata does not say (a plain array, an
+        OME-Zarr group without units or translations): the (x, y, z) voxel size of the
+        finest level in ``units`` (default nm; coarser OME levels keep their relative
+        scales), its (x, y, z) voxel offset, and the length unit (``nm``, ``um``,
+        ``micrometer``, ...) of ``resolution`` or of OME scales without units. Without
+        them such a source is taken as 1 nm voxels at the origin.
 
     Returns
     -------
@@ -104,19 +123,40 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
         return _convert(src, dst, scales=scales, chunk_size=chunk_size, encoding=encoding,
                         sharding=sharding, executor=executor, workers=workers,
                         progress=progress, resume=resume, axes=axes, downsample=downsample,
-                        task_bytes=task_bytes, overwrite=overwrite, roots=roots)
+                        task_bytes=task_bytes, overwrite=overwrite, roots=roots,
+                        resolution=resolution, offset=offset, units=units)
 
 
 def _convert(src: str | os.PathLike, dst: str | os.PathLike, *, scales: Sequence[int] | None,
              chunk_size: Sequence[int] | None, encoding: Encoding | None, sharding: Any,
              executor: Executor | None, workers: int | None, progress: bool, resume: bool,
              axes: str | None, downsample: bool | int, task_bytes: int, overwrite: bool,
-             roots: dict) -> dict[str, int]:
+             roots: dict, resolution: Sequence[float] | None, offset: Sequence[int] | None,
+             units: str | None) -> dict[str, int]:
+    from .tiff import is_tiff
+
+    if is_tiff(src):
+        given: dict[str, Any] = {"scales": scales, "axes": axes, "offset": offset, "units": units}
+        wrong = [k for k, v in given.items() if v is not None]
+        if wrong:
+            raise SpecError(f"{os.fspath(src)} is a TIFF stack: {', '.join(wrong)} do not "
+                            f"apply")
+        from .tiff import tiff_to_precomputed
+
+        dst = _destination(dst, "precomputed", os.fspath(src))
+        plan = tiff_to_precomputed(os.fspath(src), dst, chunk_size=chunk_size,
+                                   encoding=encoding, sharding=sharding,
+                                   resolution=resolution, downsample=downsample,
+                                   task_bytes=task_bytes)
+        plan.roots = roots
+        return run_plan(plan, executor=executor, workers=workers, progress=progress,
+                        resume=resume, overwrite=overwrite)
     src, to_zarr = _source(src)
     dst = _destination(dst, "zarr" if to_zarr else "precomputed", src)
     _apart(src, dst)
     if to_zarr:
-        given = {"chunk_size": chunk_size, "axes": axes, "downsample": downsample or None}
+        given = {"chunk_size": chunk_size, "axes": axes, "downsample": downsample or None,
+                 "resolution": resolution, "offset": offset, "units": units}
         wrong = [k for k, v in given.items() if v is not None]
         if wrong or sharding not in ("auto", None):
             raise SpecError(f"{src} is precomputed: {', '.join(wrong or ['sharding'])} only "
@@ -126,7 +166,8 @@ def _convert(src: str | os.PathLike, dst: str | os.PathLike, *, scales: Sequence
     else:
         plan = zarr_to_precomputed(src, dst, scales=scales, chunk_size=chunk_size,
                                    encoding=encoding, sharding=sharding, axes=axes,
-                                   downsample=downsample, task_bytes=task_bytes)
+                                   downsample=downsample, task_bytes=task_bytes,
+                                   resolution=resolution, offset=offset, units=units)
     plan.roots = roots
     return run_plan(plan, executor=executor, workers=workers, progress=progress,
                     resume=resume, overwrite=overwrite)
@@ -148,7 +189,7 @@ def _source(src: str | os.PathLike) -> tuple[str, bool]:
     url = canonical_url(source.url)
     if source.format is not None:
         return url, source.family == "precomputed"
-    return url, storage.read("info") is not None
+    return url, is_precomputed(storage)
 
 
 def _destination(dst: str | os.PathLike, makes: str, src: str) -> str:

@@ -22,8 +22,10 @@ def local_pool(workers: int | None = None) -> ProcessPoolExecutor:
     """A process pool of ``workers`` (default: the CPUs this process may use, see
     :func:`ngshard.cpus.available_cpus`). Workers are forked while this process has one
     thread (they start at once); otherwise they come from a forkserver, so none inherits a
-    lock another thread held (it costs a new interpreter, about 0.5 s). On Linux each worker
-    is killed when its parent dies (``kill -9`` of the client leaves no worker behind)."""
+    lock another thread held (it costs a new interpreter, about 0.5 s). Workers ignore
+    SIGINT: a Ctrl-C in the terminal reaches the whole process group, and only this process
+    decides what stops (:func:`stop_pool`). On Linux each worker is killed when its parent
+    dies (``kill -9`` of the client leaves no worker behind)."""
     context: BaseContext
     parent: int | None
     if "fork" in multiprocessing.get_all_start_methods() and _one_thread():
@@ -34,8 +36,22 @@ def local_pool(workers: int | None = None) -> ProcessPoolExecutor:
         server.set_forkserver_preload(["ngshard.pipelines.tasks"])
         context = server
         parent = None  # the forkserver, which exits when this process does
-    return ProcessPoolExecutor(max_workers=workers or available_cpus(), mp_context=context,
-                               initializer=die_with_parent, initargs=(parent,))
+    pool = ProcessPoolExecutor(max_workers=workers or available_cpus(), mp_context=context,
+                               initializer=_start_worker, initargs=(parent,))
+    # Forked workers start at the first submit; a Ctrl-C landing in os.fork's at-fork
+    # handlers is swallowed there ("Exception ignored") and the job would run on. So they
+    # start now, with SIGINT held back until they are up.
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        pool.submit(int).result()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+    return pool
+
+
+def _start_worker(parent: int | None) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent(parent)
 
 
 def _one_thread() -> bool:
@@ -59,6 +75,18 @@ def die_with_parent(parent: int | None = None) -> None:
         return
     if (parent is not None and os.getppid() != parent) or os.getppid() == 1:
         os._exit(1)  # orphaned already
+
+
+def stop_pool(executor: ProcessPoolExecutor) -> None:
+    """Stop a local pool now: tasks not started are cancelled, running ones killed. Nothing
+    half-written becomes visible (every write is a temporary renamed into place); a killed
+    task's temporaries are removed when the job is run again."""
+    processes = list((getattr(executor, "_processes", None) or {}).values())
+    executor.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.join(1)
 
 
 def dask_client(address: str):

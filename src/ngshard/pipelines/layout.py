@@ -21,18 +21,19 @@ from ..errors import SpecError
 from ..limits import DEFAULT_TASK_BYTES
 from ..sharded.infofile import as_spec
 from ..storage import Storage, open_storage
+from ..volume.factors import pyramid_factors
 from ..volume.grid import ChunkGrid
 from ..volume.handle import read_volume_info, write_volume_info
 from ..volume.info import DATA_TYPES, Scale, VolumeInfo, chunk_nbytes
 from ..volume.layers import scale_key
 from ..volume.sharding import auto_sharding
-from ..volume.vectors import Vec3, xyz
+from ..volume.vectors import xyz
 from ..zarr.handle import ArrayHandle
 from ..zarr.ome import axis_roles, multiscales_05, read_group, to_nm
 from . import fastpath
-from .plan import precomputed_tasks, task_box, zarr_tasks
+from .plan import TaskList, precomputed_tasks, task_box, zarr_tasks
 from .runner import Plan
-from .sources import DownsampledSource, PrecomputedSource, ZarrSource
+from .sources import PrecomputedSource, ZarrSource
 
 _DTYPES = {"bool": "uint8", "int64": "uint64"}  # what precomputed stores them as
 _LABELS = ("uint32", "uint64")
@@ -46,23 +47,42 @@ class _Level:
     offset: tuple[int, int, int]
 
 
-def _zarr_levels(src: str, axes: str | None) -> list[_Level]:
-    """The arrays of a zarr source, finest first, with their axis roles and placement."""
+def _zarr_levels(src: str, axes: str | None, resolution: Sequence[float] | None = None,
+                 offset: Sequence[int] | None = None, units: str | None = None
+                 ) -> list[_Level]:
+    """The arrays of a zarr source, finest first, with their axis roles and placement:
+    from OME metadata, or from ``resolution`` (x, y, z voxel size of the finest level, in
+    ``units``, default nm), ``offset`` (its voxel offset) and ``units`` (of OME scales
+    without units) where the source has none."""
     ms = read_group(src)
     if ms is None:
         meta = ArrayHandle.open(src).meta
         names = meta.dimension_names if meta.dimension_names and \
             None not in meta.dimension_names else None
-        return [_Level(src, axis_roles(len(meta.shape), names, axes, src), (1.0, 1.0, 1.0),
-                       (0, 0, 0))]
+        given = [to_nm(r, units or "nm", src) for r in resolution] if resolution \
+            else [1.0, 1.0, 1.0]
+        return [_Level(src, axis_roles(len(meta.shape), names, axes, src), xyz(given),
+                       xyz([int(o) for o in offset] if offset else [0, 0, 0]))]
     roles = axis_roles(len(ms.axes), ms.axes, axes, src)
+    spatial = [roles[a] for a in "xyz"]
+    if (resolution is not None or units) and all(ms.axes[i].unit for i in spatial):
+        raise SpecError(f"{src}: its OME metadata gives the units "
+                        f"({', '.join(str(ms.axes[i].unit) for i in spatial)}): "
+                        f"resolution and units apply to sources without")
+    if offset is not None and any(t for t in ms.levels[0].translation):
+        raise SpecError(f"{src}: its OME metadata gives a translation: offset applies to "
+                        f"sources without")
+    base = ms.levels[0]
     levels = []
     for level in ms.levels:
-        res, off = [], []
-        for a in "xyz":
-            i = roles[a]
-            res.append(to_nm(level.scale[i], ms.axes[i].unit, src))
-            off.append(int(np.floor(level.translation[i] / level.scale[i] + 0.5))
+        res: list[float] = []
+        off: list[int] = []
+        for k, i in enumerate(spatial):
+            ratio = level.scale[i] / base.scale[i] if base.scale[i] else 1.0
+            res.append(to_nm(resolution[k], units or "nm", src) * ratio if resolution
+                       is not None else to_nm(level.scale[i], ms.axes[i].unit or units, src))
+            off.append(int(np.floor(offset[k] / ratio)) if offset is not None else
+                       int(np.floor(level.translation[i] / level.scale[i] + 0.5))
                        if level.scale[i] else 0)
         levels.append(_Level(f"{src.rstrip('/')}/{level.path}", roles, xyz(res), xyz(off)))
     return levels
@@ -85,24 +105,13 @@ def _sharding(sharding: Any, size, chunk, chunk_bytes: int, encoding: str, task_
     return as_spec(sharding)
 
 
-def _downsample_factors(size, chunk, steps: int) -> list[Vec3]:
-    """(2, 2, 2) per step, 1 along axes that already fit in one chunk; at most ``steps``."""
-    out: list[Vec3] = []
-    size = list(size)
-    while len(out) < steps:
-        f = xyz(2 if s > c else 1 for s, c in zip(size, chunk))
-        if f == (1, 1, 1):
-            break
-        out.append(f)
-        size = [-(-s // k) for s, k in zip(size, f)]
-    return out
-
-
 def zarr_to_precomputed(src: str, dst: str, *, scales=None, chunk_size=None, encoding=None,
                         sharding: Any = "auto", axes: str | None = None,
-                        downsample: bool | int = False, task_bytes: int = DEFAULT_TASK_BYTES
+                        downsample: bool | int = False, task_bytes: int = DEFAULT_TASK_BYTES,
+                        resolution: Sequence[float] | None = None,
+                        offset: Sequence[int] | None = None, units: str | None = None
                         ) -> Plan:
-    levels = _zarr_levels(src, axes)
+    levels = _zarr_levels(src, axes, resolution, offset, units)
     chosen = _pick(levels, scales, src)
     first_array = ArrayHandle.open(levels[chosen[0]].url)
     first = first_array.meta
@@ -139,23 +148,13 @@ def zarr_to_precomputed(src: str, dst: str, *, scales=None, chunk_size=None, enc
             compressed_segmentation_block_size=(8, 8, 8)
             if encoding == "compressed_segmentation" else None))
         sources.append((array, ZarrSource(level.url, tuple(sorted(level.roles.items())))))
-    steps = 0 if len(levels) > 1 or not downsample else 16 if downsample is True \
+    steps = 0 if len(levels) > 1 or not downsample else None if downsample is True \
         else int(downsample)
-    coarse: list[tuple[Scale, DownsampledSource]] = []
-    for f in _downsample_factors(scale_list[-1].size, chunk_size, steps):
-        s = scale_list[-1] if not coarse else coarse[-1][0]
-        size = xyz(-(-n // k) for n, k in zip(s.size, f))
-        res = xyz(r * k for r, k in zip(s.resolution, f))
-        scale = Scale(key=scale_key(res), size=size, chunk_size=chunk_size, resolution=res,
-                      voxel_offset=xyz(o // k for o, k in zip(s.voxel_offset, f)),
-                      encoding=encoding, sharding=_sharding(sharding, size, chunk_size,
-                                                            chunk_bytes, encoding, task_bytes),
-                      compressed_segmentation_block_size=s.compressed_segmentation_block_size)
-        coarse.append((scale, DownsampledSource(PrecomputedSource(dst, s.key), f,
-                                                layer_type == "segmentation")))
+    factors = [] if steps == 0 else pyramid_factors(
+        scale_list[-1].size, scale_list[-1].resolution, chunk_size, steps)
     info = VolumeInfo.from_json({"type": layer_type, "data_type": dtype_name,
-                                 "num_channels": channels, "scales": [
-                                     s.to_json() for s in scale_list + [c[0] for c in coarse]]})
+                                 "num_channels": channels,
+                                 "scales": [s.to_json() for s in scale_list]})
     first_stage, fast = [], []
     for scale, (array, source) in zip(scale_list, sources):
         grid = ChunkGrid(scale.size, scale.chunk_size, scale.voxel_offset)
@@ -164,10 +163,17 @@ def zarr_to_precomputed(src: str, dst: str, *, scales=None, chunk_size=None, enc
         fast.append(quick)
         first_stage.append(precomputed_tasks(dst, scale.key, grid, scale.sharding, source,
                                              chunk_bytes, task_bytes, quick))
-    stages = [first_stage] + [
-        [precomputed_tasks(dst, s.key, ChunkGrid(s.size, s.chunk_size, s.voxel_offset),
-                           s.sharding, source, chunk_bytes, task_bytes)]
-        for s, source in coarse]
+    stages: list[list[TaskList]] = [first_stage]
+    if factors:  # the pyramid below the last level, made as `ngshard downsample` makes it
+        from .downsample import plan_pyramid
+
+        pyramid, coarse = plan_pyramid(
+            dst, info, scale_list[-1], factors, sparse=False, task_bytes=task_bytes,
+            method="mode" if layer_type == "segmentation" else "mean",
+            sharded=scale_list[-1].sharding is not None, write_info=False)
+        stages += pyramid.stages
+        for scale in coarse:
+            info = info.with_scale(scale)
     storage = open_storage(dst)
     dirs = [storage.child(s.key) for s in info.scales]
 
@@ -235,3 +241,8 @@ def _metadata(storage: Storage) -> str | None:
     names = ("zarr.json", ".zarray", ".zgroup", ".zattrs")
     found = [n for n, info in zip(names, storage.stat_many(names)) if info is not None]
     return found[0] if found else None
+
+
+def is_precomputed(url: str | Storage) -> bool:
+    """Whether ``url`` holds a precomputed layer (an ``info`` file) rather than zarr."""
+    return open_storage(url).read("info") is not None

@@ -20,7 +20,7 @@ import itertools
 import math
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +69,15 @@ class TaskList:
 
     def __iter__(self) -> Iterator[Task]:
         return self.make()
+
+
+def listed(tasks: Iterable[Any]) -> list[TaskList]:
+    """Tasks made already (a pyramid's, a phase's), as task lists by output: the first part
+    of their names (a scale's key, keys joined by "+" for a task making several)."""
+    parts: dict[str, list] = {}
+    for task in tasks:
+        parts.setdefault(task.name.split("/", 1)[0], []).append(task)
+    return [TaskList(part, len(made), made.__iter__) for part, made in parts.items()]
 
 
 def boxes(grid_shape: tuple[int, ...], box: tuple[int, ...]

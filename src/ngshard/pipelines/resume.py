@@ -17,6 +17,7 @@ import time
 import uuid
 
 from ..errors import UnlistableError
+from ..jsondoc import parse_json
 from ..kinds import CONVERT_JOB as _JOB
 from ..kinds import CONVERT_RECORDS as PREFIX
 from ..limits import RECORD_SECONDS, RECORD_TASKS
@@ -120,20 +121,21 @@ def unfinished(root: str | Storage, part: str | None = None) -> str | None:
     if raw is None:
         return None
     try:
-        job = json.loads(raw)
+        job = parse_json(raw, records.path(_JOB))
         counts = {str(k): int(v) for k, v in job.get("tasks", {}).items()}
-        how = f"run `ngshard convert {job['from']} {job['to']}` again with the same options"
-    except (ValueError, TypeError, KeyError, AttributeError):
+        command = job.get("command") or f"ngshard convert {job['from']} {job['to']}"
+        how = f"run `{command}` again with the same options"
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError):  # SpecError: too
         counts, how = {}, "run the same conversion again"
-    if part is not None and counts and part not in counts:
+    if part is not None and counts and not any(part in k.split("+") for k in counts):
         return None  # not an output of the recorded job
     try:
         done = _done(records, records.list())
     except UnlistableError:
         done = None
-    if part is not None:
-        counts = {k: v for k, v in counts.items() if k == part}
-        done = None if done is None else [n for n in done if n.split("/", 1)[0] == part]
+    if part is not None:  # a task making several levels names them all, joined by "+"
+        counts = {k: v for k, v in counts.items() if part in k.split("+")}
+        done = None if done is None else [n for n in done if n.split("/", 1)[0] in counts]
     what = f" of {part}" if part is not None else ""
     head = f"{layer.url}: a conversion into it has not finished"
     if done is None or not counts:

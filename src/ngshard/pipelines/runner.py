@@ -1,8 +1,9 @@
-"""The one task runner of every pipeline (conversion now; transfers, pyramids, meshes and
-skeletons as they join): a plan's stages run in order on any ``concurrent.futures.Executor``
+"""The one task runner of every pipeline (conversions, downsampling, transfers, TIFF stacks,
+meshes and skeletons): a plan's stages run in order on any ``concurrent.futures.Executor``
 (a local process pool, a Dask client's executor), tasks made lazily and submitted a bounded
 number at a time, results taken as they complete (a slow task holds up nothing behind it),
-finished tasks recorded in batches so an interrupted job resumes where it stopped.
+finished tasks recorded in batches so an interrupted job resumes where it stopped. A Ctrl-C
+stops a local pool at once and says how to resume.
 
 Before anything is written, a probe runs on the executor: a worker that cannot reach the
 job's storage (missing credentials, an endpoint it does not know, a path only the client
@@ -26,15 +27,16 @@ from concurrent.futures import (
     wait,
 )
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..destination import claim
-from ..errors import NgShardError
+from ..errors import Interrupted, NgShardError
 from ..progress import progress_bar
 from ..storage import Storage, open_storage, remove_stale
 from . import resume as records
-from .executors import in_flight, local_pool
+from .executors import in_flight, local_pool, stop_pool
 from .plan import TaskList
 from .tasks import probe, run_task
 
@@ -56,6 +58,10 @@ class Plan:
     #: the storage options of the trees the tasks open, by root URL (sent with every task:
     #: see :func:`ngshard.storage.rooted_options`)
     roots: dict = field(default_factory=dict)
+    #: a job inside an existing layer (a pyramid): makes its folders ready instead of
+    #: refusing the layer (given ``overwrite``), and writes the info once every task is done
+    claim: Callable[[bool], None] | None = None
+    finish: Callable[[], None] | None = None
 
 
 def run_plan(plan: Plan, *, executor: Executor | None = None, workers: int | None = None,
@@ -78,6 +84,8 @@ def run_plan(plan: Plan, *, executor: Executor | None = None, workers: int | Non
         The destination holds something else, and not ``overwrite``.
     NgShardError
         A local worker process died.
+    Interrupted
+        Ctrl-C (a local pool is stopped at once; the message says how to resume).
     """
     dst = plan.dst
     parts: Counter[str] = Counter()
@@ -88,17 +96,26 @@ def run_plan(plan: Plan, *, executor: Executor | None = None, workers: int | Non
     # the tasks of each output (a scale's key or an array's name), for `verify` of a job
     # that does not finish
     record = {**plan.job, "tasks": dict(sorted(parts.items()))}
-    pool = local_pool(workers) if executor is None else executor
-    try:
+    stats = {"tasks": total, "run": 0, "skipped": 0, "chunks": 0, "bytes": 0}
+    storage = open_storage(dst)
+
+    def left() -> str:
+        finished = stats["skipped"] + stats["run"]
+        return (f"{finished} of {total} tasks of {what} to {dst} are done, "
+                f"{total - finished} left")
+
+    with running(executor, workers, what, dst, left) as pool:
         _preflight(pool, plan)
-        storage = open_storage(dst)
         if not records.recorded(storage, record):  # not an unfinished run of this job
-            claim(storage, overwrite=overwrite, into=plan.dirs)
+            if plan.claim is not None:
+                plan.claim(overwrite)
+            else:
+                claim(storage, overwrite=overwrite, into=plan.dirs)
         done = records.start(storage, record, resume)
+        stats["skipped"] = len(done)
         if not done:
             plan.prepare()
         job = hashlib.sha256(json.dumps(plan.job, sort_keys=True).encode()).hexdigest()[:16]
-        stats = {"tasks": total, "run": 0, "skipped": len(done), "chunks": 0, "bytes": 0}
         with records.Recorder(storage) as recorder:
             results = (r for stage in plan.stages for r in completed(
                 pool, (t for tasks in stage for t in tasks if t.name not in done),
@@ -108,6 +125,33 @@ def run_plan(plan: Plan, *, executor: Executor | None = None, workers: int | Non
                 stats["run"] += 1
                 stats["chunks"] += result["chunks"]
                 stats["bytes"] += result["bytes"]
+    if plan.finish is not None:
+        plan.finish()
+    records.clear(storage)
+    for d in plan.dirs:
+        if d.local_root is not None:
+            remove_stale(d.local_root)  # temporary files of workers that died
+    return stats
+
+
+@contextmanager
+def running(executor: Executor | None, workers: int | None, what: str, dst: str,
+            left: Callable[[], str]) -> Iterator[Executor]:
+    """``executor``, or a local pool of ``workers`` shut down at the end; a Ctrl-C stops
+    that pool at once (running tasks killed, not waited for) and raises
+    :class:`~ngshard.errors.Interrupted` saying what is ``left`` and how to resume."""
+    pool = local_pool(workers) if executor is None else executor
+    own = executor is None
+    try:
+        yield pool
+    except KeyboardInterrupt:
+        if own:
+            stop_pool(pool)  # type: ignore[arg-type]
+            own = False
+        raise Interrupted(
+            f"interrupted: {left()} (recorded in {dst}/{records.PREFIX}/): run the same "
+            f"{'conversion' if what == 'converting' else 'command'} again to resume"
+        ) from None
     except BrokenProcessPool as e:
         raise NgShardError(
             f"{what} to {dst}: a worker process died ({e}). Killed for memory? Try fewer "
@@ -116,13 +160,8 @@ def run_plan(plan: Plan, *, executor: Executor | None = None, workers: int | Non
             f"executor=concurrent.futures.ThreadPoolExecutor()). Run again to resume."
         ) from None
     finally:
-        if executor is None:  # our own pool
+        if own:  # our own pool
             pool.shutdown(cancel_futures=True)
-    records.clear(storage)
-    for d in plan.dirs:
-        if d.local_root is not None:
-            remove_stale(d.local_root)  # temporary files of workers that died
-    return stats
 
 
 def _preflight(executor: Executor, plan: Plan) -> None:
@@ -154,6 +193,7 @@ def completed(executor: Executor, tasks: Iterable, fn: Callable, *args: Any,
     todo = iter(tasks)
     finished: queue.SimpleQueue[Future] = queue.SimpleQueue()
     pending: set[Future] = set()
+    interrupted = False
     try:
         while True:
             for task in itertools.islice(todo, window - len(pending)):
@@ -173,9 +213,12 @@ def completed(executor: Executor, tasks: Iterable, fn: Callable, *args: Any,
             if failed:
                 raise failed[0]
             yield from results
+    except KeyboardInterrupt:
+        interrupted = True  # the caller stops the running tasks: no waiting for them
+        raise
     finally:
         for f in pending:
             f.cancel()
-        for f in wait(pending).done:
+        for f in [] if interrupted else wait(pending).done:
             if not f.cancelled() and f.exception() is None:
                 record(f.result())

@@ -1,6 +1,5 @@
 """What a conversion task reads: a box of voxels, always as an (x, y, z, channel) array,
-whether it comes from a zarr array in its own axis order, a precomputed scale, or a finer
-precomputed scale downsampled on the fly.
+whether it comes from a zarr array in its own axis order or a precomputed scale.
 
 Sources are small picklable values (URLs and axis roles), so a task can travel to another
 process or a Dask worker; each process opens an array's handle once (``open_*``, cached), and
@@ -11,6 +10,7 @@ never a Volume or ZarrArray.
 from __future__ import annotations
 
 import functools
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,7 +18,9 @@ import numpy as np
 from ..errors import SpecError
 from ..staged import StagedChangesArray
 from ..staged.stored import StoredChunks
+from ..storage import open_storage
 from ..volume.handle import ScaleHandle
+from ..volume.info import VolumeInfo
 from ..zarr.handle import ArrayHandle
 
 
@@ -35,6 +37,13 @@ def open_scale(url: str, scale: str) -> ScaleHandle:
 
 
 @functools.lru_cache(maxsize=32)
+def open_planned_scale(url: str, info: str, scale: str) -> ScaleHandle:
+    """A scale of the info ``info`` (JSON text) of the layer at ``url``: a job's levels that
+    the stored info names only once they are all made; opened once per process."""
+    return ScaleHandle(open_storage(url), VolumeInfo.from_json(json.loads(info)), scale, "r")
+
+
+@functools.lru_cache(maxsize=32)
 def voxels(handle: ScaleHandle | ArrayHandle) -> StagedChangesArray:
     """Numpy indexing (0-based) over the chunks of ``handle``, for reading boxes (absent
     chunks read as the fill value); cached with the handle."""
@@ -43,7 +52,7 @@ def voxels(handle: ScaleHandle | ArrayHandle) -> StagedChangesArray:
 
 def forget_opened() -> None:
     """Close what this process holds open (the arrays of another job may have changed)."""
-    for cached in (open_zarr, open_scale, voxels):
+    for cached in (open_zarr, open_scale, open_planned_scale, voxels):
         cached.cache_clear()
 
 
@@ -54,7 +63,6 @@ class ZarrSource:
 
     url: str
     roles: tuple[tuple[str, int], ...]
-    magnification = 1  # source voxels read per voxel returned
 
     @property
     def role(self) -> dict[str, int]:
@@ -77,39 +85,16 @@ class ZarrSource:
 @dataclass(frozen=True)
 class PrecomputedSource:
     """One scale (by key) of a precomputed volume; boxes are 0-based (from voxel_offset), as
-    the chunk grid and a zarr array count."""
+    the chunk grid and a zarr array count, moved by ``shift`` (where the box a task fills
+    begins in this scale: a transfer cut to a bounding box)."""
 
     url: str
     scale: str
-    magnification = 1
+    shift: tuple[int, int, int] = (0, 0, 0)
 
     def read(self, lo, hi) -> np.ndarray:
-        box = tuple(slice(int(a), int(b)) for a, b in zip(lo, hi))
+        box = tuple(slice(int(a) + s, int(b) + s) for a, b, s in zip(lo, hi, self.shift))
         return voxels(open_scale(self.url, self.scale))[box]
-
-
-@dataclass(frozen=True)
-class DownsampledSource:
-    """A precomputed scale ``factor`` times coarser than ``fine``: the mean of each block for
-    images, its most frequent value for segmentations."""
-
-    fine: PrecomputedSource
-    factor: tuple[int, int, int]
-    segmentation: bool
-
-    @property
-    def magnification(self) -> int:
-        """Source voxels read per voxel returned."""
-        return self.factor[0] * self.factor[1] * self.factor[2]
-
-    def read(self, lo, hi) -> np.ndarray:
-        from ..volume.downsample import downsample_mean, downsample_mode
-
-        f = np.asarray(self.factor)
-        size = np.asarray(open_scale(self.fine.url, self.fine.scale).scale.size)
-        data = self.fine.read(np.asarray(lo) * f, np.minimum(np.asarray(hi) * f, size))
-        reduce = downsample_mode if self.segmentation else downsample_mean
-        return reduce(data, self.factor)
 
 
 def as_dtype(data: np.ndarray, dtype: np.dtype, where: str) -> np.ndarray:

@@ -6,16 +6,19 @@ redone after an interruption, leaves nothing half-written."""
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 
 from ..errors import MissingDependencyError, NgShardError, StorageAccessError
 from ..storage import open_storage, rooted_options
 from .plan import Task
-from .sources import forget_opened
+from .pyramid import PyramidTask
+from .sources import PrecomputedSource, forget_opened
 
 _job: str | None = None  # the job whose arrays this process holds open
 
 
-def run_task(task: Task, job: str, roots: dict | None = None) -> tuple[str, dict]:
+def run_task(task: Task | PyramidTask, job: str, roots: dict | None = None
+             ) -> tuple[str, dict]:
     """Run ``task`` of the job ``job`` (a digest); returns its name and what it wrote
     (``chunks``, ``bytes``). ``roots``: the storage options of the trees it opens
     (:func:`~ngshard.storage.rooted_options`)."""
@@ -23,18 +26,39 @@ def run_task(task: Task, job: str, roots: dict | None = None) -> tuple[str, dict
         return _run(task, job)
 
 
-def _run(task: Task, job: str) -> tuple[str, dict]:
+def _run(task: Task | PyramidTask, job: str) -> tuple[str, dict]:
     global _job
     if job != _job:  # arrays opened for another job may have changed since
         forget_opened()
         _job = job
-    if task.kind == "zarr":
-        from .to_zarr import fill_zarr as fill
-    elif task.fast:
-        from .fastpath import fill_fast as fill
+    if hasattr(task, "run"):  # a step of meshing or skeletonizing (phases.py) carries its work
+        stats = task.run()
+    elif isinstance(task, PyramidTask):
+        from .to_pyramid import fill_pyramid
+
+        stats = fill_pyramid(task)
     else:
-        from .to_precomputed import fill
-    return task.name, fill(task)
+        stats = _filler(task)(task)
+    return task.name, stats
+
+
+def _filler(task: Task) -> Callable[[Task], dict]:
+    """What runs a task of one output box, by what it reads and writes."""
+    if task.kind == "zarr":
+        from .to_zarr import fill_zarr
+
+        return fill_zarr
+    if task.fast and isinstance(task.source, PrecomputedSource):
+        from .carry import fill_carried
+
+        return fill_carried
+    if task.fast:
+        from .fastpath import fill_fast
+
+        return fill_fast
+    from .to_precomputed import fill
+
+    return fill
 
 
 def probe(probes: list[tuple[str, str | None]], roots: dict | None = None) -> str:

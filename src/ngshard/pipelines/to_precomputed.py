@@ -12,13 +12,20 @@ from ..limits import SLAB_BYTES
 from ..sharded.shard_writer import write_shard
 from ..threads import pmap
 from ..volume.encodings import encode_chunk
+from ..volume.handle import ScaleHandle
 from .plan import Task
 from .sources import as_dtype, open_scale
 
 
 def store_chunks(task: Task, positions: np.ndarray, blobs: list) -> dict:
     """Store a task's encoded chunks (scale-encoded, not data-encoded yet)."""
-    handle = open_scale(task.url, task.scale)
+    return write_chunks(open_scale(task.url, task.scale), task.shard, positions, blobs)
+
+
+def write_chunks(handle: ScaleHandle, shard: int | None, positions: np.ndarray, blobs: list
+                 ) -> dict:
+    """Write encoded chunks (scale-encoded, not data-encoded yet) of ``handle``'s scale: as
+    chunk files, or as shard number ``shard`` whole (all of its chunks)."""
     spec, storage = handle.scale.sharding, handle.chunk_storage
     if spec is None:
         storage.write_many(list(zip(handle.grid.chunk_names(positions), blobs)))
@@ -26,8 +33,9 @@ def store_chunks(task: Task, positions: np.ndarray, blobs: list) -> dict:
     if spec.data_encoding != "raw":
         blobs = pmap(lambda b: encode(b, spec.data_encoding), blobs, min_items=2)
     keys = handle.grid.morton(positions) if len(positions) else np.zeros(0, np.uint64)
-    written = write_shard(storage, spec, task.whole_shard(), keys, blobs)
-    return {"chunks": len(blobs), "bytes": written}
+    if shard is None:  # (every task of a sharded scale has its shard)
+        raise ValueError(f"{storage.url}: chunks of a sharded scale go a whole shard at a time")
+    return {"chunks": len(blobs), "bytes": write_shard(storage, spec, shard, keys, blobs)}
 
 
 def fill(task: Task) -> dict:
@@ -59,7 +67,7 @@ def fill(task: Task) -> dict:
         lo, hi = np.array(task.lo), np.array(task.hi)
         cs = np.array(grid.chunk_size)
         layer = int(np.prod((hi - lo)[:2] * cs[:2])) * int(cs[2]) * \
-            handle.info.num_channels * dtype.itemsize * task.source.magnification
+            handle.info.num_channels * dtype.itemsize
         step = max(1, SLAB_BYTES // max(1, layer))
         for z in range(lo[2], hi[2], step):
             a, b = np.array([lo[0], lo[1], z]), np.array([hi[0], hi[1], min(z + step, hi[2])])

@@ -42,7 +42,7 @@ from ..limits import (
     SERVE_THREADS,
 )
 from .exchange import BUSY, CLOSED, DRAINING, READ, READING, WRITING, Conn, Exchange, Log
-from .files import LocalFiles, RemoteFiles
+from .files import Files, LocalFiles
 from .protocol import format_head
 from .respond import error_response
 
@@ -55,7 +55,7 @@ class Connections:
     """Accepts connections on a listening socket and serves them from
     :data:`SERVE_LOOPS` event loops (threads) and a few threads for blocking work."""
 
-    def __init__(self, files: LocalFiles | RemoteFiles, sock: socket.socket, *,
+    def __init__(self, files: Files, sock: socket.socket, *,
                  listing: bool = False, log: Log | None = None) -> None:
         self.files, self.sock, self.listing, self.log = files, sock, listing, log
         self.local = isinstance(files, LocalFiles)

@@ -27,7 +27,7 @@ from ..limits import (
     SERVE_PIECE_BYTES,
     SMALL_BODY,
 )
-from .files import File, LocalFiles, RemoteFiles
+from .files import File, Files
 from .protocol import HttpError, Request, format_head, head_end, parse_head
 from .respond import Response, error_response, respond
 
@@ -80,7 +80,7 @@ class Exchange:
     the connections, the selector and the threads, and defines the methods declared here)."""
 
     front: Front
-    files: LocalFiles | RemoteFiles
+    files: Files
     conns: dict[int, Conn]
     _ready: deque[Conn]
 

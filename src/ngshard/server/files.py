@@ -1,4 +1,5 @@
-"""The files a server may hand out, from a local folder or any fsspec store: regular files
+"""The files a server may hand out, from a local folder, any fsspec store or an object store
+(through its Storage): regular files
 under the root, never a hidden one, never one reached through a symbolic link that leaves the
 root. Each opened file carries the size, modification time and entity tag of the very bytes
 that will be read (locally: one descriptor, opened without following a last link and without
@@ -20,9 +21,8 @@ from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-from ..errors import SpecError
 from ..limits import OPEN_FILES
-from ..storage import FsspecStorage, Storage
+from ..storage import FsspecStorage, ObjectInfo, Storage
 from .paths import hidden
 
 #: What :meth:`open` returns for a directory.
@@ -259,14 +259,63 @@ class RemoteFiles:
         """Nothing is kept open (as :meth:`LocalFiles.close`)."""
 
 
-def open_files(storage: Storage) -> LocalFiles | RemoteFiles:
+class StoredFile(File):
+    """An object of a store served through the Storage interface (``s3://``, ``az://``):
+    its size and entity tag from a request of this moment, its bytes read with the store's
+    retries."""
+
+    def __init__(self, storage: Storage, name: str, info: ObjectInfo) -> None:
+        self.storage, self.name, self.size, self.mtime = storage, name, info.size, None
+        self.etag = '"' + hashlib.sha1(repr(info.generation).encode()).hexdigest()[:20] + '"'
+
+    def read(self, start: int, end: int) -> bytes:
+        if end <= start:
+            return b""
+        _, data = self.storage.read_range(self.name, start, end)
+        return b"" if data is None else bytes(data)
+
+
+class StoredFiles:
+    """The objects of a store served through the Storage interface (the object stores, which
+    have no fsspec filesystem here): names are checked by ``parse_target``; object stores
+    have no links to leave the root by."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage, self.url = storage, storage.url
+
+    def open(self, name: str) -> File | str | None:
+        """As :meth:`LocalFiles.open`."""
+        info = self.storage.stat(name) if name else None
+        if info is not None:
+            return StoredFile(self.storage, name, info)
+        folder = self.storage.child(name) if name else self.storage
+        return DIRECTORY if folder.list(dirs=True) else None
+
+    def listdir(self, name: str) -> list[tuple[str, bool]] | None:
+        """As :meth:`LocalFiles.listdir`."""
+        folder = self.storage.child(name) if name else self.storage
+        every, files = folder.list(dirs=True), set(folder.list())
+        if not every:
+            return None
+        return [(n, n not in files) for n in every if not hidden(n)]
+
+    def close(self) -> None:
+        """Nothing is kept open (as :meth:`LocalFiles.close`)."""
+
+
+#: The servable files of a store, whichever kind.
+Files = LocalFiles | RemoteFiles | StoredFiles
+
+
+def open_files(storage: Storage) -> Files:
     """The servable files of a store opened with ``open_storage``: local files where the
-    store has a local root, else its fsspec filesystem."""
+    store has a local root, its fsspec filesystem where it has one, else the store's own
+    reads."""
     if storage.local_root is not None:
         return LocalFiles(storage.local_root)
     if isinstance(storage, FsspecStorage):
         return RemoteFiles(storage)
-    raise SpecError(f"{storage.url}: serving needs local files or an fsspec filesystem")
+    return StoredFiles(storage)
 
 
 def _mtime(info: dict) -> float | None:

@@ -11,11 +11,11 @@ into at most :data:`MAX_FOLDERS` folders, so serving a bucket starts at once.
 
 from __future__ import annotations
 
-import json
 from collections import deque
 from typing import NamedTuple
 
 from ..errors import SpecError
+from ..jsondoc import parse_json
 from ..kinds import (
     ANNOTATIONS,
     IMAGE,
@@ -32,7 +32,7 @@ from ..kinds import (
     parse_info,
 )
 from ..limits import LAYER_SEARCH_DEPTH, MAX_FOLDERS, MAX_INFO_BYTES
-from .files import File, LocalFiles, RemoteFiles
+from .files import File, Files
 
 #: What each layer kind is served as (volumes: image or segmentation, by their type).
 _SERVED = {SKELETONS: "skeletons", MESHES: "mesh", LEGACY_MESHES: "mesh",
@@ -54,13 +54,13 @@ class Layer(NamedTuple):
 
     def source(self, base_url: str) -> str | None:
         """The Neuroglancer data source, None for what Neuroglancer cannot open."""
-        if self.kind in (_SERVED[STORE], _SERVED[PROPERTIES]):
+        if self.kind == _SERVED[STORE]:
             return None
         url = f"{base_url.rstrip('/')}/{self.path}" if self.path else base_url.rstrip("/")
         return f"{self.format}://{url}"
 
 
-def read_small(files: LocalFiles | RemoteFiles, name: str, limit: int = MAX_INFO_BYTES
+def read_small(files: Files, name: str, limit: int = MAX_INFO_BYTES
                ) -> bytes | None:
     """A whole file of at most ``limit`` bytes, None if absent, not a file, or larger."""
     found = files.open(name)
@@ -88,17 +88,17 @@ def classify(info: dict) -> str | None:
 _LABEL_DTYPES = {"uint32", "uint64", "int64", "<u4", "<u8", "<i8", "|u4", "|u8"}
 
 
-def _json_object(files: LocalFiles | RemoteFiles, name: str) -> dict | None:
+def _json_object(files: Files, name: str) -> dict | None:
     """The JSON object in the small file ``name``, None if absent or not one."""
     raw = read_small(files, name)
     try:
-        found = json.loads(raw) if raw is not None else None
-    except ValueError:
+        found = parse_json(raw, name) if raw is not None else None
+    except SpecError:
         return None
     return found if isinstance(found, dict) else None
 
 
-def _zarr_layer(files: LocalFiles | RemoteFiles, path: str) -> Layer | None:
+def _zarr_layer(files: Files, path: str) -> Layer | None:
     """The zarr array or OME-Zarr multiscale group at ``path``, None if there is none (a
     plain group is searched further, like a folder)."""
     def meta(name: str) -> dict | None:
@@ -119,7 +119,7 @@ def _zarr_layer(files: LocalFiles | RemoteFiles, path: str) -> Layer | None:
     return _zarr_kind(files, path, {}, attrs, ".zarray") if attrs.get("multiscales") else None
 
 
-def _zarr_kind(files: LocalFiles | RemoteFiles, path: str, metadata: dict, ome: dict,
+def _zarr_kind(files: Files, path: str, metadata: dict, ome: dict,
                array_file: str) -> Layer:
     """A segmentation layer for OME label images (``image-label`` in their metadata) and
     label-like integer types (of the first level of a multiscale group), an image layer
@@ -137,17 +137,28 @@ def _zarr_kind(files: LocalFiles | RemoteFiles, path: str, metadata: dict, ome: 
 
 
 def _attached(path: str, info: dict) -> dict[str, str]:
-    """The sub-layers a volume's info points at (relative folder names only)."""
+    """The sub-layers a volume's info points at, relative to the root: relative paths
+    (``../meshes`` too, as Neuroglancer resolves them) that stay inside it."""
     found = {}
     for key in ("skeletons", "mesh", "segment_properties"):
         value = info.get(key)
-        if isinstance(value, str) and value and "://" not in value and \
-                not value.startswith("/") and ".." not in value.split("/"):
-            found[key] = f"{path}/{value}" if path else value
+        if not isinstance(value, str) or not value or "://" in value or \
+                value.startswith("/"):
+            continue
+        parts = path.split("/") if path else []
+        for part in value.strip("/").split("/"):
+            if part == "..":
+                if not parts:
+                    break  # outside the root
+                parts.pop()
+            elif part not in ("", "."):
+                parts.append(part)
+        else:
+            found[key] = "/".join(parts)
     return found
 
 
-def find_layers(files: LocalFiles | RemoteFiles) -> list[Layer]:
+def find_layers(files: Files) -> list[Layer]:
     """The layers under the root, breadth first (see the module docstring).
 
     Parameters

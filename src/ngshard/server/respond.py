@@ -14,7 +14,7 @@ from urllib.parse import quote
 
 from ..errors import CorruptDataError
 from .conditional import http_date, precondition, range_applies
-from .files import DIRECTORY, File, LocalFiles, RemoteFiles
+from .files import DIRECTORY, File, Files
 from .paths import parse_target
 from .protocol import REASONS, HttpError, Request
 from .ranges import Unsatisfiable, byte_range
@@ -64,12 +64,12 @@ def error_response(status: int, reason: str, *, close: bool = False,
 
 
 @overload
-def respond(files: LocalFiles | RemoteFiles, request: Request, *, listing: bool = False,
+def respond(files: Files, request: Request, *, listing: bool = False,
             quick: Literal[False] = False) -> Response: ...
 @overload
-def respond(files: LocalFiles | RemoteFiles, request: Request, *, listing: bool = False,
+def respond(files: Files, request: Request, *, listing: bool = False,
             quick: bool) -> Response | None: ...
-def respond(files: LocalFiles | RemoteFiles, request: Request, *,
+def respond(files: Files, request: Request, *,
             listing: bool = False, quick: bool = False) -> Response | None:
     """The response to ``request`` for the files under ``files``' root.
 
@@ -113,7 +113,7 @@ def _options(request: Request) -> Response:
     return Response(204, headers)
 
 
-def _get(files: LocalFiles | RemoteFiles, request: Request, listing: bool,
+def _get(files: Files, request: Request, listing: bool,
          quick: bool) -> Response | None:
     target = parse_target(request.target)
     found, twin = files.open(target.name), ""
@@ -242,7 +242,7 @@ def _chain(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
     yield from rest
 
 
-def _listing(files: LocalFiles | RemoteFiles, name: str, send_body: bool) -> Response:
+def _listing(files: Files, name: str, send_body: bool) -> Response:
     entries = files.listdir(name)
     if entries is None:
         raise HttpError(404, "no such directory")

@@ -12,13 +12,13 @@ from collections.abc import Iterator
 
 from ..compression import TWINS, iter_decompress
 from ..limits import TWIN_PIECE_BYTES
-from .files import File, LocalFiles, RemoteFiles
+from .files import File, Files
 
 #: The twins a browser may take as they are: suffix -> Content-Encoding.
 CODINGS = {".gz": "gzip", ".br": "br", ".zstd": "zstd"}
 
 
-def open_twin(files: LocalFiles | RemoteFiles, name: str) -> tuple[File, str] | None:
+def open_twin(files: Files, name: str) -> tuple[File, str] | None:
     """The first twin of ``name`` present, in cloud-files' order, and its suffix."""
     for suffix in TWINS:
         found = files.open(f"{name}{suffix}")

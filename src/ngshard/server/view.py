@@ -18,11 +18,12 @@ from typing import Any
 import numpy as np
 
 from ..errors import MissingDependencyError, NgShardError
-from ..kinds import IMAGE, SEGMENTATION, VOLUME_TYPES
+from ..kinds import IMAGE, SEGMENTATION
 from ..limits import MAX_LAYERS
 from ..storage import Storage, StorageOptions, open_storage
 from ..volume import open_volume
 from .layers import Layer
+from .placement import Placement, place, unplaced_notice
 
 #: What to install for the viewer, in the words of the one-line hint.
 INSTALL_HINT = "pip install 'ngshard[view]'"
@@ -66,9 +67,20 @@ def _central_segments(storage: Storage, info: dict) -> list[str]:
     return [str(i) for i in ids[np.argsort(-counts, kind="stable")][:SELECTED].tolist()]
 
 
-def viewer_state(layers: list[Layer], base_url: str, storage: Storage | None = None
-                 ) -> dict:
-    """The Neuroglancer state (JSON) showing ``layers`` served at ``base_url``.
+#: Neuroglancer's layer type per served kind, in the order layers are listed: images, then
+#: segmentations (skeletons and meshes alone are segmentation layers), then annotations.
+_TYPES = {IMAGE: "image", SEGMENTATION: "segmentation", "skeletons": "segmentation",
+          "mesh": "segmentation", "annotations": "annotation"}
+_ORDER = {IMAGE: 0, SEGMENTATION: 1, "skeletons": 2, "mesh": 2, "annotations": 3}
+#: What a segmentation layer takes as a further source (when its info does not name it).
+_ATTACHABLE = ("skeletons", "mesh", "segment_properties")
+
+
+def viewer_state(layers: list[Layer], base_url: str, storage: Storage | None = None, *,
+                 resolution: tuple[float, ...] | None = None,
+                 notices: list[str] | None = None) -> dict:
+    """The Neuroglancer state (JSON) showing ``layers`` served at ``base_url``, as a user
+    would set it up by hand.
 
     Parameters
     ----------
@@ -77,34 +89,68 @@ def viewer_state(layers: list[Layer], base_url: str, storage: Storage | None = N
     base_url
         The data server's URL.
     storage
-        The served root, read to choose the segments selected at first (the middle plane of
-        each segmentation's coarsest scale); None selects none.
+        The served root, read to place zarr layers and to choose the segments selected at
+        first (the middle plane of each segmentation's coarsest scale); None does neither.
+    resolution
+        x, y, z nm per voxel of layers whose metadata has no units (plain zarr arrays);
+        default 1 nm.
+    notices
+        A list that gets one line naming the layers shown at an assumed voxel size.
 
     Returns
     -------
     dict
-        At most :data:`MAX_LAYERS` layers: image and segmentation by the infos' ``type``
-        (skeletons and meshes that a segmentation's info names are attached by Neuroglancer
-        itself; others become segmentation layers of their own, annotations annotation
-        layers), the coordinate
-        space of the first volume's finest scale, its centre as the position, zooms that fit
-        it, and the largest segments in the middle plane selected; the 3D view without
-        slices, so that their skeletons show whole.
+        At most :data:`MAX_LAYERS` layers, images first, then segmentations, then
+        annotations. Skeletons, meshes and segment properties that a segmentation's info
+        names are attached by Neuroglancer itself; others found beside a segmentation (in
+        its folder or its parent's, or anywhere when there is one segmentation) become
+        further sources of it (one of each kind it lacks), the rest segmentation layers of
+        their own. Annotations with
+        relationships link to the first segmentation. Every layer is placed in one space
+        of display dimensions x, y, z in metres (zarr axes named and scaled by a source
+        transform); the position is the centre of all the data, the zooms fit it all, the
+        largest segments in the middle plane are selected, and the 3D view has no slices,
+        so that skeletons and meshes show whole.
     """
-    # served kind -> Neuroglancer's layer type
-    kinds = {IMAGE: "image", SEGMENTATION: "segmentation", "skeletons": "segmentation",
-             "mesh": "segmentation", "annotations": "annotation"}
+    found = sorted((layer for layer in layers if layer.source(base_url) is not None),
+                   key=lambda layer: _ORDER.get(layer.kind, 9))
+    segmentations = [layer for layer in found if layer.kind == SEGMENTATION]
+    extra: dict[str, list[str]] = {}  # a segmentation's path -> further sources
+    taken = {(seg.path, kind) for seg in segmentations for kind in seg.attached}
     out: list[dict] = []
+    paths: list[str] = []
     names: set[str] = set()
-    for layer in layers:
+    places: list[Placement] = []
+    unplaced: list[str] = []
+    for layer in found:
         source = layer.source(base_url)
-        if source is None or layer.kind not in kinds or len(out) == MAX_LAYERS:
+        if source is None:
+            continue
+        host = _host(layer, segmentations) if layer.kind in _ATTACHABLE else None
+        if host is not None and (host.path, layer.kind) not in taken:
+            taken.add((host.path, layer.kind))  # one of each kind per segmentation
+            extra.setdefault(host.path, []).append(source)
+            continue
+        if layer.kind not in _TYPES or len(out) == MAX_LAYERS:
             continue
         name = _name(layer)
         while name in names:
             name += "'"
         names.add(name)
-        entry: dict[str, Any] = {"type": kinds[layer.kind], "source": source, "name": name}
+        entry: dict[str, Any] = {"type": _TYPES[layer.kind], "source": source, "name": name}
+        where = place(layer, storage, resolution)
+        if where is not None:
+            places.append(where)
+            if where.transform is not None:
+                entry["source"] = {"url": source, "transform": where.transform}
+            if not where.known:
+                unplaced.append(name)
+        if layer.kind == SEGMENTATION and "/" not in layer.path and notices is not None \
+                and any(str(layer.info.get(k, "")).startswith("..") for k in _ATTACHABLE):
+            # Neuroglancer refuses a ".." that climbs to the top of the served tree
+            notices.append(f"{name}: its info names layers beside it (../), which "
+                           f"Neuroglancer resolves only below the served folder: serve its "
+                           f"parent folder instead")
         if layer.kind == SEGMENTATION and layer.format == "precomputed":
             entry["skeletonRendering"] = {"mode2d": "lines_and_points", "mode3d": "lines"}
             if storage is not None:
@@ -112,29 +158,58 @@ def viewer_state(layers: list[Layer], base_url: str, storage: Storage | None = N
                 # a damaged volume still gets its layer; the viewer will say what is wrong
                 with contextlib.suppress(NgShardError, OSError, ValueError):
                     entry["segments"] = _central_segments(sub, layer.info)
+        if layer.kind == "annotations":
+            _link(entry, layer.info, out)
         out.append(entry)
+        paths.append(layer.path)
+    for entry, path in zip(out, paths):
+        if extra.get(path) and entry["type"] == "segmentation":
+            entry["source"] = [entry["source"], *extra[path]]
     # without the slices in the 3D view, the selected segments' skeletons show whole
     state: dict[str, Any] = {"layers": out, "layout": "4panel", "showSlices": False}
     if any(e["type"] == "segmentation" for e in out):
         state["selectedLayer"] = {"layer": next(e["name"] for e in out
                                                 if e["type"] == "segmentation")}
-    # zarr layers frame themselves in the viewer (from their own metadata)
-    volumes = [layer for layer in layers if layer.kind in VOLUME_TYPES
-               and layer.format == "precomputed"]
-    if volumes:
-        state.update(_framing(volumes[0].info["scales"][0]))
+    if places:
+        state.update(_framing(places))
+    if unplaced and notices is not None:
+        notices.append(unplaced_notice(unplaced, resolution))
     return state
 
 
-def _framing(scale: dict) -> dict:
-    """Coordinate space, position (the voxel at the centre) and zooms (the whole volume in
-    view) for a scale's info."""
-    res = np.asarray(scale["resolution"], float)
-    size = np.asarray(scale["size"], float)
-    offset = np.asarray(scale.get("voxel_offset", [0, 0, 0]), float)
-    extent = size * res / res.min()  # in canonical voxels (the finest resolution)
+def _host(layer: Layer, segmentations: list[Layer]) -> Layer | None:
+    """The segmentation a skeleton, mesh or segment properties layer belongs with: the one
+    whose folder holds it or is beside it, else the only one."""
+    parent = layer.path.rsplit("/", 1)[0] if "/" in layer.path else ""
+    for seg in segmentations:
+        seg_parent = seg.path.rsplit("/", 1)[0] if "/" in seg.path else ""
+        if seg.path == parent or (seg_parent == parent and seg.path != ""):
+            return seg
+    return segmentations[0] if len(segmentations) == 1 else None
+
+
+def _link(entry: dict, info: dict, before: list[dict]) -> None:
+    """An annotation layer whose info has relationships links them to the first
+    segmentation layer (listed before it) and shows those of its selected segments (which
+    Neuroglancer then lists in the layer's panel)."""
+    seg = next((e["name"] for e in before if e["type"] == "segmentation"), None)
+    ids = [r["id"] for r in info.get("relationships") or [] if isinstance(r, dict)
+           and isinstance(r.get("id"), str)]
+    if seg is not None and ids:
+        entry["linkedSegmentationLayer"] = dict.fromkeys(ids, seg)
+        entry["filterBySegmentation"] = ids  # those of the selected segments, listed
+
+
+def _framing(places: list[Placement]) -> dict:
+    """Display dimensions x, y, z (in the first layer's voxels), the position (the voxel at
+    the centre of all the layers' bounds) and zooms (all of it in view)."""
+    res = np.asarray(places[0].resolution, float)
+    lower = np.min([p.lower for p in places], axis=0)
+    upper = np.max([p.upper for p in places], axis=0)
+    extent = (upper - lower) / res.min()  # in canonical voxels (the finest resolution)
+    centre = np.floor((lower + upper) / 2 / res) + 0.5  # a voxel's centre
     return {"dimensions": {d: [float(r) / 1e9, "m"] for d, r in zip("xyz", res)},
-            "position": (offset + size // 2 + 0.5).tolist(),  # a voxel's centre
+            "position": centre.tolist(),
             "crossSectionScale": float(max(extent[:2].max() / 320, 0.05)),
             "projectionScale": float(1.3 * extent.max()),
             "projectionOrientation": _OBLIQUE}
@@ -142,10 +217,13 @@ def _framing(scale: dict) -> dict:
 
 class Viewing:
     """A running viewer: ``url`` (the page to open), ``server`` (the data server),
-    ``state`` (what the viewer was given); :meth:`close` stops both servers."""
+    ``state`` (what the viewer was given), ``notices`` (lines worth telling the user, such
+    as layers shown at an assumed voxel size); :meth:`close` stops both servers."""
 
-    def __init__(self, server: Any, viewer: Any, url: str, state: dict) -> None:
+    def __init__(self, server: Any, viewer: Any, url: str, state: dict,
+                 notices: list[str] | None = None) -> None:
         self.server, self.viewer, self.url, self.state = server, viewer, url, state
+        self.notices = notices or []
 
     def close(self) -> None:
         import neuroglancer
@@ -162,6 +240,7 @@ class Viewing:
 
 def open_viewer(path_or_url: str | os.PathLike | Storage, host: str = "127.0.0.1",
                 port: int = 0, viewer_port: int = 0, *,
+                resolution: tuple[float, ...] | None = None,
                 storage_options: StorageOptions | None = None) -> Viewing:
     """Serve a tree and a Neuroglancer client whose state already holds its layers.
 
@@ -173,6 +252,9 @@ def open_viewer(path_or_url: str | os.PathLike | Storage, host: str = "127.0.0.1
         The address both servers bind (127.0.0.1 unless told otherwise).
     port, viewer_port
         The data server's and the viewer's ports (0: free ones).
+    resolution
+        x, y, z nm per voxel of layers whose metadata has no units (see
+        :func:`viewer_state`).
     storage_options
         How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and the
         ``retries`` and ``retry_seconds`` of its requests (see :mod:`ngshard.storage.options`).
@@ -194,11 +276,13 @@ def open_viewer(path_or_url: str | os.PathLike | Storage, host: str = "127.0.0.1
     storage = open_storage(path_or_url, storage_options=storage_options)
     server = serve(storage, host, port)
     try:
-        state = viewer_state(server.layers, server.url, storage)
+        notices: list[str] = []
+        state = viewer_state(server.layers, server.url, storage, resolution=resolution,
+                             notices=notices)
         neuroglancer.set_server_bind_address(host, viewer_port)
         viewer = neuroglancer.Viewer()
         viewer.set_state(neuroglancer.ViewerState(state))
-        return Viewing(server, viewer, viewer.get_viewer_url(), state)
+        return Viewing(server, viewer, viewer.get_viewer_url(), state, notices)
     except BaseException:
         server.close()
         raise

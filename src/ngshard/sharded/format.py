@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from .._arrays import member
+from ..bounded import take
 from ..compression import decode, gzip_compress
 from ..errors import CorruptDataError
 from ..limits import MAX_MINISHARD_INDEX_BYTES
@@ -39,7 +40,8 @@ def decode_shard_index(buf: Blob, num_minishards: int, file_size: int,
     if len(buf) != index_end or file_size < index_end:
         raise CorruptDataError(f"{where}: file of {file_size} bytes is shorter than its "
                                f"{index_end}-byte shard index")
-    rel = np.frombuffer(buf, _U64).reshape(num_minishards, 2)
+    rel = take(buf, _U64, 2 * num_minishards, where=where,
+               what="shard index").reshape(num_minishards, 2)
     bad = (rel[:, 1] < rel[:, 0]) | (rel[:, 1] > np.uint64(file_size - index_end))
     if bad.any():
         m = int(np.flatnonzero(bad)[0])

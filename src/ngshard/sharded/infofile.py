@@ -7,10 +7,10 @@ Stores written by ngshard carry at least ``{"sharding": spec}``, so the next ope
 
 from __future__ import annotations
 
-import json
 import os
 
 from ..errors import NotFoundError, SpecError, SpecMissingError
+from ..jsondoc import dump_json
 from ..kinds import INFO, parse_info, stores
 from ..storage import Storage
 from .spec import ShardingSpec
@@ -24,7 +24,7 @@ def read_info(storage: Storage) -> dict | None:
 
 def write_info(storage: Storage, doc: dict) -> None:
     """Write ``info`` atomically."""
-    storage.write(INFO, [json.dumps(doc, indent=1).encode()])
+    storage.write(INFO, [dump_json(doc, indent=1).encode()])
 
 
 def parent_spec(storage: Storage) -> tuple[bool, ShardingSpec | None]:

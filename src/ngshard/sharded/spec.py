@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import operator
 from dataclasses import dataclass
 from typing import Any, get_args
@@ -10,6 +9,7 @@ from typing import Any, get_args
 import numpy as np
 
 from ..errors import InvalidKeyError, SpecError
+from ..jsondoc import parse_json
 from ..types import DataEncoding, HashName
 from .hashing import murmur_array, murmur_one
 
@@ -101,10 +101,7 @@ class ShardingSpec:
     def from_json(cls, doc: dict | str) -> ShardingSpec:
         """Parse a spec from its JSON object (or JSON text); encodings default to "raw"."""
         if isinstance(doc, str):
-            try:
-                doc = json.loads(doc)
-            except json.JSONDecodeError as e:
-                raise SpecError(f"sharding spec is not valid JSON: {e}") from None
+            doc = parse_json(doc, "sharding spec")
         if not isinstance(doc, dict):
             raise SpecError(f"sharding spec must be a JSON object, got {type(doc).__name__}")
         if doc.get("@type") != SHARDING_TYPE:

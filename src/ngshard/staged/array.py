@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..commitplan import CommitPlan
+from ..errors import SpecError
 from ..limits import DEFAULT_STAGED_BYTES
 from ..types import MemoryOrder
 from .changes import ChangesPlan
@@ -32,7 +33,7 @@ from .mapper import mapper
 from .plans import GatherPlan, GetItemPlan, LoadPlan, Plan, SetItemPlan
 from .resize import ResizePlan
 from .slabmap import SlabMap
-from .source import ChunkSource
+from .source import ChunkSource, WindowSource
 from .transfer import OUT, VALUE, TransferPlan
 
 
@@ -205,10 +206,37 @@ class StagedChangesArray:
 
     def __getitem__(self, index: Any) -> np.ndarray:
         selection = normalize(index, self.shape)
+        if not self.geometry.addressable:
+            return self._window_read(selection)
         plan = GetItemPlan(self.geometry, self.map, selection, self.orders)
         out = np.empty(selection.shape, self.dtype, order=self.geometry.order)
         self._run(plan, out=out)
         return selection.finish(out)
+
+    def _window_read(self, selection: Selection) -> np.ndarray:
+        """A read of an array whose grid is too large to address (``[11, 2**62]``; nothing
+        can be staged in it): through a window of the grid around the selection, so the
+        cost follows the selection, not the shape."""
+        g = self.geometry
+        origin, shape, axes = [], [], []
+        for a, n, c in zip(selection.axes, g.shape, g.chunks):
+            if not a.count:
+                return selection.finish(np.empty(selection.shape, self.dtype))
+            first, last = (int(a.array[0]), int(a.array[-1])) if a.array is not None else \
+                (a.start, a.start + a.step * (a.count - 1))
+            start = first // c * c
+            origin.append(first // c)
+            shape.append(min(n, (last // c + 1) * c) - start)
+            axes.append(replace(a, start=a.start - start) if a.array is None else
+                        replace(a, array=a.array - start))
+        window = StagedChangesArray(WindowSource(self.source, np.array(origin), tuple(shape)))
+        if not window.geometry.addressable:
+            raise SpecError(f"a selection of {selection.shape} points spans too many chunks "
+                            f"of an array of shape {g.shape} to read at once")
+        moved = Selection(tuple(axes))
+        out = np.empty(moved.shape, self.dtype, order=g.order)
+        window._run(GetItemPlan(window.geometry, window.map, moved, window.orders), out=out)
+        return moved.finish(out)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         out = self[...]

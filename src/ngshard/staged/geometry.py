@@ -105,9 +105,15 @@ class Geometry:
 
     # --- chunk ids and positions -----------------------------------------------------------
 
+    @property
+    def addressable(self) -> bool:
+        """Whether every chunk has an id and a base slab offset in int64 (a grid too large
+        for that can only be read, through a window: ``StagedChangesArray``)."""
+        return self.num_chunks * self.chunks[self.axis] < 1 << 63
+
     def ids(self, positions: np.ndarray) -> np.ndarray:
         """C-order ids of (k, ndim) grid positions, int64."""
-        if self.num_chunks * self.chunks[self.axis] >= 1 << 63:  # offsets must fit int64
+        if not self.addressable:  # offsets must fit int64
             raise SpecError(f"a chunk grid of shape {self.grid} has too many chunks to address "
                             f"(their offsets pass 2**63)")
         if not len(positions):

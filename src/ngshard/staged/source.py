@@ -155,3 +155,25 @@ class MemoryChunks(ChunkSource):
             box = tuple(slice(a, min(a + c, n)) for a, c, n in zip(lo, g.chunks, g.shape))
             out[box] = chunk[tuple(slice(0, s.stop - s.start) for s in box)]
         return out
+
+
+class WindowSource(ChunkSource):
+    """The chunks of ``source`` in a box of its grid (from chunk ``origin``, ``shape``
+    elements, chunk-aligned at the origin), as a source of their own: for reading an array
+    whose whole grid is too large to address."""
+
+    def __init__(self, source: ChunkSource, origin: np.ndarray, shape: tuple[int, ...]
+                 ) -> None:
+        g = source.geometry
+        self.source, self.origin = source, np.asarray(origin, np.int64)
+        self.geometry = Geometry(shape, g.chunks, g.order)
+        self.dtype, self.fill_value = source.dtype, source.fill_value
+        self.clipped_edges = source.clipped_edges
+
+    @property
+    def batch(self) -> int:
+        return self.source.batch
+
+    def read(self, positions: np.ndarray,
+             consume: Callable[[int, np.ndarray | None], None]) -> None:
+        self.source.read(np.asarray(positions, np.int64) + self.origin, consume)

@@ -13,10 +13,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..errors import ConflictError
+from ..errors import ConflictError, SpecError
 from ..limits import MAX_GAP
 from ..threads import pmap
 from ..types import Blob
+from .names import name_problem, shown
 from .retry import RetryPolicy
 
 #: ``if_generation`` value that skips the generation check.
@@ -129,6 +130,17 @@ class Storage:
     def path(self, name: str) -> str:
         """The full location of ``name``, for messages."""
         return f"{self.url.rstrip('/')}/{name}"
+
+    def inside(self, name: str, *, folder: bool = False) -> str:
+        """``name`` if it names something inside this store, else SpecError: every store
+        checks each name it is given (:mod:`.names`), so no name reaches outside its root
+        whatever computed it. Callers that take names from data check them first, where
+        they can name the file that gave them."""
+        problem = name_problem(name, folder=folder)
+        if problem is not None:
+            raise SpecError(f"{self.url}: the name {shown(name)} {problem}: it must name "
+                            f"something inside the store")
+        return name.rstrip("/") if folder else name
 
     def stat(self, name: str) -> ObjectInfo | None:
         """Size and generation of an object, None if it does not exist."""

@@ -23,10 +23,12 @@ from .tempnames import temp_name
 _IOV_MAX = 1024
 
 
-def _pread_merged(fd: int, merged: np.ndarray) -> list[Blob]:
-    """Read the merged ranges of a file; large ones in pieces on threads, straight into one
-    buffer per range, so page faults and copies run on every core. A blob comes back short
-    where the file ends."""
+def _pread_merged(fd: int, merged: np.ndarray, size: int) -> list[Blob]:
+    """Read the merged ranges of a file of ``size`` bytes; large ones in pieces on threads,
+    straight into one buffer per range, so page faults and copies run on every core. A blob
+    comes back short where the file ends: no buffer is larger than the bytes there (a range
+    a hostile index claims costs no more than the file holds)."""
+    merged = np.maximum(np.minimum(merged, size), merged[:, :1])
     spans = merged.tolist()
     if int((merged[:, 1] - merged[:, 0]).sum()) < 2 * READ_PIECE_BYTES:
         return [os.pread(fd, e - s, s) for s, e in spans]
@@ -109,7 +111,7 @@ class LocalStorage(Storage):
         self.durable = durable
 
     def path(self, name: str) -> str:
-        return f"{self.root}/{name}"
+        return f"{self.root}/{self.inside(name)}"
 
     def _info(self, st: os.stat_result, name: str) -> ObjectInfo:
         if stat.S_ISDIR(st.st_mode):
@@ -158,7 +160,7 @@ class LocalStorage(Storage):
             fd, before = opened
             try:
                 merged, assignment = coalesce(ranges)
-                blobs = _pread_merged(fd, merged)
+                blobs = _pread_merged(fd, merged, before.st_size)
                 gen = _read_generation(before, os.fstat(fd))
             finally:
                 os.close(fd)
@@ -171,7 +173,7 @@ class LocalStorage(Storage):
             return None, None
         fd, before = opened
         try:
-            blob = os.pread(fd, end - start, start)
+            blob = os.pread(fd, max(0, min(end, before.st_size) - start), start)
             gen = _read_generation(before, os.fstat(fd))
         finally:
             os.close(fd)
@@ -315,7 +317,7 @@ class LocalStorage(Storage):
             return []
 
     def child(self, name: str) -> LocalStorage:
-        return self._like(os.path.join(self.root, name))
+        return self._like(os.path.join(self.root, self.inside(name, folder=True)))
 
     def parent(self) -> LocalStorage | None:
         up = os.path.dirname(self.root)

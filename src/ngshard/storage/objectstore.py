@@ -86,6 +86,7 @@ class ObjectStorage(Storage):
     # --- plumbing --------------------------------------------------------------------------
 
     def _key(self, name: str) -> str:
+        name = self.inside(name)  # every name checked, as every store does
         return f"{self.prefix}/{name}" if self.prefix else name
 
     def _run(self, coro_fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
@@ -283,8 +284,9 @@ class ObjectStorage(Storage):
         return sorted(n for n in names if n)
 
     def child(self, name: str) -> ObjectStorage:
-        return ObjectStorage(f"{self.url}/{name.strip('/')}", None,
-                             self._key(name.strip("/")), self.retry, shared=self._shared)
+        name = self.inside(name, folder=True)
+        return ObjectStorage(f"{self.url}/{name}", None, self._key(name), self.retry,
+                             shared=self._shared)
 
     def parent(self) -> ObjectStorage | None:
         if not self.prefix:

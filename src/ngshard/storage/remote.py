@@ -148,7 +148,7 @@ class FsspecStorage(Storage):
                                 f"or an object store, then serve that)")
 
     def _full(self, name: str) -> str:
-        return f"{self.root}/{name}"
+        return f"{self.root}/{self.inside(name)}"
 
     @staticmethod
     def _info(info: dict) -> ObjectInfo:
@@ -361,6 +361,7 @@ class FsspecStorage(Storage):
         return sorted(n for n in names if n)
 
     def child(self, name: str) -> FsspecStorage:
+        name = self.inside(name, folder=True)
         return self._like(f"{self.url}/{name}", self._full(name))
 
     def _like(self, url: str, root: str) -> FsspecStorage:

@@ -18,6 +18,7 @@ from ..kinds import VOLUME_TYPE
 from ..kinds import VOLUME_TYPES as LAYER_TYPES
 from ..sharded.infofile import parse_info
 from ..sharded.spec import ShardingSpec
+from ..storage.names import check_name
 from ..types import Encoding
 from .encodings import ENCODINGS as SUPPORTED
 from .encodings import check_encoding
@@ -53,16 +54,6 @@ def _one_of(doc: dict, name: str, choices: Sequence[str], where: str) -> Any:
     return value
 
 
-def _check_key(key: Any, where: str) -> str:
-    """A scale key is a relative path inside the layer: no '..', no absolute path."""
-    if not isinstance(key, str) or not key:
-        raise SpecError(f"{where}: key must be a non-empty relative path, got {key!r}")
-    parts = key.replace("\\", "/").split("/")
-    if key.startswith(("/", "\\")) or ":" in parts[0] or any(p in ("..", ".", "") for p in parts):
-        raise SpecError(f"{where}: key must be a relative path inside the layer, got {key!r}")
-    return key
-
-
 @dataclass(frozen=True)
 class Scale:
     """One resolution level of a volume."""
@@ -81,7 +72,7 @@ class Scale:
     def from_json(cls, doc: Any, where: str, data_type: str, num_channels: int = 1) -> Scale:
         if not isinstance(doc, dict):
             raise SpecError(f"{where}: must be a JSON object")
-        key = _check_key(doc.get("key"), where)
+        key = check_name(doc.get("key"), where, "scale key")
         chunk_sizes = doc.get("chunk_sizes")
         if not isinstance(chunk_sizes, list) or not chunk_sizes:
             raise SpecError(f"{where}: chunk_sizes must be a non-empty list of [x, y, z]")
@@ -151,6 +142,11 @@ class VolumeInfo:
             raise SpecError(f"{where}: scales must be a non-empty list")
         parsed = tuple(Scale.from_json(s, f"{where}: scales[{i}]", data_type, channels)
                        for i, s in enumerate(scales))
+        for i, s in enumerate(parsed):  # a chunk is one array: its bytes must fit int64
+            if chunk_nbytes(s.chunk_size, channels, data_type) >= 1 << 63:
+                raise SpecError(f"{where}: scales[{i}]: a chunk of {list(s.chunk_size)} "
+                                f"voxels x {channels} channels of {data_type} passes 2**63 "
+                                f"bytes")
         keys = [s.key for s in parsed]
         if len(set(keys)) != len(keys):
             raise SpecError(f"{where}: scale keys must be unique, got {keys}")

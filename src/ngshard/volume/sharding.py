@@ -25,9 +25,27 @@ def auto_sharding(size: Sequence[int], chunk_size: Sequence[int], chunk_bytes: i
     so each chunk read fetches a 12-50 KB minishard index (``tools/compare_auto_sharding.py``).
     """
     grid = ChunkGrid(xyz(size), xyz(chunk_size))
-    total_bits = sum(grid.bits)
     chunks_per_shard = max(1, shard_bytes // max(1, chunk_bytes))
-    per_shard = min(total_bits, chunks_per_shard.bit_length() - 1)
+    return _box_spec(grid, min(sum(grid.bits), chunks_per_shard.bit_length() - 1), encoding)
+
+
+def fitting_sharding(size: Sequence[int], chunk_size: Sequence[int], most: Sequence[int],
+                     encoding: str = "raw") -> ShardingSpec:
+    """Box sharding as :func:`auto_sharding` lays it out, with the largest shards whose box
+    of chunks is at most ``most`` chunks along each axis (a pyramid's task writes whole
+    shards of every level it makes: each level's shard must fit in the task's box)."""
+    grid = ChunkGrid(xyz(size), xyz(chunk_size))
+    for bits in range(sum(grid.bits), -1, -1):
+        spec = _box_spec(grid, bits, encoding)
+        shape = grid.shard_shape(spec)
+        if shape is not None and all(s <= m for s, m in zip(shape, most)):
+            return spec
+    return _box_spec(grid, 0, encoding)
+
+
+def _box_spec(grid: ChunkGrid, per_shard: int, encoding: str) -> ShardingSpec:
+    """Identity-hash shards of ``2**per_shard`` consecutive Morton codes."""
+    total_bits = sum(grid.bits)
     preshift = max(min(3, per_shard), per_shard - MAX_MINISHARD_BITS)
     return ShardingSpec(hash="identity", preshift_bits=preshift,
                         minishard_bits=per_shard - preshift, shard_bits=total_bits - per_shard,

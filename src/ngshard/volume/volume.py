@@ -273,12 +273,15 @@ class Volume:
         """Read every stored chunk into memory (they are not written back unless changed)."""
         self.array.load()
 
-    def add_scale(self, factor: Sequence[int] = (2, 2, 2), *, overwrite: bool = False,
-                  progress: bool = False) -> Volume:
-        """Make (or remake) the scale ``factor`` times coarser than this one and fill it from
-        this one's present chunks: the mean for images, the most frequent label for
-        segmentations. The chunks are written before the info. Returns the new scale,
-        committed (see :func:`scales.add_scale`).
+    def add_scale(self, factor: Sequence[int] | None = None, *, method: str | None = None,
+                  sparse: bool = False, overwrite: bool = False, progress: bool = False
+                  ) -> Volume:
+        """Make (or remake) the scale ``factor`` times coarser than this one (default
+        neuroglancer's near-isotropic step: 2x2x1 for 4x4x40 nm) and fill it from this one's
+        present chunks: the mean for images, the most frequent label for segmentations, or
+        ``method``. The chunks are written before the info. Returns the new scale,
+        committed (see :func:`scales.add_scale`; :func:`ngshard.downsample` makes several
+        levels in one pass).
 
         Raises
         ------
@@ -288,7 +291,8 @@ class Volume:
         """
         from .scales import add_scale
 
-        return add_scale(self, factor, overwrite=overwrite, progress=progress)
+        return add_scale(self, factor, method=method, sparse=sparse, overwrite=overwrite,
+                         progress=progress)
 
     def plan(self) -> CommitPlan:
         """What :meth:`commit` would do: the chunks it encodes, then what the chunk store

@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import SpecError
+from ..jsondoc import Doc, is_int, kind
+from ..storage.names import shown
 from .codecs import (
     SHUFFLES,
     ArrayArrayCodec,
@@ -26,28 +28,24 @@ from .codecs import (
 )
 
 
-def _config(codec: Any, where: str) -> tuple[str, dict]:
+def _config(codec: Any, where: str) -> tuple[str, Doc]:
+    """A codec's name and configuration (an empty one where it has none)."""
     if isinstance(codec, str):
-        return codec, {}
-    if not isinstance(codec, dict) or not isinstance(codec.get("name"), str):
-        raise SpecError(f"{where}: malformed codec {codec!r}")
-    config = codec.get("configuration") or {}
-    if not isinstance(config, dict):
-        raise SpecError(f"{where}: malformed configuration of codec {codec['name']!r}")
-    return codec["name"], config
+        return codec, Doc({}, where, f"codec {codec}")
+    c = Doc(codec, where, "codec")
+    name = c.text("name")
+    if c.get("configuration") is None:
+        return name, Doc({}, where, f"codec {name}")
+    return name, c.obj("configuration")
 
 
-def _int(config: dict, key: str, default: Any, where: str, name: str) -> int:
-    value = config.get(key, default)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise SpecError(f"{where}: codec {name}: {key} must be an integer, got {value!r}")
-    return value
+_INT32 = (-(1 << 31), (1 << 31) - 1)
 
 
 def parse_codec(codec: Any, dtype: np.dtype, shape: tuple[int, ...], where: str
                 ) -> ArrayArrayCodec | ArrayBytesCodec | BytesBytesCodec:
     """One codec from its JSON; SpecError naming the codec and ``where`` for one ngshard
-    does not know or a bad configuration."""
+    does not know or a bad configuration (any member of the wrong type or range)."""
     name, config = _config(codec, where)
     ndim = len(shape)
     if name == "transpose":
@@ -56,43 +54,44 @@ def parse_codec(codec: Any, dtype: np.dtype, shape: tuple[int, ...], where: str
             order = list(range(ndim))
         elif order == "F":
             order = list(range(ndim))[::-1]
-        if not isinstance(order, list) or sorted(order) != list(range(ndim)):
-            raise SpecError(f"{where}: transpose order {order!r} is not a permutation of "
+        if not isinstance(order, list) or not all(map(is_int, order)) or \
+                sorted(order) != list(range(ndim)):
+            raise SpecError(f"{where}: transpose order {kind(order)} is not a permutation of "
                             f"{ndim} axes")
         return Transpose(tuple(order))
     if name == "bytes":
         endian = config.get("endian")
         if endian not in ("little", "big", None) or (endian is None and dtype.itemsize > 1):
-            raise SpecError(f"{where}: bytes codec endian {endian!r} (must be 'little' or "
+            raise SpecError(f"{where}: bytes codec endian {kind(endian)} (must be 'little' or "
                             f"'big' for {dtype})")
         return Bytes(endian)
     if name == "crc32c":
         return Crc32c()
     if name == "gzip":
-        return Gzip(_int(config, "level", 6, where, name))
+        return Gzip(config.integer("level", 6, lo=0, hi=9))
     if name == "zstd":
-        return Zstd(_int(config, "level", 0, where, name), bool(config.get("checksum", False)))
+        return Zstd(config.integer("level", 0, lo=_INT32[0], hi=_INT32[1]),
+                    config.flag("checksum", False))
     if name == "blosc":
         Blosc.module(f"{where}: codec blosc")
-        shuffle = config.get("shuffle", "noshuffle")
-        if shuffle not in SHUFFLES:
-            raise SpecError(f"{where}: blosc shuffle {shuffle!r} (one of {list(SHUFFLES)})")
-        return Blosc(str(config.get("cname", "zstd")), _int(config, "clevel", 5, where, name),
-                     SHUFFLES[shuffle], _int(config, "typesize", dtype.itemsize, where, name),
-                     _int(config, "blocksize", 0, where, name))
+        shuffle = config.text("shuffle", "noshuffle", choices=tuple(SHUFFLES))
+        return Blosc(config.text("cname", "zstd"), config.integer("clevel", 5, lo=0, hi=9),
+                     SHUFFLES[shuffle],
+                     config.integer("typesize", dtype.itemsize, lo=1, hi=_INT32[1]),
+                     config.integer("blocksize", 0, lo=0, hi=_INT32[1]))
     if name == "sharding_indexed":
         from .sharding import ShardingCodec
 
         return ShardingCodec.from_config(config, dtype, shape, where)
-    raise SpecError(f"{where}: unsupported codec {name!r} (ngshard reads transpose, bytes, "
-                    f"sharding_indexed, gzip, zstd, blosc, crc32c)")
+    raise SpecError(f"{where}: unsupported codec {shown(name)} (ngshard reads transpose, "
+                    f"bytes, sharding_indexed, gzip, zstd, blosc, crc32c)")
 
 
 def parse_pipeline(codecs: Any, dtype: np.dtype, shape: tuple[int, ...], where: str
                    ) -> CodecPipeline:
     """A pipeline from the ``codecs`` JSON list of a chunk of ``shape``."""
     if not isinstance(codecs, list) or not codecs:
-        raise SpecError(f"{where}: codecs must be a non-empty list, got {codecs!r}")
+        raise SpecError(f"{where}: codecs must be a non-empty list, got {kind(codecs)}")
     array: list[ArrayArrayCodec] = []
     array_bytes: ArrayBytesCodec | None = None
     after: list[BytesBytesCodec] = []

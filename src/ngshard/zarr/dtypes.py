@@ -4,13 +4,13 @@ strings of v2, and the JSON forms of a fill value (numbers, "NaN", "Infinity", "
 
 from __future__ import annotations
 
-import base64
 import math
 from typing import Any
 
 import numpy as np
 
 from ..errors import SpecError
+from ..jsondoc import is_int, is_number, kind
 
 #: The core data types of Zarr v3 and their native numpy dtypes.
 V3_TYPES = {name: np.dtype(name) for name in (
@@ -70,43 +70,42 @@ def _float(value: Any, dtype: np.dtype, where: str) -> Any:
             raise SpecError(f"{where}: fill value {value!r} is not {dtype.itemsize} bytes of "
                             f"hex for a {dtype}")
         return np.frombuffer(raw, dtype.newbyteorder(">"))[0].astype(dtype)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return dtype.type(value)
-    raise SpecError(f"{where}: fill value {value!r} is not a {dtype}")
+    if is_number(value):
+        try:
+            return dtype.type(value)
+        except OverflowError:  # an integer past the float range
+            pass
+    raise SpecError(f"{where}: fill value {kind(value)} is not a {dtype}")
 
 
 def decode_fill(value: Any, dtype: np.dtype, where: str, zarr_format: int = 3) -> Any:
     """The numpy scalar of a JSON fill value (v2's null: zero, as zarr-python reads it)."""
-    kind = dtype.kind
+    code = dtype.kind
     if value is None:
         if zarr_format == 2:
             return dtype.type(0)
         raise SpecError(f"{where}: fill_value is required")
-    if kind == "b":
+    if code == "b":
         if isinstance(value, bool) or (zarr_format == 2 and value in (0, 1)):
             return np.bool_(value)
-    elif kind in "iu":
-        if isinstance(value, int) and not isinstance(value, bool):
+    elif code in "iu":
+        # an integer, or a float of an integer's value (as both zarr-python and tensorstore
+        # read them); never a string: v2's base64 is for raw (void) types, and would read
+        # "Infinity" as arbitrary bytes
+        if is_int(value) or (isinstance(value, float) and value.is_integer()):
             info = np.iinfo(dtype)
-            if info.min <= value <= info.max:
-                return dtype.type(value)
-        elif isinstance(value, float) and value.is_integer():
-            return dtype.type(int(value))
-        elif isinstance(value, str) and zarr_format == 2:
-            try:
-                return np.frombuffer(base64.b64decode(value), dtype)[0]
-            except (ValueError, IndexError):
-                pass
-    elif kind == "f":
+            if info.min <= int(value) <= info.max:
+                return dtype.type(int(value))
+    elif code == "f":
         return _float(value, dtype, where)
-    elif kind == "c":
+    elif code == "c":
         part = np.dtype(f"f{dtype.itemsize // 2}")
         if isinstance(value, list) and len(value) == 2:
             return dtype.type(complex(_float(value[0], part, where),
                                       _float(value[1], part, where)))
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return dtype.type(value)
-    raise SpecError(f"{where}: fill value {value!r} is not a {dtype}")
+        if is_number(value):
+            return _float(value, dtype, where)
+    raise SpecError(f"{where}: fill value {kind(value)} is not a {dtype}")
 
 
 def _float_json(value: float) -> Any:

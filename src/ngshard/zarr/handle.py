@@ -10,7 +10,6 @@ pickles as its URL and zarr format: the copy reopens the array (nothing staged t
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
@@ -18,6 +17,7 @@ import numpy as np
 
 from ..chunkstore import Blob
 from ..errors import NotFoundError, SpecError
+from ..jsondoc import Doc, dump_json, parse_json
 from ..staged.stored import ChunkCodec
 from ..storage import Storage, StorageOptions, open_source, require_family
 from ..types import MemoryOrder
@@ -30,12 +30,7 @@ from .reader import ChunkReader
 
 def _json(storage: Storage, name: str) -> Any:
     raw = storage.read(name)
-    if raw is None:
-        return None
-    try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise SpecError(f"{storage.path(name)}: malformed JSON ({e})") from None
+    return None if raw is None else parse_json(raw, storage.path(name))
 
 
 def read_metadata(storage: Storage, version: int | None = None) -> ArrayMetadata:
@@ -54,7 +49,10 @@ def read_metadata(storage: Storage, version: int | None = None) -> ArrayMetadata
         return parse_v3(doc, storage.path(V3_NAME))
     doc = _json(storage, V2_NAME) if version != 3 else None
     if doc is not None:
-        return parse_v2(doc, _json(storage, V2_ATTRS), storage.path(V2_NAME))
+        attrs = _json(storage, V2_ATTRS)
+        if attrs is not None:
+            attrs = Doc(attrs, storage.path(V2_ATTRS)).value  # an object, or named here
+        return parse_v2(doc, attrs, storage.path(V2_NAME))
     if version is not None:
         other = {2: V3_NAME, 3: V2_NAME}.get(version)
         if other is not None and storage.stat(other) is not None:
@@ -65,7 +63,7 @@ def read_metadata(storage: Storage, version: int | None = None) -> ArrayMetadata
 
 def write_metadata(storage: Storage, meta: ArrayMetadata) -> None:
     """Write the array's metadata object (atomically)."""
-    storage.write(meta.name, [json.dumps(meta.to_json(), indent=2).encode()])
+    storage.write(meta.name, [dump_json(meta.to_json(), indent=2).encode()])
 
 
 def memory_order(meta: ArrayMetadata) -> MemoryOrder:

@@ -15,6 +15,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import SpecError
+from ..jsondoc import INT64_MAX, Doc, kind
+from ..limits import MAX_RANK
+from ..storage.names import shown
 from .codec_json import parse_pipeline
 from .codecs import (
     Blosc,
@@ -131,58 +134,62 @@ _V3_KEYS = {"zarr_format", "node_type", "shape", "data_type", "chunk_grid",
             "storage_transformers"}
 
 
-def _ints(value: Any, what: str, where: str, positive: bool = False) -> tuple[int, ...]:
-    if not isinstance(value, list) or not all(
-            isinstance(v, int) and not isinstance(v, bool) and v >= (1 if positive else 0)
-            for v in value):
-        least = "positive" if positive else "non-negative"
-        raise SpecError(f"{where}: {what} must be a list of {least} integers, got {value!r}")
-    return tuple(value)
+def _shape(d: Doc, key: str, positive: bool = False) -> tuple[int, ...]:
+    """A shape or chunk shape: sizes in int64, chunks at least 1, at most MAX_RANK axes."""
+    shape = d.integers(key, lo=1 if positive else 0, hi=INT64_MAX)
+    if len(shape) > MAX_RANK:
+        raise d.fail(f"has {len(shape)} axes, more than {MAX_RANK}", key)
+    return shape
 
 
-def _key_encoding(value: Any, where: str) -> KeyEncoding:
-    if not isinstance(value, dict) or value.get("name") not in ("default", "v2"):
-        raise SpecError(f"{where}: unsupported chunk_key_encoding {value!r} (default or v2)")
-    kind = value["name"]
-    sep = (value.get("configuration") or {}).get("separator", "/" if kind == "default" else ".")
-    if sep not in ("/", "."):
-        raise SpecError(f"{where}: chunk key separator {sep!r} (must be '/' or '.')")
+def _chunk_fits(chunks: tuple[int, ...], dtype: np.dtype, where: str) -> None:
+    """A chunk is one array: its bytes must fit int64 (numpy refuses larger arrays)."""
+    if math.prod(chunks) * dtype.itemsize >= 1 << 63:
+        raise SpecError(f"{where}: a chunk of {list(chunks)} {dtype} passes 2**63 bytes")
+
+
+def _key_encoding(d: Doc) -> KeyEncoding:
+    enc = d.obj("chunk_key_encoding")
+    kind = enc.text("name", choices=("default", "v2"))
+    config = enc.obj("configuration", None)
+    sep = "/" if kind == "default" else "."
+    if config is not None:
+        sep = config.text("separator", sep, choices=("/", "."))
     return KeyEncoding(kind, sep)
 
 
 def parse_v3(doc: Any, where: str) -> ArrayMetadata:
     """The metadata of a ``zarr.json``; SpecError naming ``where`` and the field."""
-    if not isinstance(doc, dict) or doc.get("zarr_format") != 3:
+    d = Doc(doc, where)
+    if d.get("zarr_format") != 3:
         raise SpecError(f"{where}: not Zarr v3 metadata (zarr_format 3)")
-    if doc.get("node_type") != "array":
-        raise SpecError(f"{where}: node_type {doc.get('node_type')!r}, not an array")
-    for key in doc.keys() - _V3_KEYS:
+    if d.get("node_type") != "array":
+        raise SpecError(f"{where}: node_type {kind(d.get('node_type'))}, not an array")
+    for key in d.keys() - _V3_KEYS:
         if not (isinstance(doc[key], dict) and doc[key].get("must_understand") is False):
-            raise SpecError(f"{where}: unknown field {key!r} that must be understood")
-    if doc.get("storage_transformers"):
+            raise SpecError(f"{where}: unknown field {shown(key)} that must be understood")
+    if d.get("storage_transformers"):
         raise SpecError(f"{where}: storage transformers are not supported: "
-                        f"{doc['storage_transformers']!r}")
-    shape = _ints(doc.get("shape"), "shape", where)
-    dtype = v3_dtype(doc.get("data_type"), where)
-    grid = doc.get("chunk_grid")
-    if not isinstance(grid, dict) or grid.get("name") != "regular":
-        raise SpecError(f"{where}: unsupported chunk_grid {grid!r} (regular only)")
-    chunks = _ints((grid.get("configuration") or {}).get("chunk_shape"), "chunk_shape", where,
-                   positive=True)
+                        f"{kind(d.get('storage_transformers'))}")
+    shape = _shape(d, "shape")
+    dtype = v3_dtype(d.get("data_type"), where)
+    grid = d.obj("chunk_grid")
+    if grid.get("name") != "regular":
+        raise SpecError(f"{where}: unsupported chunk_grid {kind(grid.get('name'))} (regular "
+                        f"only)")
+    chunks = _shape(grid.obj("configuration"), "chunk_shape", positive=True)
     if len(chunks) != len(shape) or not shape:
         raise SpecError(f"{where}: chunk_shape {list(chunks)} for shape {list(shape)} (the "
                         f"same number of axes, at least one)")
-    names = doc.get("dimension_names")
-    if names is not None and (not isinstance(names, list) or len(names) != len(shape) or
-                              not all(n is None or isinstance(n, str) for n in names)):
-        raise SpecError(f"{where}: dimension_names {names!r} for {len(shape)} axes")
-    attributes = doc.get("attributes", {})
-    if not isinstance(attributes, dict):
-        raise SpecError(f"{where}: attributes must be an object")
+    _chunk_fits(chunks, dtype, where)
+    names = d.array("dimension_names", None, length=len(shape))
+    if names is not None and not all(n is None or isinstance(n, str) for n in names):
+        raise SpecError(f"{where}: dimension_names must be strings or null")
+    attributes = d.obj("attributes", None)
     return ArrayMetadata(
-        3, shape, dtype, chunks, decode_fill(doc.get("fill_value"), dtype, where),
-        parse_pipeline(doc.get("codecs"), dtype, chunks, where),
-        _key_encoding(doc.get("chunk_key_encoding"), where), attributes,
+        3, shape, dtype, chunks, decode_fill(d.get("fill_value"), dtype, where),
+        parse_pipeline(d.get("codecs"), dtype, chunks, where), _key_encoding(d),
+        {} if attributes is None else attributes.value,
         None if names is None else tuple(names), doc)
 
 
@@ -202,49 +209,47 @@ def v3_document(shape: tuple[int, ...], dtype_name: str, chunk_shape: tuple[int,
 
 # --- v2 ---------------------------------------------------------------------------------------
 
-def _compressor(config: Any, dtype: np.dtype, where: str) -> tuple[BytesBytesCodec, ...]:
+def _compressor(d: Doc, dtype: np.dtype) -> tuple[BytesBytesCodec, ...]:
+    config = d.obj("compressor", None)
     if config is None:
         return ()
-    kind = config.get("id") if isinstance(config, dict) else None
-    level = config.get("level", 1) if isinstance(config, dict) else 1
-    if kind == "gzip":
-        return (Gzip(level),)
-    if kind == "zlib":
-        return (Zlib(level),)
-    if kind == "zstd":
-        return (Zstd(level, bool(config.get("checksum", False))),)
-    if kind == "blosc":
-        Blosc.module(f"{where}: compressor blosc")
-        return (Blosc(config.get("cname", "lz4"), config.get("clevel", 5),
-                      config.get("shuffle", 1), dtype.itemsize, config.get("blocksize", 0)),)
-    raise SpecError(f"{where}: unsupported compressor {config!r} (ngshard reads gzip, zlib, "
-                    f"zstd, blosc or none)")
+    name = config.get("id")
+    if name in ("gzip", "zlib", "zstd"):
+        level = config.integer("level", 1, lo=-(1 << 31), hi=(1 << 31) - 1)
+        return (Gzip(level),) if name == "gzip" else (Zlib(level),) if name == "zlib" else \
+            (Zstd(level, bool(config.get("checksum", False))),)
+    if name == "blosc":
+        Blosc.module(f"{d.where}: compressor blosc")
+        return (Blosc(config.text("cname", "lz4"), config.integer("clevel", 5, lo=0, hi=9),
+                      config.integer("shuffle", 1, lo=-1, hi=2), dtype.itemsize,
+                      config.integer("blocksize", 0, lo=0, hi=(1 << 31) - 1)),)
+    raise SpecError(f"{d.where}: unsupported compressor {kind(name)} (ngshard reads gzip, "
+                    f"zlib, zstd, blosc or none)")
 
 
 def parse_v2(doc: Any, attrs: Any, where: str) -> ArrayMetadata:
     """The metadata of a ``.zarray`` (with its ``.zattrs``, if any)."""
-    if not isinstance(doc, dict) or doc.get("zarr_format") != 2:
+    d = Doc(doc, where)
+    if d.get("zarr_format") != 2:
         raise SpecError(f"{where}: not Zarr v2 array metadata (zarr_format 2)")
-    shape = _ints(doc.get("shape"), "shape", where)
-    chunks = _ints(doc.get("chunks"), "chunks", where, positive=True)
+    shape = _shape(d, "shape")
+    chunks = _shape(d, "chunks", positive=True)
     if len(chunks) != len(shape) or not shape:
         raise SpecError(f"{where}: chunks {list(chunks)} for shape {list(shape)}")
-    stored = v2_dtype(doc.get("dtype"), where)
-    if doc.get("filters"):
-        names = [f.get("id") if isinstance(f, dict) else f for f in doc["filters"]]
-        raise SpecError(f"{where}: filters are not supported: {names}")
-    order = doc.get("order", "C")
-    if order not in ("C", "F"):
-        raise SpecError(f"{where}: order {order!r} (must be 'C' or 'F')")
-    sep = doc.get("dimension_separator", ".")
-    if sep not in ("/", "."):
-        raise SpecError(f"{where}: dimension_separator {sep!r}")
+    stored = v2_dtype(d.get("dtype"), where)
+    _chunk_fits(chunks, stored, where)
+    filters = d.get("filters")
+    if filters:
+        names = [f.get("id") if isinstance(f, dict) else f for f in filters] \
+            if isinstance(filters, list) else filters
+        raise SpecError(f"{where}: filters are not supported: {shown(names)}")
+    order = d.text("order", "C", choices=("C", "F"))
+    sep = d.text("dimension_separator", ".", choices=("/", "."))
     dtype = stored.newbyteorder("=")
     endian = None if stored.itemsize == 1 else "big" if stored.byteorder == ">" or (
         stored.byteorder == "=" and np.little_endian is False) else "little"
     transpose = (Transpose(tuple(range(len(shape)))[::-1]),) if order == "F" else ()
-    pipeline = CodecPipeline(transpose, Bytes(endian), _compressor(doc.get("compressor"),
-                                                                   stored, where))
+    pipeline = CodecPipeline(transpose, Bytes(endian), _compressor(d, stored))
     if attrs is not None and not isinstance(attrs, dict):
         raise SpecError(f"{where}: .zattrs must hold a JSON object")
     return ArrayMetadata(2, shape, dtype, chunks,

@@ -11,7 +11,6 @@ holds the channels; an ``axes`` string ("zyx", "czyx", "xyzc", "tczyx") override
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Sequence
@@ -19,7 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import NotFoundError, SpecError
+from ..jsondoc import Doc, parse_json
 from ..storage import Storage, StorageOptions, open_storage
+from ..storage.names import check_name
 
 #: Nanometres per unit, for the UDUNITS-2 length units the NGFF spec allows.
 _NM_PER_UNIT = {
@@ -145,8 +146,9 @@ def parse_multiscales(attrs: dict, where: str = "attributes") -> Multiscales | N
         here = f"{where}: multiscales[0].datasets[{i}]"
         if not isinstance(d, dict) or not isinstance(d.get("path"), str):
             raise SpecError(f"{here}: must have a path")
+        path = check_name(d["path"], here, "dataset path", folder=True)
         scale, trans = _transforms(d.get("coordinateTransformations"), n, here)
-        levels.append(Level(d["path"], tuple(s * g for s, g in zip(scale, g_scale)),
+        levels.append(Level(path, tuple(s * g for s, g in zip(scale, g_scale)),
                             tuple(t * g + h for t, g, h in zip(trans, g_scale, g_trans))))
     name = ms.get("name") if isinstance(ms.get("name"), str) else None
     return Multiscales(version, axes, tuple(levels), name)
@@ -222,13 +224,7 @@ def read_group(url: str | os.PathLike | Storage,
 
 
 def _json(raw: bytes, where: str) -> dict:
-    try:
-        doc = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise SpecError(f"{where}: not valid JSON ({e})") from None
-    if not isinstance(doc, dict):
-        raise SpecError(f"{where}: not a JSON object")
-    return doc
+    return Doc(parse_json(raw, where), where).value
 
 
 def multiscales_05(levels: Sequence[tuple[str, Sequence[float], Sequence[float]]],

@@ -12,6 +12,7 @@ from typing import Any, get_args
 import numpy as np
 
 from ..errors import CorruptDataError, SpecError
+from ..jsondoc import Doc, is_int, kind
 from ..types import IndexLocation
 from .codec_json import parse_pipeline
 from .codecs import ArrayBytesCodec, CodecPipeline
@@ -32,19 +33,15 @@ class ShardingCodec(ArrayBytesCodec):
     name = "sharding_indexed"
 
     @classmethod
-    def from_config(cls, config: dict, dtype: np.dtype, shape: tuple[int, ...], where: str
+    def from_config(cls, config: Doc, dtype: np.dtype, shape: tuple[int, ...], where: str
                     ) -> ShardingCodec:
         inner = config.get("chunk_shape")
         if not isinstance(inner, list) or len(inner) != len(shape) or not all(
-                isinstance(c, int) and not isinstance(c, bool) and c > 0 and n % c == 0
-                for c, n in zip(inner, shape)):
-            raise SpecError(f"{where}: sharding chunk_shape {inner!r} must divide the shard "
-                            f"shape {list(shape)} on every axis")
+                is_int(c) and c > 0 and n % c == 0 for c, n in zip(inner, shape)):
+            raise SpecError(f"{where}: sharding chunk_shape {kind(inner)} must divide the "
+                            f"shard shape {list(shape)} on every axis")
         inner = tuple(inner)
-        location = config.get("index_location", "end")
-        if location not in get_args(IndexLocation):
-            raise SpecError(f"{where}: index_location {location!r} (must be 'start' or "
-                            f"'end')")
+        location = config.text("index_location", "end", choices=get_args(IndexLocation))
         cps = tuple(n // c for n, c in zip(shape, inner))
         index_codecs = parse_pipeline(config.get("index_codecs"), np.dtype(np.uint64),
                                       (*cps, 2), f"{where} (index_codecs)")

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from ..storage.names import is_inside
 from ..threads import pmap
 from ..types import Blob
 from ..volume.encodings import encode_chunk
@@ -103,6 +104,5 @@ def hidden_names(volume_info) -> tuple[frozenset[str], tuple[str, ...]]:
 def safe_key(key: str) -> bool:
     """A key that names a file inside the directory: no empty, ``.`` or ``..`` parts, no
     backslash (a foreign key must never reach outside the layer)."""
-    return bool(key) and "\\" not in key and not any(
-        p in ("", ".", "..") for p in key.split("/"))
+    return is_inside(key)
 

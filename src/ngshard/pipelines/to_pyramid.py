@@ -1,0 +1,67 @@
+"""Running a pyramid task: read the source box once, reduce it level after level in memory,
+and write each level's shards (or chunk files) of the box whole."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..threads import pmap
+from ..volume.downsample import downsample
+from ..volume.encodings import encode_chunk
+from ..volume.handle import ScaleHandle
+from .pyramid import PyramidTask
+from .sources import open_planned_scale, voxels
+from .to_precomputed import write_chunks
+
+
+def fill_pyramid(task: PyramidTask) -> dict:
+    """Make every level of ``task``'s box; returns ``chunks`` and ``bytes`` written."""
+    source = open_planned_scale(task.url, task.info, task.source)
+    box = tuple(slice(a, b) for a, b in zip(task.lo, task.hi))
+    data = voxels(source)[box]
+    origin = np.asarray(task.lo) + np.asarray(source.scale.voxel_offset)
+    stats = {"chunks": 0, "bytes": 0}
+    for key, factor, shape, units in zip(task.levels, task.factors, task.unit_shapes,
+                                         task.units):
+        data = downsample(data, factor, task.method, origin=origin, sparse=task.sparse)
+        origin = origin // np.asarray(factor)
+        if len(units):
+            level = open_planned_scale(task.url, task.info, key)
+            written = _write_level(level, np.asarray(shape), units, data, origin)
+            stats["chunks"] += written["chunks"]
+            stats["bytes"] += written["bytes"]
+    return stats
+
+
+def _write_level(handle: ScaleHandle, unit: np.ndarray, units: np.ndarray, data: np.ndarray,
+                 origin: np.ndarray) -> dict:
+    """Encode and write the shards (or boxes of chunk files) ``units``, each a box of
+    ``unit`` chunks, of a level from ``data``, whose first voxel is at absolute ``origin``:
+    shard by shard, or every chunk file in one batch."""
+    grid, scale = handle.grid, handle.scale
+    at = origin - np.asarray(scale.voxel_offset)  # data's first voxel, 0-based in the grid
+    groups = [units] if scale.sharding is None else [u[None] for u in units]
+    stats = {"chunks": 0, "bytes": 0}
+    for group in groups:
+        positions = np.concatenate([_box_positions(u * unit, np.minimum((u + 1) * unit,
+                                                                          grid.shape))
+                                    for u in group])
+        starts, stops = grid.bounds(positions)
+        views = [data[a[0]:b[0], a[1]:b[1], a[2]:b[2]] for a, b in
+                 zip((starts - at).tolist(), (stops - at).tolist())]
+        keep = np.array([v.any() for v in views], bool)
+        blobs = pmap(lambda v: encode_chunk(
+            v, scale.encoding, block_size=scale.compressed_segmentation_block_size),
+            [v for v, k in zip(views, keep) if k], min_items=2)
+        shard = None if scale.sharding is None else \
+            int(grid.shard_of(positions[:1], scale.sharding)[0][0])
+        written = write_chunks(handle, shard, positions[keep], blobs)
+        stats["chunks"] += written["chunks"]
+        stats["bytes"] += written["bytes"]
+    return stats
+
+
+def _box_positions(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The (n, 3) grid positions of the box [lo, hi)."""
+    return np.stack(np.meshgrid(*[np.arange(a, b) for a, b in zip(lo, hi)], indexing="ij"),
+                    axis=-1).reshape(-1, 3)

@@ -1,0 +1,144 @@
+"""ngshard.skeletonize: skeletons made over task boxes and joined have, per segment, the
+cable length of kimimaro's over the whole volume (within 5%), one piece per connected label,
+radii and vertex types; the layer is named in the segmentation's info. A Dask LocalCluster
+makes byte for byte what the local process pool makes (meshes and skeletons), and
+cloud-volume reads both layers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+from segment_helpers import (
+    RESOLUTION,
+    SPHERE,
+    TUBE,
+    blobs,
+    cable_length,
+    components,
+    files,
+    neurites,
+    write_segmentation,
+)
+
+import ngshard
+
+kimimaro = pytest.importorskip("kimimaro")
+TEASAR = {"scale": 4, "const": 40}
+CLOUDVOLUME = os.environ.get("NGSHARD_CLOUDVOLUME_PYTHON", "/work/cvenv/bin/python")
+
+
+@pytest.fixture(scope="module")
+def labels():
+    return neurites()
+
+
+@pytest.fixture(scope="module")
+def skeletonized(tmp_path_factory, labels):
+    seg = write_segmentation(tmp_path_factory.mktemp("skel") / "seg", labels)
+    with ThreadPoolExecutor(2) as pool:
+        stats = ngshard.skeletonize(seg, box=32, teasar=TEASAR, executor=pool,
+                                    progress=False)
+    return seg, stats
+
+
+def test_skeletons_match_kimimaro_over_the_whole_volume(skeletonized, labels):
+    seg, stats = skeletonized
+    assert stats == {**stats, "boxes": 3 * 3 * 2, "segments": 3, "attached": 1}
+    assert json.loads((seg / "info").read_text())["skeletons"] == "skeletons"
+    layer = ngshard.open(seg / "skeletons")
+    assert [a.id for a in layer.vertex_attributes] == ["radius", "vertex_types"]
+    whole = kimimaro.skeletonize(labels, teasar_params=TEASAR, anisotropy=RESOLUTION,
+                                 dust_threshold=0, progress=False)
+    assert sorted(whole) == [101, 102, 200]
+    for label, reference in whole.items():
+        got = layer.get(label)
+        expected = cable_length(reference.vertices, reference.edges)
+        length = cable_length(got.vertices, got.edges)
+        assert abs(length - expected) <= 0.05 * expected, (label, length, expected)
+        assert components(len(got.vertices), got.edges) == 1  # joined across boxes
+        assert len(got.edges) == len(got.vertices) - 1  # a tree
+        radius = got.attributes["radius"]
+        assert radius.shape == (len(got.vertices),) and (radius > 0).all()
+        # placed in the layer's coordinates: inside the label's voxels, in nm
+        voxel = np.floor(got.vertices / np.array(RESOLUTION) - [10, -20, 30]).astype(int)
+        inside = labels[tuple(np.clip(voxel, 0, np.array(labels.shape) - 1).T)] == label
+        assert inside.mean() > 0.9
+
+
+def test_ids_and_postprocessing(skeletonized, tmp_path):
+    seg, _ = skeletonized
+    with ThreadPoolExecutor(2) as pool:
+        stats = ngshard.skeletonize(seg, tmp_path / "one", ids=[200], box=32,
+                                    teasar=TEASAR, executor=pool, progress=False,
+                                    tick_threshold=400)
+    assert stats["segments"] == 1 and stats["attached"] == 0
+    trunk = ngshard.open(tmp_path / "one").get(200)
+    ends = np.bincount(np.asarray(trunk.edges).ravel()) == 1
+    assert ends.sum() == 2  # the branch (about 260 nm) is pruned as a tick
+
+
+def test_dask_equals_local_pool(tmp_path):
+    distributed = pytest.importorskip("distributed")
+    seg = write_segmentation(tmp_path / "seg", blobs((64, 48, 40))[:, :, :])
+    for name, run in (("mesh", ngshard.mesh), ("skel", ngshard.skeletonize)):
+        run(seg, tmp_path / f"{name}-local", box=24, workers=2, progress=False,
+            ids=[SPHERE, TUBE])
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                       dashboard_address=":0")
+    try:
+        with distributed.Client(cluster) as client:
+            for name, run in (("mesh", ngshard.mesh), ("skel", ngshard.skeletonize)):
+                stats = run(seg, tmp_path / f"{name}-dask", box=24, progress=False,
+                            executor=client.get_executor(), ids=[SPHERE, TUBE])
+                assert stats["segments"] == 2 and stats["boxes"] > 4
+    finally:
+        cluster.close()
+    for name in ("mesh", "skel"):
+        local, remote = files(tmp_path / f"{name}-local"), files(tmp_path / f"{name}-dask")
+        assert local == remote and len(local) >= 2
+
+
+CLOUDVOLUME_READS = """
+import json, sys
+from cloudvolume import CloudVolume
+cv = CloudVolume(sys.argv[1], progress=False)
+meshes = cv.mesh.get([int(i) for i in sys.argv[2].split(",")])
+skeletons = cv.skeleton.get([int(i) for i in sys.argv[3].split(",")])
+print(json.dumps({
+    "meshes": {str(k): [m.vertices.tolist(), m.faces.tolist()] for k, m in meshes.items()},
+    "skeletons": {str(s.id): [s.vertices.tolist(), s.edges.tolist(), s.radius.tolist()]
+                  for s in skeletons}}))
+"""
+
+
+@pytest.mark.skipif(not os.path.exists(CLOUDVOLUME),
+                    reason=f"no cloud-volume venv at {CLOUDVOLUME} (NGSHARD_CLOUDVOLUME_PYTHON)")
+def test_cloud_volume_reads_the_layers(skeletonized, tmp_path):
+    from peers import PEER_TIMEOUT
+
+    seg, _ = skeletonized
+    with ThreadPoolExecutor(2) as pool:
+        ngshard.mesh(seg, box=32, executor=pool, progress=False, ids=[101, 200])
+    out = subprocess.run([CLOUDVOLUME, "-c", CLOUDVOLUME_READS, f"file://{seg}", "101,200",
+                          "101,102,200"], capture_output=True, text=True,
+                         timeout=PEER_TIMEOUT)
+    assert out.returncode == 0, out.stderr
+    read = json.loads(out.stdout)
+    meshes, skeletons = ngshard.open(seg / "mesh"), ngshard.open(seg / "skeletons")
+    for k in (101, 200):
+        vertices, faces = (np.array(x) for x in read["meshes"][str(k)])
+        mine = meshes.get(k)
+        assert len(faces) == len(mine.faces)
+        np.testing.assert_allclose(np.sort(vertices, axis=0), np.sort(mine.vertices, axis=0),
+                                   atol=1e-3)
+    for k in (101, 102, 200):
+        vertices, edges, radius = (np.array(x) for x in read["skeletons"][str(k)])
+        mine = skeletons.get(k)
+        np.testing.assert_allclose(vertices, mine.vertices)
+        np.testing.assert_array_equal(edges, mine.edges)
+        np.testing.assert_allclose(radius, mine.attributes["radius"])

@@ -1,0 +1,212 @@
+"""``ngshard.transfer``: the unsharded layers cloud-volume wrote (fixtures/) into sharded
+layers that tensorstore and ngshard read back equal to the source; re-chunked, re-encoded,
+cut to a box, with a pyramid in the same job; and back to a file per chunk."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorstore as ts
+from peers import PEER_TIMEOUT
+
+import ngshard
+
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "cloudvolume_volumes"
+# the encodings tensorstore reads (it has no compresso, crackle or jxl)
+TENSORSTORE = ("raw", "jpeg", "png", "compressed_segmentation")
+UNSHARDED = sorted(p.name for p in FIXTURES.iterdir() if (p / "info").exists() and
+                   "sharding" not in json.loads((p / "info").read_text())["scales"][0])
+
+
+def _ts(path, i=0):
+    return ts.open({"driver": "neuroglancer_precomputed", "kvstore": f"file://{path}/",
+                    "scale_index": i}).result(timeout=PEER_TIMEOUT)
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with ThreadPoolExecutor(2) as pool:
+        yield pool
+
+
+@pytest.mark.parametrize("name", UNSHARDED)
+def test_unsharded_fixtures_to_sharded(tmp_path, name, pool):
+    src = FIXTURES / name
+    stats = ngshard.transfer(src, tmp_path / "out", executor=pool, progress=False)
+    out = ngshard.open_volume(tmp_path / "out")
+    source = ngshard.open_volume(src)
+    assert out.scale.sharding is not None and stats["chunks"] > 0
+    assert out.bounds == source.bounds and out.scale.encoding == source.scale.encoding
+    np.testing.assert_array_equal(out[...], source[...])
+    if source.scale.encoding in TENSORSTORE:  # (it reads no .br/.xz/.bz2 chunk files)
+        np.testing.assert_array_equal(
+            _ts(tmp_path / "out").read().result(timeout=PEER_TIMEOUT), source[...])
+
+
+def test_rechunk_reencode_box_and_pyramid(tmp_path, pool):
+    src = FIXTURES / "raw_zstd"  # a uint32 segmentation of raw chunks, 16^3
+    source = ngshard.open_volume(src)
+    off = np.array(source.scale.voxel_offset)
+    lo, hi = off + (3, 5, 2), off + source.scale.size - 1
+    ngshard.transfer(src, tmp_path / "out", executor=pool, progress=False,
+                     chunk_size=(8, 8, 8), encoding="compressed_segmentation",
+                     bbox=(lo, hi), downsample=2)
+    out = _ts(tmp_path / "out")
+    info = ngshard.open_volume(tmp_path / "out").info
+    assert [s.encoding for s in info.scales] == ["compressed_segmentation"] * 3
+    assert info.scales[0].chunk_size == (8, 8, 8) and info.scales[0].voxel_offset == \
+        tuple(lo.tolist())
+    want = source[lo[0]:hi[0], lo[1]:hi[1], lo[2]:hi[2]]  # (zstd files: no tensorstore)
+    np.testing.assert_array_equal(out.read().result(timeout=PEER_TIMEOUT), want)
+    for i in (1, 2):  # the pyramid: tensorstore's mode of the level above
+        above, scale = info.scales[i - 1], info.scales[i]
+        factor = [round(b / a) for a, b in zip(above.resolution, scale.resolution)]
+        want = ts.downsample(_ts(tmp_path / "out", i - 1), factor + [1], "mode")
+        np.testing.assert_array_equal(_ts(tmp_path / "out", i).read().result(timeout=PEER_TIMEOUT),
+                                      want.read().result(timeout=PEER_TIMEOUT))
+
+
+def test_sharded_back_to_files_and_a_scattered_spec(tmp_path, pool):
+    src = FIXTURES / "sharded_cseg"
+    ngshard.transfer(src, tmp_path / "files", sharding="none", executor=pool,
+                     progress=False)
+    spec = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "murmurhash3_x86_128",
+            "preshift_bits": 0, "minishard_bits": 1, "shard_bits": 2,
+            "minishard_index_encoding": "gzip", "data_encoding": "gzip"}
+    ngshard.transfer(tmp_path / "files", tmp_path / "murmur", sharding=json.dumps(spec),
+                     executor=pool, progress=False)
+    assert ngshard.open_volume(tmp_path / "files").scale.sharding is None
+    assert ngshard.open_volume(tmp_path / "murmur").scale.sharding.hash == \
+        "murmurhash3_x86_128"
+    for out in ("files", "murmur"):
+        np.testing.assert_array_equal(_ts(tmp_path / out).read().result(timeout=PEER_TIMEOUT),
+                                      _ts(src).read().result(timeout=PEER_TIMEOUT))
+
+
+def test_a_damaged_raw_chunk_stops_the_carrying(tmp_path, pool):
+    import shutil
+
+    src = tmp_path / "src"
+    shutil.copytree(FIXTURES / "raw_plain", src)
+    chunk = next(p for p in sorted((src / "8_8_40").iterdir()) if p.is_file())
+    chunk.write_bytes(chunk.read_bytes()[:-7])
+    with pytest.raises(ngshard.CorruptDataError, match=chunk.name):
+        ngshard.transfer(src, tmp_path / "out", executor=pool, progress=False)
+
+
+def test_bad_options_are_spec_errors(tmp_path):
+    with pytest.raises(ngshard.SpecError, match="bbox"):
+        ngshard.transfer(FIXTURES / "raw_plain", tmp_path / "out", bbox=((0, 0), (1, 1)))
+    with pytest.raises(ngshard.SpecError, match="misses"):
+        ngshard.transfer(FIXTURES / "raw_plain", tmp_path / "out",
+                         bbox=((0, 0, 0), (5, 5, 5)))
+
+
+LAYERS = Path(__file__).parents[2] / "fixtures" / "layers"
+
+
+@pytest.mark.parametrize("name", ["cv_skeletons_unsharded", "cv_skeletons_br",
+                                  "cv_skeletons_sharded"])
+def test_cloudvolume_skeletons_between_layouts(tmp_path, name):
+    src = ngshard.open(LAYERS / name / "skeletons")
+    sharding = "none" if src.sharding is not None else "auto"
+    stats = ngshard.transfer(LAYERS / name / "skeletons", tmp_path / "out", sharding=sharding,
+                             progress=False)
+    out = ngshard.open(tmp_path / "out")
+    assert (out.sharding is None) == (sharding == "none")
+    ids = src.keys_array()
+    assert stats["chunks"] == len(ids) > 0
+    assert sorted(out.keys_array().tolist()) == sorted(ids.tolist())
+    for k in ids.tolist():  # the same encoded bytes, so the same skeletons
+        assert out.store.get(k) == src.store.get(k)
+        np.testing.assert_array_equal(out[k].vertices, src[k].vertices)
+    assert json.loads((tmp_path / "out" / "info").read_text())["vertex_attributes"] == \
+        src.info["vertex_attributes"]
+
+
+@pytest.mark.parametrize("name", ["ig_meshes_unsharded", "ig_meshes_sharded"])
+def test_igneous_meshes_between_layouts(tmp_path, name):
+    src = ngshard.open(LAYERS / name / "mesh")
+    sharding = "none" if src.sharding is not None else "auto"
+    ngshard.transfer(LAYERS / name / "mesh", tmp_path / "out", sharding=sharding,
+                     progress=False)
+    out = ngshard.open(tmp_path / "out")
+    ids = src.keys_array()
+    assert (out.sharding is None) == (sharding == "none") and len(ids)
+    assert out.encoded_many(ids) == src.encoded_many(ids)
+    for k, m in src.get_many(ids).items():
+        np.testing.assert_array_equal(out[k].vertices, m.vertices)
+
+
+def _tetra(shift):
+    v = np.array([[0, 0, 0], [10, 0, 0], [0, 10, 0], [0, 0, 10]], np.float32) + shift
+    return v, np.array([[0, 1, 2], [0, 1, 3], [0, 2, 3], [1, 2, 3]], np.uint32)
+
+
+def test_meshes_between_layouts(tmp_path):
+    items = {7: [_tetra(0), _tetra(5)], 2**40: [_tetra(100)]}
+    ngshard.write_meshes(tmp_path / "files", items, sharding=None)
+    ngshard.transfer(tmp_path / "files", tmp_path / "shards", progress=False)
+    ngshard.transfer(tmp_path / "shards", tmp_path / "back", sharding="none",
+                     progress=False)
+    files, shards, back = (ngshard.open(tmp_path / n) for n in ("files", "shards", "back"))
+    assert shards.sharding is not None and back.sharding is None
+    for layer in (shards, back):
+        assert layer.encoded_many(list(items)) == files.encoded_many(list(items))
+        got = layer.get_many(list(items), lod="all")
+        for k, lods in files.get_many(list(items), lod="all").items():
+            for a, b in zip(lods, got[k]):
+                np.testing.assert_array_equal(a.vertices, b.vertices)
+    # igneous' legacy meshes, several fragment files per segment, into shards of one each
+    src = ngshard.open(LAYERS / "ig_meshes_legacy" / "mesh")
+    ngshard.transfer(LAYERS / "ig_meshes_legacy" / "mesh", tmp_path / "ig", progress=False)
+    out = ngshard.open(tmp_path / "ig")
+    assert out.sharding is not None
+    for k, m in src.get_many(src.keys_array()).items():
+        np.testing.assert_array_equal(out[k].faces.shape, m.faces.shape)
+        np.testing.assert_array_equal(out[k].vertices, m.vertices)
+    ngshard.write_legacy_meshes(tmp_path / "legacy", {3: _tetra(1)})
+    ngshard.transfer(tmp_path / "legacy", tmp_path / "legacy_sharded", progress=False)
+    legacy = ngshard.open(tmp_path / "legacy_sharded")
+    assert legacy.sharding is not None
+    np.testing.assert_array_equal(legacy[3].vertices, _tetra(1)[0])
+    with pytest.raises(ngshard.SpecError, match="bbox"):
+        ngshard.transfer(tmp_path / "files", tmp_path / "x", bbox=((0, 0, 0), (1, 1, 1)))
+
+
+def test_command_line(tmp_path, capsys):
+    from ngshard.cli import main
+
+    src = FIXTURES / "png_plain"  # voxel_offset (-40, -7, 5)
+    assert main(["transfer", str(src), str(tmp_path / "out"),
+                 "--bbox=-38,-7,5,-10,20,20", "--encoding", "raw", "--downsample", "1",
+                 "--workers", "1", "-q"]) == 0
+    assert "transferred" in capsys.readouterr().out
+    out, source = ngshard.open_volume(tmp_path / "out"), ngshard.open_volume(src)
+    assert out.scale.voxel_offset == (-38, -7, 5) and len(out.info.scales) == 2
+    np.testing.assert_array_equal(out[...], source[-38:-10, -7:20, 5:20])
+    assert main(["transfer", str(src), str(tmp_path / "out")]) == 1
+    assert "--force" in capsys.readouterr().err
+
+
+def test_interrupt_and_resume(tmp_path, pool):
+    from convert_helpers import Interrupting
+
+    src = FIXTURES / "raw_plain"
+    kw = {"chunk_size": (8, 8, 8), "task_bytes": 16 * 16 * 16, "downsample": 1,
+          "progress": False}
+    ngshard.transfer(src, tmp_path / "ref", executor=pool, **kw)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        ngshard.transfer(src, tmp_path / "out", executor=Interrupting(pool, 3), **kw)
+    stats = ngshard.transfer(src, tmp_path / "out", executor=pool, **kw)
+    assert stats["skipped"] == 3 and stats["run"] == stats["tasks"] - 3
+
+    def files(root):
+        return {p.relative_to(root): p.read_bytes() for p in sorted(root.rglob("*"))
+                if p.is_file()}
+
+    assert files(tmp_path / "out") == files(tmp_path / "ref")
