@@ -56,6 +56,7 @@ from .errors import (
     ReadOnlyError,
     RequestError,
     SpecError,
+    StorageAccessError,
     StorageWriteError,
     UnlistableError,
 )
@@ -118,6 +119,7 @@ __all__ = [
     "Skeleton",
     "Skeletons",
     "SpecError",
+    "StorageAccessError",
     "StorageWriteError",
     "UnlistableError",
     "Volume",

@@ -2,9 +2,11 @@
 ``ngshard.dask.write_kv(url, spec, collection)``.
 
 Each partition gets every key's shard number (vectorized) and a sequence number (partition,
-position) that says which of two values of one key came last. Dask's own shuffle then brings
-every shard's rows into one partition, and one task per partition writes each of its shards
-whole, so no two workers touch a shard and no shard is read back. A task's shards come out
+position) that says which of two values of one key came last. Dask's own shuffle then
+repartitions the rows by shard: one partition per shard (per run of consecutive shards when a
+spec has more than ``MAX_SHARD_TASKS``), whatever the input's partitioning, and one task per
+partition writes its shard whole, so no two workers touch a shard, no shard is read back,
+and a worker holds one shard's keys at a time. A task's shards come out
 exactly as the local writer makes them (``sharded.shard_writer.write_shard``), each written
 atomically, so a task that is retried (a worker died) rewrites the same bytes and a
 reader never sees half a shard. A store or layer already at ``url`` is refused, or with
@@ -23,6 +25,7 @@ import numpy as np
 
 from .destination import claim
 from .errors import MissingDependencyError, SpecError
+from .limits import MAX_SHARD_TASKS
 from .sharded.infofile import as_spec, record_spec
 from .sharded.inputs import as_bytes
 from .sharded.kv import ShardedKV
@@ -41,7 +44,7 @@ if TYPE_CHECKING:
     from .volume.handle import ScaleCodec
 
 _SEQ_BITS = 40  # positions within a partition; the partition number goes above them
-_ANNOTATED = {"key": "u8", "value": object, "_shard": "i8", "_seq": "i8"}
+_ANNOTATED = {"key": "u8", "value": object, "_shard": "i8", "_seq": "i8"}  # by _shard
 _WRITTEN = {"shard": object, "keys": "i8", "bytes": "i8"}
 
 
@@ -77,8 +80,11 @@ def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
     key, value
         The DataFrame's column names.
     npartitions
-        How many partitions (tasks) the shuffle makes; each writes whole shards. By default
-        the collection's number of partitions, at most one per shard.
+        How many partitions (tasks) the shuffle makes, each of a run of consecutive shards.
+        By default one per shard (up to ``ngshard.limits.MAX_SHARD_TASKS``), so a worker's
+        memory is bounded by the largest shard (its keys and values, about twice over while
+        the shuffle hands them over), not by the collection's partitions: 10 million
+        keys in 2 input partitions on 4 GiB workers write one shard per task.
     info, durable, overwrite
         As for :func:`ngshard.write_kv`.
     storage_options
@@ -118,8 +124,11 @@ def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
         frame = _as_frame(collection, key, value)
         annotated = frame.map_partitions(_annotate, spec.to_json(), key, value,
                                          meta=_ANNOTATED)
-        parts = npartitions or max(1, min(spec.num_shards, frame.npartitions))
-        shuffled = annotated.shuffle(on="_shard", npartitions=parts)
+        # range partitions of shards: partition i holds shards [i * run, (i + 1) * run)
+        last = spec.num_shards - 1
+        run = -(-spec.num_shards // max(1, npartitions or MAX_SHARD_TASKS))
+        divisions = [*range(0, last + 1, run), last] if last else [0, 0]
+        shuffled = annotated.set_index("_shard", divisions=divisions)
         shuffled.map_partitions(_write_shards, storage, spec.to_json(),
                                 meta=_WRITTEN).compute()
     if storage.local_root is not None:
@@ -178,13 +187,14 @@ def _annotate(df: pd.DataFrame, spec_json: dict, key: str, value: str,
 
 
 def _write_shards(df: pd.DataFrame, storage: Storage, spec_json: dict) -> pd.DataFrame:
-    """Write every shard whose rows this partition holds, each whole and atomically."""
+    """Write every shard whose rows this partition holds (indexed by shard), each whole and
+    atomically."""
     import pandas as pd
 
     spec = ShardingSpec.from_json(spec_json)
     rows = []
     if len(df):
-        shards, seq = df["_shard"].to_numpy(), df["_seq"].to_numpy()
+        shards, seq = df.index.to_numpy(), df["_seq"].to_numpy()
         keys, values = df["key"].to_numpy(np.uint64), df["value"].to_numpy(dtype=object)
         by_shard = np.argsort(shards, kind="stable")
         cuts = (np.flatnonzero(np.diff(shards[by_shard])) + 1).tolist()

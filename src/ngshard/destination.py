@@ -39,7 +39,6 @@ from .kinds import (
 )
 from .storage import Storage
 from .storage.tempnames import is_temp_file
-from .threads import pmap
 
 HINT = "pass overwrite=True (--force) to replace it"
 
@@ -169,7 +168,7 @@ def _remove(folder: Storage, names, listed: Sequence[str] | None = None) -> None
     temporaries), then the folder itself if that left it empty (object stores have none)."""
     doomed = [n for n in (folder.list() if listed is None else listed)
               if names.fullmatch(n) or is_temp_file(n)]
-    pmap(folder.delete, doomed, min_items=8)
+    folder.delete_many(doomed)
     _prune(folder)
 
 

@@ -73,6 +73,11 @@ class StorageWriteError(NgShardError, OSError):
         return f"{self.filename}: {self.strerror}"
 
 
+class StorageAccessError(NgShardError, PermissionError):
+    """A worker of a job cannot reach its storage (no credentials, an unknown endpoint, a
+    path only the client sees): raised before the job writes anything."""
+
+
 class RequestError(NgShardError, OSError):
     """A storage request failed: the server answered an error status, or the connection
     failed, and (for a transient failure: HTTP 408, 429, 5xx, a reset or refused connection,

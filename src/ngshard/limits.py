@@ -143,6 +143,21 @@ SMALL_VALUE = 128
 DEFAULT_TASK_BYTES = 128 * MiB
 #: Voxel bytes a conversion task reads from its source at a time.
 SLAB_BYTES = 64 * MiB
+#: Chunks hashed at a time when a plan groups the chunks of a scattered (murmurhash) scale by
+#: shard (the hash's temporaries: about 20 MiB).
+PLAN_BLOCK_CHUNKS = 1 << 18
+#: Chunk IDs in one of the plan's spill files (a range of shards, read whole when its tasks
+#: are made: 16 MiB).
+PLAN_RANGE_CHUNKS = 1 << 21
+#: Finished tasks recorded in one resume record (one PUT, later one of few deletes): 800,000
+#: tasks make 800 records. A killed client redoes at most these (or ``RECORD_SECONDS``).
+RECORD_TASKS = 1000
+#: Seconds after which finished tasks are recorded even if fewer than ``RECORD_TASKS``.
+RECORD_SECONDS = 2.0
+#: Most partitions (tasks) ``ngshard.dask.write_kv`` makes by default: one per shard up to
+#: this, runs of consecutive shards past it (a task per shard of 2**20 small shards would
+#: cost more in scheduling than in writing).
+MAX_SHARD_TASKS = 4096
 
 # --- hostile input -------------------------------------------------------------------------
 

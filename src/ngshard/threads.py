@@ -10,10 +10,13 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+from .cpus import available_cpus
+
 T = TypeVar("T")
 R = TypeVar("R")
 
-WORKERS = max(2, os.cpu_count() or 1)
+# the CPUs this process may use (affinity, cgroup quota, NGSHARD_CPUS), at least 2
+WORKERS = max(2, available_cpus())
 
 
 _leaves: ThreadPoolExecutor

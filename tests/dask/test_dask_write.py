@@ -210,3 +210,26 @@ def test_every_whole_shard_writer_gives_the_same_bytes(client, tmp_path):
         kv.update(items)
     for path in ("dict", "spilled", "dask", "committed"):
         assert shard_files(tmp_path / path) == converted, path
+
+
+def test_one_task_per_shard_whatever_the_input_partitions(tmp_path):
+    """2 input partitions, 8 shards: each writing task holds one shard's keys (its result
+    names one shard), so a worker's memory is that of a shard, not of an input partition."""
+    from dask.callbacks import Callback
+
+    written = []
+
+    class Watch(Callback):
+        def _posttask(self, key, result, dsk, state, id):
+            if isinstance(result, pd.DataFrame) and list(result.columns) == ["shard", "keys",
+                                                                             "bytes"]:
+                written.append(len(result))
+
+    items = pairs(3000, seed=5)
+    # in this process (callbacks see each task), whatever cluster another test started
+    with dask.config.set({"scheduler": "sync", "dataframe.shuffle.method": "tasks"}), Watch():
+        ngshard.dask.write_kv(tmp_path / "out", RAW, db.from_sequence(items, npartitions=2))
+    # one result per writing task, then their concatenation
+    assert written == [1] * RAW.num_shards + [RAW.num_shards]
+    assert len(shard_files(tmp_path / "out")) == 8
+    assert ts_contents(tmp_path / "out", RAW) == dict(items)

@@ -3,13 +3,16 @@ executor that interrupts a job."""
 
 from __future__ import annotations
 
-from concurrent.futures import Executor, Future
+import contextlib
+from concurrent.futures import Executor, Future, InvalidStateError
 
 import numpy as np
 import tensorstore as ts
 import zarr
 import zarr.codecs
 from peers import PEER_TIMEOUT
+
+from ngshard.pipelines.tasks import probe
 
 
 def volume_data(shape, dtype, seed=0) -> np.ndarray:
@@ -102,15 +105,28 @@ def as_xyzc(data: np.ndarray, axes: str) -> np.ndarray:
 
 
 class Interrupting(Executor):
-    """Runs the first ``after`` tasks on ``inner``; every later one fails at once."""
+    """Runs the first ``after`` tasks on ``inner``; every later one fails once those are
+    finished (the probes of storage a job sends before its tasks pass)."""
 
     def __init__(self, inner: Executor, after: int) -> None:
         self.inner, self.after, self.submitted = inner, after, 0
+        self.first: list[Future] = []
 
     def submit(self, fn, /, *args, **kwargs) -> Future:
+        if fn is probe:
+            return self.inner.submit(fn, *args, **kwargs)
         self.submitted += 1
         if self.submitted <= self.after:
-            return self.inner.submit(fn, *args, **kwargs)
+            self.first.append(self.inner.submit(fn, *args, **kwargs))
+            return self.first[-1]
         failed: Future = Future()
-        failed.set_exception(RuntimeError("interrupted"))
+        waiting = list(self.first)
+
+        def interrupt(_=None) -> None:
+            if all(f.done() for f in waiting):
+                with contextlib.suppress(InvalidStateError):  # set by another callback
+                    failed.set_exception(RuntimeError("interrupted"))
+        for f in waiting:
+            f.add_done_callback(interrupt)
+        interrupt()
         return failed

@@ -20,6 +20,7 @@ from convert_helpers import (
 )
 
 import ngshard
+from ngshard.pipelines.resume import unfinished
 
 
 def outputs(root) -> dict[str, tuple[int, int]]:
@@ -51,8 +52,10 @@ def test_interrupt_and_resume(tmp_path, source):
             ngshard.convert(src, dst, executor=Interrupting(pool, 3), progress=False,
                             chunk_size=(16, 16, 16), task_bytes=32**3)
         no_stray_files(dst)
-        records = [p.name for p in (dst / ".ngshard-convert").iterdir()]
-        assert len(records) == 3 + 1  # three tasks and the job
+        # the job and a record of the three tasks done (one record per batch of tasks)
+        records = sorted(p.name for p in (dst / ".ngshard-convert").iterdir())
+        assert len(records) == 2 and records[1] == "job.json"
+        assert "5 of 8 task(s) remain" in unfinished(str(dst))
         before = outputs(dst)
         shards = [n for n in before if n.endswith(".shard")]
         assert len(shards) == 3
@@ -109,11 +112,11 @@ def test_corrupt_source_shard_stops_then_resumes(tmp_path, chunk):
             ngshard.convert(src, dst, executor=pool, progress=False, chunk_size=(chunk,) * 3,
                             task_bytes=32**3)
         no_stray_files(dst)
-        done = len(list((dst / ".ngshard-convert").iterdir())) - 1
+        left = int(unfinished(str(dst)).split(": ")[2].split(" of ")[0])
         bad.write_bytes(good)
         stats = ngshard.convert(src, dst, executor=pool, progress=False,
                                 chunk_size=(chunk,) * 3, task_bytes=32**3)
-    assert stats["skipped"] == done and stats["run"] == 8 - done >= 1
+    assert stats["skipped"] == 8 - left and stats["run"] == left >= 1
     np.testing.assert_array_equal(read_precomputed(dst)[0], as_xyzc(data, "zyx"))
 
 
@@ -176,8 +179,6 @@ def test_verify_says_an_interrupted_conversion_has_not_finished(tmp_path, source
         assert "OK" not in out
         report = verify_volume(ngshard.open_volume(dst))
         assert not report.ok and "5 of 8 task(s) of 1_1_1 remain" in report.problems[-1]
-        from ngshard.pipelines.resume import unfinished
-
         assert left in unfinished(str(dst))
         # served without directory listings: the records cannot be counted, but are there
         shutil.copytree(dst, http_server.root / "out")
@@ -206,3 +207,18 @@ def test_verify_of_an_unfinished_zarr_destination(tmp_path, capsys):
     assert main(["verify", str(dst)]) == 1
     out = capsys.readouterr().out
     assert out.startswith(f"{dst}: a conversion into it has not finished: 7 of 8 task(s)")
+
+
+def test_one_job_however_the_paths_are_spelled(tmp_path, source, monkeypatch):
+    """Relative and absolute, with and without a trailing slash, file:// or not: one job."""
+    src, data = source
+    monkeypatch.chdir(tmp_path)
+    with ThreadPoolExecutor(2) as pool:
+        with pytest.raises(RuntimeError, match="interrupted"):
+            ngshard.convert("src.zarr", "out", executor=Interrupting(pool, 3),
+                            progress=False, chunk_size=(16, 16, 16), task_bytes=32**3)
+        stats = ngshard.convert(f"file://{tmp_path}/src.zarr/", f"{tmp_path}/./out/",
+                                executor=pool, progress=False, chunk_size=(16, 16, 16),
+                                task_bytes=32**3)
+    assert stats["skipped"] == 3 and stats["run"] == 5
+    np.testing.assert_array_equal(read_precomputed(tmp_path / "out")[0], as_xyzc(data, "zyx"))

@@ -181,3 +181,22 @@ def test_source_over_http(http_server, tmp_path, pool):
                     progress=False)
     np.testing.assert_array_equal(read_precomputed(tmp_path / "out")[0], as_xyzc(data, "czyx"))
     assert any(rng for _, _, rng in http_server.requests)  # inner chunks read by range
+
+
+@pytest.mark.parametrize("chunk", [16, 8], ids=["fast-path", "decoding"])
+def test_scattered_murmurhash_shards(tmp_path, pool, chunk):
+    """A spec whose shards are no boxes: tasks carry their chunks (grouped while planning),
+    each shard holds its own chunks only; tensorstore reads the result."""
+    data = volume_data((40, 50, 70), "uint8")
+    zarr_python_array(tmp_path / "src.zarr", data, chunks=(16, 16, 16))
+    spec = {"@type": "neuroglancer_uint64_sharded_v1", "preshift_bits": 0,
+            "hash": "murmurhash3_x86_128", "minishard_bits": 1, "shard_bits": 3,
+            "minishard_index_encoding": "gzip", "data_encoding": "gzip"}
+    stats = ngshard.convert(tmp_path / "src.zarr", tmp_path / "out", executor=pool,
+                            progress=False, chunk_size=(chunk,) * 3, sharding=spec)
+    grid = [-(-n // chunk) for n in data.shape]
+    nonzero = sum(data[z * chunk:(z + 1) * chunk, y * chunk:(y + 1) * chunk,
+                       x * chunk:(x + 1) * chunk].any()
+                  for z in range(grid[0]) for y in range(grid[1]) for x in range(grid[2]))
+    assert stats["tasks"] == 8 and stats["chunks"] == nonzero
+    np.testing.assert_array_equal(read_precomputed(tmp_path / "out")[0], as_xyzc(data, "zyx"))

@@ -257,6 +257,15 @@ class TestStorageContract:
         assert backend.get("a") == b"old"
         assert s.list() == listed
 
+    def test_delete_many(self, backend):
+        s = needs_writes(backend)
+        for i in range(20):
+            backend.put(f"r{i}", b"x")
+        s.delete_many([f"r{i}" for i in range(15)] + ["never-was"])  # absent: ignored
+        assert [n for n in s.list() if n.startswith("r")] == sorted(f"r{i}" for i in
+                                                                    range(15, 20))
+        s.delete_many([])
+
     def test_delete(self, backend):
         s = needs_writes(backend)
         backend.put("a", b"x")

@@ -194,3 +194,15 @@ def test_bad_tensorstore_specs(spec, message):
     with pytest.raises(ngshard.SpecError, match=message) as e:
         open_storage(spec)
     assert str(e.value).startswith("tensorstore spec {")
+
+
+def test_canonical_url_is_one_spelling_per_place(tmp_path, monkeypatch):
+    from ngshard.storage import canonical_url
+
+    monkeypatch.chdir(tmp_path)
+    here = str(tmp_path)
+    for spelling in ("data/out", "./data/out/", "data//out", "data/x/../out",
+                     f"file://{here}/data/out", f"{here}/data/out/"):
+        assert canonical_url(source_of(spelling).url) == f"{here}/data/out", spelling
+    assert canonical_url("S3://bucket/a/b/") == "s3://bucket/a/b"
+    assert canonical_url("gs://bucket") == "gs://bucket"

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import SpecError
+from ..kinds import LEGACY_MESHES, MESHES, SKELETONS
 from .convert import _ints
 
 
@@ -21,7 +22,7 @@ def add_commands(command) -> None:
     one)."""
     p = command("mesh", cmd_mesh, "make multi-resolution meshes of a segmentation's labels "
                 "(zmesh marching cubes over task boxes, simplified per level of detail), "
-                "written as a sharded neuroglancer_multilod_draco layer (SEG/mesh by "
+                f"written as a sharded {MESHES} layer (SEG/mesh by "
                 "default) and named in SEG's info; an interrupted run resumes")
     _common(p)
     p.add_argument("--lods", type=int, default=3, metavar="N",
@@ -30,10 +31,10 @@ def add_commands(command) -> None:
                    help="each level keeps about 1/N of the triangles of the one below "
                         "(default 4)")
     p.add_argument("--legacy", action="store_true", help="write single-resolution "
-                   "neuroglancer_legacy_mesh segments instead")
+                   f"{LEGACY_MESHES} segments instead")
     p = command("skeletonize", cmd_skeletonize, "make TEASAR skeletons of a segmentation's "
                 "labels (kimimaro over task boxes, joined across them), written as a "
-                "sharded neuroglancer_skeletons layer with radius and vertex_types "
+                f"sharded {SKELETONS} layer with radius and vertex_types "
                 "(SEG/skeletons by default) and named in SEG's info; an interrupted run "
                 "resumes")
     _common(p)
@@ -72,7 +73,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def _options(args: argparse.Namespace) -> dict:
     box = _ints(args.box, "--box")
-    if len(box) not in (1, 3):
+    if box is None or len(box) not in (1, 3):
         raise SpecError(f"--box must be one integer or three, not {args.box!r}")
     ids = None
     if args.ids is not None:

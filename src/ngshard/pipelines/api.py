@@ -1,34 +1,24 @@
 """``ngshard.convert``: zarr -> precomputed or the reverse, chosen by the source, as
-independent tasks on any executor, resumable."""
+independent tasks on any executor, resumable (the running is :mod:`.runner`'s)."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-from collections import Counter, deque
-from collections.abc import Iterator, Sequence
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
+from collections.abc import Sequence
+from concurrent.futures import Executor
 from typing import Any
 
-from ..destination import claim
-from ..errors import Interrupted, NgShardError, SpecError
+from ..errors import SpecError
 from ..layers.dispatch import checked_source
-from ..progress import progress_bar
-from ..storage import StorageOptions, open_storage, remove_stale, rooted_options, source_of
+from ..storage import StorageOptions, canonical_url, rooted_options, source_of
 from ..types import Encoding
-from . import resume as records
-from .executors import in_flight, local_pool, stop_pool
 from .layout import (
     DEFAULT_TASK_BYTES,
-    AnyTask,
-    Plan,
     is_precomputed,
     precomputed_to_zarr,
     zarr_to_precomputed,
 )
-from .tasks import run_task
+from .runner import run_plan
 
 
 def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
@@ -50,8 +40,11 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
     src, dst
         Local paths or fsspec URLs every worker can reach, or Neuroglancer sources
         (``zarr://...``, ``precomputed://...``, ``gs://b/p/|zarr3:``): a format named on
-        ``src`` says which way to convert, one named on ``dst`` must be the one made. A
-        local TIFF stack as ``src`` (a glob or a folder of 2-D sections, one per z in
+        ``src`` says which way to convert, one named on ``dst`` must be the one made.
+        Relative paths are made absolute here (workers elsewhere see the same folders), and
+        the job is known by these canonical names: ``out``, ``./out/`` and its absolute
+        path resume the same job.
+        A local TIFF stack as ``src`` (a glob or a folder of 2-D sections, one per z in
         natural order of their names, or one multi-page or OME-TIFF; needs
         ``ngshard[tiff]``) becomes a precomputed layer, 64^3 chunks by default.
     scales
@@ -117,11 +110,15 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
     ExistsError
         ``dst`` holds something other than this job's unfinished run, and not
         ``overwrite``.
+    StorageAccessError
+        A worker cannot reach the source or the destination (before anything is written).
     NgShardError
         A worker process died (the message says what to do).
     """
-    roots = {u: o for u, o in ((source_of(src).url, src_storage_options or storage_options),
-                               (source_of(dst).url, storage_options)) if "://" in u}
+    roots = {u: o for u, o in ((canonical_url(source_of(src).url),
+                                src_storage_options or storage_options),
+                               (canonical_url(source_of(dst).url), storage_options))
+             if "://" in u and o}
     with rooted_options(roots):  # every open of a URL under src or dst, in every process
         return _convert(src, dst, scales=scales, chunk_size=chunk_size, encoding=encoding,
                         sharding=sharding, executor=executor, workers=workers,
@@ -139,7 +136,7 @@ def _convert(src: str | os.PathLike, dst: str | os.PathLike, *, scales: Sequence
     from .tiff import is_tiff
 
     if is_tiff(src):
-        given = {"scales": scales, "axes": axes, "offset": offset, "units": units}
+        given: dict[str, Any] = {"scales": scales, "axes": axes, "offset": offset, "units": units}
         wrong = [k for k, v in given.items() if v is not None]
         if wrong:
             raise SpecError(f"{os.fspath(src)} is a TIFF stack: {', '.join(wrong)} do not "
@@ -151,8 +148,9 @@ def _convert(src: str | os.PathLike, dst: str | os.PathLike, *, scales: Sequence
                                    encoding=encoding, sharding=sharding,
                                    resolution=resolution, downsample=downsample,
                                    task_bytes=task_bytes)
-        return run_plan(plan, dst, executor=executor, workers=workers, progress=progress,
-                        resume=resume, overwrite=overwrite, roots=roots)
+        plan.roots = roots
+        return run_plan(plan, executor=executor, workers=workers, progress=progress,
+                        resume=resume, overwrite=overwrite)
     src, to_zarr = _source(src)
     dst = _destination(dst, "zarr" if to_zarr else "precomputed", src)
     _apart(src, dst)
@@ -170,120 +168,36 @@ def _convert(src: str | os.PathLike, dst: str | os.PathLike, *, scales: Sequence
                                    encoding=encoding, sharding=sharding, axes=axes,
                                    downsample=downsample, task_bytes=task_bytes,
                                    resolution=resolution, offset=offset, units=units)
-    return run_plan(plan, dst, executor=executor, workers=workers, progress=progress,
-                    resume=resume, overwrite=overwrite, roots=roots)
+    plan.roots = roots
+    return run_plan(plan, executor=executor, workers=workers, progress=progress,
+                    resume=resume, overwrite=overwrite)
 
 
 def _apart(src: str, dst: str) -> None:
     """Refuse a destination that is the source, or holds it, or lies inside it: replacing
     it would remove the source."""
-    a, b = (open_storage(u).url.rstrip("/") for u in (src, dst))
+    a, b = src.rstrip("/"), dst.rstrip("/")
     if a == b or a.startswith(b + "/") or b.startswith(a + "/"):
         raise SpecError(f"the destination {dst} and the source {src} overlap: convert into "
                         f"another folder")
 
 
 def _source(src: str | os.PathLike) -> tuple[str, bool]:
-    """The plain URL of a conversion's source, and whether it is precomputed (to zarr)."""
+    """The canonical URL of a conversion's source, and whether it is precomputed (to
+    zarr)."""
     storage, source = checked_source(src)
+    url = canonical_url(source.url)
     if source.format is not None:
-        return source.url, source.family == "precomputed"
-    return source.url, is_precomputed(storage)
+        return url, source.family == "precomputed"
+    return url, is_precomputed(storage)
 
 
 def _destination(dst: str | os.PathLike, makes: str, src: str) -> str:
-    """The plain URL of a conversion's destination, refusing a format it will not hold."""
+    """The canonical URL of a conversion's destination, refusing a format it will not
+    hold."""
     source = source_of(dst)
     if source.family not in (None, makes) or source.format == "zarr2":
         made = "Zarr v3" if makes == "zarr" else "a precomputed layer"
         raise SpecError(f"{os.fspath(dst)}: the destination says {source.format}, but "
                         f"converting {src} makes {made}")
-    return source.url
-
-
-def run_plan(plan: Plan, dst: str, *, executor: Executor | None = None,
-             workers: int | None = None, progress: bool = True, resume: bool = True,
-             overwrite: bool = False, roots: dict | None = None) -> dict[str, int]:
-    """Run a plan's stages in order, skipping tasks done before (see :func:`convert`);
-    ``roots``: the storage options of the trees the tasks open (see
-    :func:`~ngshard.storage.rooted_options`), given to every task."""
-    total = sum(map(len, plan.stages))
-    # the tasks of each output (a scale's key or an array's name; keys joined by "+" for a
-    # task making several), for `verify` of a job that does not finish
-    parts = Counter(t.name.split("/", 1)[0] for stage in plan.stages for t in stage)
-    record = {**plan.job, "tasks": dict(sorted(parts.items()))}
-    if not records.recorded(dst, record):  # not an unfinished run of this job
-        if plan.claim is not None:
-            plan.claim(overwrite)
-        else:
-            claim(open_storage(dst), overwrite=overwrite, into=plan.dirs)
-    done = records.start(dst, record, resume)
-    job = hashlib.sha256(json.dumps(plan.job, sort_keys=True).encode()).hexdigest()[:16]
-    todo = [[t for t in stage if t.name not in done] for stage in plan.stages]
-    stats = {"tasks": total, "run": 0, "skipped": total - sum(map(len, todo)), "chunks": 0,
-             "bytes": 0}
-    pool: ProcessPoolExecutor | None = None  # our own, if no executor is given
-    try:
-        if executor is None:
-            executor = pool = local_pool(workers)
-        if not done:
-            plan.prepare()
-        bar = progress_bar(_results(executor, todo, dst, job, roots or {}), enabled=progress,
-                           total=total, initial=stats["skipped"], desc="converting",
-                           unit="task")
-        for _, result in bar:
-            stats["run"] += 1
-            stats["chunks"] += result["chunks"]
-            stats["bytes"] += result["bytes"]
-    except KeyboardInterrupt:
-        if pool is not None:  # at once: running tasks are killed, not waited for
-            stop_pool(pool)
-            pool = None
-        finished = stats["skipped"] + stats["run"]
-        raise Interrupted(
-            f"interrupted: {finished} of {total} tasks of converting to {dst} are done, "
-            f"{total - finished} left (recorded in {dst}/{records.PREFIX}/): run the same "
-            f"conversion again to resume") from None
-    except BrokenProcessPool as e:
-        raise NgShardError(
-            f"converting to {dst}: a worker process died ({e}). Killed for memory? Try fewer "
-            f"workers. From a script, the pool's workers import it again: call "
-            f"ngshard.convert under 'if __name__ == \"__main__\":' (or pass "
-            f"executor=concurrent.futures.ThreadPoolExecutor()). Run again to resume."
-        ) from None
-    finally:
-        if pool is not None:
-            pool.shutdown(cancel_futures=True)
-    if plan.finish is not None:
-        plan.finish()
-    records.clear(dst)
-    for d in plan.dirs:
-        if d.local_root is not None:
-            remove_stale(d.local_root)  # temporary files of workers that died
-    return stats
-
-
-def _results(executor: Executor, stages: list[list[AnyTask]], dst: str, job: str, roots: dict
-             ) -> Iterator[tuple[str, dict]]:
-    """Results of every task, stage after stage, with a bounded number submitted at once;
-    the first failure cancels what is not running yet, waits for what is (so nothing is
-    being written once the error is raised), and is raised."""
-    window = in_flight(executor)
-    for stage in stages:
-        pending: deque[Future] = deque()
-        interrupted = False
-        try:
-            for task in stage:
-                pending.append(executor.submit(run_task, task, dst, job, roots))
-                while len(pending) >= window:
-                    yield pending.popleft().result()
-            while pending:
-                yield pending.popleft().result()
-        except KeyboardInterrupt:
-            interrupted = True  # the caller stops the running tasks: no waiting for them
-            raise
-        finally:
-            for f in pending:
-                f.cancel()
-            if not interrupted:
-                wait(pending)
+    return canonical_url(source.url)

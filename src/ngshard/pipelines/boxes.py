@@ -21,6 +21,7 @@ import numpy as np
 
 from ..errors import SpecError
 from ..storage import open_storage
+from ..volume.vectors import xyz
 from .sources import PrecomputedSource, ZarrSource, as_dtype, open_scale
 
 
@@ -94,13 +95,13 @@ def boxes(shape: Any, size: Any, start: int = 0) -> list[Box]:
     for index in itertools.product(*(range(len(a)) for a in axes)):
         lo = tuple(axes[d][i][0] + start for d, i in enumerate(index))
         hi = tuple(axes[d][i][1] + start for d, i in enumerate(index))
-        out.append(Box("_".join(map(str, index)), index, lo, hi))
+        out.append(Box("_".join(map(str, index)), xyz(index), xyz(lo), xyz(hi)))
     return out
 
 
 def box_size(value: Any) -> tuple[int, int, int]:
     """A box size argument (one integer or three) as (x, y, z)."""
-    size = tuple(int(v) for v in np.broadcast_to(np.asarray(value), (3,)))
+    size = xyz(int(v) for v in np.broadcast_to(np.asarray(value), (3,)))
     if min(size) < 1:
         raise SpecError(f"box sizes must be positive, got {value!r}")
     return size
@@ -159,8 +160,8 @@ def open_region(seg: str | os.PathLike, scale: int | str = 0, bbox: Any = None,
         if not (hi > lo).all():
             raise SpecError(f"bbox {list(box)} holds no voxel of {url} (its voxels are "
                             f"{list(offset)} to {list(np.add(offset, size))})")
-    region = Region(src, tuple(lo.tolist()), tuple(hi.tolist()), tuple(map(int, offset)),
-                    tuple(map(float, res)), url)
+    region = Region(src, xyz(lo.tolist()), xyz(hi.tolist()), xyz(map(int, offset)),
+                    xyz(map(float, res)), url)
     return region, handle
 
 

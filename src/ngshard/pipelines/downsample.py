@@ -28,9 +28,9 @@ from ..volume.downsample import check_method
 from ..volume.factors import pyramid_factors
 from ..volume.handle import read_volume_info, write_volume_info
 from ..volume.info import Scale, VolumeInfo
-from .api import run_plan
-from .layout import AnyTask, Plan
+from .plan import TaskList, listed
 from .pyramid import plan_levels, pyramid_tasks
+from .runner import Plan, run_plan
 
 
 def downsample(url: str | os.PathLike, *, levels: int | None = None,
@@ -121,9 +121,10 @@ def _downsample(url: str | os.PathLike, *, levels: int | None, factor: Sequence[
         for key in made:
             claim(storage.child(key), overwrite=overwrite)
 
-    plan = replace(plan, job=json.loads(json.dumps(job)), claim=claim_levels)
-    stats = run_plan(plan, storage.url, executor=executor, workers=workers,
-                     progress=progress, resume=resume, overwrite=overwrite, roots=roots)
+    plan = replace(plan, job=json.loads(json.dumps(job)), claim=claim_levels, roots=roots,
+                   probes=[(storage.url, "info")])
+    stats = run_plan(plan, executor=executor, workers=workers, progress=progress,
+                     resume=resume, overwrite=overwrite, what="downsampling")
     return {**stats, "levels": made}
 
 
@@ -141,7 +142,7 @@ def plan_pyramid(url: str, info: VolumeInfo, src: Scale, factors: list[tuple[int
     full = info
     for level in levels:
         full = full.with_scale(level)
-    tasks: list[Sequence[AnyTask]] = [stage for stage in pyramid_tasks(
+    tasks: list[list[TaskList]] = [listed(stage) for stage in pyramid_tasks(
         url, full, src, levels, units, stages, factors, method, sparse)]
     storage = open_storage(url)
     dirs = [storage.child(k) for k in keys]
@@ -159,5 +160,5 @@ def plan_pyramid(url: str, info: VolumeInfo, src: Scale, factors: list[tuple[int
 
     job = {"from": url, "to": url, "levels": [s.to_json() for s in levels],
            "source": src.key, "method": method, "sparse": sparse}
-    return Plan(json.loads(json.dumps(job)), prepare, tasks, dirs,
+    return Plan(json.loads(json.dumps(job)), url, prepare, tasks, dirs,
                 finish=finish if write_info else None), levels

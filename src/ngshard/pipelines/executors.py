@@ -1,38 +1,43 @@
-"""Where tasks run: any ``concurrent.futures.Executor``. By default a local process pool;
-on a cluster, a Dask ``distributed.Client``'s executor."""
+"""Where tasks run: any ``concurrent.futures.Executor``. By default a local process pool
+whose workers die with it; on a cluster, a Dask ``distributed.Client``'s executor."""
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 from concurrent.futures import Executor, ProcessPoolExecutor
 from multiprocessing.context import BaseContext
 
+from ..cpus import available_cpus
 from ..errors import MissingDependencyError
 
-
-def default_workers() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
-        os.cpu_count() or 1
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def local_pool(workers: int | None = None) -> ProcessPoolExecutor:
-    """A process pool of ``workers`` (default: one per core). Workers are forked while this
-    process has one thread (they start at once); otherwise they come from a forkserver, so
-    none inherits a lock another thread held (it costs a new interpreter, about 0.5 s).
-    Workers ignore SIGINT: a Ctrl-C in the terminal reaches the whole process group, and only
-    this process decides what stops (:func:`stop_pool`)."""
+    """A process pool of ``workers`` (default: the CPUs this process may use, see
+    :func:`ngshard.cpus.available_cpus`). Workers are forked while this process has one
+    thread (they start at once); otherwise they come from a forkserver, so none inherits a
+    lock another thread held (it costs a new interpreter, about 0.5 s). Workers ignore
+    SIGINT: a Ctrl-C in the terminal reaches the whole process group, and only this process
+    decides what stops (:func:`stop_pool`). On Linux each worker is killed when its parent
+    dies (``kill -9`` of the client leaves no worker behind)."""
     context: BaseContext
-    if "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1:
+    parent: int | None
+    if "fork" in multiprocessing.get_all_start_methods() and _one_thread():
         context = multiprocessing.get_context("fork")
+        parent = os.getpid()
     else:
         server = multiprocessing.get_context("forkserver")
         server.set_forkserver_preload(["ngshard.pipelines.tasks"])
         context = server
-    pool = ProcessPoolExecutor(max_workers=workers or default_workers(), mp_context=context,
-                               initializer=_ignore_sigint)
+        parent = None  # the forkserver, which exits when this process does
+    pool = ProcessPoolExecutor(max_workers=workers or available_cpus(), mp_context=context,
+                               initializer=_start_worker, initargs=(parent,))
     # Forked workers start at the first submit; a Ctrl-C landing in os.fork's at-fork
     # handlers is swallowed there ("Exception ignored") and the job would run on. So they
     # start now, with SIGINT held back until they are up.
@@ -44,8 +49,32 @@ def local_pool(workers: int | None = None) -> ProcessPoolExecutor:
     return pool
 
 
-def _ignore_sigint() -> None:
+def _start_worker(parent: int | None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent(parent)
+
+
+def _one_thread() -> bool:
+    """Whether this process runs one thread: Python's and native ones (an object store's
+    runtime), which a forked child would inherit stopped, with whatever locks they held."""
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:  # no /proc: Python's threads only
+        return threading.active_count() == 1
+
+
+def die_with_parent(parent: int | None = None) -> None:
+    """Have the kernel kill this process when its parent dies (Linux; elsewhere nothing).
+    ``parent``: the pid the parent had, to catch a parent that died before this ran."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if (parent is not None and os.getppid() != parent) or os.getppid() == 1:
+        os._exit(1)  # orphaned already
 
 
 def stop_pool(executor: ProcessPoolExecutor) -> None:
@@ -72,8 +101,9 @@ def dask_client(address: str):
 
 
 def in_flight(executor: Executor) -> int:
-    """How many tasks to keep submitted at once: enough to keep every worker busy, few
-    enough that a failure stops the job soon."""
+    """How many tasks to keep submitted at once: enough to keep every worker busy while
+    results come back, few enough that a failure stops the job soon and the client holds
+    few tasks."""
     workers = getattr(executor, "_max_workers", None)
     if workers is None and hasattr(executor, "_client"):  # distributed's ClientExecutor
         workers = sum(executor._client.nthreads().values())

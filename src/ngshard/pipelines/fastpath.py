@@ -70,8 +70,8 @@ def _carries(blob, compression: str, expected: int, where: str) -> bool:
 
 
 def fill_fast(task: Task) -> dict:
-    """Run a fast-path task: the chunks of the box [lo, hi) of a sharded raw scale carried
-    from the zarr array of ``task.source``."""
+    """Run a fast-path task: the chunks of the box [lo, hi) (or the scattered positions) of
+    a sharded raw scale carried from the zarr array of ``task.source``."""
     source: ZarrSource = task.source
     scale = open_scale(task.url, task.scale)
     grid, spec, dtype = scale.grid, scale.scale.sharding, scale.dtype
@@ -84,7 +84,8 @@ def fill_fast(task: Task) -> dict:
     cs = np.array(grid.chunk_size)
     whole = (*grid.chunk_size, channels)
     expected = math.prod(whole) * dtype.itemsize
-    positions = grid.positions_in(np.multiply(task.lo, cs), np.multiply(task.hi, cs))
+    positions = task.positions if task.positions is not None else \
+        grid.positions_in(np.multiply(task.lo, cs), np.multiply(task.hi, cs))  # a box
     zpos = positions[:, ::-1]
     if "c" in source.role:
         zpos = np.pad(zpos, ((0, 0), (1, 0)))

@@ -57,7 +57,7 @@ def read_index(storage: Storage, name: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def read_pieces(storage: Storage, requests: Sequence[tuple[str, np.ndarray]]
-                ) -> list[list[bytes | memoryview]]:
+                ) -> list[list[bytes | bytearray | memoryview]]:
     """The pieces at ``(name, (n, 2) ranges)`` of each bundle, in one batch of reads."""
     out = []
     for (name, ranges), (_, chunks) in zip(requests, storage.read_ranges(list(requests))):

@@ -11,8 +11,8 @@ precomputed -> zarr: an OME-Zarr 0.5 group with one Zarr v3 sharded array per sc
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,28 +31,12 @@ from ..volume.vectors import xyz
 from ..zarr.handle import ArrayHandle
 from ..zarr.ome import axis_roles, multiscales_05, read_group, to_nm
 from . import fastpath
-from .plan import Task, precomputed_tasks, task_box, zarr_tasks
-from .pyramid import PyramidTask
+from .plan import TaskList, precomputed_tasks, task_box, zarr_tasks
+from .runner import Plan
 from .sources import PrecomputedSource, ZarrSource
 
-AnyTask = Task | PyramidTask  # what a worker runs (tasks.run_task)
 _DTYPES = {"bool": "uint8", "int64": "uint64"}  # what precomputed stores them as
 _LABELS = ("uint32", "uint64")
-
-
-@dataclass
-class Plan:
-    """A conversion: what identifies it (for resuming), how to lay out a fresh destination,
-    and its tasks in stages (a stage needs the ones before it done)."""
-
-    job: dict
-    prepare: Callable[[], None]
-    stages: list[Sequence[AnyTask]]
-    dirs: list[Storage] = field(default_factory=list)  # where workers write objects
-    # a job inside an existing layer (a pyramid): makes its folders ready instead of
-    # refusing the layer (given ``overwrite``), and writes the info once every task is done
-    claim: Callable[[bool], None] | None = None
-    finish: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -177,9 +161,9 @@ def zarr_to_precomputed(src: str, dst: str, *, scales=None, chunk_size=None, enc
         quick = array.meta.dtype == dtype and \
             fastpath.eligible(array, dict(source.roles), scale, dtype)
         fast.append(quick)
-        first_stage += precomputed_tasks(dst, scale.key, grid, scale.sharding, source,
-                                         chunk_bytes, task_bytes, quick)
-    stages: list[Sequence[AnyTask]] = [first_stage]
+        first_stage.append(precomputed_tasks(dst, scale.key, grid, scale.sharding, source,
+                                             chunk_bytes, task_bytes, quick))
+    stages: list[list[TaskList]] = [first_stage]
     if factors:  # the pyramid below the last level, made as `ngshard downsample` makes it
         from .downsample import plan_pyramid
 
@@ -201,7 +185,8 @@ def zarr_to_precomputed(src: str, dst: str, *, scales=None, chunk_size=None, enc
 
     job = {"from": src, "to": dst, "info": info.to_json(), "fast": fast,
            "sources": [s.roles for _, s in sources]}
-    return Plan(json.loads(json.dumps(job)), prepare, stages, dirs)
+    probes = [(src, _metadata(open_storage(src))), (dst, None)]
+    return Plan(json.loads(json.dumps(job)), dst, prepare, stages, dirs, probes)
 
 
 _CODECS = {"zstd": None, "gzip": [{"name": "bytes", "configuration": {"endian": "little"}},
@@ -233,7 +218,7 @@ def precomputed_to_zarr(src: str, dst: str, *, scales=None, encoding=None,
         arrays.append((url, shape, chunks, shards))
         levels.append((path, s.resolution, tuple(o * r for o, r in zip(s.voxel_offset,
                                                                        s.resolution))))
-        stages += zarr_tasks(url, shape, shards, PrecomputedSource(src, s.key))
+        stages.append(zarr_tasks(url, shape, shards, PrecomputedSource(src, s.key)))
     attributes = multiscales_05(levels, channels > 1)
     names = (("c",) if channels > 1 else ()) + ("z", "y", "x")
     storage = open_storage(dst)
@@ -247,8 +232,15 @@ def precomputed_to_zarr(src: str, dst: str, *, scales=None, encoding=None,
 
     job = {"from": src, "to": dst, "info": info.to_json(), "encoding": encoding,
            "arrays": arrays}
-    return Plan(json.loads(json.dumps(job)), prepare, [stages],
-                [open_storage(a[0]) for a in arrays])
+    return Plan(json.loads(json.dumps(job)), dst, prepare, [stages],
+                [open_storage(a[0]) for a in arrays], [(src, "info"), (dst, None)])
+
+
+def _metadata(storage: Storage) -> str | None:
+    """The name of the zarr metadata object at ``storage`` (what a worker must see)."""
+    names = ("zarr.json", ".zarray", ".zgroup", ".zattrs")
+    found = [n for n, info in zip(names, storage.stat_many(names)) if info is not None]
+    return found[0] if found else None
 
 
 def is_precomputed(url: str | Storage) -> bool:

@@ -31,14 +31,13 @@ from ..layers.info import link_layer, transform_json
 from ..layers.mesh_codec import Manifest, decode_legacy, encode_legacy
 from ..layers.mesh_octree import zorder
 from ..layers.mesh_writer import encode_mesh
-from ..layers.sharding import resolve_sharding
 from ..sharded.infofile import write_info
 from ..sharded.shard_writer import Laid, write_shard
 from ..sharded.spec import ShardingSpec
 from ..storage import open_storage
 from .boxes import Box, Region, box_size, boxes, open_region
 from .fragments import encode_bundle, read_pieces
-from .phases import Job, Step, bundles, destination_of, ids_doc, run_job
+from .phases import Job, Step, bundles, destination_of, ids_doc, run_job, shard_spec
 
 
 @dataclass(frozen=True)
@@ -273,8 +272,7 @@ def mesh(seg: str | os.PathLike, dst: str | os.PathLike | None = None, *,
                     (dst, spec.to_json(), shard, requests, bool(legacy)))
 
     def choose(count: int, mean: float | None) -> ShardingSpec:
-        spec = resolve_sharding(sharding or "auto", count, mean,
-                                data_encoding="gzip" if legacy else "raw")
+        spec = shard_spec(sharding, count, mean, data_encoding="gzip" if legacy else "raw")
         if not legacy and spec.data_encoding != "raw":
             raise SpecError("mesh shards need data_encoding raw (fragments are read by range)")
         return spec

@@ -5,8 +5,9 @@ joined and the shard written whole). The merge tasks are planned once the boxes 
 the bundles' indices: the sharding then fits the labels actually found.
 
 Both phases run on the executors of conversions (a local process pool, any
-``concurrent.futures.Executor``, Dask) through the same worker entry
-(:func:`.tasks.run_task`) and resume records (:mod:`.resume`): a job interrupted in either
+``concurrent.futures.Executor``, Dask) through the one task runner (:mod:`.runner`: the
+worker entry :func:`.tasks.run_task`, results as they complete, resume records written by
+the client in batches, Ctrl-C stopping a local pool at once): a job interrupted in either
 phase resumes where it stopped; the merge tasks planned again from the same bundles are the
 same tasks. The layer's info is written after every shard, the segmentation's link to it
 last.
@@ -20,23 +21,23 @@ import json
 import os
 from collections.abc import Callable
 from concurrent.futures import Executor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ..destination import claim
-from ..errors import NgShardError, SpecError
+from ..errors import SpecError
 from ..kinds import FRAGMENTS
+from ..layers.sharding import resolve_sharding
 from ..progress import progress_bar
 from ..sharded.spec import ShardingSpec
 from ..storage import Storage, open_storage, remove_stale
 from ..threads import pmap
 from . import resume as records
-from .api import _results
-from .executors import local_pool
 from .fragments import read_index
+from .runner import completed, running
+from .tasks import run_task
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,15 @@ class Job:
     merge: Callable[[ShardingSpec, int, list], Step]
     sharding: Callable[[int, float | None], ShardingSpec]
     finish: Callable[[ShardingSpec, int], None]
+
+
+def shard_spec(sharding: Any, count: int, mean: float | None, **kw: Any) -> ShardingSpec:
+    """The sharding of a layer of ``count`` labels of ``mean`` bytes each (see
+    :func:`~ngshard.layers.sharding.resolve_sharding`; None means "auto": these layers are
+    always sharded)."""
+    spec = resolve_sharding(sharding or "auto", count, mean, **kw)
+    assert spec is not None  # resolve_sharding gives None for None alone
+    return spec
 
 
 def bundles(dst: str | Storage) -> Storage:
@@ -111,21 +121,16 @@ def run_job(job: Job, *, executor: Executor | None = None, workers: int | None =
     if not done:
         _clear_bundles(storage)
     stats = {"boxes": len(job.forge), "shards": 0, "segments": 0, "run": 0, "skipped": 0}
-    own = executor is None
-    executor = local_pool(workers) if own else executor
-    try:
-        _phase(executor, job, job.forge, done, stats, progress, "boxes")
+
+    def left() -> str:
+        return f"{stats['run'] + stats['skipped']} tasks of {job.what} into {job.dst} are done"
+
+    with running(executor, workers, job.what, job.dst, left) as pool, \
+            records.Recorder(storage) as recorder:
+        _phase(pool, job, job.forge, done, stats, progress, "boxes", recorder)
         spec, count, merges = plan_merges(job)
         stats["shards"], stats["segments"] = len(merges), count
-        _phase(executor, job, merges, done, stats, progress, "shards")
-    except BrokenProcessPool as e:
-        raise NgShardError(
-            f"{job.what} into {job.dst}: a worker process died ({e}). Killed for memory? "
-            f"Try fewer workers or smaller boxes. From a script, call it under 'if __name__ "
-            f"== \"__main__\":'. Run again to resume.") from None
-    finally:
-        if own:
-            executor.shutdown(cancel_futures=True)
+        _phase(pool, job, merges, done, stats, progress, "shards", recorder)
     job.finish(spec, count)
     records.clear(storage)
     _clear_bundles(storage)
@@ -135,10 +140,11 @@ def run_job(job: Job, *, executor: Executor | None = None, workers: int | None =
 
 
 def _phase(executor: Executor, job: Job, steps: list[Step], done: set[str], stats: dict,
-           progress: bool, unit: str) -> None:
+           progress: bool, unit: str, recorder: records.Recorder) -> None:
     todo = [s for s in steps if s.name not in done]
     stats["skipped"] += len(steps) - len(todo)
-    results = _results(executor, [todo], job.dst, _digest(job), {})
+    results = completed(executor, todo, run_task, _digest(job), {},
+                        record=lambda r: recorder.add(r[0]))
     bar = progress_bar(results, enabled=progress,
                        total=len(steps), initial=len(steps) - len(todo),
                        desc=f"{job.what} ({unit})", unit=unit[:-1])

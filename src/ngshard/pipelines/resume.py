@@ -1,9 +1,11 @@
-"""Records of finished tasks, kept in the destination so an interrupted conversion resumes
-where it stopped: ``.ngshard-convert/job.json`` describes the job (a resumed job must be the
-same job; its ``tasks`` member counts the tasks of each output, a scale's key or an array's
-name), and an empty object per finished task is written, atomically, after the task's shard.
-Everything is removed once the whole job is done, so records there mean an unfinished job
-(:func:`unfinished` says what is left, for ``verify``).
+"""Records of finished tasks, kept in the destination so an interrupted job resumes where it
+stopped: ``.ngshard-convert/job.json`` describes the job (a resumed job must be the same job:
+the same canonical source, destination and parameters; its ``tasks`` member counts the tasks
+of each output, a scale's key or an array's name), and ``done-*`` records list the names of
+finished tasks, one per line. The client writes them (:class:`Recorder`), a batch of tasks a
+record, after the tasks' shards are stored: 800,000 tasks make 800 records, not 800,000.
+Everything is removed once the whole job is done (one listing, batched deletes), so records
+there mean an unfinished job (:func:`unfinished` says what is left, for ``verify``).
 """
 
 from __future__ import annotations
@@ -11,13 +13,17 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from urllib.parse import quote, unquote
+import time
+import uuid
 
 from ..errors import UnlistableError
 from ..jsondoc import parse_json
 from ..kinds import CONVERT_JOB as _JOB
 from ..kinds import CONVERT_RECORDS as PREFIX
+from ..limits import RECORD_SECONDS, RECORD_TASKS
 from ..storage import Storage, open_storage
+
+_DONE = "done-"  # the records of finished tasks: done-<time>-<random>
 
 
 def _records(root: str | Storage) -> Storage:
@@ -33,28 +39,61 @@ def _doc(job: dict) -> bytes:
     return json.dumps(job, sort_keys=True).encode()
 
 
+def _done(records: Storage, names: list[str]) -> list[str]:
+    """The task names the ``done-`` records among ``names`` hold."""
+    ours = [n for n in names if n.startswith(_DONE)]
+    return [line for blob in records.read_many(ours) if blob
+            for line in blob.decode().splitlines() if line]
+
+
 def start(root: str | Storage, job: dict, resume: bool) -> set[str]:
     """Begin (or resume) ``job`` at ``root``: the names of the tasks already done. A job that
     differs from the one recorded there (or ``resume=False``) starts afresh."""
     records = _records(root)
     doc = _doc(job)
     if resume and records.read(_JOB) == doc:
-        return {unquote(n) for n in records.list() if n != _JOB}
+        return set(_done(records, records.list()))
     clear(root)
     records.write(_JOB, [doc])
     return set()
 
 
-def mark_done(root: str | Storage, name: str) -> None:
-    """Record task ``name`` as finished (after its output is stored)."""
-    _records(root).write(quote(name, safe=""), [b""])
+class Recorder:
+    """Records finished tasks a batch at a time (every ``RECORD_TASKS`` tasks or
+    ``RECORD_SECONDS``, and what is left when the context ends, even by an error)."""
+
+    def __init__(self, root: str | Storage) -> None:
+        self.records = _records(root)
+        self.names: list[str] = []
+        self.since = time.monotonic()
+
+    def add(self, name: str) -> None:
+        """Task ``name`` is finished (its output stored)."""
+        self.names.append(name)
+        if len(self.names) >= RECORD_TASKS or time.monotonic() - self.since > RECORD_SECONDS:
+            self.flush()
+
+    def flush(self) -> None:
+        """Record the finished tasks not recorded yet (one object)."""
+        if self.names:
+            name = f"{_DONE}{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
+            self.records.write(name, ["".join(f"{n}\n" for n in self.names).encode()])
+            self.names = []
+        self.since = time.monotonic()
+
+    def __enter__(self) -> Recorder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.flush()
 
 
 def clear(root: str | Storage) -> None:
-    """Remove every record (the job is done, or starts over)."""
+    """Remove every record (the job is done, or starts over): one listing, the task records
+    in batched deletes, then the job."""
     records = _records(root)
-    for name in records.list():
-        records.delete(name)
+    records.delete_many([n for n in records.list() if n != _JOB])
+    records.delete(_JOB)
     if records.local_root is not None:
         with contextlib.suppress(OSError):
             os.rmdir(records.local_root)
@@ -91,7 +130,7 @@ def unfinished(root: str | Storage, part: str | None = None) -> str | None:
     if part is not None and counts and not any(part in k.split("+") for k in counts):
         return None  # not an output of the recorded job
     try:
-        done = [unquote(n) for n in records.list() if n != _JOB]
+        done = _done(records, records.list())
     except UnlistableError:
         done = None
     if part is not None:  # a task making several levels names them all, joined by "+"

@@ -21,7 +21,6 @@ import numpy as np
 from ..errors import MissingDependencyError, SpecError
 from ..kinds import SKELETONS
 from ..layers.info import link_layer, transform_json
-from ..layers.sharding import resolve_sharding
 from ..layers.skeleton_codec import VertexAttribute, decode_skeleton, encode_skeletons
 from ..sharded.infofile import write_info
 from ..sharded.shard_writer import write_shard
@@ -29,7 +28,7 @@ from ..sharded.spec import ShardingSpec
 from ..storage import open_storage
 from .boxes import Box, Region, box_size, boxes, open_region
 from .fragments import encode_bundle, read_pieces
-from .phases import Job, Step, bundles, destination_of, ids_doc, run_job
+from .phases import Job, Step, bundles, destination_of, ids_doc, run_job, shard_spec
 
 #: The vertex attributes of the skeletons made here: the radius (nm) and kimimaro's vertex
 #: type (its SWC code), both float32: Neuroglancer draws no skeleton with an attribute of
@@ -130,8 +129,8 @@ def merge_skeletons(dst: str, spec_json: dict, shard: int, requests: list,
     groups = np.split(order, np.flatnonzero(np.diff(keys[order])) + 1)
     items = []
     for g in groups:
-        joined = postprocess(*join_skeletons([flat[i] for i in g.tolist()], tolerance),
-                             dust, tick)
+        vertices, edges, attrs = join_skeletons([flat[i] for i in g.tolist()], tolerance)
+        joined = postprocess(vertices, edges, attrs, dust, tick)
         if len(joined[0]):
             items.append((int(keys[g[0]]), *joined))
     segments = np.array([k for k, *_ in items], np.uint64)
@@ -231,7 +230,7 @@ def skeletonize(seg: str | os.PathLike, dst: str | os.PathLike | None = None, *,
                        options.fill_holes, float(cable_dust), float(tick_threshold)],
            "sharding": sharding}
     stats = run_job(Job("skeletonizing", dst, doc, forge, merge,
-                        lambda count, mean: resolve_sharding(sharding or "auto", count, mean),
+                        lambda count, mean: shard_spec(sharding, count, mean),
                         finish),
                     executor=executor, workers=workers, progress=progress, resume=resume,
                     overwrite=overwrite)

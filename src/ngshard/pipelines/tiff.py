@@ -11,7 +11,6 @@ import glob
 import os
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,8 +163,9 @@ def tiff_to_precomputed(src: str, dst: str, *, chunk_size=None, encoding=None,
     from ..volume.layers import scale_key
     from ..volume.vectors import xyz
     from .downsample import plan_pyramid
-    from .layout import AnyTask, Plan, _sharding
-    from .plan import precomputed_tasks
+    from .layout import _sharding
+    from .plan import TaskList, precomputed_tasks
+    from .runner import Plan
 
     source, size, channels, dtype, ome = open_stack(src)
     if dtype.name not in DATA_TYPES:
@@ -184,9 +184,9 @@ def tiff_to_precomputed(src: str, dst: str, *, chunk_size=None, encoding=None,
     layer_type = "segmentation" if labels or encoding == "compressed_segmentation" \
         else "image"
     info = VolumeInfo(layer_type, dtype.name, channels, (scale,))
-    stages: list[Sequence[AnyTask]] = [precomputed_tasks(
+    stages: list[list[TaskList]] = [[precomputed_tasks(
         dst, scale.key, ChunkGrid(size, chunk), scale.sharding, source, chunk_bytes,
-        task_bytes)]
+        task_bytes)]]
     steps = None if downsample is True else int(downsample)
     factors = pyramid_factors(size, resolution, chunk, steps) if downsample else []
     if factors:
@@ -208,4 +208,5 @@ def tiff_to_precomputed(src: str, dst: str, *, chunk_size=None, encoding=None,
 
     job = {"from": src, "to": dst, "files": [source.files[0], len(source.files)],
            "info": info.to_json()}
-    return Plan(json.loads(json.dumps(job)), prepare, stages, dirs)
+    return Plan(json.loads(json.dumps(job)), dst, prepare, stages, dirs,
+                probes=[(dst, None)])

@@ -30,9 +30,10 @@ from ..volume.handle import read_volume_info, write_volume_info
 from ..volume.info import Scale, chunk_nbytes
 from ..volume.sharding import auto_sharding
 from ..volume.vectors import xyz
-from .api import _apart, _destination, _source, run_plan
-from .layout import AnyTask, Plan, _pick
-from .plan import precomputed_tasks
+from .api import _apart, _destination, _source
+from .layout import _pick
+from .plan import TaskList, precomputed_tasks
+from .runner import Plan, run_plan
 from .sources import PrecomputedSource
 
 
@@ -114,8 +115,9 @@ def _transfer(src: str | os.PathLike, dst: str | os.PathLike, *, scales, bbox, c
     plan = volume_transfer(src, dst, scales=scales, bbox=bbox, chunk_size=chunk_size,
                            encoding=encoding, sharding=sharding, downsample=downsample,
                            method=method, sparse=sparse, task_bytes=task_bytes)
-    return run_plan(plan, dst, executor=executor, workers=workers, progress=progress,
-                    resume=resume, overwrite=overwrite, roots=roots)
+    plan.roots = roots
+    return run_plan(plan, executor=executor, workers=workers, progress=progress,
+                    resume=resume, overwrite=overwrite, what="transferring")
 
 
 def _box(bbox: Any, where: str) -> tuple[np.ndarray, np.ndarray] | None:
@@ -157,7 +159,9 @@ def volume_transfer(src: str, dst: str, *, scales=None, bbox=None, chunk_size=No
     box = _box(bbox, src)
     first = source.scales[chosen[0]]
     dtype = np.dtype(source.data_type)
-    new_scales, stage, fast = [], [], []
+    new_scales: list[Scale] = []
+    stage: list[TaskList] = []
+    fast: list[bool] = []
     for i in chosen:
         s = source.scales[i]
         off, size = _cut(s, box, first, src)
@@ -180,14 +184,14 @@ def volume_transfer(src: str, dst: str, *, scales=None, bbox=None, chunk_size=No
             all(d % c == 0 for d, c in zip(shift, chunk))
         fast.append(quick)
         grid = ChunkGrid(size, chunk, off)
-        stage += precomputed_tasks(dst, s.key, grid, spec,
-                                   PrecomputedSource(src, s.key, shift), chunk_bytes,
-                                   task_bytes, quick)
+        stage.append(precomputed_tasks(dst, s.key, grid, spec,
+                                       PrecomputedSource(src, s.key, shift), chunk_bytes,
+                                       task_bytes, quick))
         new_scales.append(scale)
     # the meshes, skeletons and segment properties it links to are not copied along
     info = replace(source, scales=tuple(new_scales),
                    extra={k: v for k, v in source.extra.items() if k not in LINKS})
-    stages: list[Sequence[AnyTask]] = [stage]
+    stages: list[list[TaskList]] = [stage]
     steps = None if downsample is True else int(downsample)
     factors = [] if not downsample else pyramid_factors(
         new_scales[-1].size, new_scales[-1].resolution, new_scales[-1].chunk_size, steps)
@@ -214,5 +218,6 @@ def volume_transfer(src: str, dst: str, *, scales=None, bbox=None, chunk_size=No
 
     job = {"from": src, "to": dst, "info": info.to_json(), "fast": fast,
            "command": f"ngshard transfer {src} {dst}"}
-    return Plan(json.loads(json.dumps(job)), prepare, stages, dirs)
+    return Plan(json.loads(json.dumps(job)), dst, prepare, stages, dirs,
+                probes=[(src, "info"), (dst, None)])
 

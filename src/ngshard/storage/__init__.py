@@ -24,7 +24,7 @@ from .remote import FsspecStorage, RangesIgnoredWarning
 from .retry import RetryPolicy
 from .tempnames import SPILL_PREFIX, owner_tag, remove_stale
 from .tensorstore_specs import spec_source
-from .urls import FORMATS, Source, parse_url
+from .urls import FORMATS, Source, canonical_url, parse_url
 
 
 def source_of(url: str | os.PathLike | dict) -> Source:
@@ -145,6 +145,7 @@ _PACKAGES = {"http": "'ngshard[http]' (aiohttp)", "https": "'ngshard[http]' (aio
 
 __all__ = ["ANY", "FORMATS", "MAX_GAP", "FileSlice", "FsspecStorage", "GcsStorage", "LocalStorage",
            "ObjectInfo", "ObjectStorage", "RangesIgnoredWarning", "RetryPolicy", "SPILL_PREFIX",
-           "Source", "Storage", "StorageOptions", "changed_on_storage", "coalesce", "open_source",
-           "open_storage", "owner_tag", "parse_option", "parse_url", "remove_stale",
-           "require_family", "rooted_options", "source_of", "write_all", "write_buffers"]
+           "Source", "Storage", "StorageOptions", "canonical_url", "changed_on_storage",
+           "coalesce", "open_source", "open_storage", "owner_tag", "parse_option", "parse_url",
+           "remove_stale", "require_family", "rooted_options", "source_of", "write_all",
+           "write_buffers"]

@@ -193,6 +193,11 @@ class Storage:
         """Remove an object if it exists (``if_generation`` as for :meth:`write`)."""
         raise NotImplementedError
 
+    def delete_many(self, names: Sequence[str]) -> None:
+        """Remove many objects (absent ones are ignored); object stores remove them in
+        batched requests (S3: a thousand per request)."""
+        pmap(self.delete, names, min_items=8)
+
     def append_and_patch(self, name: str, generation: Hashable, offset: int,
                          tail: Sequence[Blob | FileSlice], head: Blob) -> None:
         """Write ``tail`` at ``offset`` (the end of the object), then ``head`` at 0, only if

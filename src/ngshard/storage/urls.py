@@ -181,6 +181,19 @@ def _kvstore(text: str, whole: str) -> str:
     return f"{text[:len(scheme)]}://{_strip_slash(rest)}"
 
 
+def canonical_url(url: str) -> str:
+    """One spelling per place, for a plain storage URL (:attr:`Source.url`): a local path or
+    ``file://`` URL as an absolute normalized path (``data/out``, ``./data/out/`` and
+    ``file:///home/me/data/out`` are one folder, wherever a worker's working directory
+    is); another URL with its scheme in lower case and no trailing slash. Jobs that ship
+    work to other processes and machines name every place this way."""
+    m = _SCHEME.fullmatch(url)
+    if m is None or m.group(1).lower() == "file":
+        path = url if m is None else m.group(2)
+        return os.path.abspath(os.path.expanduser(path))
+    return f"{m.group(1).lower()}://{_strip_slash(m.group(2))}"
+
+
 def _strip_slash(path: str) -> str:
     """``path`` without trailing slashes (``KVSTORE/`` names the same folder), but a root
     stays a root."""
