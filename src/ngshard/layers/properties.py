@@ -259,8 +259,7 @@ def write_segment_properties(url: str | os.PathLike | Storage, ids: Any, *,
         Replace what is where the properties go (a layer, or properties attached before);
         by default that is refused.
     storage_options
-        How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and the
-        ``retries`` and ``retry_seconds`` of its requests (see :mod:`ngshard.storage.options`).
+        How to reach the storage (see :func:`ngshard.open_volume`).
     segmentation
         A segmentation volume to attach the layer to once it is written (its info, written
         last, names it: see :func:`ngshard.attach`); None attaches it to none.

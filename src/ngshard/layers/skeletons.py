@@ -208,8 +208,7 @@ def write_skeletons(url: str | os.PathLike | Storage,
         With ``sharding=None``: each file written as its compressed twin, as cloud-volume's
         ``compress=`` does: None (plain), "gzip" (``<id>.gz``), "br" or "zstd".
     storage_options
-        How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and the
-        ``retries`` and ``retry_seconds`` of its requests (see :mod:`ngshard.storage.options`).
+        How to reach the storage (see :func:`ngshard.open_volume`).
     segmentation
         A segmentation volume to attach the layer to once it is written (its info, written
         last, names it: see :func:`ngshard.attach`); None attaches it to none.
