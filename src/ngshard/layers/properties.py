@@ -261,8 +261,7 @@ def write_segment_properties(url: str | os.PathLike | Storage, ids: Any, *,
     storage_options
         How to reach the storage (see :func:`ngshard.open_volume`).
     segmentation
-        A segmentation volume to attach the layer to once it is written (its info, written
-        last, names it: see :func:`ngshard.attach`); None attaches it to none.
+        A segmentation volume to attach the layer to (see :func:`ngshard.write_meshes`).
 
     Returns
     -------

@@ -210,8 +210,7 @@ def write_skeletons(url: str | os.PathLike | Storage,
     storage_options
         How to reach the storage (see :func:`ngshard.open_volume`).
     segmentation
-        A segmentation volume to attach the layer to once it is written (its info, written
-        last, names it: see :func:`ngshard.attach`); None attaches it to none.
+        A segmentation volume to attach the layer to (see :func:`ngshard.write_meshes`).
 
     Returns
     -------
