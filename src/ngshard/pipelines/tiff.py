@@ -16,19 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import MissingDependencyError, NotFoundError, SpecError
+from ..errors import NotFoundError, SpecError, optional_module
 from ..limits import DEFAULT_TASK_BYTES
 
 _SUFFIXES = (".tif", ".tiff")
 
 
 def _tifffile():
-    try:
-        import tifffile
-    except ImportError as e:
-        raise MissingDependencyError(f"TIFF stacks need tifffile: pip install "
-                                     f"'ngshard[tiff]' ({e})") from None
-    return tifffile
+    return optional_module("tifffile", "TIFF stacks need", "tiff")
 
 
 def is_tiff(src: str | os.PathLike) -> bool:
