@@ -91,8 +91,7 @@ def run_plan(plan: Plan, *, executor: Executor | None = None, workers: int | Non
     Returns
     -------
     dict
-        ``tasks`` (of the job), ``run`` (this call), ``skipped`` (done before), ``chunks``
-        and ``bytes`` written by this call.
+        The counts :func:`ngshard.convert` returns.
 
     Raises
     ------
