@@ -258,10 +258,9 @@ def write_segment_properties(url: str | os.PathLike | Storage, ids: Any, *,
     overwrite
         Replace what is where the properties go (a layer, or properties attached before);
         by default that is refused.
-    storage_options
-        How to reach the storage (see :func:`ngshard.open_volume`).
-    segmentation
-        A segmentation volume to attach the layer to (see :func:`ngshard.write_meshes`).
+    storage_options, segmentation
+        How to reach the storage, and a segmentation volume to attach the layer to (see
+        :func:`ngshard.open_volume` and :func:`ngshard.write_meshes`).
 
     Returns
     -------
