@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 
 class NgShardError(Exception):
     """Base class of all ngshard errors."""
@@ -105,3 +108,13 @@ class MissingDependencyError(NgShardError, ImportError):
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C (SIGINT) stopped a long job at once: the message says what was done, what is
     left and how to resume. A KeyboardInterrupt still, so code that catches those does."""
+
+
+def optional_module(name: str, needed_by: str, extra: str) -> Any:
+    """The optional module ``name``, or a MissingDependencyError that says ``needed_by``
+    (e.g. "meshing needs") it and which extra installs it."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        raise MissingDependencyError(f"{needed_by} {name}: pip install 'ngshard[{extra}]' "
+                                     f"({e})") from None

@@ -45,16 +45,24 @@ def add_command(command) -> None:
     p.add_argument("--downsample", nargs="?", const=True, default=False, type=int,
                    metavar="N", help="add coarser scales (at most N; near-isotropic factors, as "
                    "`ngshard downsample`) to a single-level source")
-    p.add_argument("--workers", type=int, metavar="N", help="local worker processes "
-                   "(default: one per core)")
-    p.add_argument("--dask", metavar="ADDRESS", help="run the tasks on the Dask scheduler "
-                   "at ADDRESS (needs ngshard[dask]; DST must be reachable from the workers)")
-    p.add_argument("--no-resume", action="store_true", help="start afresh even if an "
-                   "interrupted run of the same conversion is recorded in DST")
+    pool_args(p, "DST", reach="DST", job="conversion")
     p.add_argument("--force", action="store_true", help="replace what DST holds (a layer, "
                    "a zarr array or group, another conversion's unfinished run): all of it "
                    "is removed first; without --force that is refused")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+
+
+def pool_args(p: argparse.ArgumentParser, where: str, *, reach: str | None = None,
+              job: str = "job") -> None:
+    """``--workers``, ``--dask`` and ``--no-resume`` of a command that runs a job: ``where``
+    its record is, ``reach`` what the Dask workers must reach."""
+    p.add_argument("--workers", type=int, metavar="N", help="local worker processes "
+                   "(default: one per core)")
+    note = f"; {reach} must be reachable from the workers" if reach else ""
+    p.add_argument("--dask", metavar="ADDRESS", help="run the tasks on the Dask scheduler "
+                   f"at ADDRESS (needs ngshard[dask]{note})")
+    p.add_argument("--no-resume", action="store_true", help="start afresh even if an "
+                   f"interrupted run of the same {job} is recorded in {where}")
 
 
 def _ints(text: str | None, what: str, n: int | None = None, signed: bool = False

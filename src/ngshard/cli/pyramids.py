@@ -7,17 +7,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .convert import _ints
+from .convert import _ints, pool_args
 from .storage_args import storage_options
 
 
 def _pool_args(p: argparse.ArgumentParser, where: str) -> None:
-    p.add_argument("--workers", type=int, metavar="N", help="local worker processes "
-                   "(default: one per core)")
-    p.add_argument("--dask", metavar="ADDRESS", help="run the tasks on the Dask scheduler "
-                   "at ADDRESS (needs ngshard[dask])")
-    p.add_argument("--no-resume", action="store_true", help="start afresh even if an "
-                   f"interrupted run of the same job is recorded in {where}")
+    pool_args(p, where)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import SpecError
 from ..kinds import LEGACY_MESHES, MESHES, SKELETONS
-from .convert import _ints
+from .convert import _ints, pool_args
 
 
 def add_commands(command) -> None:
@@ -60,13 +60,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sharding", default="auto", metavar="auto|JSON",
                    help="the layer's sharding: auto (sized by the segments found) or a spec "
                         "(JSON text or file)")
-    p.add_argument("--workers", type=int, metavar="N", help="local worker processes "
-                   "(default: one per core)")
-    p.add_argument("--dask", metavar="ADDRESS", help="run the tasks on the Dask scheduler "
-                   "at ADDRESS (needs ngshard[dask]; SEG and the layer must be reachable "
-                   "from the workers)")
-    p.add_argument("--no-resume", action="store_true", help="start afresh even if an "
-                   "interrupted run of the same job is recorded in the layer")
+    pool_args(p, "the layer", reach="SEG and the layer")
     p.add_argument("--force", action="store_true", help="replace a layer already there")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 

@@ -205,8 +205,7 @@ def write_annotations(url: str | os.PathLike | Storage, kind: str, geometry: Any
     progress, durable, overwrite, compress
         As for :func:`ngshard.write_skeletons`.
     storage_options
-        How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and the
-        ``retries`` and ``retry_seconds`` of its requests (see :mod:`ngshard.storage.options`).
+        How to reach the storage (see :func:`ngshard.open_volume`).
 
     Returns
     -------

@@ -76,8 +76,7 @@ def open_layer(url: str | os.PathLike | dict | Storage, *,
         as :func:`ngshard.open_volume` takes them; ``mode=`` for a bare store; ``scale=``
         picks an OME-Zarr group's level).
     storage_options
-        How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and the
-        ``retries`` and ``retry_seconds`` of its requests (see :mod:`ngshard.storage.options`).
+        How to reach the storage (see :func:`ngshard.open_volume`).
 
     Returns
     -------

@@ -144,8 +144,7 @@ def write_meshes(url: str | os.PathLike | Storage,
         twins (None: plain, "gzip", "br" or "zstd"). The fragment files stay plain: readers
         (cloud-volume, Neuroglancer) fetch byte ranges of them.
     storage_options
-        How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and the
-        ``retries`` and ``retry_seconds`` of its requests (see :mod:`ngshard.storage.options`).
+        How to reach the storage (see :func:`ngshard.open_volume`).
     segmentation
         A segmentation volume to attach the layer to once it is written (its info, written
         last, names it: see :func:`ngshard.attach`); None attaches it to none.

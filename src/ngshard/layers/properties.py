@@ -258,12 +258,9 @@ def write_segment_properties(url: str | os.PathLike | Storage, ids: Any, *,
     overwrite
         Replace what is where the properties go (a layer, or properties attached before);
         by default that is refused.
-    storage_options
-        How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and the
-        ``retries`` and ``retry_seconds`` of its requests (see :mod:`ngshard.storage.options`).
-    segmentation
-        A segmentation volume to attach the layer to once it is written (its info, written
-        last, names it: see :func:`ngshard.attach`); None attaches it to none.
+    storage_options, segmentation
+        How to reach the storage, and a segmentation volume to attach the layer to (see
+        :func:`ngshard.open_volume` and :func:`ngshard.write_meshes`).
 
     Returns
     -------

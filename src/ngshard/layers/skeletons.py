@@ -207,12 +207,9 @@ def write_skeletons(url: str | os.PathLike | Storage,
     compress
         With ``sharding=None``: each file written as its compressed twin, as cloud-volume's
         ``compress=`` does: None (plain), "gzip" (``<id>.gz``), "br" or "zstd".
-    storage_options
-        How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and the
-        ``retries`` and ``retry_seconds`` of its requests (see :mod:`ngshard.storage.options`).
-    segmentation
-        A segmentation volume to attach the layer to once it is written (its info, written
-        last, names it: see :func:`ngshard.attach`); None attaches it to none.
+    storage_options, segmentation
+        How to reach the storage, and a segmentation volume to attach the layer to (see
+        :func:`ngshard.open_volume` and :func:`ngshard.write_meshes`).
 
     Returns
     -------

@@ -23,7 +23,7 @@ from ..sharded.infofile import as_spec
 from ..storage import Storage, open_storage
 from ..volume.factors import pyramid_factors
 from ..volume.grid import ChunkGrid
-from ..volume.handle import read_volume_info, write_volume_info
+from ..volume.handle import read_volume_info
 from ..volume.info import DATA_TYPES, Scale, VolumeInfo, chunk_nbytes
 from ..volume.layers import scale_key
 from ..volume.sharding import auto_sharding
@@ -32,7 +32,7 @@ from ..zarr.handle import ArrayHandle
 from ..zarr.ome import axis_roles, multiscales_05, read_group, to_nm
 from . import fastpath
 from .plan import TaskList, precomputed_tasks, task_box, zarr_tasks
-from .runner import Plan
+from .runner import Plan, volume_plan
 from .sources import PrecomputedSource, ZarrSource
 
 _DTYPES = {"bool": "uint8", "int64": "uint64"}  # what precomputed stores them as
@@ -174,19 +174,10 @@ def zarr_to_precomputed(src: str, dst: str, *, scales=None, chunk_size=None, enc
         stages += pyramid.stages
         for scale in coarse:
             info = info.with_scale(scale)
-    storage = open_storage(dst)
-    dirs = [storage.child(s.key) for s in info.scales]
-
-    def prepare() -> None:
-        for d in dirs:  # a fresh job replaces what an earlier one left there
-            for name in d.list():
-                d.delete(name)
-        write_volume_info(storage, info)
-
     job = {"from": src, "to": dst, "info": info.to_json(), "fast": fast,
            "sources": [s.roles for _, s in sources]}
     probes = [(src, _metadata(open_storage(src))), (dst, None)]
-    return Plan(json.loads(json.dumps(job)), dst, prepare, stages, dirs, probes)
+    return volume_plan(dst, info, stages, job, probes)
 
 
 _CODECS = {"zstd": None, "gzip": [{"name": "bytes", "configuration": {"endian": "little"}},

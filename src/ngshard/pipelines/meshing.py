@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import MissingDependencyError, SpecError
+from ..errors import SpecError, optional_module
 from ..kinds import LEGACY_MESHES, MESHES
 from ..layers.info import link_layer, transform_json
 from ..layers.mesh_codec import Manifest, decode_legacy, encode_legacy
@@ -55,12 +55,7 @@ class MeshOptions:
 
 
 def _zmesh():
-    try:
-        import zmesh
-    except ImportError as e:
-        raise MissingDependencyError(f"meshing needs zmesh: pip install 'ngshard[meshing]' "
-                                     f"({e})") from None
-    return zmesh
+    return optional_module("zmesh", "meshing needs", "meshing")
 
 
 def _simplified(mesher: Any, mesh: Any, reduction: int, max_error: float) -> Any:

@@ -35,6 +35,8 @@ from ..destination import claim
 from ..errors import Interrupted, NgShardError
 from ..progress import progress_bar
 from ..storage import Storage, open_storage, remove_stale
+from ..volume.handle import write_volume_info
+from ..volume.info import VolumeInfo
 from . import resume as records
 from .executors import in_flight, local_pool, stop_pool
 from .plan import TaskList
@@ -64,6 +66,22 @@ class Plan:
     finish: Callable[[], None] | None = None
 
 
+def volume_plan(dst: str, info: VolumeInfo, stages: list[list[TaskList]], job: dict,
+                probes: list[tuple[str, str | None]]) -> Plan:
+    """The plan of a job that writes the volume ``info`` at ``dst`` in ``stages``: its
+    ``prepare`` empties the scales' folders and writes the info."""
+    storage = open_storage(dst)
+    dirs = [storage.child(s.key) for s in info.scales]
+
+    def prepare() -> None:
+        for d in dirs:  # a fresh job replaces what an earlier one left there
+            for name in d.list():
+                d.delete(name)
+        write_volume_info(storage, info)
+
+    return Plan(json.loads(json.dumps(job)), dst, prepare, stages, dirs, probes)
+
+
 def run_plan(plan: Plan, *, executor: Executor | None = None, workers: int | None = None,
              progress: bool = True, resume: bool = True, overwrite: bool = False,
              what: str = "converting") -> dict[str, int]:
@@ -73,8 +91,7 @@ def run_plan(plan: Plan, *, executor: Executor | None = None, workers: int | Non
     Returns
     -------
     dict
-        ``tasks`` (of the job), ``run`` (this call), ``skipped`` (done before), ``chunks``
-        and ``bytes`` written by this call.
+        The counts :func:`ngshard.convert` returns.
 
     Raises
     ------

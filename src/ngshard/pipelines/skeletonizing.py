@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import MissingDependencyError, SpecError
+from ..errors import SpecError, optional_module
 from ..kinds import SKELETONS
 from ..layers.info import link_layer, transform_json
 from ..layers.skeleton_codec import VertexAttribute, decode_skeleton, encode_skeletons
@@ -53,12 +53,7 @@ class SkeletonOptions:
 
 
 def _kimimaro():
-    try:
-        import kimimaro
-    except ImportError as e:
-        raise MissingDependencyError(f"skeletonizing needs kimimaro: pip install "
-                                     f"'ngshard[meshing]' ({e})") from None
-    return kimimaro
+    return optional_module("kimimaro", "skeletonizing needs", "meshing")
 
 
 def forge_skeletons(dst: str, region: Region, box: Box, options: SkeletonOptions,

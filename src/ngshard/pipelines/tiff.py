@@ -16,19 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import MissingDependencyError, NotFoundError, SpecError
+from ..errors import NotFoundError, SpecError, optional_module
 from ..limits import DEFAULT_TASK_BYTES
 
 _SUFFIXES = (".tif", ".tiff")
 
 
 def _tifffile():
-    try:
-        import tifffile
-    except ImportError as e:
-        raise MissingDependencyError(f"TIFF stacks need tifffile: pip install "
-                                     f"'ngshard[tiff]' ({e})") from None
-    return tifffile
+    return optional_module("tifffile", "TIFF stacks need", "tiff")
 
 
 def is_tiff(src: str | os.PathLike) -> bool:
@@ -153,19 +148,15 @@ def tiff_to_precomputed(src: str, dst: str, *, chunk_size=None, encoding=None,
                         sharding: Any = "auto", resolution=None,
                         downsample: bool | int = False, task_bytes: int = DEFAULT_TASK_BYTES):
     """The plan of a TIFF stack's conversion (see :func:`ngshard.convert`)."""
-    import json
-
-    from ..storage import open_storage
     from ..volume.factors import pyramid_factors
     from ..volume.grid import ChunkGrid
-    from ..volume.handle import write_volume_info
     from ..volume.info import DATA_TYPES, Scale, VolumeInfo, chunk_nbytes
     from ..volume.layers import scale_key
     from ..volume.vectors import xyz
     from .downsample import plan_pyramid
     from .layout import _sharding
     from .plan import TaskList, precomputed_tasks
-    from .runner import Plan
+    from .runner import volume_plan
 
     source, size, channels, dtype, ome = open_stack(src)
     if dtype.name not in DATA_TYPES:
@@ -197,16 +188,6 @@ def tiff_to_precomputed(src: str, dst: str, *, chunk_size=None, encoding=None,
         stages += pyramid.stages
         for level in levels:
             info = info.with_scale(level)
-    storage = open_storage(dst)
-    dirs = [storage.child(s.key) for s in info.scales]
-
-    def prepare() -> None:
-        for d in dirs:
-            for name in d.list():
-                d.delete(name)
-        write_volume_info(storage, info)
-
     job = {"from": src, "to": dst, "files": [source.files[0], len(source.files)],
            "info": info.to_json()}
-    return Plan(json.loads(json.dumps(job)), dst, prepare, stages, dirs,
-                probes=[(dst, None)])
+    return volume_plan(dst, info, stages, job, [(dst, None)])

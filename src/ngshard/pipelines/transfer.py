@@ -8,7 +8,6 @@ meshes) go through :mod:`.segments`.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from concurrent.futures import Executor
@@ -26,14 +25,14 @@ from ..types import Encoding
 from ..volume.downsample import check_method
 from ..volume.factors import pyramid_factors
 from ..volume.grid import ChunkGrid
-from ..volume.handle import read_volume_info, write_volume_info
+from ..volume.handle import read_volume_info
 from ..volume.info import Scale, chunk_nbytes
 from ..volume.sharding import auto_sharding
 from ..volume.vectors import xyz
 from .api import _apart, _destination, _source
 from .layout import _pick
 from .plan import TaskList, precomputed_tasks
-from .runner import Plan, run_plan
+from .runner import Plan, run_plan, volume_plan
 from .sources import PrecomputedSource
 
 
@@ -207,17 +206,7 @@ def volume_transfer(src: str, dst: str, *, scales=None, bbox=None, chunk_size=No
         stages += pyramid.stages
         for level in levels:
             info = info.with_scale(level)
-    storage = open_storage(dst)
-    dirs = [storage.child(s.key) for s in info.scales]
-
-    def prepare() -> None:
-        for d in dirs:  # a fresh job replaces what an earlier one left there
-            for name in d.list():
-                d.delete(name)
-        write_volume_info(storage, info)
-
     job = {"from": src, "to": dst, "info": info.to_json(), "fast": fast,
            "command": f"ngshard transfer {src} {dst}"}
-    return Plan(json.loads(json.dumps(job)), dst, prepare, stages, dirs,
-                probes=[(src, "info"), (dst, None)])
+    return volume_plan(dst, info, stages, job, [(src, "info"), (dst, None)])
 

@@ -80,8 +80,7 @@ def serve(path_or_url: str | os.PathLike | Storage, host: str = "127.0.0.1", por
         Called with ``(request, response)`` after each response (request None when the
         request could not be parsed).
     storage_options
-        How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and the
-        ``retries`` and ``retry_seconds`` of its requests (see :mod:`ngshard.storage.options`).
+        How to reach the storage (see :func:`ngshard.open_volume`).
 
     Returns
     -------

@@ -256,8 +256,7 @@ def open_viewer(path_or_url: str | os.PathLike | Storage, host: str = "127.0.0.1
         x, y, z nm per voxel of layers whose metadata has no units (see
         :func:`viewer_state`).
     storage_options
-        How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and the
-        ``retries`` and ``retry_seconds`` of its requests (see :mod:`ngshard.storage.options`).
+        How to reach the storage (see :func:`ngshard.open_volume`).
 
     Returns
     -------

@@ -78,8 +78,7 @@ def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
         Replace a store or layer already at ``url`` (its shards, or whatever the layer owns,
         are removed first, its info last); by default such a destination is refused.
     storage_options
-        How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and the
-        ``retries`` and ``retry_seconds`` of its requests (see :mod:`ngshard.storage.options`).
+        How to reach the storage (see :func:`ngshard.open_volume`).
 
     Returns
     -------

@@ -33,7 +33,8 @@ from __future__ import annotations
 import random
 import threading
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import tenacity
@@ -181,15 +182,8 @@ class RetryPolicy:
             return fn(*args)
 
         retrying = tenacity.Retrying(**self._request_rules())
-        try:
+        with self._settled(retrying, url):
             return retrying(again)
-        except tenacity.RetryError as e:
-            raise self._failed(e, url) from None
-        except Exception as e:
-            final = self._final(e, url, retrying.statistics)
-            if final is e:
-                raise
-            raise final from e
 
     async def arequest(self, fn: Callable[..., Awaitable[R]], *args: Any, url: str) -> R:
         """:meth:`request` for a request made by a coroutine function, on an event loop."""
@@ -204,15 +198,8 @@ class RetryPolicy:
             return await fn(*args)
 
         retrying = tenacity.AsyncRetrying(**self._request_rules())
-        try:
+        with self._settled(retrying, url):
             return await retrying(again)
-        except tenacity.RetryError as e:
-            raise self._failed(e, url) from None
-        except Exception as e:
-            final = self._final(e, url, retrying.statistics)
-            if final is e:
-                raise
-            raise final from e
 
     def pause(self, n: int, first: float | None = None, longest: float | None = None
               ) -> float:
@@ -259,6 +246,19 @@ class RetryPolicy:
     def _give_up(self) -> None:
         with self._lock:
             self.gave_up += 1
+
+    @contextmanager
+    def _settled(self, retrying: tenacity.BaseRetrying, url: str) -> Iterator[None]:
+        """Turns what ``retrying`` gave up with into the error :meth:`request` raises."""
+        try:
+            yield
+        except tenacity.RetryError as e:
+            raise self._failed(e, url) from None
+        except Exception as e:
+            final = self._final(e, url, retrying.statistics)
+            if final is e:
+                raise
+            raise final from e
 
     def _failed(self, e: tenacity.RetryError, url: str) -> RequestError:
         """The error of a request that failed transiently on every try."""

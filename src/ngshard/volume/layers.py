@@ -138,8 +138,7 @@ def create_volume(url: str | os.PathLike | Storage, *, dtype: Any, shape: Sequen
         scales' chunks and shards, its linked meshes and skeletons) is removed first. By
         default such a destination is refused.
     storage_options
-        How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and the
-        ``retries`` and ``retry_seconds`` of its requests (see :mod:`ngshard.storage.options`).
+        How to reach the storage (see :func:`ngshard.open_volume`).
 
     Returns
     -------

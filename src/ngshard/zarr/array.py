@@ -53,8 +53,7 @@ def open_array(url: str | os.PathLike | dict | Storage, *,
     staged_bytes
         Memory for staged (decoded) chunks, as for :func:`ngshard.open_volume`.
     storage_options
-        How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and the
-        ``retries`` and ``retry_seconds`` of its requests (see :mod:`ngshard.storage.options`).
+        How to reach the storage (see :func:`ngshard.open_volume`).
 
     Raises
     ------
@@ -94,8 +93,7 @@ def create_array(url: str | os.PathLike | Storage, shape: Sequence[int], dtype: 
         Replace an array, group or precomputed layer already at ``url`` (its chunks and
         members are removed first); by default it is refused.
     storage_options
-        How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and the
-        ``retries`` and ``retry_seconds`` of its requests (see :mod:`ngshard.storage.options`).
+        How to reach the storage (see :func:`ngshard.open_volume`).
 
     Raises
     ------

@@ -68,8 +68,7 @@ class PrecomputedStore(Store):
     read_only
         Must be True (the default): the store cannot write.
     storage_options
-        How to reach the storage (credentials, ``anon``, ``endpoint_url``, ...) and the
-        ``retries`` and ``retry_seconds`` of its requests (see :mod:`ngshard.storage.options`).
+        How to reach the storage (see :func:`ngshard.open_volume`).
 
     Raises
     ------
