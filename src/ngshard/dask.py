@@ -32,7 +32,7 @@ from .sharded.kv import ShardedKV
 from .sharded.opener import open_kv
 from .sharded.shard_writer import write_shard
 from .sharded.spec import ShardingSpec, as_key_array
-from .storage import Storage, StorageOptions, open_storage, remove_stale
+from .storage import Location, Storage, StorageOptions, open_storage, remove_stale
 from .types import Blob
 from .volume import Volume, open_volume
 
@@ -61,7 +61,7 @@ def _dask() -> Any:
     return dask
 
 
-def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
+def write_kv(url: Location, spec: ShardingSpec | dict | str,
              collection: Any, *, key: str = "key", value: str = "value",
              npartitions: int | None = None, info: bool = True, durable: bool = True,
              overwrite: bool = False,
@@ -85,10 +85,8 @@ def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
         memory is bounded by the largest shard (its keys and values, about twice over while
         the shuffle hands them over), not by the collection's partitions: 10 million
         keys in 2 input partitions on 4 GiB workers write one shard per task.
-    info, durable, overwrite
+    info, durable, overwrite, storage_options
         As for :func:`ngshard.write_kv`.
-    storage_options
-        How to reach the storage (see :func:`ngshard.open_volume`).
 
     Returns
     -------
@@ -207,7 +205,7 @@ def _write_shards(df: pd.DataFrame, storage: Storage, spec_json: dict) -> pd.Dat
     return pd.DataFrame(rows, columns=list(_WRITTEN)).astype(_WRITTEN)
 
 
-def write_chunks(url: str | os.PathLike | Storage, collection: Any, *, scale: int | str = 0,
+def write_chunks(url: Location, collection: Any, *, scale: int | str = 0,
                  npartitions: int | None = None, durable: bool = True,
                  storage_options: StorageOptions | None = None) -> Volume:
     """Write a sharded scale of the precomputed volume at ``url`` from a Dask bag of chunks.

@@ -281,17 +281,13 @@ class Doc:
                 hi: int | None = None) -> Any:
         """An integer member in ``[lo, hi]``."""
         present, value = self._value(key, default)
-        if not present:
-            return default
-        return check_int(value, lo, hi, self, key)
+        return check_int(value, lo, hi, self, key) if present else default
 
     def number(self, key: str, default: Any = _MISSING, *, lo: float | None = None,
                hi: float | None = None) -> Any:
         """A finite number member in ``[lo, hi]``, as a float."""
         present, value = self._value(key, default)
-        if not present:
-            return default
-        return check_number(value, lo, hi, self, key)
+        return check_number(value, lo, hi, self, key) if present else default
 
     def array(self, key: str, default: Any = _MISSING, *, length: int | None = None,
               least: int = 0) -> Any:
@@ -313,18 +309,19 @@ class Doc:
     def integers(self, key: str, default: Any = _MISSING, *, length: int | None = None,
                  least: int = 0, lo: int | None = None, hi: int | None = None) -> Any:
         """A list of integers in ``[lo, hi]``, as a tuple."""
-        present, items = self._array(key, default, length, least)
-        if not present:
-            return default
-        return tuple(check_int(v, lo, hi, self, key, i) for i, v in enumerate(items))
+        return self._checked_items(key, default, length, least, check_int, lo, hi)
 
     def numbers(self, key: str, default: Any = _MISSING, *, length: int | None = None,
                 least: int = 0, lo: float | None = None, hi: float | None = None) -> Any:
         """A list of finite numbers in ``[lo, hi]``, as a tuple of floats."""
+        return self._checked_items(key, default, length, least, check_number, lo, hi)
+
+    def _checked_items(self, key: str, default: Any, length: int | None, least: int,
+                       check: Any, lo: Any, hi: Any) -> Any:
         present, items = self._array(key, default, length, least)
         if not present:
             return default
-        return tuple(check_number(v, lo, hi, self, key, i) for i, v in enumerate(items))
+        return tuple(check(v, lo, hi, self, key, i) for i, v in enumerate(items))
 
     def objects(self, key: str, default: Any = _MISSING, *, least: int = 0) -> Any:
         """A list of objects, as Docs."""

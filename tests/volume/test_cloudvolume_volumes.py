@@ -12,14 +12,13 @@ import gzip
 import json
 import lzma
 import os
-import subprocess
 from pathlib import Path
 
 import brotli
 import numpy as np
 import pytest
 import zstandard
-from peers import PEER_TIMEOUT
+from peers import PEER_TIMEOUT, run_peer
 
 import ngshard
 
@@ -114,7 +113,6 @@ def test_ngshard_still_writes_what_cloudvolume_read(tmp_path, case):
     assert _files(out) == _files(root)
 
 
-CV_PYTHON = os.environ.get("NGSHARD_CLOUDVOLUME_PYTHON", "/work/cvenv/bin/python")
 _READ = """
 import sys
 import numpy as np
@@ -126,17 +124,11 @@ np.save(sys.argv[2], np.asarray(cv[cv.bounds]))
 
 @pytest.mark.parametrize("compress", ["gzip", "br", "zstd"])
 def test_cloudvolume_reads_what_ngshard_writes_now(tmp_path, compress):
-    """Where a cloud-volume venv is at hand (``NGSHARD_CLOUDVOLUME_PYTHON``): it reads what
-    ngshard writes now. Elsewhere the committed ngshard_* fixtures cover this direction
-    (test_ngshard_still_writes_what_cloudvolume_read)."""
-    if not os.path.exists(CV_PYTHON):
-        pytest.skip("no cloud-volume venv; the committed ngshard_* fixtures cover this")
+    """cloud-volume (the peers' venv, see tests/peers.py) reads what ngshard writes now."""
     data = np.arange(40 * 30 * 20, dtype=np.uint16).reshape(40, 30, 20, 1)
     with ngshard.create_volume(tmp_path / "v", dtype="uint16", shape=(40, 30, 20),
                                chunk_size=(16, 16, 16), voxel_offset=(-5, 7, 1000),
                                compress=compress) as vol:
         vol[...] = data
-    subprocess.run([CV_PYTHON, "-c", _READ, str(tmp_path / "v"), str(tmp_path / "r.npy")],
-                   check=True, capture_output=True, env={**os.environ, "PYTHONPATH": ""},
-                   timeout=PEER_TIMEOUT)
+    run_peer(_READ, tmp_path / "v", tmp_path / "r.npy")
     np.testing.assert_array_equal(np.load(tmp_path / "r.npy"), data)

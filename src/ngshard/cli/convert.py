@@ -8,8 +8,8 @@ import argparse
 import shlex
 import sys
 
-from ..errors import Interrupted, SpecError
-from .serve import floats
+from ..errors import Interrupted
+from .numbers import floats, ints
 from .storage_args import storage_options
 
 
@@ -65,21 +65,6 @@ def pool_args(p: argparse.ArgumentParser, where: str, *, reach: str | None = Non
                    f"interrupted run of the same {job} is recorded in {where}")
 
 
-def _ints(text: str | None, what: str, n: int | None = None, signed: bool = False
-          ) -> tuple[int, ...] | None:
-    if text is None:
-        return None
-    try:
-        values = tuple(int(v) for v in text.split(","))
-    except ValueError:
-        values = ()
-    if not values or (n is not None and len(values) != n) or (min(values) < 0 and
-                                                              not signed):
-        raise SpecError(f"{what} must be {n or 'some'} comma-separated integers"
-                        f"{'' if signed else ' >= 0'}, not {text!r}")
-    return values
-
-
 def cmd_convert(args: argparse.Namespace) -> int:
     from ..pipelines import convert
     from ..pipelines.executors import dask_client
@@ -87,8 +72,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
     client = dask_client(args.dask) if args.dask else None
     try:
         stats = convert(args.src, args.url, axes=args.axes, encoding=args.encoding,
-                        chunk_size=_ints(args.chunk_size, "--chunk-size", 3),
-                        scales=_ints(args.scales, "--scales"), sharding=args.sharding,
+                        chunk_size=ints(args.chunk_size, "--chunk-size", 3),
+                        scales=ints(args.scales, "--scales"), sharding=args.sharding,
                         downsample=args.downsample, workers=args.workers,
                         executor=client.get_executor() if client else None,
                         progress=not args.quiet and sys.stderr.isatty(),
@@ -96,7 +81,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
                         storage_options=storage_options(args),
                         src_storage_options=storage_options(args, source=True),
                         resolution=floats(args.resolution, "--resolution"),
-                        offset=_ints(args.offset, "--offset", 3, signed=True),
+                        offset=ints(args.offset, "--offset", 3, signed=True),
                         units=args.units)
     except Interrupted as e:  # the command that resumes it (--no-resume would start afresh)
         again = shlex.join(["ngshard", *(a for a in args.argv if a != "--no-resume")])

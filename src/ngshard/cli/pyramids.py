@@ -7,7 +7,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .convert import _ints, pool_args
+from .convert import pool_args
+from .numbers import ints
 from .storage_args import storage_options
 
 
@@ -92,7 +93,7 @@ def cmd_downsample(args: argparse.Namespace) -> int:
     if scale is not None and scale.lstrip("-").isdigit():
         scale = int(scale)
     stats = _run(downsample, args, url=args.url, levels=args.levels,
-                 factor=_ints(args.factor, "--factor", 3), method=args.method,
+                 factor=ints(args.factor, "--factor", 3), method=args.method,
                  sparse=args.sparse, scale=scale, sharding=args.sharding,
                  overwrite=args.force, storage_options=storage_options(args))
     print(f"downsampled {args.url}: levels {', '.join(stats['levels']) or 'none'}; "
@@ -103,10 +104,10 @@ def cmd_downsample(args: argparse.Namespace) -> int:
 def cmd_transfer(args: argparse.Namespace) -> int:
     from ..pipelines import transfer
 
-    box = _ints(args.bbox, "--bbox", 6, signed=True)
+    box = ints(args.bbox, "--bbox", 6, signed=True)
     stats = _run(transfer, args, src=args.src, dst=args.url,
-                 scales=_ints(args.scales, "--scales"), bbox=box and (box[:3], box[3:]),
-                 chunk_size=_ints(args.chunk_size, "--chunk-size", 3),
+                 scales=ints(args.scales, "--scales"), bbox=box and (box[:3], box[3:]),
+                 chunk_size=ints(args.chunk_size, "--chunk-size", 3),
                  encoding=args.encoding, sharding=args.sharding,
                  downsample=args.downsample, method=args.method, sparse=args.sparse,
                  overwrite=args.force, storage_options=storage_options(args),

@@ -14,7 +14,8 @@ import numpy as np
 
 from ..errors import SpecError
 from ..kinds import LEGACY_MESHES, MESHES, SKELETONS
-from .convert import _ints, pool_args
+from .convert import pool_args
+from .numbers import ints
 
 
 def add_commands(command) -> None:
@@ -66,7 +67,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def _options(args: argparse.Namespace) -> dict:
-    box = _ints(args.box, "--box")
+    box = ints(args.box, "--box")
     if box is None or len(box) not in (1, 3):
         raise SpecError(f"--box must be one integer or three, not {args.box!r}")
     ids = None
@@ -80,7 +81,7 @@ def _options(args: argparse.Namespace) -> dict:
     if sharding != "auto" and os.path.isfile(sharding):
         sharding = Path(sharding).read_text()
     return {"dst": args.dst, "scale": int(args.scale) if args.scale.isdigit() else args.scale,
-            "bbox": _ints(args.bbox, "--bbox", 6), "ids": ids,
+            "bbox": ints(args.bbox, "--bbox", 6), "ids": ids,
             "box": box[0] if len(box) == 1 else box, "sharding": sharding,
             "workers": args.workers, "progress": not args.quiet and sys.stderr.isatty(),
             "resume": not args.no_resume, "overwrite": args.force}

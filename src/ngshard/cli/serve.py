@@ -9,10 +9,10 @@ import signal
 import sys
 import threading
 
-from ..errors import SpecError
 from ..server import Server, serve
 from ..server.protocol import Request
 from ..server.respond import Response
+from .numbers import floats
 from .storage_args import storage_options
 
 _SHOWN = 40  # layers printed at most
@@ -118,25 +118,6 @@ def add_commands(command) -> None:
     p.add_argument("--no-browser", action="store_true", help="only print the viewer's URL")
     p.add_argument("--resolution", metavar="X,Y,Z", help="nm per voxel of the layers whose "
                    "metadata has no units (plain zarr arrays; default 1 nm, with a notice)")
-
-
-def floats(text: str | None, what: str, n: int = 3) -> tuple[float, ...] | None:
-    """``n`` comma-separated positive numbers (an option's value), None if not given.
-
-    Raises
-    ------
-    SpecError
-        Not ``n`` positive numbers.
-    """
-    if text is None:
-        return None
-    try:
-        values = tuple(float(v) for v in text.split(","))
-    except ValueError:
-        values = ()
-    if len(values) != n or not all(0 < v < float("inf") for v in values):
-        raise SpecError(f"{what} must be {n} comma-separated numbers > 0, not {text!r}")
-    return values
 
 
 def where(p: argparse.ArgumentParser) -> None:

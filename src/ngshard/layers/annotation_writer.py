@@ -10,7 +10,6 @@ objects.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -22,7 +21,7 @@ from ..limits import ANNOTATION_BATCH_BYTES, DEFAULT_ANNOTATIONS_PER_CELL
 from ..sharded import ShardingSpec
 from ..sharded.infofile import write_info
 from ..sharded.spec import as_key_array
-from ..storage import Storage, StorageOptions, open_storage
+from ..storage import Location, Storage, StorageOptions, open_storage
 from ..types import Compress
 from .annotation_codec import (
     PROPERTY_TYPES,
@@ -159,7 +158,7 @@ def _write(storage: Storage, spec: ShardingSpec | None, items: Iterator, progres
     write_segments(storage, spec, items, progress=progress, twin=twin)
 
 
-def write_annotations(url: str | os.PathLike | Storage, kind: str, geometry: Any, *,
+def write_annotations(url: Location, kind: str, geometry: Any, *,
                       ids: Any = None, properties: Mapping[str, Any] | None = None,
                       relationships: Mapping[str, Any] | None = None,
                       dimensions: Mapping[str, Any] | None = None,
@@ -202,10 +201,8 @@ def write_annotations(url: str | os.PathLike | Storage, kind: str, geometry: Any
         level of one cell).
     seed
         The spatial index's sampling is pseudo-random: the same seed writes the same bytes.
-    progress, durable, overwrite, compress
+    progress, durable, overwrite, compress, storage_options
         As for :func:`ngshard.write_skeletons`.
-    storage_options
-        How to reach the storage (see :func:`ngshard.open_volume`).
 
     Returns
     -------

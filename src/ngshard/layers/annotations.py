@@ -3,7 +3,6 @@ and by box, each in batches over the collection's indices (sharded or a file per
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,7 +15,7 @@ from ..kinds import ANNOTATIONS as KIND
 from ..limits import MAX_QUERY_CELLS
 from ..sharded.infofile import INFO
 from ..sharded.spec import as_key_array, check_key
-from ..storage import Storage, StorageOptions, open_storage
+from ..storage import Location, Storage, StorageOptions, open_storage
 from ..storage.names import check_name
 from ..types import Blob
 from .annotation_codec import (
@@ -311,7 +310,7 @@ def _stored_cells(store: SegmentStore, level: Level) -> np.ndarray:
     return np.array(cells, np.int64).reshape(-1, rank)
 
 
-def open_annotations(url: str | os.PathLike | Storage,
+def open_annotations(url: Location,
                      *, storage_options: StorageOptions | None = None) -> Annotations:
     """Open the annotation collection at ``url`` (the directory holding its info)."""
     storage = open_storage(url, storage_options=storage_options)

@@ -23,7 +23,7 @@ from ..kinds import (
     kind_of,
 )
 from ..sharded.infofile import INFO, read_info, write_info
-from ..storage import Storage, open_storage
+from ..storage import Location, Storage, open_storage
 
 #: The info member per keyword, and the layer kinds it may name.
 _MEMBERS = {"meshes": ("mesh", (MESHES, LEGACY_MESHES)),
@@ -32,10 +32,10 @@ _MEMBERS = {"meshes": ("mesh", (MESHES, LEGACY_MESHES)),
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^/]*)(.*)")
 
 
-def attach(segmentation: str | os.PathLike | Storage, *,
-           meshes: str | os.PathLike | Storage | None = None,
-           skeletons: str | os.PathLike | Storage | None = None,
-           segment_properties: str | os.PathLike | Storage | None = None) -> dict:
+def attach(segmentation: Location, *,
+           meshes: Location | None = None,
+           skeletons: Location | None = None,
+           segment_properties: Location | None = None) -> dict:
     """Record meshes, skeletons and segment properties in a segmentation's info, so that
     Neuroglancer shows them with its segments.
 
@@ -81,7 +81,16 @@ def attach(segmentation: str | os.PathLike | Storage, *,
     return new
 
 
-def check_segmentation(url: str | os.PathLike | Storage) -> tuple[Storage, dict]:
+def publish(storage: Storage, info: dict, segmentation: Location | None, keyword: str
+            ) -> None:
+    """A new layer's last step: write its info (the last thing a writer writes), then attach
+    it as ``keyword`` (see :func:`attach`) to ``segmentation`` where one is given."""
+    write_info(storage, info)
+    if segmentation is not None:
+        attach(segmentation, **{keyword: storage})
+
+
+def check_segmentation(url: Location) -> tuple[Storage, dict]:
     """The storage and info of the segmentation at ``url``.
 
     Raises

@@ -11,7 +11,6 @@ mean edge length of each LOD (the detail it resolves), kept increasing.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -23,11 +22,11 @@ from ..limits import DEFAULT_BUFFER_BYTES, MESH_BATCH
 from ..sharded.infofile import write_info
 from ..sharded.shard_writer import ShardWriter
 from ..sharded.spec import ShardingSpec, check_key
-from ..storage import Storage, StorageOptions, open_storage
+from ..storage import Location, Storage, StorageOptions, open_storage
 from ..storage.twins import write_twins
 from ..threads import pmap
 from ..types import Compress
-from .attach import attach, check_segmentation
+from .attach import check_segmentation, publish
 from .info import transform_json
 from .mesh_codec import Manifest, encode_fragment, encode_legacy
 from .mesh_octree import fragments
@@ -101,7 +100,7 @@ def encode_mesh(lods: list[tuple[np.ndarray, np.ndarray]], bits: int,
     return manifest, blobs
 
 
-def write_meshes(url: str | os.PathLike | Storage,
+def write_meshes(url: Location,
                  items: Mapping[int, Any] | Iterable[tuple[int, Any]], *,
                  sharding: None | str | dict = "auto", vertex_quantization_bits: int = 16,
                  transform: Any = None, chunk_shape: Any = None,
@@ -109,7 +108,7 @@ def write_meshes(url: str | os.PathLike | Storage,
                  buffer_bytes: int = DEFAULT_BUFFER_BYTES, durable: bool = True,
                  overwrite: bool = False, compress: Compress | None = None,
                  storage_options: StorageOptions | None = None,
-                 segmentation: str | os.PathLike | Storage | None = None) -> Meshes:
+                 segmentation: Location | None = None) -> Meshes:
     """Write a multi-resolution (``neuroglancer_multilod_draco``) mesh layer at ``url``.
 
     Parameters
@@ -189,9 +188,7 @@ def write_meshes(url: str | os.PathLike | Storage,
             "lod_scale_multiplier": float(lod_scale_multiplier)}
     if spec is not None:
         info["sharding"] = spec.to_json()
-    write_info(storage, info)
-    if segmentation is not None:
-        attach(segmentation, meshes=storage)
+    publish(storage, info, segmentation, "meshes")
     return Meshes(storage, info)
 
 
@@ -213,7 +210,7 @@ def store_meshes(storage: Storage, spec: ShardingSpec | None,
         writer.close()
 
 
-def write_legacy_meshes(url: str | os.PathLike | Storage,
+def write_legacy_meshes(url: Location,
                         items: Mapping[int, Any] | Iterable[tuple[int, Any]], *,
                         sharding: None | str | dict = None, durable: bool = True,
                         overwrite: bool = False, compress: Compress | None = None,

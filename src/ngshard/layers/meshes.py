@@ -9,7 +9,6 @@ ranges of the ``<id>`` files). Then the whole batch decodes at once (:mod:`.mesh
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from ..kinds import kind_of
 from ..sharded import open_kv
 from ..sharded.infofile import INFO, read_info
 from ..sharded.spec import as_key_array, check_key
-from ..storage import Storage, StorageOptions, open_storage
+from ..storage import Location, Storage, StorageOptions, open_storage
 from ..storage.names import check_name, shown
 from ..types import Blob
 from .info import apply_transform, parse_sharding, parse_transform
@@ -251,7 +250,7 @@ class LegacyMeshes(InStore[Mesh]):
                 for k, frags in names.items()}
 
 
-def open_meshes(url: str | os.PathLike | Storage,
+def open_meshes(url: Location,
                 *, storage_options: StorageOptions | None = None) -> Meshes | LegacyMeshes:
     """Open the mesh layer at ``url``: multi-resolution (its info says
     ``neuroglancer_multilod_draco``) or legacy (``neuroglancer_legacy_mesh``, or no info)."""

@@ -8,7 +8,6 @@ such a layer writes the properties beside it and sets that member.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -21,7 +20,7 @@ from ..kinds import LEGACY_MESHES, MESHES, SKELETONS, VOLUME, kind_of
 from ..kinds import PROPERTIES as KIND
 from ..sharded.infofile import INFO, read_info, write_info
 from ..sharded.spec import as_key_array
-from ..storage import Storage, StorageOptions, open_storage
+from ..storage import Location, Storage, StorageOptions, open_storage
 from .attach import attach, check_segmentation
 from .info import layer_info
 from .lookup import ById
@@ -163,7 +162,7 @@ def _parse_property(p: Any, n: int, where: str) -> tuple[dict, Any]:
     return spec, values
 
 
-def open_segment_properties(url: str | os.PathLike | Storage,
+def open_segment_properties(url: Location,
                             *, storage_options: StorageOptions | None = None) -> SegmentProperties:
     """Open the segment properties at ``url`` (their directory, holding the info)."""
     storage = open_storage(url, storage_options=storage_options)
@@ -224,7 +223,7 @@ def segment_properties_json(ids: Any, *, labels: Sequence[str] | None = None,
                                       "properties": props}}
 
 
-def write_segment_properties(url: str | os.PathLike | Storage, ids: Any, *,
+def write_segment_properties(url: Location, ids: Any, *,
                              labels: Sequence[str] | None = None,
                              descriptions: Sequence[str] | None = None,
                              strings: Mapping[str, Sequence[str]] | None = None,
@@ -233,7 +232,7 @@ def write_segment_properties(url: str | os.PathLike | Storage, ids: Any, *,
                              tag_descriptions: Mapping[str, str] | None = None,
                              key: str = "segment_properties", overwrite: bool = False,
                              storage_options: StorageOptions | None = None,
-                             segmentation: str | os.PathLike | Storage | None = None
+                             segmentation: Location | None = None
                              ) -> SegmentProperties:
     """Write inline segment properties.
 

@@ -7,7 +7,6 @@ model coordinates (nanometres), applied on request (``transform=True``).
 from __future__ import annotations
 
 import itertools
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -18,11 +17,11 @@ from ..destination import claim
 from ..errors import SpecError
 from ..kinds import SKELETONS as KIND
 from ..limits import SKELETON_BATCH
-from ..sharded.infofile import INFO, write_info
+from ..sharded.infofile import INFO
 from ..sharded.spec import ShardingSpec, as_key_array, check_key
-from ..storage import Storage, StorageOptions, open_storage
+from ..storage import Location, Storage, StorageOptions, open_storage
 from ..types import Blob, Compress
-from .attach import attach, check_segmentation
+from .attach import check_segmentation, publish
 from .info import apply_transform, layer_info, parse_sharding, parse_transform, transform_json
 from .lookup import InStore
 from .sharding import resolve_sharding
@@ -122,7 +121,7 @@ class Skeletons(InStore[Skeleton]):
         return {k: self._decode(k, v, transform) for k, v in found.items()}
 
 
-def open_skeletons(url: str | os.PathLike | Storage,
+def open_skeletons(url: Location,
                    *, storage_options: StorageOptions | None = None) -> Skeletons:
     """Open the skeleton layer at ``url`` (the directory holding its ``info``).
 
@@ -167,7 +166,7 @@ def _item_parts(value: Any, key: object) -> tuple[Any, Any, Mapping]:
                     f"{{name: array}}) or a Skeleton, got {type(value).__name__}")
 
 
-def write_skeletons(url: str | os.PathLike | Storage,
+def write_skeletons(url: Location,
                     items: Mapping[int, Any] | Iterable[tuple[int, Any]], *,
                     vertex_attributes: Any = None,
                     sharding: None | str | dict | ShardingSpec = "auto",
@@ -176,13 +175,14 @@ def write_skeletons(url: str | os.PathLike | Storage,
                     durable: bool = True, overwrite: bool = False,
                     compress: Compress | None = None,
                     storage_options: StorageOptions | None = None,
-                    segmentation: str | os.PathLike | Storage | None = None) -> Skeletons:
+                    segmentation: Location | None = None) -> Skeletons:
     """Write a skeleton layer at ``url``: its shards (or a file per segment) and its info.
 
     Parameters
     ----------
-    url
-        The layer's directory (a local path, any fsspec URL, or an open Storage).
+    url, storage_options
+        The layer's directory (a local path, any fsspec URL, or an open Storage), and how
+        to reach it (see :func:`ngshard.open_volume`).
     items
         ``{id: (vertices, edges)}`` or ``{id: (vertices, edges, {name: array})}`` (or
         :class:`Skeleton` values), or an iterable of such (id, value) pairs of any length:
@@ -207,9 +207,8 @@ def write_skeletons(url: str | os.PathLike | Storage,
     compress
         With ``sharding=None``: each file written as its compressed twin, as cloud-volume's
         ``compress=`` does: None (plain), "gzip" (``<id>.gz``), "br" or "zstd".
-    storage_options, segmentation
-        How to reach the storage, and a segmentation volume to attach the layer to (see
-        :func:`ngshard.open_volume` and :func:`ngshard.write_meshes`).
+    segmentation
+        A segmentation volume to attach the layer to, as :func:`ngshard.write_meshes` does.
 
     Returns
     -------
@@ -251,8 +250,6 @@ def write_skeletons(url: str | os.PathLike | Storage,
             "vertex_attributes": [a.to_json() for a in spec]}
     if shards is not None:
         info["sharding"] = shards.to_json()
-    write_info(storage, info)
-    if segmentation is not None:
-        attach(segmentation, skeletons=storage)
+    publish(storage, info, segmentation, "skeletons")
     return Skeletons(storage, info)
 

@@ -10,7 +10,7 @@ import os
 import socket
 
 from ..errors import NotFoundError
-from ..storage import Storage, StorageOptions, open_storage
+from ..storage import Location, Storage, StorageOptions, open_storage
 from .connections import Connections, Log
 from .files import open_files
 from .layers import Layer, find_layers
@@ -60,7 +60,7 @@ class Server:
         return f"<ngshard.server.Server {self.files.url} at {self.url}>"
 
 
-def serve(path_or_url: str | os.PathLike | Storage, host: str = "127.0.0.1", port: int = 0,
+def serve(path_or_url: Location, host: str = "127.0.0.1", port: int = 0,
           *, listing: bool = False, log: Log | None = None,
           storage_options: StorageOptions | None = None) -> Server:
     """Serve a precomputed dataset tree over HTTP, from a background thread.

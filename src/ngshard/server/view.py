@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import MissingDependencyError, NgShardError
 from ..kinds import IMAGE, SEGMENTATION
 from ..limits import MAX_LAYERS
-from ..storage import Storage, StorageOptions, open_storage
+from ..storage import Location, Storage, StorageOptions, open_storage
 from ..volume import open_volume
 from .layers import Layer
 from .placement import Placement, place, unplaced_notice
@@ -238,7 +238,7 @@ class Viewing:
         self.close()
 
 
-def open_viewer(path_or_url: str | os.PathLike | Storage, host: str = "127.0.0.1",
+def open_viewer(path_or_url: Location, host: str = "127.0.0.1",
                 port: int = 0, viewer_port: int = 0, *,
                 resolution: tuple[float, ...] | None = None,
                 storage_options: StorageOptions | None = None) -> Viewing:

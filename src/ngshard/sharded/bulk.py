@@ -23,7 +23,7 @@ from .._arrays import uint_dtype
 from ..destination import claim
 from ..limits import DEFAULT_BUFFER_BYTES, KEY_BLOCK
 from ..progress import progress_bar
-from ..storage import Storage, StorageOptions, open_storage, remove_stale
+from ..storage import Location, StorageOptions, open_storage, remove_stale
 from ..threads import WORKERS, bounded_map
 from .infofile import as_spec, record_spec
 from .inputs import Values, value_arrays
@@ -41,7 +41,7 @@ _COUNTING_SORT_BITS = 20  # up to this many shard bits the shard order is a coun
 _IN_FLIGHT = WORKERS + 1
 
 
-def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
+def write_kv(url: Location, spec: ShardingSpec | dict | str,
              items: Mapping[int, bytes] | Iterable[tuple[int, bytes]] | None = None, *,
              keys: Any = None, values: Any = None, offsets: Any = None,
              progress: bool = False, buffer_bytes: int = DEFAULT_BUFFER_BYTES,
@@ -131,7 +131,7 @@ def write_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
     return open_kv(storage, spec)
 
 
-def write_arrays(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str,
+def write_arrays(url: Location, spec: ShardingSpec | dict | str,
                  keys: np.ndarray, values: Values, *, progress: bool = False,
                  info: bool = True, durable: bool = True) -> None:
     """:func:`write_kv` from arrays in the form :func:`value_arrays` gives, into a

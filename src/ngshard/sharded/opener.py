@@ -4,15 +4,13 @@ whose unindexed entries the caller cannot measure."""
 
 from __future__ import annotations
 
-import os
-
 from ..errors import SpecError
 from ..limits import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_MAX_VALUE_BYTES,
     DEFAULT_STAGED_BYTES,
 )
-from ..storage import Storage, StorageOptions, open_storage
+from ..storage import Location, StorageOptions, open_storage
 from ..types import Mode, Strategy
 from .infofile import as_spec, check_recorded, spec_from_info
 from .kv import ShardedKV
@@ -20,7 +18,7 @@ from .spec import ShardingSpec
 from .unindexed import UnindexedSizes, refuse_blind_writes
 
 
-def open_kv(url: str | os.PathLike | Storage, spec: ShardingSpec | dict | str | None = None,
+def open_kv(url: Location, spec: ShardingSpec | dict | str | None = None,
             mode: Mode = "r", *, strategy: Strategy = "auto", compact_ratio: float | None = 0.5,
             staged_bytes: int = DEFAULT_STAGED_BYTES, spill_dir: str | None = None,
             cache_bytes: int = DEFAULT_CACHE_BYTES, info: bool = True,

@@ -37,6 +37,9 @@ def source_of(url: str | os.PathLike | dict) -> Source:
 #: What ``storage_options=`` takes: options by name (see :mod:`ngshard.storage.options`).
 StorageOptions = Mapping[str, Any]
 
+#: Where a layer or store is: a local path, any accepted URL form, or an open Storage.
+Location = str | os.PathLike | Storage
+
 
 def open_source(url: str | os.PathLike | dict | Storage, *, durable: bool = True,
                 storage_options: StorageOptions | None = None) -> tuple[Storage, Source]:

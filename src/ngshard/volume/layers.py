@@ -16,7 +16,7 @@ from ..kinds import IMAGE, SEGMENTATION
 from ..limits import DEFAULT_VOLUME_SHARD_BYTES
 from ..sharded.spec import ShardingSpec
 from ..staged import DEFAULT_STAGED_BYTES
-from ..storage import Storage, StorageOptions, open_storage
+from ..storage import Location, Storage, StorageOptions, open_storage
 from ..types import Compress, Encoding, LayerType, VolumeMode
 from .encodings import SEGMENTATION_ENCODINGS, require_codec
 from .handle import ScaleHandle, write_volume_info
@@ -97,7 +97,7 @@ def open_volume(url: str | os.PathLike | dict | Storage, scale: int | str = 0,
                   staged_bytes=staged_bytes)
 
 
-def create_volume(url: str | os.PathLike | Storage, *, dtype: Any, shape: Sequence[int],
+def create_volume(url: Location, *, dtype: Any, shape: Sequence[int],
                   chunk_size: Sequence[int] = (64, 64, 64), layer_type: LayerType | None = None,
                   encoding: Encoding = "raw", resolution: Sequence[float] = (1, 1, 1),
                   voxel_offset: Sequence[int] = (0, 0, 0), num_channels: int | None = None,

@@ -26,7 +26,7 @@ from ..destination import claim
 from ..errors import ReadOnlyError, SpecError
 from ..staged import DEFAULT_STAGED_BYTES, StagedChangesArray
 from ..staged.stored import StoredChunks
-from ..storage import Storage, StorageOptions, open_source, require_family
+from ..storage import Location, Storage, StorageOptions, open_source, require_family
 from ..types import IndexLocation
 from .chunks import ZarrChunkStore
 from .codecs import Bytes
@@ -70,7 +70,7 @@ def open_array(url: str | os.PathLike | dict | Storage, *,
                      staged_bytes=staged_bytes)
 
 
-def create_array(url: str | os.PathLike | Storage, shape: Sequence[int], dtype: Any,
+def create_array(url: Location, shape: Sequence[int], dtype: Any,
                  chunks: Sequence[int], shards: Sequence[int] | None = None,
                  codecs: list[dict] | None = None, index_location: IndexLocation = "end",
                  fill_value: Any = 0, dimension_names: Sequence[str | None] | None = None,

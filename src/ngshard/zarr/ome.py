@@ -12,14 +12,13 @@ holds the channels; an ``axes`` string ("zyx", "czyx", "xyzc", "tczyx") override
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import NotFoundError, SpecError
 from ..jsondoc import Doc, parse_json
-from ..storage import Storage, StorageOptions, open_storage
+from ..storage import Location, StorageOptions, open_storage
 from ..storage.names import check_name
 
 #: Nanometres per unit, for the UDUNITS-2 length units the NGFF spec allows.
@@ -187,7 +186,7 @@ def _role(axis: Axis) -> str | None:
     return _ROLE_NAMES.get(axis.name.lower())
 
 
-def read_group(url: str | os.PathLike | Storage,
+def read_group(url: Location,
                storage_options: StorageOptions | None = None) -> Multiscales | None:
     """The multiscales metadata of the zarr group at ``url`` (v3 ``zarr.json`` or v2
     ``.zattrs``), None if ``url`` is an array.

@@ -31,7 +31,7 @@ from ..errors import (
 )
 from ..kinds import VOLUME, kind_of
 from ..sharded.infofile import INFO, read_info
-from ..storage import Storage, StorageOptions, open_storage
+from ..storage import Location, StorageOptions, open_storage
 from ..types import Blob
 from ..volume import VolumeInfo
 from ..volume.encodings import check_encoding, require_codec
@@ -90,7 +90,7 @@ class PrecomputedStore(Store):
     supports_deletes = False
     supports_listing = True
 
-    def __init__(self, url: str | os.PathLike | Storage, scale: int | str | None = 0, *,
+    def __init__(self, url: Location, scale: int | str | None = 0, *,
                  read_only: bool = True, storage_options: StorageOptions | None = None
                  ) -> None:
         if not read_only:
