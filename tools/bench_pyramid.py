@@ -46,13 +46,17 @@ IGNEOUS = """
 import json, sys, time
 from taskqueue import LocalTaskQueue
 import igneous.task_creation as tc
+from cloudvolume import CloudVolume
 path, levels, workers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 t = time.perf_counter()
-for mip in range(levels):
-    tasks = tc.create_image_shard_downsample_tasks(f"file://{path}", mip=mip,
-                                                  factor=(2, 2, 1))
+mip, tasks_run = 0, []
+while mip < levels:  # as `igneous image downsample --sharded --mip M` run until done
+    tasks = list(tc.create_image_shard_downsample_tasks(
+        f"file://{path}", mip=mip, factor=(2, 2, 1), num_mips=min(3, levels - mip)))
     LocalTaskQueue(parallel=workers, progress=False).insert_all(tasks)
-print(json.dumps({"seconds": time.perf_counter() - t}))
+    tasks_run.append(len(tasks))
+    mip = len(CloudVolume(f"file://{path}").info["scales"]) - 1
+print(json.dumps({"seconds": time.perf_counter() - t, "tasks": tasks_run}))
 """
 
 IGNEOUS_XFER = """

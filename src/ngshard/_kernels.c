@@ -126,6 +126,8 @@ static PyMethodDef methods[] = {
     {"cseg_encode", cseg_encode, METH_VARARGS,
      "cseg_encode(array, block, lead) -> the channel's words after lead free ones (bytes), "
      "or None if its offsets overflow 24 bits"},
+    {"block_mean", block_mean, METH_VARARGS,
+     "block_mean(array, block, out): out = array's block means, rounded half to even"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernels",
