@@ -15,12 +15,19 @@ of 1024 x 1024 x 512 (512 MiB) and a uint64 segmentation of 512 x 512 x 128 (256
 x 40 nm, 64^3 chunks in ngshard's auto shards, raw (image) and compressed_segmentation
 (segmentation); every level by the factor 2 x 2 x 1 (igneous' default, so all three do the
 same work): mean for the image, mode for the segmentation. The transfer: an unsharded raw
-uint8 layer of 1024 x 512 x 512 (256 MiB, 64^3 chunk files) into ngshard's auto shards:
-``ngshard.transfer`` (the chunks' bytes carried), a tensorstore copy (one transaction, the
-same spec) and igneous' ``create_image_shard_transfer_tasks`` (``igneous image xfer
---sharded``). Each run is a child process on a
-fresh copy of the source; peak memory is the largest VmHWM of a worker process (tensorstore:
-its one process). The load average is printed before and after: the machine is shared.
+uint8 layer of 1024 x 512 x 512 (256 MiB, 64^3 chunk files gzip'd as ``.gz`` files, as
+cloud-volume and igneous write raw chunks by default) into ngshard's auto shards (gzip data
+encoding): ``ngshard.transfer`` (each file's gzip stream carried into the shard), a
+tensorstore copy (one transaction, the same spec) and igneous'
+``create_image_shard_transfer_tasks`` (``igneous image xfer --sharded``).
+
+Fairness: igneous writes its shards' gzip at libdeflate level 9 and tensorstore at zlib level
+9, ngshard at libdeflate level 6 (on these sources levels 6 and 9 give the same size within
+0.1%, at about the same speed); ngshard fsyncs what it writes (its pipelines are durable), the
+peers do not. igneous' tasks are its defaults (``--memory 3.5e9``, at most 3 levels a run):
+at this size each of its runs is one task, so its second process idles. Each run is a child
+process on a fresh copy of the source; peak memory is the largest VmHWM of a worker process
+(tensorstore: its one process). The load average is printed before and after: the machine is shared.
 """
 
 from __future__ import annotations
@@ -165,7 +172,7 @@ def transfer_row(scratch: str, workers: int, repeat: int, igneous: str | None,
     shape = (int(1024 * scale), int(512 * scale), 512)
     src = os.path.join(scratch, "xfer-src")
     vol = ngshard.create_volume(src, shape=shape, dtype="uint8", chunk_size=(CHUNK,) * 3,
-                                resolution=(4, 4, 40))
+                                resolution=(4, 4, 40), compress="gzip")
     rng = np.random.default_rng(0)
     for z in range(0, shape[2], CHUNK):
         vol[:, :, z:z + CHUNK] = rng.integers(90, 110, (*shape[:2], CHUNK), np.uint8)

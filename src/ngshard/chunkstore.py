@@ -68,6 +68,11 @@ class ChunkStore:
         batch of requests (shard indices once each, data ranges coalesced)."""
         raise NotImplementedError
 
+    def get_gzip(self, positions: np.ndarray) -> tuple[list[Blob | None], list[Blob | None]]:
+        """As :meth:`get`, and each chunk's gzip stream where it is stored as one (checked:
+        it decodes whole), else None (here: always None)."""
+        return self.get(positions), [None] * len(positions)
+
     def put(self, positions: np.ndarray, blobs: Sequence[Blob]) -> None:
         """Stage encoded chunks; stored on :meth:`commit`.
 

@@ -98,6 +98,40 @@ def test_a_damaged_raw_chunk_stops_the_carrying(tmp_path, pool):
         ngshard.transfer(src, tmp_path / "out", executor=pool, progress=False)
 
 
+def test_gzip_chunk_files_go_into_gzip_shards_as_stored(tmp_path, pool):
+    """cloud-volume's .gz chunk files: each one-stream file's bytes are the shard's entry (not
+    compressed again); a file of two streams is compressed again; all read back equal."""
+    import gzip
+    import shutil
+
+    src = tmp_path / "src"
+    shutil.copytree(FIXTURES / "raw_gzip", src)
+    files = sorted(p for p in (src / "8_8_40").iterdir() if p.suffix == ".gz")
+    two = gzip.decompress(files[0].read_bytes())
+    files[0].write_bytes(gzip.compress(two[:100]) + gzip.compress(two[100:]))
+    ngshard.transfer(src, tmp_path / "out", executor=pool, progress=False)
+    out = ngshard.open_volume(tmp_path / "out")
+    assert out.scale.sharding.data_encoding == "gzip"
+    shards = b"".join(p.read_bytes() for p in (tmp_path / "out" / "8_8_40").iterdir())
+    assert files[0].read_bytes() not in shards
+    assert all(p.read_bytes() in shards for p in files[1:])
+    np.testing.assert_array_equal(_ts(tmp_path / "out").read().result(timeout=PEER_TIMEOUT),
+                                  ngshard.open_volume(src)[...])
+
+
+def test_a_damaged_gzip_chunk_file_stops_the_carrying(tmp_path, pool):
+    import shutil
+
+    src = tmp_path / "src"
+    shutil.copytree(FIXTURES / "raw_gzip", src)
+    chunk = next(p for p in sorted((src / "8_8_40").iterdir()) if p.suffix == ".gz")
+    data = bytearray(chunk.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    chunk.write_bytes(bytes(data))
+    with pytest.raises(ngshard.CorruptDataError, match=chunk.name):
+        ngshard.transfer(src, tmp_path / "out", executor=pool, progress=False)
+
+
 def test_bad_options_are_spec_errors(tmp_path):
     with pytest.raises(ngshard.SpecError, match="bbox"):
         ngshard.transfer(FIXTURES / "raw_plain", tmp_path / "out", bbox=((0, 0), (1, 1)))

@@ -101,6 +101,9 @@ class FileChunks(ScaleStore):
     def get(self, positions: np.ndarray) -> list[Blob | None]:
         return self.files.read_many(self.grid.chunk_names(positions))
 
+    def get_gzip(self, positions: np.ndarray) -> tuple[list[Blob | None], list[Blob | None]]:
+        return self.files.read_gzip_many(self.grid.chunk_names(positions))
+
     def put(self, positions: np.ndarray, blobs: Sequence[Blob]) -> None:
         self.files.put_many(zip(self.grid.chunk_names(positions), blobs))
 
