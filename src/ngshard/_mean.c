@@ -48,6 +48,19 @@
         }                                                                                 \
     } while (0)
 
+/* M(the element type of `kind`) */
+#define BY_KIND(M)                                                                        \
+    do {                                                                                  \
+        switch (kind) {                                                                   \
+        case 1: M(uint8_t); break;                                                        \
+        case 2: M(uint16_t); break;                                                       \
+        case 4: M(uint32_t); break;                                                       \
+        case -1: M(int8_t); break;                                                        \
+        case -2: M(int16_t); break;                                                       \
+        default: M(int32_t); break;                                                       \
+        }                                                                                 \
+    } while (0)
+
 static int kind_of(const char *format, Py_ssize_t itemsize) {
     /* 1..4: unsigned of 1, 2, 4 bytes; -1..-4 signed; 0: not handled */
     char c = format ? format[0] : 'B';
@@ -105,25 +118,11 @@ PyObject *block_mean(PyObject *self, PyObject *args) {
                         const char *row = (const char *)in.buf + c * in.strides[3] +
                                           (z * b2 + k) * in.strides[2] +
                                           (y * b1 + j) * in.strides[1];
-                        switch (kind) {
-                        case 1: SUM_ROW(uint8_t); break;
-                        case 2: SUM_ROW(uint16_t); break;
-                        case 4: SUM_ROW(uint32_t); break;
-                        case -1: SUM_ROW(int8_t); break;
-                        case -2: SUM_ROW(int16_t); break;
-                        default: SUM_ROW(int32_t); break;
-                        }
+                        BY_KIND(SUM_ROW);
                     }
                 char *dst = (char *)out.buf + c * out.strides[3] + z * out.strides[2] +
                             y * out.strides[1];
-                switch (kind) {
-                case 1: STORE_ROW(uint8_t); break;
-                case 2: STORE_ROW(uint16_t); break;
-                case 4: STORE_ROW(uint32_t); break;
-                case -1: STORE_ROW(int8_t); break;
-                case -2: STORE_ROW(int16_t); break;
-                default: STORE_ROW(int32_t); break;
-                }
+                BY_KIND(STORE_ROW);
             }
     Py_END_ALLOW_THREADS
     free(acc);
