@@ -18,8 +18,9 @@ same work): mean for the image, mode for the segmentation. The transfer: an unsh
 uint8 layer of 1024 x 512 x 512 (256 MiB, 64^3 chunk files gzip'd as ``.gz`` files, as
 cloud-volume and igneous write raw chunks by default) into ngshard's auto shards (gzip data
 encoding): ``ngshard.transfer`` (each file's gzip stream carried into the shard), a
-tensorstore copy (one transaction, the same spec) and igneous'
-``create_image_shard_transfer_tasks`` (``igneous image xfer --sharded``).
+tensorstore copy (one transaction, the same spec; it reads no ``.gz`` files, so it copies
+the same chunks stored as plain files) and igneous' ``create_image_shard_transfer_tasks``
+(``igneous image xfer --sharded``).
 
 Fairness: igneous writes its shards' gzip at libdeflate level 9 and tensorstore at zlib level
 9, ngshard at libdeflate level 6 (on these sources levels 6 and 9 give the same size within
@@ -170,13 +171,17 @@ def transfer_row(scratch: str, workers: int, repeat: int, igneous: str | None,
     import ngshard
 
     shape = (int(1024 * scale), int(512 * scale), 512)
-    src = os.path.join(scratch, "xfer-src")
-    vol = ngshard.create_volume(src, shape=shape, dtype="uint8", chunk_size=(CHUNK,) * 3,
-                                resolution=(4, 4, 40), compress="gzip")
+    # tensorstore reads no .gz chunk files: it copies the same chunks as plain files
+    src, plain = os.path.join(scratch, "xfer-src"), os.path.join(scratch, "xfer-plain")
+    vol, flat = (ngshard.create_volume(path, shape=shape, dtype="uint8", chunk_size=(CHUNK,) * 3,
+                                       resolution=(4, 4, 40), compress=compress)
+                 for path, compress in ((src, "gzip"), (plain, None)))
     rng = np.random.default_rng(0)
     for z in range(0, shape[2], CHUNK):
-        vol[:, :, z:z + CHUNK] = rng.integers(90, 110, (*shape[:2], CHUNK), np.uint8)
+        flat[:, :, z:z + CHUNK] = vol[:, :, z:z + CHUNK] = \
+            rng.integers(90, 110, (*shape[:2], CHUNK), np.uint8)
         vol.commit()
+        flat.commit()
     kinds = ["ngshard", "tensorstore"] + (["igneous"] if igneous else [])
     runs: dict[str, list[dict]] = {k: [] for k in kinds}
     for turn in range(repeat):
@@ -186,7 +191,8 @@ def transfer_row(scratch: str, workers: int, repeat: int, igneous: str | None,
             os.sync()
             cmd = [igneous, "-c", IGNEOUS_XFER, src, dst, str(workers)] \
                 if kind == "igneous" else \
-                [sys.executable, __file__, "--child", f"xfer-{kind}", src, dst, str(workers)]
+                [sys.executable, __file__, "--child", f"xfer-{kind}",
+                 plain if kind == "tensorstore" else src, dst, str(workers)]
             runs[kind].append(_measure(kind, cmd))
             out = ngshard.open_volume(dst)
             if out.scale.sharding is None or not np.array_equal(out[:, :, :64], vol[:, :, :64]):
