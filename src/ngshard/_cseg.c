@@ -186,9 +186,12 @@ static int tabulate(const char *src, const Py_ssize_t *shape, const Py_ssize_t *
         if (uniform) {
             table[k++] = values[0];
             memset(e->index + b * bv, 0, bv * sizeof(uint32_t));
-        } else { /* distinct values by hashing, sorted, then each voxel's rank */
+        } else { /* distinct values by hashing, sorted, then each voxel's rank; a voxel
+                  * equal to the one before it (runs along x) skips the hashing */
             memset(found, 0xFF, slots * sizeof(uint32_t));
             for (Py_ssize_t i = 0; i < bv; i++) {
+                if (i && values[i] == values[i - 1])
+                    continue;
                 Py_ssize_t s = mix64(values[i]) & (slots - 1);
                 while (found[s] != 0xFFFFFFFFu && keys[s] != values[i])
                     s = (s + 1) & (slots - 1);
@@ -205,11 +208,16 @@ static int tabulate(const char *src, const Py_ssize_t *shape, const Py_ssize_t *
                     s = (s + 1) & (slots - 1);
                 found[s] = (uint32_t)i;
             }
+            uint32_t *index = e->index + b * bv;
             for (Py_ssize_t i = 0; i < bv; i++) {
+                if (i && values[i] == values[i - 1]) {
+                    index[i] = index[i - 1];
+                    continue;
+                }
                 Py_ssize_t s = mix64(values[i]) & (slots - 1);
                 while (keys[s] != values[i])
                     s = (s + 1) & (slots - 1);
-                e->index[b * bv + i] = found[s];
+                index[i] = found[s];
             }
         }
         e->count[b] = k;
