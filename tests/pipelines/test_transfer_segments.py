@@ -217,3 +217,12 @@ def test_one_task_per_shard_interrupted_and_resumed(tmp_path, pool):
     out = ngshard.open(tmp_path / "out")
     for k in (1, 200, 399):
         np.testing.assert_array_equal(out[k].vertices, items[k][0])
+
+
+def test_command_line_multires(tmp_path):
+    from ngshard.cli import main
+
+    assert main(["transfer", str(LAYERS / "ig_meshes_legacy" / "mesh"), str(tmp_path / "m"),
+                 "--multires", "--lods", "2", "--workers", "1", "-q"]) == 0
+    out = ngshard.open(tmp_path / "m")
+    assert out.sharding is not None and len(out.get_many([11], lod="all")[11]) == 2
