@@ -65,7 +65,7 @@ def add_commands(command) -> None:
                    "as `ngshard downsample`")
     _method_args(p)
     p.add_argument("--multires", action="store_true", help="legacy meshes: write them as "
-                   "multi-resolution (neuroglancer_multilod_draco) meshes, each segment's "
+                   "multi-resolution (Draco) meshes, each segment's "
                    "fragments joined")
     p.add_argument("--lods", type=int, metavar="N", help="with --multires: levels of detail "
                    "(default 3 where zmesh is installed, else 1)")

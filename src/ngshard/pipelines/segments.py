@@ -62,7 +62,7 @@ def segment_plan(src: str, dst: str, *, sharding: Any = "auto", multires: bool =
     doc = read_info(open_storage(src))
     if doc is None:
         raise NotFoundError(f"{src}: no info file: not a precomputed layer")
-    kind = kind_of(doc)
+    kind = str(kind_of(doc))
     if multires and kind != LEGACY_MESHES:
         raise SpecError(f"{src} is a {kind} layer: multires applies to legacy meshes only")
     out = MESHES if multires else kind
@@ -83,6 +83,7 @@ def segment_plan(src: str, dst: str, *, sharding: Any = "auto", multires: bool =
         raise SpecError("mesh shards need data_encoding raw (fragments are read by range)")
     copy = SegmentCopy(src, dst, kind, out, None if spec is None else spec.to_json(),
                        int(lods))
+    groups: list[tuple[str, int | None, np.ndarray]]
     if spec is not None:
         shards = spec.locate(ids)[0]
         order = np.argsort(shards, kind="stable")
