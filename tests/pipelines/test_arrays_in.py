@@ -88,3 +88,16 @@ def test_damaged_n5_blocks(tmp_path):
             ngshard.convert(tmp_path / "n5", tmp_path / "out", progress=False, workers=1,
                             executor=ThreadPoolExecutor(1), overwrite=True)
         assert "1/0/0" in str(e.value)
+
+
+def test_command_line(tmp_path):
+    from ngshard.cli import main
+
+    data = np.arange(24 * 20 * 10, dtype=np.uint8).reshape(10, 20, 24)  # z, y, x
+    with h5py.File(tmp_path / "a.h5", "w") as f:
+        f.create_dataset("em", data=data)
+    assert main(["convert", str(tmp_path / "a.h5"), str(tmp_path / "out"), "--resolution",
+                 "4,4,40", "--workers", "1", "-q"]) == 0
+    out = ngshard.open_volume(tmp_path / "out")
+    assert out.scale.resolution == (4, 4, 40)
+    np.testing.assert_array_equal(out[..., 0], data.T)
