@@ -101,3 +101,23 @@ def test_command_line(tmp_path):
     out = ngshard.open_volume(tmp_path / "out")
     assert out.scale.resolution == (4, 4, 40)
     np.testing.assert_array_equal(out[..., 0], data.T)
+
+
+def test_bad_metadata_names_the_file(tmp_path):
+    import json
+
+    _n5(tmp_path / "n5", np.zeros((8, 8, 8), np.uint8), {"type": "raw"})
+    attributes = tmp_path / "n5" / "attributes.json"
+    good = json.loads(attributes.read_text())
+    for change, match in (({"dataType": "complex64"}, "dataType"),
+                          ({"compression": {"type": "lz4"}}, "compression"),
+                          ({"blockSize": [8, 8]}, "blockSize"),
+                          ({"dimensions": [8, -1, 8]}, "dimensions")):
+        attributes.write_text(json.dumps({**good, **change}))
+        with pytest.raises(ngshard.SpecError, match=match) as e:
+            ngshard.convert(tmp_path / "n5", tmp_path / "out", progress=False)
+        assert "attributes.json" in str(e.value)
+    with h5py.File(tmp_path / "a.h5", "w") as f:
+        f.create_dataset("em", data=np.zeros((2, 2, 2)))
+    with pytest.raises(ngshard.NotFoundError, match="nope"):
+        ngshard.convert(tmp_path / "a.h5" / "nope", tmp_path / "out", progress=False)

@@ -226,3 +226,30 @@ def test_command_line_multires(tmp_path):
                  "--multires", "--lods", "2", "--workers", "1", "-q"]) == 0
     out = ngshard.open(tmp_path / "m")
     assert out.sharding is not None and len(out.get_many([11], lod="all")[11]) == 2
+
+
+def test_dask_equals_a_local_executor(tmp_path, pool):
+    """The tasks of segment transfers (skeletons to shards, legacy meshes to multi-resolution
+    ones) on a Dask LocalCluster: byte for byte a local executor's."""
+    distributed = pytest.importorskip("distributed")
+    sources = {"skel": (LAYERS / "cv_skeletons_unsharded" / "skeletons", {}),
+               "mesh": (LAYERS / "ig_meshes_legacy" / "mesh", {"multires": True})}
+    for name, (src, kw) in sources.items():
+        ngshard.transfer(src, tmp_path / f"{name}-local", executor=pool, progress=False, **kw)
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                       dashboard_address=":0")
+    try:
+        with distributed.Client(cluster) as client:
+            for name, (src, kw) in sources.items():
+                ngshard.transfer(src, tmp_path / f"{name}-dask", progress=False,
+                                 executor=client.get_executor(), **kw)
+    finally:
+        cluster.close()
+
+    def files(root):
+        return {p.relative_to(root): p.read_bytes() for p in sorted(root.rglob("*"))
+                if p.is_file()}
+
+    for name in sources:
+        local, remote = files(tmp_path / f"{name}-local"), files(tmp_path / f"{name}-dask")
+        assert local == remote and len(local) >= 2
