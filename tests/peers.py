@@ -25,23 +25,25 @@ PEER_TIMEOUT = 120
 PEER_PYTHON = os.environ.get("NGSHARD_PEER_PYTHON",
                              str(Path(__file__).resolve().parents[1] / ".ci/peers/bin/python"))
 #: cloud-volume's optional codecs too, for every encoding of the fixtures (compresso, png,
-#: jxl); a venv made before one was added here gets it on its next use (``peers.txt``).
+#: jxl); a ``.ci/peers`` made before one was added here gets it on its next use (its
+#: ``peers.txt`` says what it holds). One named by NGSHARD_PEER_PYTHON is used as it is.
 PEERS = ("cloud-volume", "igneous-pipeline", "compresso", "pyspng-seunglab", "imagecodecs")
 
 
 def peer_python() -> str:
     """:data:`PEER_PYTHON`, made first where it is missing, and given the :data:`PEERS` it
-    lacks where this module made it (one maker at a time)."""
+    lacks where it is this checkout's own (``.ci/peers``; one maker at a time)."""
     venv = Path(PEER_PYTHON).parents[1]
     stamp = venv / "peers.txt"
-    if os.path.exists(PEER_PYTHON) and (not stamp.exists() or
+    ours = "NGSHARD_PEER_PYTHON" not in os.environ
+    if os.path.exists(PEER_PYTHON) and (not ours or stamp.exists() and
                                         stamp.read_text() == " ".join(PEERS)):
-        return PEER_PYTHON  # (one made elsewhere, without the stamp, is used as it is)
+        return PEER_PYTHON  # (one named by NGSHARD_PEER_PYTHON is used as it is)
     venv.parent.mkdir(parents=True, exist_ok=True)
     with open(venv.parent / ".peers.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         made = venv if os.path.exists(PEER_PYTHON) else Path(f"{venv}.part")
-        if made == venv and stamp.read_text() == " ".join(PEERS):
+        if made == venv and stamp.exists() and stamp.read_text() == " ".join(PEERS):
             return PEER_PYTHON
         done = subprocess.run(
             f"{'' if made == venv else f'{sys.executable} -m venv {made} && '}"

@@ -170,10 +170,14 @@ def _legacy(mesh: Any, copy: SegmentCopy) -> tuple[bytes, bytes]:
         import zmesh
 
         edges = np.linalg.norm(vertices[faces] - vertices[np.roll(faces, 1, axis=1)], axis=2)
-        full = zmesh.Mesh(vertices, faces.astype(np.uint32), None)
-        levels = [(m.vertices, m.faces) for m in levels_of_detail(
-            zmesh.Mesher((1, 1, 1)), full, copy.lods, copy.reduction,
-            float(np.median(edges)))]
+        # zmesh's simplifier holds coordinates within 2**20 of each other: simplify in
+        # units that fit (a neuron may span millimetres of nm)
+        shift = vertices.min(axis=0)
+        unit = max(1.0, float((vertices.max(axis=0) - shift).max()) / 2**19)
+        full = zmesh.Mesh((vertices - shift) / unit, faces.astype(np.uint32), None)
+        simpler = levels_of_detail(zmesh.Mesher((1, 1, 1)), full, copy.lods, copy.reduction,
+                                   float(np.median(edges)) / unit)[1:]
+        levels += [(m.vertices * unit + shift, m.faces) for m in simpler]
     manifest, blobs = encode_mesh([(np.asarray(v, np.float64), f) for v, f in levels],
                                   copy.bits)
     return manifest.to_bytes(), b"".join(blobs)
