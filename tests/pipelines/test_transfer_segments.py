@@ -253,3 +253,16 @@ def test_dask_equals_a_local_executor(tmp_path, pool):
     for name in sources:
         local, remote = files(tmp_path / f"{name}-local"), files(tmp_path / f"{name}-dask")
         assert local == remote and len(local) >= 2
+
+
+def test_legacy_meshes_with_a_transform_are_not_moved_twice(tmp_path, pool):
+    """Legacy meshes are read in model coordinates (their info's transform applied): the
+    copy holds those coordinates, and no transform that would apply again."""
+    src = shutil.copytree(LAYERS / "ig_meshes_legacy" / "mesh", tmp_path / "src")
+    info = json.loads((src / "info").read_text())
+    info["transform"] = [2, 0, 0, 5, 0, 2, 0, 0, 0, 0, 2, 0]
+    (src / "info").write_text(json.dumps(info))
+    ngshard.transfer(src, tmp_path / "out", sharding="none", executor=pool, progress=False)
+    before, after = ngshard.open(src), ngshard.open(tmp_path / "out")
+    for k, m in before.get_many(before.keys_array()).items():
+        np.testing.assert_array_equal(after[k].vertices, m.vertices)

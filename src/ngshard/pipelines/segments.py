@@ -95,7 +95,9 @@ def segment_plan(src: str, dst: str, *, sharding: Any = "auto", multires: bool =
                   for i in range(0, len(ids), UNSHARDED_TASK)]
     steps = [Step(f"segments/{name}", copy_segments, (copy, shard, keys))
              for name, shard, keys in groups]
-    info = {k: v for k, v in doc.items() if k != "sharding"}
+    # legacy meshes are read in model coordinates (their transform applied) and written so
+    info = {k: v for k, v in doc.items()
+            if k != "sharding" and (k != "transform" or kind != LEGACY_MESHES)}
     if multires:
         info = {"@type": MESHES, "vertex_quantization_bits": copy.bits,
                 "transform": transform_json(None), "lod_scale_multiplier": 1.0}
