@@ -47,7 +47,7 @@ def peer_python() -> str:
             return PEER_PYTHON
         done = subprocess.run(
             f"{'' if made == venv else f'{sys.executable} -m venv {made} && '}"
-            f"{made}/bin/pip install -q {' '.join(PEERS)} && "
+            f"{made}/bin/python -m pip install -q {' '.join(PEERS)} && "
             f"echo -n '{' '.join(PEERS)}' > {made}/peers.txt"
             f"{'' if made == venv else f' && mv {made} {venv}'}", shell=True,
             capture_output=True, text=True, timeout=900)
