@@ -250,7 +250,7 @@ def main() -> None:
     server = None
     try:
         ts_write(make_layer(f"{work}/by-tensorstore"), items)
-        ngshard.write_kv(make_layer(f"{work}/by-ngshard"), SPEC, items)
+        ngshard.write_kv(make_layer(f"{work}/by-ngshard"), SPEC, items, overwrite=True)
         del items, blob
         server = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--_serve", work,
                                    str(args.latency), str(int(args.close))],

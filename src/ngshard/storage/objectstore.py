@@ -173,6 +173,11 @@ class ObjectStorage(Storage):
 
         return self._every(one, names)
 
+    def read_heads(self, names: Sequence[str], length: int
+                   ) -> list[tuple[ObjectInfo, Blob | None] | None]:
+        # One ranged GET per object: its response says the object's size and generation.
+        return self._every(lambda name: self._get(name, 0, length), names)
+
     def read_ranges(self, requests: Sequence[tuple[str, np.ndarray]]
                     ) -> list[tuple[Hashable | None, list[Blob] | None]]:
         plans = []
