@@ -39,7 +39,7 @@ import fsspec.asyn
 import numpy as np
 
 from ..errors import CorruptDataError, RequestError
-from ..limits import MAX_GAP, REQUEST_CONCURRENCY
+from ..limits import REMOTE_MAX_GAP, REQUEST_CONCURRENCY
 from ..types import Blob
 from .base import ANY, FileSlice, ObjectInfo, Storage, changed_on_storage, coalesce, split_merged
 from .retry import RetryPolicy
@@ -84,6 +84,11 @@ class ObjectStorage(Storage):
         return _reopen, (self.url, self._shared.options, self.retry)
 
     # --- plumbing --------------------------------------------------------------------------
+
+    @property
+    def max_gap(self) -> int:
+        """Ranges of one object closer than this are read in one request."""
+        return REMOTE_MAX_GAP
 
     def _key(self, name: str) -> str:
         name = self.inside(name)  # every name checked, as every store does
@@ -184,7 +189,7 @@ class ObjectStorage(Storage):
         asks: list[tuple[str, tuple[int, int] | None]] = []
         for name, ranges in requests:
             ranges = np.asarray(ranges, np.int64).reshape(-1, 2)
-            merged, assignment = coalesce(ranges, MAX_GAP)
+            merged, assignment = coalesce(ranges, self.max_gap)
             plans.append((len(asks), merged, ranges, assignment))
             spans: list[tuple[int, int] | None] = \
                 [(s, e) for s, e in merged.tolist() if e > s] or [None]  # None: a HEAD
@@ -290,14 +295,14 @@ class ObjectStorage(Storage):
 
     def child(self, name: str) -> ObjectStorage:
         name = self.inside(name, folder=True)
-        return ObjectStorage(f"{self.url}/{name}", None, self._key(name), self.retry,
-                             shared=self._shared)
+        return type(self)(f"{self.url}/{name}", None, self._key(name), self.retry,
+                          shared=self._shared)
 
     def parent(self) -> ObjectStorage | None:
         if not self.prefix:
             return None
-        return ObjectStorage(self.url.rpartition("/")[0], None,
-                             self.prefix.rpartition("/")[0], self.retry, shared=self._shared)
+        return type(self)(self.url.rpartition("/")[0], None,
+                          self.prefix.rpartition("/")[0], self.retry, shared=self._shared)
 
 
 def _reopen(url: str, options: dict[str, Any], retry: RetryPolicy) -> ObjectStorage:
