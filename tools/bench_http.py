@@ -15,8 +15,8 @@ Content-Length and an ETag, HTTP/1.1 keep-alive (--close: HTTP/1.0, a connection
 Each library reads the same --reads random keys from a fresh store (nothing cached) in one
 batch: ngshard ``get_many`` (obstore's HTTP store), tensorstore ``read`` under ``ts.Batch``,
 cloud-volume ``ShardReader.get_data``. The server counts each read's requests and the most in
-flight at once. Concurrency is each library's own: aiohttp's default pool (100 connections)
-for ngshard; tensorstore's ``http_request_concurrency``, 32 by default, also run at 100 to
+flight at once. Concurrency is each library's own: ngshard's REQUEST_CONCURRENCY (128) in
+flight; tensorstore's ``http_request_concurrency``, 32 by default, also run at 128 to
 match; cloud-volume's 20 threads per process (parallel=1, its default; with --close also
 parallel=5, 100 connections). The floor is three round trips (shard index, minishard index,
 data): 3 x latency, plus transfer.
