@@ -97,8 +97,9 @@ class HttpStorage(ObjectStorage):
     @property
     def _listing(self) -> FsspecStorage:
         if self._pages is None:
-            self._pages = FsspecStorage(self.url, options=self._shared.options,
-                                        retry=self.retry)
+            headers = self._shared.options.get("headers")  # the rest are obstore's
+            self._pages = FsspecStorage(self.url, options={"headers": headers} if headers
+                                        else {}, retry=self.retry)
         return self._pages
 
     @property
