@@ -1,5 +1,7 @@
-"""Objects behind any fsspec filesystem (memory, http, s3, gcs, ...): every request of a batch
-in flight at once on the filesystem's event loop, and whole objects written in one PUT.
+"""Objects behind any fsspec filesystem (memory, gcs, ...): every request of a batch in flight
+at once on the filesystem's event loop, and whole objects written in one PUT. (``http(s)://``
+is read through obstore, :mod:`ngshard.storage.http`, which lists a web server's folders
+through this store.)
 
 Servers that ignore Range requests: a plain static file server (``python3 -m http.server``,
 i.e. ``http.server.SimpleHTTPRequestHandler``) answers a range request with 200 and the whole
