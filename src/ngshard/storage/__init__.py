@@ -125,8 +125,8 @@ def _open(url: str, durable: bool, given: object,
         store, prefix = object_store(url, options, _shown(given))
         return ObjectStorage(url, store, prefix, retry, options=options)
     if scheme in ("http", "https"):
-        return HttpStorage(url, http_store(url, options, _shown(given)), "", retry,
-                           options=options)
+        store, prefix = http_store(url, options, _shown(given))
+        return HttpStorage(url, store, prefix, retry, options=options)
     kind = GcsStorage if scheme in ("gs", "gcs") else FsspecStorage
     try:
         return kind(url, options=options, retry=retry)

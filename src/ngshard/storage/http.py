@@ -132,4 +132,5 @@ class HttpStorage(ObjectStorage):
 def _reopen(url: str, options: dict[str, Any], retry: RetryPolicy) -> HttpStorage:
     from .options import http_store
 
-    return HttpStorage(url, http_store(url, options, url), "", retry, options=options)
+    store, prefix = http_store(url, options, url)
+    return HttpStorage(url, store, prefix, retry, options=options)

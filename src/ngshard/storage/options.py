@@ -34,6 +34,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from datetime import timedelta
 from typing import Any, cast
+from urllib.parse import unquote, urlsplit
 
 from ..errors import MissingDependencyError, SpecError
 from ..limits import CONNECT_TIMEOUT, DEFAULT_READ_RETRIES, REQUEST_TIMEOUT, RETRY_SECONDS
@@ -162,10 +163,11 @@ def object_store(url: str, options: dict[str, Any], where: str) -> tuple[Any, st
     return store, prefix
 
 
-def http_store(url: str, options: dict[str, Any], where: str) -> Any:
-    """An obstore HTTP store for the files under an ``http://`` or ``https://`` URL
-    (``where``: the URL as the caller gave it, for messages); aiohttp must be there too,
-    for listings (see :mod:`ngshard.storage.http`). Options: ``headers`` (sent
+def http_store(url: str, options: dict[str, Any], where: str) -> tuple[Any, str]:
+    """An obstore HTTP store for the server of an ``http://`` or ``https://`` URL, and the
+    path of the URL on it (so stores derived from it reach the folders above, as a layer's
+    stores reach its info); ``where``: the URL as the caller gave it, for messages. aiohttp
+    must be there too, for listings (see :mod:`ngshard.storage.http`). Options: ``headers`` (sent
     with every request) and obstore's own client options (``ClientConfig``).
 
     Raises
@@ -192,12 +194,15 @@ def http_store(url: str, options: dict[str, Any], where: str) -> Any:
     client.update(config.pop("client_options", {}))
     client.update(config)
     retry_config = {"max_retries": 0, "retry_timeout": timedelta(seconds=REQUEST_TIMEOUT)}
+    parts = urlsplit(url)
     try:
-        return HTTPStore.from_url(url, client_options=cast(Any, client),
-                                  retry_config=cast(Any, retry_config))
+        store = HTTPStore.from_url(f"{parts.scheme}://{parts.netloc}",
+                                   client_options=cast(Any, client),
+                                   retry_config=cast(Any, retry_config))
     except (BaseError, TypeError, ValueError) as e:
         raise SpecError(f"{where}: storage_options {sorted(options)}: "
                         f"{str(e).splitlines()[0]}") from None
+    return store, unquote(parts.path).strip("/")
 
 
 def _s3_config(options: dict[str, Any]) -> dict[str, Any]:
