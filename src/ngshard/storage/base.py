@@ -184,13 +184,11 @@ class Storage:
         (object stores, HTTP) answer each name from one ranged GET, with no HEAD before it.
         """
         infos = self.stat_many(names)
-        have = [k for k, info in enumerate(infos) if info is not None]
-        reads = self.read_ranges([(names[k], np.array([[0, min(length, infos[k].size)]]))
-                                  for k in have])
+        have = [(k, info) for k, info in enumerate(infos) if info is not None]
+        reads = self.read_ranges([(names[k], np.array([[0, min(length, info.size)]]))
+                                  for k, info in have])
         out: list[tuple[ObjectInfo, Blob | None] | None] = [None] * len(names)
-        for k, (generation, chunks) in zip(have, reads):
-            info = infos[k]
-            assert info is not None
+        for (k, info), (generation, chunks) in zip(have, reads):
             same = chunks is not None and generation in (None, info.generation)
             out[k] = (info, chunks[0] if same and chunks else None)
         return out

@@ -41,13 +41,6 @@ from .remote import WHOLE, FsspecStorage, ranges_ignored
 from .retry import RetryPolicy
 
 
-class _HttpShared(_Shared):
-    """What an HTTP store and those derived from it share, beyond :class:`_Shared`: whether
-    the server was seen to ignore Range requests."""
-
-    ranges_ignored = False
-
-
 class HttpStorage(ObjectStorage):
     """The files under a URL of a web server, read-only; made by
     :func:`~ngshard.storage.open_storage` for ``http://`` and ``https://`` URLs."""
@@ -56,8 +49,7 @@ class HttpStorage(ObjectStorage):
 
     def __init__(self, url: str, store: Any, prefix: str, retry: RetryPolicy, *,
                  options: dict[str, Any] | None = None, shared: _Shared | None = None) -> None:
-        super().__init__(url, store, prefix, retry, options=options,
-                         shared=shared or _HttpShared(store, options or {}, retry))
+        super().__init__(url, store, prefix, retry, options=options, shared=shared)
         self._pages: FsspecStorage | None = None
 
     def __reduce__(self) -> tuple:

@@ -55,6 +55,8 @@ class _Shared:
         self.store, self.options, self.retry = store, options, retry
         self.loop = fsspec.asyn.get_loop()
         self._gate: asyncio.Semaphore | None = None
+        #: Web servers (:mod:`.http`): the server was seen to ignore Range requests.
+        self.ranges_ignored = False
 
     @property
     def gate(self) -> asyncio.Semaphore:
