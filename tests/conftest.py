@@ -45,7 +45,8 @@ class ListingSwitch(SimpleHTTPRequestHandler):
 
 
 class RangeHandler(ListingSwitch):
-    """Static files with single byte-range GETs, Content-Length on HEAD and an ETag."""
+    """Static files with single byte-range GETs, Content-Length on HEAD and an ETag;
+    ``server.after_range(path, start, end)``, when set, is called after each range sent."""
 
     def log_message(self, *args) -> None:
         self.server.requests.append((self.command, self.path, self.headers.get("Range")))
@@ -89,6 +90,8 @@ class RangeHandler(ListingSwitch):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+        if self.server.after_range is not None:  # a test's hook: change files between reads
+            self.server.after_range(self.path, start, end)
 
     def end_headers(self) -> None:
         path = self.translate_path(self.path)
@@ -106,7 +109,7 @@ def _serve(root, handler):
     """Serve ``root`` with ``handler`` on 127.0.0.1 from a thread; yields the server."""
     server = Server(("127.0.0.1", 0), partial(handler, directory=str(root)))
     server.root, server.base = root, f"http://127.0.0.1:{server.server_address[1]}"
-    server.requests, server.listing = [], True
+    server.requests, server.listing, server.after_range = [], True, None
     server.lock, server.in_flight, server.at_once, server.delay = threading.Lock(), 0, 0, 0.0
     # shutdown() waits for the loop's next poll: a short interval keeps teardown quick
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02},

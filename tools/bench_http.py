@@ -13,10 +13,10 @@ Content-Length and an ETag, HTTP/1.1 keep-alive (--close: HTTP/1.0, a connection
 --latency seconds of sleep per request.
 
 Each library reads the same --reads random keys from a fresh store (nothing cached) in one
-batch: ngshard ``get_many`` (fsspec + aiohttp), tensorstore ``read`` under ``ts.Batch``,
+batch: ngshard ``get_many`` (obstore's HTTP store), tensorstore ``read`` under ``ts.Batch``,
 cloud-volume ``ShardReader.get_data``. The server counts each read's requests and the most in
-flight at once. Concurrency is each library's own: aiohttp's default pool (100 connections)
-for ngshard; tensorstore's ``http_request_concurrency``, 32 by default, also run at 100 to
+flight at once. Concurrency is each library's own: ngshard's REQUEST_CONCURRENCY (128) in
+flight; tensorstore's ``http_request_concurrency``, 32 by default, also run at 128 to
 match; cloud-volume's 20 threads per process (parallel=1, its default; with --close also
 parallel=5, 100 connections). The floor is three round trips (shard index, minishard index,
 data): 3 x latency, plus transfer.
@@ -176,13 +176,15 @@ def bench_store(args, base: str, writer: str, sample, want: list[bytes]) -> None
             return opened
         return setup
 
-    ts_matched = dict(TS_CONTEXT, http_request_concurrency={"limit": 100})
+    from ngshard.limits import REQUEST_CONCURRENCY
+
+    ts_matched = dict(TS_CONTEXT, http_request_concurrency={"limit": REQUEST_CONCURRENCY})
     cases = {
         "ngshard get_many": (fresh(lambda: ngshard.open_kv(store, spec, cache_bytes=CACHE_BYTES)),
                              lambda kv: kv.get_many(sample)),
         "tensorstore ts.Batch (default concurrency 32)": (
             fresh(lambda: ts_open(store)), lambda kv: ts_batch_read(kv, sample_bytes)),
-        "tensorstore ts.Batch (http_request_concurrency 100)": (
+        f"tensorstore ts.Batch (http_request_concurrency {REQUEST_CONCURRENCY})": (
             fresh(lambda: ts_open(store, ts_matched)),
             lambda kv: ts_batch_read(kv, sample_bytes)),
     }
@@ -250,7 +252,7 @@ def main() -> None:
     server = None
     try:
         ts_write(make_layer(f"{work}/by-tensorstore"), items)
-        ngshard.write_kv(make_layer(f"{work}/by-ngshard"), SPEC, items)
+        ngshard.write_kv(make_layer(f"{work}/by-ngshard"), SPEC, items, overwrite=True)
         del items, blob
         server = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--_serve", work,
                                    str(args.latency), str(int(args.close))],

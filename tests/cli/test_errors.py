@@ -53,9 +53,10 @@ def assert_one_line(args: list[str], without: tuple[str, ...] = (), *, says: lis
     assert debug.stderr.splitlines()[-1] == lines[0]
 
 
-def test_http_without_aiohttp():
-    assert_one_line(["info", "http://127.0.0.1:9/kv"], ("aiohttp",),
-                    says=["http://127.0.0.1:9/kv", "pip install 'ngshard[http]'", "aiohttp"],
+@pytest.mark.parametrize("package", ["aiohttp", "obstore"])
+def test_http_without_its_packages(package):
+    assert_one_line(["info", "http://127.0.0.1:9/kv"], (package,),
+                    says=["http://127.0.0.1:9/kv", "pip install 'ngshard[http]'", package],
                     never=("requests",))
 
 

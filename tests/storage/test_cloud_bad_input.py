@@ -134,3 +134,17 @@ def test_an_etag_that_changes_between_index_and_data_reads_is_read_again(served)
 def test_an_etag_that_never_settles_is_a_changed_error(served):
     with pytest.raises(ngshard.ChangedError, match=r"0\.shard.*changed under each of 3"):
         read_through(served, etag_changing(None))
+
+
+def test_a_batch_read_asks_no_head(served):
+    """No HEAD on the way, on S3 as over HTTP: the shard index is a ranged GET from offset 0
+    (its response gives size and ETag), then one GET of the minishard indices and one of the
+    values (near each other: read together)."""
+    seen = []
+
+    def record(method, path, status, headers, body):
+        seen.append((method, path.split("?")[0]))
+        return status, headers, body, None
+
+    assert read_through(served, record)[1] == ITEMS
+    assert [m for m, p in seen if p.endswith("0.shard")] == ["GET"] * 3

@@ -143,3 +143,15 @@ def test_http_stores_are_read_only(http_server):
         ngshard.open_kv(f"{http_server.base}/kv", SPEC, mode="a")
     assert not [r for r in http_server.requests if r[0] not in ("GET", "HEAD")]
     assert ngshard.open_kv(f"{http_server.base}/kv").get_many([1, 2]) == {1: b"one"}
+
+
+def test_stores_reach_the_folders_above_them(http_server):
+    """A layer's stores find the layer's info in the folder above (a quoted name too)."""
+    (http_server.root / "layer" / "sub dir").mkdir(parents=True)
+    (http_server.root / "layer" / "info").write_bytes(b"{}")
+    (http_server.root / "layer" / "sub dir" / "a").write_bytes(b"hello")
+    store = storage.open_storage(f"{http_server.base}/layer/sub%20dir")
+    assert store.read("a") == b"hello" and store.list() == ["a"]
+    assert store.parent().url == f"{http_server.base}/layer"
+    assert store.parent().read("info") == b"{}"
+    assert store.parent().parent().parent() is None

@@ -122,7 +122,12 @@ class ShardReader:
     def _stats(self, names: list[str]) -> list[tuple[ObjectInfo, ObjectInfo | None] | None]:
         """For each shard: (info, None) of its file, (index info, data info) of an obsolete
         two-file shard, None if neither is there. Remote stats of a step go out together."""
-        infos = self.storage.stat_many(names)
+        return self._with_pairs(names, self.storage.stat_many(names))
+
+    def _with_pairs(self, names: list[str], infos: list[ObjectInfo | None]
+                    ) -> list[tuple[ObjectInfo, ObjectInfo | None] | None]:
+        """``infos`` of shard files as :meth:`_stats` gives them: where a file is missing,
+        the (index, data) infos of an obsolete two-file shard of its name, if there is one."""
         missing = [i for i, info in enumerate(infos) if info is None]
         pairs = [legacy.pair_names(names[i]) for i in missing]
         index = self.storage.stat_many([p[0] for p in pairs])
@@ -135,15 +140,30 @@ class ShardReader:
         return out
 
     def shards(self, names: list[str]) -> dict[str, ShardState | None]:
-        """The current state of each named shard (None: no such file), indices read as needed."""
+        """The current state of each named shard (None: no such file), indices read as needed.
+
+        Where objects can be appended to (local files), a stat of each shard first: a cached
+        index of an unchanged shard costs nothing more, and an append's trailer lies at the
+        end. Elsewhere the shard index is read straight away, one ranged GET from offset 0
+        whose response gives the size and generation (no HEAD on the critical path): a
+        cached index of that generation is used, else the index just read."""
+        size = self.spec.shard_index_size
+        if self.storage.supports_append:
+            heads: list = [None] * len(names)
+            found = self._stats(names)
+        else:
+            heads = self.storage.read_heads(names, size)
+            found = self._with_pairs(names, [h and h[0] for h in heads])
         out: dict[str, ShardState | None] = {}
         todo = []
         now = time.time()
-        for name, infos in zip(names, self._stats(names)):
+        for name, infos, head in zip(names, found, heads):
             if infos is None:
                 self.cache.forget(name)
                 out[name] = None
                 continue
+            if head is not None and head[1] is None:  # changed while its index was read
+                raise self.cache.stale(name, self.storage.path(name))
             generation = infos[0].generation if infos[1] is None else \
                 (infos[0].generation, infos[1].generation)
             recent = changed_lately(*infos, now=now)
@@ -151,12 +171,11 @@ class ShardReader:
             if cached is not None:
                 out[name] = cached
             else:
-                todo.append((name, infos, generation, recent))
+                todo.append((name, infos, generation, recent, head and [head[1]]))
         if not todo:
             return out
-        size = self.spec.shard_index_size
         index_names = [name if data is None else legacy.pair_names(name)[0]
-                       for name, (_, data), _, _ in todo]
+                       for name, (_, data), _, _, _ in todo]
         # The shard index, and where appends happen (local files), the end of the file,
         # where an append leaves its trailer.
         trailer = self.storage.supports_append
@@ -166,9 +185,12 @@ class ShardReader:
             return np.array(head + [[max(0, info.size - TRAILER_SIZE), info.size]] if trailer
                             else head)
 
-        reads = self.storage.read_ranges(
-            [(n, wanted(info)) for n, (_, (info, _), _, _) in zip(index_names, todo)])
-        for index_name, (name, (info, data), generation, recent), (gen, chunks) in \
+        unread = [k for k, item in enumerate(todo) if item[4] is None]
+        reads: list = [(None, item[4]) for item in todo]
+        for k, read in zip(unread, self.storage.read_ranges(
+                [(index_names[k], wanted(todo[k][1][0])) for k in unread])):
+            reads[k] = read
+        for index_name, (name, (info, data), generation, recent, _), (gen, chunks) in \
                 zip(index_names, todo, reads):
             if chunks is None or (gen is not None and gen != info.generation):
                 raise self.cache.stale(name, self.storage.path(name))

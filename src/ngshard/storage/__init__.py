@@ -10,10 +10,12 @@ from typing import Any
 from ..errors import MissingDependencyError, SpecError
 from .base import ANY, MAX_GAP, FileSlice, ObjectInfo, Storage, changed_on_storage, coalesce
 from .gcs import GcsStorage
+from .http import HttpStorage
 from .local import LocalStorage, write_all, write_buffers
 from .objectstore import ObjectStorage
 from .options import (
     OBJECT_STORE_SCHEMES,
+    http_store,
     object_store,
     options_for,
     parse_option,
@@ -122,6 +124,9 @@ def _open(url: str, durable: bool, given: object,
     if scheme in OBJECT_STORE_SCHEMES:
         store, prefix = object_store(url, options, _shown(given))
         return ObjectStorage(url, store, prefix, retry, options=options)
+    if scheme in ("http", "https"):
+        store, prefix = http_store(url, options, _shown(given))
+        return HttpStorage(url, store, prefix, retry, options=options)
     kind = GcsStorage if scheme in ("gs", "gcs") else FsspecStorage
     try:
         return kind(url, options=options, retry=retry)
@@ -142,11 +147,11 @@ def _open(url: str, durable: bool, given: object,
 
 
 # What to install for the fsspec protocols users meet most.
-_PACKAGES = {"http": "'ngshard[http]' (aiohttp)", "https": "'ngshard[http]' (aiohttp)",
-             "gs": "'ngshard[cloud]' (gcsfs)", "gcs": "'ngshard[cloud]' (gcsfs)"}
+_PACKAGES = {"gs": "'ngshard[cloud]' (gcsfs)", "gcs": "'ngshard[cloud]' (gcsfs)"}
 
 
-__all__ = ["ANY", "FORMATS", "MAX_GAP", "FileSlice", "FsspecStorage", "GcsStorage", "LocalStorage",
+__all__ = ["ANY", "FORMATS", "MAX_GAP", "FileSlice", "FsspecStorage", "GcsStorage", "HttpStorage",
+           "LocalStorage",
            "ObjectInfo", "ObjectStorage", "RangesIgnoredWarning", "RetryPolicy", "SPILL_PREFIX",
            "Source", "Storage", "StorageOptions", "canonical_url", "changed_on_storage",
            "coalesce", "open_source", "open_storage", "owner_tag", "parse_option", "parse_url",

@@ -39,7 +39,7 @@ import fsspec.asyn
 import numpy as np
 
 from ..errors import CorruptDataError, RequestError
-from ..limits import MAX_GAP, REQUEST_CONCURRENCY
+from ..limits import REMOTE_MAX_GAP, REQUEST_CONCURRENCY
 from ..types import Blob
 from .base import ANY, FileSlice, ObjectInfo, Storage, changed_on_storage, coalesce, split_merged
 from .retry import RetryPolicy
@@ -55,6 +55,8 @@ class _Shared:
         self.store, self.options, self.retry = store, options, retry
         self.loop = fsspec.asyn.get_loop()
         self._gate: asyncio.Semaphore | None = None
+        #: Web servers (:mod:`.http`): the server was seen to ignore Range requests.
+        self.ranges_ignored = False
 
     @property
     def gate(self) -> asyncio.Semaphore:
@@ -84,6 +86,11 @@ class ObjectStorage(Storage):
         return _reopen, (self.url, self._shared.options, self.retry)
 
     # --- plumbing --------------------------------------------------------------------------
+
+    @property
+    def max_gap(self) -> int:
+        """Ranges of one object closer than this are read in one request."""
+        return REMOTE_MAX_GAP
 
     def _key(self, name: str) -> str:
         name = self.inside(name)  # every name checked, as every store does
@@ -173,13 +180,18 @@ class ObjectStorage(Storage):
 
         return self._every(one, names)
 
+    def read_heads(self, names: Sequence[str], length: int
+                   ) -> list[tuple[ObjectInfo, Blob | None] | None]:
+        # One ranged GET per object: its response says the object's size and generation.
+        return self._every(lambda name: self._get(name, 0, length), names)
+
     def read_ranges(self, requests: Sequence[tuple[str, np.ndarray]]
                     ) -> list[tuple[Hashable | None, list[Blob] | None]]:
         plans = []
         asks: list[tuple[str, tuple[int, int] | None]] = []
         for name, ranges in requests:
             ranges = np.asarray(ranges, np.int64).reshape(-1, 2)
-            merged, assignment = coalesce(ranges, MAX_GAP)
+            merged, assignment = coalesce(ranges, self.max_gap)
             plans.append((len(asks), merged, ranges, assignment))
             spans: list[tuple[int, int] | None] = \
                 [(s, e) for s, e in merged.tolist() if e > s] or [None]  # None: a HEAD
@@ -285,14 +297,14 @@ class ObjectStorage(Storage):
 
     def child(self, name: str) -> ObjectStorage:
         name = self.inside(name, folder=True)
-        return ObjectStorage(f"{self.url}/{name}", None, self._key(name), self.retry,
-                             shared=self._shared)
+        return type(self)(f"{self.url}/{name}", None, self._key(name), self.retry,
+                          shared=self._shared)
 
     def parent(self) -> ObjectStorage | None:
         if not self.prefix:
             return None
-        return ObjectStorage(self.url.rpartition("/")[0], None,
-                             self.prefix.rpartition("/")[0], self.retry, shared=self._shared)
+        return type(self)(self.url.rpartition("/")[0], None,
+                          self.prefix.rpartition("/")[0], self.retry, shared=self._shared)
 
 
 def _reopen(url: str, options: dict[str, Any], retry: RetryPolicy) -> ObjectStorage:

@@ -34,6 +34,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from datetime import timedelta
 from typing import Any, cast
+from urllib.parse import unquote, urlsplit
 
 from ..errors import MissingDependencyError, SpecError
 from ..limits import CONNECT_TIMEOUT, DEFAULT_READ_RETRIES, REQUEST_TIMEOUT, RETRY_SECONDS
@@ -160,6 +161,48 @@ def object_store(url: str, options: dict[str, Any], where: str) -> tuple[Any, st
     except TypeError as e:
         raise SpecError(f"{where}: storage_options {sorted(options)}: {e}") from None
     return store, prefix
+
+
+def http_store(url: str, options: dict[str, Any], where: str) -> tuple[Any, str]:
+    """An obstore HTTP store for the server of an ``http://`` or ``https://`` URL, and the
+    path of the URL on it (so stores derived from it reach the folders above, as a layer's
+    stores reach its info); ``where``: the URL as the caller gave it, for messages. aiohttp
+    must be there too, for listings (see :mod:`ngshard.storage.http`). Options: ``headers`` (sent
+    with every request) and obstore's own client options (``ClientConfig``).
+
+    Raises
+    ------
+    MissingDependencyError
+        obstore or aiohttp is not installed.
+    SpecError
+        An option obstore does not know, or of the wrong kind (named).
+    """
+    try:
+        import aiohttp  # noqa: F401  (listings: the server's pages, through fsspec)
+        from obstore.exceptions import BaseError
+        from obstore.store import HTTPStore
+    except ImportError:
+        raise MissingDependencyError(f"{where}: http:// and https:// URLs need more packages: "
+                                     f"pip install 'ngshard[http]' (obstore, aiohttp)"
+                                     ) from None
+    client: dict[str, Any] = {"timeout": timedelta(seconds=REQUEST_TIMEOUT),
+                              "connect_timeout": timedelta(seconds=CONNECT_TIMEOUT),
+                              "allow_http": True}
+    config = dict(options)
+    if "headers" in config:
+        client["default_headers"] = config.pop("headers")
+    client.update(config.pop("client_options", {}))
+    client.update(config)
+    retry_config = {"max_retries": 0, "retry_timeout": timedelta(seconds=REQUEST_TIMEOUT)}
+    parts = urlsplit(url)
+    try:
+        store = HTTPStore.from_url(f"{parts.scheme}://{parts.netloc}",
+                                   client_options=cast(Any, client),
+                                   retry_config=cast(Any, retry_config))
+    except (BaseError, TypeError, ValueError) as e:
+        raise SpecError(f"{where}: storage_options {sorted(options)}: "
+                        f"{str(e).splitlines()[0]}") from None
+    return store, unquote(parts.path).strip("/")
 
 
 def _s3_config(options: dict[str, Any]) -> dict[str, Any]:

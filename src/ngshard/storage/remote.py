@@ -1,5 +1,7 @@
-"""Objects behind any fsspec filesystem (memory, http, s3, gcs, ...): every request of a batch
-in flight at once on the filesystem's event loop, and whole objects written in one PUT.
+"""Objects behind any fsspec filesystem (memory, gcs, ...): every request of a batch in flight
+at once on the filesystem's event loop, and whole objects written in one PUT. (``http(s)://``
+is read through obstore, :mod:`ngshard.storage.http`, which lists a web server's folders
+through this store.)
 
 Servers that ignore Range requests: a plain static file server (``python3 -m http.server``,
 i.e. ``http.server.SimpleHTTPRequestHandler``) answers a range request with 200 and the whole
@@ -67,15 +69,22 @@ from .transient import BodyLengthError
 
 # Protocols with no way to write (fsspec's HTTP filesystem would try a POST).
 _READ_ONLY_PROTOCOLS = frozenset({"http", "https"})
-# The gap that merges every range of an object into one read: for servers that send whole
-# files anyway.
-_WHOLE = 1 << 62
+#: The gap that merges every range of an object into one read: for servers that send whole
+#: files anyway.
+WHOLE = 1 << 62
 # Conditional writes to memory:// are made exact by holding this while checking and putting.
 _MEMORY_LOCK = threading.Lock()
 
 
 class RangesIgnoredWarning(UserWarning):
     """The server answers range requests with whole files: reads are right but slow."""
+
+
+def ranges_ignored(url: str) -> RangesIgnoredWarning:
+    """The warning of a store at ``url`` whose server was seen to ignore Range requests."""
+    return RangesIgnoredWarning(f"{url}: the server ignores Range requests and sends whole "
+                                f"files; reads stay right, but each one downloads whole shard "
+                                f"files")
 
 
 class _Listing:
@@ -103,7 +112,7 @@ class FsspecStorage(Storage):
         self.retry = retry if retry is not None else RetryPolicy()
         protocols = {fs.protocol} if isinstance(fs.protocol, str) else set(fs.protocol)
         self.supports_writes = not protocols & _READ_ONLY_PROTOCOLS
-        self._max_gap = MAX_GAP  # _WHOLE once the server is seen to ignore Range requests
+        self._max_gap = MAX_GAP  # WHOLE once the server is seen to ignore Range requests
         # object stores and memory always list; a web server may not
         self._listing = _Listing(None if protocols & _READ_ONLY_PROTOCOLS else True)
 
@@ -299,11 +308,9 @@ class FsspecStorage(Storage):
         return self._range_body(blob, start, end, size, name)
 
     def _ranges_ignored(self) -> None:
-        if self._max_gap != _WHOLE:
-            self._max_gap = _WHOLE
-            warnings.warn(RangesIgnoredWarning(
-                f"{self.url}: the server ignores Range requests and sends whole files; reads "
-                f"stay right, but each one downloads whole shard files"), stacklevel=2)
+        if self._max_gap != WHOLE:
+            self._max_gap = WHOLE
+            warnings.warn(ranges_ignored(self.url), stacklevel=2)
 
     def write(self, name: str, parts: Sequence[Blob | FileSlice], if_generation: Any = ANY
               ) -> None:
