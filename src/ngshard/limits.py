@@ -28,14 +28,12 @@ DEFAULT_MAX_VALUE_BYTES = 256 * MiB
 #: Most bytes one minishard index may inflate to (a million keys in one minishard); past it
 #: the index is taken for a gzip bomb.
 MAX_MINISHARD_INDEX_BYTES = 256 * MiB
-#: Ranges of one object closer than this are read as one: a few unused KiB cost less than
-#: another request.
-MAX_GAP = 4 * KiB
-#: The same for object stores and web servers, where each request costs a round trip of
-#: 20-100 ms and a slot of the bounded concurrency, and the server's work per request: a
-#: connection moves several MiB per round trip, so 64 KiB unused cost less than a request
-#: (measured: tools/bench_http.py and bench_cloud.py, 1,000 random 1 KiB keys).
-REMOTE_MAX_GAP = 64 * KiB
+#: Ranges of one object closer than this are read as one, locally and on object stores and
+#: web servers: unused bytes cost less than another request. Remotely a request costs a round
+#: trip of 20-100 ms, a slot of the bounded concurrency and the server's work, while a
+#: connection moves several MiB per round trip (measured: tools/bench_http.py and
+#: bench_cloud.py, 1,000 random 1 KiB keys).
+MAX_GAP, REMOTE_MAX_GAP = 4 * KiB, 64 * KiB
 #: Large local reads go in pieces of this size over threads (page faults on every core).
 READ_PIECE_BYTES = 4 * MiB
 #: Most shard names probed (one stat each, in one batch) on storage that cannot list:
