@@ -100,7 +100,7 @@ class ViewCommand:
         self.lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=lambda: [self.lines.put(x) for x in self.proc.stdout],
                          daemon=True).start()
-        self.data = self._wait(r"^serving .* at (http://127\.0\.0\.1:\d+) ")
+        self.data = self._wait(r"^serving .* at (http://127\.0\.0\.1:\d+\S*) ")
         self.viewer = self._wait(r"^viewer: (http://127\.0\.0\.1:\d+/v/\w+/)$")
 
     def _wait(self, pattern: str, timeout: float = 120) -> str:

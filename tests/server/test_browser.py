@@ -231,12 +231,12 @@ def selected_pixels(page, layer: str, segments: list[str], box) -> tuple[int, in
 
 
 def test_precomputed_layers_a_user_wrote(browser, tmp_path):
-    """An image and a segmentation in a dataset folder; meshes written beside the
+    """An image and a segmentation in the folder served; meshes written beside the
     segmentation with ``write_meshes(segmentation=)`` (its info names ``../meshes``, which
-    Neuroglancer resolves below the served folder), skeletons written beside it and attached
-    to nothing (the view joins them): both are read, a selected segment's mesh lights the 3D
-    panel, none without it."""
-    served, tmp_path = tmp_path, tmp_path / "dataset"
+    Neuroglancer resolves only below the first folder of the URL's path: the view serves the
+    folder under /data/), skeletons written beside it and attached to nothing (the view joins
+    them): both are read, a selected segment's mesh lights the 3D panel, none without it."""
+    served = tmp_path
     shape, res = (96, 80, 24), (4, 4, 40)
     labels = np.zeros(shape, np.uint32)
     labels[20:60, 10:50, 4:20] = 7
@@ -261,10 +261,12 @@ def test_precomputed_layers_a_user_wrote(browser, tmp_path):
         page.goto(view.viewer)
         rows = check_view(page, view, ["em", "seg"], 96 * 4e-9)
         sources = page.evaluate("() => window.viewer.state.toJSON().layers[1].source")
-        assert sources == [f"precomputed://{view.data}/dataset/seg",
-                           f"precomputed://{view.data}/dataset/skeletons"], sources
-        assert loaded(rows, f"{view.data}/dataset/meshes/") and \
-            loaded(rows, f"{view.data}/dataset/skeletons/"), rows
+        assert view.data.endswith("/data"), view.printed
+        assert not [line for line in view.printed if line.startswith("note:")], view.printed
+        assert sources == [f"precomputed://{view.data}/seg",
+                           f"precomputed://{view.data}/skeletons"], sources
+        assert loaded(rows, f"{view.data}/meshes/") and \
+            loaded(rows, f"{view.data}/skeletons/"), rows
         perspective = next(p["box"] for p in page.evaluate(PANELS_JS) if not p["slice"])
         shown, hidden = selected_pixels(page, "seg", ["7"], perspective)
         assert shown > hidden + 2000, (shown, hidden)  # hidden: the bounding box alone

@@ -31,7 +31,7 @@ class Target(NamedTuple):
     directory: bool
 
 
-def parse_target(target: str) -> Target:
+def parse_target(target: str, base: str = "") -> Target:
     """The object a request target names.
 
     Parameters
@@ -39,6 +39,9 @@ def parse_target(target: str) -> Target:
     target
         The request target of the request line: origin form (``/a/b?q``) or absolute form
         (``http://host/a/b``).
+    base
+        The folder of URL paths the tree is served under (one name, e.g. ``data``: the
+        root is ``/data/``); anything outside it is 404.
 
     Returns
     -------
@@ -50,7 +53,8 @@ def parse_target(target: str) -> Target:
         400 for a target that is not a path from the root (``*``, relative or absolute file
         system paths, ``//``), for ``.`` and ``..`` segments whether written plainly or
         percent-encoded, for encoded separators, NUL or control characters, and for bad
-        percent-encoding or UTF-8; 404 for a hidden name (see :func:`hidden`).
+        percent-encoding or UTF-8; 404 for a hidden name (see :func:`hidden`), or a path
+        outside ``base``.
     """
     match = _ABSOLUTE_FORM.match(target)
     path = target[match.end():] or "/" if match else target
@@ -80,4 +84,9 @@ def parse_target(target: str) -> Target:
         if hidden(name):
             raise HttpError(404, "hidden files are not served")
         names.append(name)
+    if base:
+        if not names or names[0] != base:
+            raise HttpError(404, f"the served tree is under /{base}/")
+        names = names[1:]
+        directory = directory or not names
     return Target("/".join(names), directory)
