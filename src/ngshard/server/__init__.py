@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Collection
 from urllib.parse import quote
 
 from ..errors import NotFoundError, SpecError
@@ -23,7 +24,8 @@ class Server:
     its base URL; :meth:`close` stops it; it is a context manager."""
 
     def __init__(self, storage: Storage, host: str, port: int, *, listing: bool = False,
-                 log: Log | None = None, base: str = "") -> None:
+                 log: Log | None = None, base: str = "",
+                 only: Collection[str] | None = None) -> None:
         if storage.local_root is not None and not os.path.isdir(storage.local_root):
             raise NotFoundError(f"{storage.local_root}: no such folder")
         if base and ("/" in base or base in (".", "..") or hidden(base)):
@@ -38,14 +40,16 @@ class Server:
             self.url += f"/{quote(base)}"
         self.host, self.port = host, port
         self._layers: list[Layer] | None = None
+        self.only = None if only is None else frozenset(only)
         self._connections = Connections(self.files, sock, listing=listing, log=log,
-                                        base=base)
+                                        base=base, only=self.only)
 
     @property
     def layers(self) -> list[Layer]:
         """The layers found under the root (searched once, on first use)."""
         if self._layers is None:
-            self._layers = find_layers(self.files)
+            self._layers = [layer for layer in find_layers(self.files) if self.only is None
+                            or layer.path.split("/", 1)[0] in self.only]
         return self._layers
 
     def sources(self) -> dict[str, str]:
@@ -69,7 +73,8 @@ class Server:
 
 def serve(path_or_url: Location, host: str = "127.0.0.1", port: int = 0,
           *, listing: bool = False, log: Log | None = None,
-          storage_options: StorageOptions | None = None, base: str = "") -> Server:
+          storage_options: StorageOptions | None = None, base: str = "",
+          only: Collection[str] | None = None) -> Server:
     """Serve a precomputed dataset tree over HTTP, from a background thread.
 
     Parameters
@@ -93,6 +98,8 @@ def serve(path_or_url: Location, host: str = "127.0.0.1", port: int = 0,
         ``http://host:port/<base>/``, so that a layer at the top of the tree can name a
         sibling as ``../name`` (Neuroglancer resolves ``..`` only below the first folder of
         a URL's path). Default: at ``/``.
+    only
+        Serve only these names at the top of the tree (None: everything).
 
     Returns
     -------
@@ -109,6 +116,6 @@ def serve(path_or_url: Location, host: str = "127.0.0.1", port: int = 0,
         The URL needs a package that is missing, or its scheme is unknown.
     """
     return Server(open_storage(path_or_url, storage_options=storage_options), host, port,
-                  listing=listing, log=log, base=base)
+                  listing=listing, log=log, base=base, only=only)
 
 __all__ = ["Layer", "Server", "find_layers", "serve"]

@@ -69,6 +69,7 @@ class Front(Protocol):
     local: bool
     listing: bool
     base: str
+    only: frozenset[str] | None
     log: Log | None
     pool: ThreadPoolExecutor
     fd_room: int
@@ -159,7 +160,7 @@ class Exchange:
             if self.front.local:
                 try:
                     response = respond(self.files, request, listing=self.front.listing, quick=True,
-                                       base=self.front.base)
+                                       base=self.front.base, only=self.front.only)
                 except Exception as e:  # noqa: BLE001  a store failing: say so, go on
                     response = _failure(e)
                 if response is not None:
@@ -176,7 +177,7 @@ class Exchange:
         """On a thread: the answer that may block, with a small body read already."""
         try:
             response = respond(self.files, request, listing=self.front.listing,
-                               base=self.front.base)
+                               base=self.front.base, only=self.front.only)
         except Exception as e:  # noqa: BLE001
             response = _failure(e)
         try:

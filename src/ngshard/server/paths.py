@@ -4,6 +4,7 @@ leave the root, or reach a hidden file, is refused before any file system call i
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from typing import NamedTuple
 from urllib.parse import unquote_to_bytes
 
@@ -31,7 +32,8 @@ class Target(NamedTuple):
     directory: bool
 
 
-def parse_target(target: str, base: str = "") -> Target:
+def parse_target(target: str, base: str = "",
+                 only: Collection[str] | None = None) -> Target:
     """The object a request target names.
 
     Parameters
@@ -42,6 +44,8 @@ def parse_target(target: str, base: str = "") -> Target:
     base
         The folder of URL paths the tree is served under (one name, e.g. ``data``: the
         root is ``/data/``); anything outside it is 404.
+    only
+        The names at the top of the tree that are served (None: all); anything else is 404.
 
     Returns
     -------
@@ -89,4 +93,6 @@ def parse_target(target: str, base: str = "") -> Target:
             raise HttpError(404, f"the served tree is under /{base}/")
         names = names[1:]
         directory = directory or not names
+    if only is not None and (not names or names[0] not in only):
+        raise HttpError(404, "not among the folders served")
     return Target("/".join(names), directory)
