@@ -158,9 +158,9 @@ def running(executor: Executor | None, workers: int | None, what: str, dst: str,
     that pool at once (running tasks killed, not waited for) and raises
     :class:`~ngshard.errors.Interrupted` saying what is ``left`` and how to resume."""
     own = executor is None
-    pool = executor
+    pool: Executor | None = executor
     try:  # a Ctrl-C while the pool starts stops the job as well as one while it runs
-        pool = local_pool(workers) if own else executor
+        pool = local_pool(workers) if executor is None else executor
         yield pool
     except KeyboardInterrupt:
         if own and pool is not None:
