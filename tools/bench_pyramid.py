@@ -15,12 +15,20 @@ of 1024 x 1024 x 512 (512 MiB) and a uint64 segmentation of 512 x 512 x 128 (256
 x 40 nm, 64^3 chunks in ngshard's auto shards, raw (image) and compressed_segmentation
 (segmentation); every level by the factor 2 x 2 x 1 (igneous' default, so all three do the
 same work): mean for the image, mode for the segmentation. The transfer: an unsharded raw
-uint8 layer of 1024 x 512 x 512 (256 MiB, 64^3 chunk files) into ngshard's auto shards:
-``ngshard.transfer`` (the chunks' bytes carried), a tensorstore copy (one transaction, the
-same spec) and igneous' ``create_image_shard_transfer_tasks`` (``igneous image xfer
---sharded``). Each run is a child process on a
-fresh copy of the source; peak memory is the largest VmHWM of a worker process (tensorstore:
-its one process). The load average is printed before and after: the machine is shared.
+uint8 layer of 1024 x 512 x 512 (256 MiB, 64^3 chunk files gzip'd as ``.gz`` files, as
+cloud-volume and igneous write raw chunks by default) into ngshard's auto shards (gzip data
+encoding): ``ngshard.transfer`` (each file's gzip stream carried into the shard), a
+tensorstore copy (one transaction, the same spec; it reads no ``.gz`` files, so it copies
+the same chunks stored as plain files) and igneous' ``create_image_shard_transfer_tasks``
+(``igneous image xfer --sharded``).
+
+Fairness: igneous writes its shards' gzip at libdeflate level 9 and tensorstore at zlib level
+9, ngshard at libdeflate level 6 (on these sources levels 6 and 9 give the same size within
+0.1%, at about the same speed); ngshard fsyncs what it writes (its pipelines are durable), the
+peers do not. igneous' tasks are its defaults (``--memory 3.5e9``, at most 3 levels a run):
+at this size each of its runs is one task, so its second process idles. Each run is a child
+process on a fresh copy of the source; peak memory is the largest VmHWM of a worker process
+(tensorstore: its one process). The load average is printed before and after: the machine is shared.
 """
 
 from __future__ import annotations
@@ -46,13 +54,17 @@ IGNEOUS = """
 import json, sys, time
 from taskqueue import LocalTaskQueue
 import igneous.task_creation as tc
+from cloudvolume import CloudVolume
 path, levels, workers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 t = time.perf_counter()
-for mip in range(levels):
-    tasks = tc.create_image_shard_downsample_tasks(f"file://{path}", mip=mip,
-                                                  factor=(2, 2, 1))
+mip, tasks_run = 0, []
+while mip < levels:  # as `igneous image downsample --sharded --mip M` run until done
+    tasks = list(tc.create_image_shard_downsample_tasks(
+        f"file://{path}", mip=mip, factor=(2, 2, 1), num_mips=min(3, levels - mip)))
     LocalTaskQueue(parallel=workers, progress=False).insert_all(tasks)
-print(json.dumps({"seconds": time.perf_counter() - t}))
+    tasks_run.append(len(tasks))
+    mip = len(CloudVolume(f"file://{path}").info["scales"]) - 1
+print(json.dumps({"seconds": time.perf_counter() - t, "tasks": tasks_run}))
 """
 
 IGNEOUS_XFER = """
@@ -159,13 +171,17 @@ def transfer_row(scratch: str, workers: int, repeat: int, igneous: str | None,
     import ngshard
 
     shape = (int(1024 * scale), int(512 * scale), 512)
-    src = os.path.join(scratch, "xfer-src")
-    vol = ngshard.create_volume(src, shape=shape, dtype="uint8", chunk_size=(CHUNK,) * 3,
-                                resolution=(4, 4, 40))
+    # tensorstore reads no .gz chunk files: it copies the same chunks as plain files
+    src, plain = os.path.join(scratch, "xfer-src"), os.path.join(scratch, "xfer-plain")
+    vol, flat = (ngshard.create_volume(path, shape=shape, dtype="uint8", chunk_size=(CHUNK,) * 3,
+                                       resolution=(4, 4, 40), compress=compress)
+                 for path, compress in ((src, "gzip"), (plain, None)))
     rng = np.random.default_rng(0)
     for z in range(0, shape[2], CHUNK):
-        vol[:, :, z:z + CHUNK] = rng.integers(90, 110, (*shape[:2], CHUNK), np.uint8)
+        flat[:, :, z:z + CHUNK] = vol[:, :, z:z + CHUNK] = \
+            rng.integers(90, 110, (*shape[:2], CHUNK), np.uint8)
         vol.commit()
+        flat.commit()
     kinds = ["ngshard", "tensorstore"] + (["igneous"] if igneous else [])
     runs: dict[str, list[dict]] = {k: [] for k in kinds}
     for turn in range(repeat):
@@ -175,7 +191,8 @@ def transfer_row(scratch: str, workers: int, repeat: int, igneous: str | None,
             os.sync()
             cmd = [igneous, "-c", IGNEOUS_XFER, src, dst, str(workers)] \
                 if kind == "igneous" else \
-                [sys.executable, __file__, "--child", f"xfer-{kind}", src, dst, str(workers)]
+                [sys.executable, __file__, "--child", f"xfer-{kind}",
+                 plain if kind == "tensorstore" else src, dst, str(workers)]
             runs[kind].append(_measure(kind, cmd))
             out = ngshard.open_volume(dst)
             if out.scale.sharding is None or not np.array_equal(out[:, :, :64], vol[:, :, :64]):

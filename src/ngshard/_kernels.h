@@ -5,5 +5,6 @@
 
 PyObject *cseg_decode(PyObject *self, PyObject *args);
 PyObject *cseg_encode(PyObject *self, PyObject *args);
+PyObject *block_mean(PyObject *self, PyObject *args);
 
 #endif

@@ -1,9 +1,13 @@
-"""Compiled kernels of ngshard (_kernels.c, _cseg.c)."""
+"""Compiled kernels of ngshard (_kernels.c, _cseg.c, _mean.c)."""
 
-from typing import Any
+from typing import Any, overload
 
-def fortran_bytes(array: Any, /) -> bytes:
-    """The array's items in Fortran order (any strides), as bytes."""
+# The array's items in Fortran order (any strides), as bytes; or written into the writable
+# buffer ``out`` of exactly their size (then None).
+@overload
+def fortran_bytes(array: Any, /) -> bytes: ...
+@overload
+def fortran_bytes(array: Any, out: Any, /) -> None: ...
 
 def cseg_decode(words: Any, start: int, xyz: tuple[int, ...], block: tuple[int, int, int],
                 entry: int, out: Any, /) -> int:
@@ -13,3 +17,7 @@ def cseg_decode(words: Any, start: int, xyz: tuple[int, ...], block: tuple[int, 
 def cseg_encode(array: Any, block: tuple[int, int, int], lead: int, /) -> bytes | None:
     """One (x, y, z) channel's words after ``lead`` zero words; None if its offsets overflow
     24 bits."""
+
+def block_mean(array: Any, block: tuple[int, int, int], out: Any, /) -> None:
+    """``out`` = the means of ``array``'s blocks (4-d, integers of at most 32 bits, whole
+    blocks), rounded half to even."""

@@ -56,7 +56,7 @@ def gzip_decompress(data: Blob, where: str = "", limit: int | None = None,
         # file ends with this output's trailer (CRC and length) and holds it nowhere before, as
         # a first stream followed by others (even of the same bytes) would
         if out is not None:
-            trailer = struct.pack("<II", zlib.crc32(out), len(out) & 0xFFFFFFFF)
+            trailer = struct.pack("<II", deflate.crc32(out), len(out) & 0xFFFFFFFF)
             if whole.find(trailer) == len(whole) - 8:
                 return out
     return _inflate(memoryview(data), where, limit, members)

@@ -22,16 +22,21 @@ def store_chunks(task: Task, positions: np.ndarray, blobs: list) -> dict:
     return write_chunks(open_scale(task.url, task.scale), task.shard, positions, blobs)
 
 
-def write_chunks(handle: ScaleHandle, shard: int | None, positions: np.ndarray, blobs: list
-                 ) -> dict:
+def write_chunks(handle: ScaleHandle, shard: int | None, positions: np.ndarray, blobs: list,
+                 gzipped: list | None = None) -> dict:
     """Write encoded chunks (scale-encoded, not data-encoded yet) of ``handle``'s scale: as
-    chunk files, or as shard number ``shard`` whole (all of its chunks)."""
+    chunk files, or as shard number ``shard`` whole (all of its chunks). ``gzipped``: each
+    chunk's gzip stream where one is at hand (None elsewhere), written as it is where the
+    data encoding is gzip."""
     spec, storage = handle.scale.sharding, handle.chunk_storage
     if spec is None:
         storage.write_many(list(zip(handle.grid.chunk_names(positions), blobs)))
         return {"chunks": len(blobs), "bytes": sum(map(len, blobs))}
     if spec.data_encoding != "raw":
-        blobs = pmap(lambda b: encode(b, spec.data_encoding), blobs, min_items=2)
+        carried = gzipped if gzipped is not None and spec.data_encoding == "gzip" else \
+            [None] * len(blobs)
+        blobs = pmap(lambda i: encode(blobs[i], spec.data_encoding) if carried[i] is None
+                     else carried[i], range(len(blobs)), min_items=2)
     keys = handle.grid.morton(positions) if len(positions) else np.zeros(0, np.uint64)
     if shard is None:  # (every task of a sharded scale has its shard)
         raise ValueError(f"{storage.url}: chunks of a sharded scale go a whole shard at a time")

@@ -19,8 +19,8 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from ..commitplan import CommitPlan
-from ..compression import TWINS, compress_twin, decompress_twin, split_twin, twin_suffix
-from ..errors import ReadOnlyError
+from ..compression import TWINS, compress_twin, decode, decompress_twin, split_twin, twin_suffix
+from ..errors import CorruptDataError, ReadOnlyError
 from ..limits import DEFAULT_MAX_VALUE_BYTES
 from ..threads import pmap
 from ..types import Blob
@@ -66,15 +66,25 @@ class Twins:
         CorruptDataError
             A twin that does not decode, or decodes past the limit (the message names it).
         """
+        return self.read_gzip_many(names, False)[0]
+
+    def read_gzip_many(self, names: Sequence[str], streams: bool = True
+                       ) -> tuple[list[Blob | None], list[Blob | None]]:
+        """As :meth:`read_many`, and, for each file read from a ``.gz`` twin of one gzip
+        stream (checked: it decodes whole), that stream as stored (None for the others): a
+        writer of gzip carries it instead of compressing the content again."""
         staged = self.staged
         todo = [n for n in names if n not in staged] if staged else list(names)
         found: list = list(self.storage.read_many(todo))
-        for i, content in self._twins(todo, [i for i, b in enumerate(found) if b is None]):
-            found[i] = content
+        gz: list = [None] * len(todo)
+        missing = [i for i, b in enumerate(found) if b is None]
+        for i, content, stream in self._twins(todo, missing, streams):
+            found[i], gz[i] = content, stream
         if not staged:
-            return found
-        stored = dict(zip(todo, found))
-        return [staged[n] if n in staged else stored[n] for n in names]
+            return found, gz
+        stored = dict(zip(todo, zip(found, gz)))
+        pairs = [(staged[n], None) if n in staged else stored[n] for n in names]
+        return [c for c, _ in pairs], [g for _, g in pairs]
 
     def read_ranges(self, requests: Sequence[tuple[str, int, int]]
                     ) -> list[Blob | None]:
@@ -83,13 +93,15 @@ class Twins:
         got = self.storage.read_ranges([(n, np.array([[a, b]])) for n, a, b in requests])
         out: list = [None if chunks is None else chunks[0] for _, chunks in got]
         missing = [i for i, chunk in enumerate(out) if chunk is None]
-        for i, content in self._twins([n for n, _, _ in requests], missing):
+        for i, content, _ in self._twins([n for n, _, _ in requests], missing):
             out[i] = memoryview(content)[requests[i][1]:requests[i][2]]
         return out
 
-    def _twins(self, names: Sequence[str], missing: list[int]) -> list[tuple[int, Blob]]:
-        """(index, decoded content) of the ``missing`` names that have a twin, the first in
-        :data:`TWINS` order where several do."""
+    def _twins(self, names: Sequence[str], missing: list[int], streams: bool = False
+               ) -> list[tuple[int, Blob, Blob | None]]:
+        """(index, decoded content, the stored gzip stream or None) of the ``missing`` names
+        that have a twin, the first in :data:`TWINS` order where several do; the stream only
+        with ``streams``, for a ``.gz`` twin of one stream."""
         first = [self._last] if self._last else []
         packed: dict[int, tuple[str, Blob]] = {}
         for suffixes in (first, [s for s in TWINS if s not in first]):
@@ -105,10 +117,18 @@ class Twins:
             return []
         self._last = next(iter(packed.values()))[0]
         items = list(packed.items())
-        decoded = pmap(lambda item: decompress_twin(
-            item[1][1], item[1][0], self.storage.path(names[item[0]] + item[1][0]),
-            self.limit), items, min_items=4)
-        return [(i, content) for (i, _), content in zip(items, decoded)]
+
+        def decoded(item: tuple[int, tuple[str, Blob]]) -> tuple[int, Blob, Blob | None]:
+            i, (suffix, blob) = item
+            where = self.storage.path(names[i] + suffix)
+            if streams and suffix == ".gz":
+                try:  # one stream, as the sharded format's data_encoding takes it
+                    return i, decode(blob, "gzip", where, self.limit), blob
+                except CorruptDataError:
+                    pass  # several streams, or damage: said below
+            return i, decompress_twin(blob, suffix, where, self.limit), None
+
+        return pmap(decoded, items, min_items=4)
 
     def list(self) -> list[str]:
         """The plain names of the files present, stored or staged, sorted (a twin counts as

@@ -61,6 +61,13 @@ class ShardedChunks(ScaleStore):
     def put(self, positions: np.ndarray, blobs: Sequence[Blob]) -> None:
         self.kv.set_many(self.grid.morton(positions), list(blobs))
 
+    def write_order(self, positions: np.ndarray) -> np.ndarray:
+        return self.kv.commit_order(self.grid.morton(positions))
+
+    def put_block(self, positions: np.ndarray, sizes: np.ndarray, block: np.ndarray) -> None:
+        self.kv.set_many(self.grid.morton(positions), block,
+                         np.concatenate([[0], np.cumsum(sizes)]), adopt=True)
+
     def delete(self, positions: np.ndarray) -> None:
         if len(positions):
             self.kv.delete_many(self.grid.morton(positions))
@@ -100,6 +107,9 @@ class FileChunks(ScaleStore):
 
     def get(self, positions: np.ndarray) -> list[Blob | None]:
         return self.files.read_many(self.grid.chunk_names(positions))
+
+    def get_gzip(self, positions: np.ndarray) -> tuple[list[Blob | None], list[Blob | None]]:
+        return self.files.read_gzip_many(self.grid.chunk_names(positions))
 
     def put(self, positions: np.ndarray, blobs: Sequence[Blob]) -> None:
         self.files.put_many(zip(self.grid.chunk_names(positions), blobs))
