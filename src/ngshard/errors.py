@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import Any
 
 
@@ -108,6 +109,17 @@ class MissingDependencyError(NgShardError, ImportError):
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C (SIGINT) stopped a long job at once: the message says what was done, what is
     left and how to resume. A KeyboardInterrupt still, so code that catches those does."""
+
+
+def require_module(name: str, needed_by: str, extra: str) -> None:
+    """Raise the error of :func:`optional_module` if module ``name`` is not installed,
+    without importing it (a client that only sends tasks to workers does not load it)."""
+    try:
+        found = importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise MissingDependencyError(f"{needed_by} {name}: pip install 'ngshard[{extra}]'")
 
 
 def optional_module(name: str, needed_by: str, extra: str) -> Any:

@@ -44,44 +44,6 @@ def test_success_on_worker_processes(tmp_path, capsys):
     np.testing.assert_array_equal(read_precomputed(out)[0], as_xyzc(data, "zyx"))
 
 
-def test_ctrl_c_stops_at_once_and_says_how_to_resume(tmp_path):
-    """SIGINT to a running `ngshard convert` (its workers busy): it exits within about two
-    seconds, not after the running tasks, with one line saying what is left and the command
-    that resumes it; that command finishes the job."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    from peers import PEER_TIMEOUT
-
-    data = volume_data((128, 512, 512), "uint8", seed=2)
-    src, out = tmp_path / "src.zarr", tmp_path / "out"
-    zarr_python_array(src, data, chunks=(64, 64, 64))
-    argv = ["convert", str(src), str(out), "--encoding", "jpeg", "--workers", "2"]
-    child = subprocess.Popen([sys.executable, "-m", "ngshard.cli", *argv], text=True,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + PEER_TIMEOUT
-    while not (out / ".ngshard-convert" / "job.json").exists() and child.poll() is None \
-            and time.monotonic() < deadline:
-        time.sleep(0.02)  # the tasks are submitted once the job is recorded
-    assert child.poll() is None, child.communicate(timeout=PEER_TIMEOUT)
-    child.send_signal(signal.SIGINT)
-    started = time.monotonic()
-    _, err = child.communicate(timeout=PEER_TIMEOUT)
-    took = time.monotonic() - started
-    assert child.returncode == 130 and took < 2.5, (took, err)
-    assert err.count("\n") == 1 and "Traceback" not in err, err
-    again = f"ngshard convert {src} {out} --encoding jpeg --workers 2"
-    assert "left" in err and "resume" in err and err.rstrip().endswith(again), err
-    assert main(argv) == 0  # the command it names resumes the job
-    assert not (out / ".ngshard-convert").exists()
-    got, want = read_precomputed(out)[0].astype(int), as_xyzc(data, "zyx").astype(int)
-    assert got.shape == want.shape and np.abs(got - want).mean() < 20  # jpeg: lossy
-    assert not [p for p in out.rglob("*") if p.name.endswith(".tmp")], os.listdir(out)
-
-
 def test_placement_where_the_source_has_none(tmp_path, capsys):
     """A plain zarr array has no voxel size or offset: --resolution (in --units), --offset
     give them (and ngshard.convert's keywords); an OME group that has units refuses them."""

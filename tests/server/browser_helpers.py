@@ -61,6 +61,32 @@ SELECT_JS = """([segments, color]) => {
 }"""
 
 
+# Open the Annotations tab of annotation layer ``name`` in the side panel: whether its list
+# is there (ui/annotations.ts: AnnotationLayerView), and the number of rows it shows (one
+# .neuroglancer-annotation-list-entry per annotation listed); -1 before the layer is made, -2
+# before its list is.
+ANNOTATION_ROWS_JS = """(name) => {
+  const managed = window.viewer.layerManager.getLayerByName(name);
+  if (!managed || !managed.layer) return -1;
+  window.viewer.selectedLayer.layer = managed;
+  window.viewer.selectedLayer.visible = true;
+  managed.layer.panels.panels[0].selectedTab.value = 'annotations';
+  if (document.querySelector('.neuroglancer-annotation-layer-view') === null) return -2;
+  return document.querySelectorAll('.neuroglancer-annotation-list-entry').length;
+}"""
+# Replace the layers by a local annotation layer ``name`` holding ``points`` (x, y, z in the
+# global space, which it keeps).
+LOCAL_POINTS_JS = """([name, points]) => {
+  const space = window.viewer.coordinateSpace.value;
+  const outputDimensions = Object.fromEntries(space.names.map(
+    (n, i) => [n, [space.scales[i], space.units[i]]]));
+  window.viewer.layerSpecification.restoreState([
+    {type: 'annotation', name,
+     source: {url: 'local://annotations', transform: {outputDimensions}},
+     annotations: points.map((p, i) => ({type: 'point', id: `p${i}`, point: p}))}]);
+}"""
+
+
 class ViewCommand:
     """``ngshard view DIR --no-browser [options]`` running: its data URL and viewer URL,
     and what it printed until then (``printed``)."""
@@ -74,7 +100,7 @@ class ViewCommand:
         self.lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=lambda: [self.lines.put(x) for x in self.proc.stdout],
                          daemon=True).start()
-        self.data = self._wait(r"^serving .* at (http://127\.0\.0\.1:\d+) ")
+        self.data = self._wait(r"^serving .* at (http://127\.0\.0\.1:\d+\S*) ")
         self.viewer = self._wait(r"^viewer: (http://127\.0\.0\.1:\d+/v/\w+/)$")
 
     def _wait(self, pattern: str, timeout: float = 120) -> str:

@@ -284,3 +284,19 @@ def test_files_kept_open_are_checked_each_time(server, tree, tmp_path):
     assert request(server, "GET", "/sub/kept")[0] == 404
     os.unlink(tree / "sub")
     assert request(server, "GET", "/sub/kept")[0] == 404
+
+
+def test_a_tree_served_under_a_base_folder(tree):
+    """``serve(base="data")``: the root is /data/ (so that Neuroglancer resolves a top
+    layer's ``../sibling`` inside it); nothing is served outside it; a bad base is refused."""
+    with ngshard.serve(tree, base="data") as server:
+        assert server.url.endswith("/data")
+        status, _, body = request(server, "GET", "/data/data", {"Range": "bytes=0-3"})
+        assert status == 206 and body == DATA[:4]
+        assert request(server, "GET", "/data/sub/0-64_0-64_0-64")[0] == 200  # its twin
+        for path in ("/data", "/info", "/sub/0-64_0-64_0-64", "/datasub/x", "/data/.hidden"):
+            assert request(server, "GET", path)[0] == 404, path
+        assert status_of(raw(server, b"GET /data/../info HTTP/1.1\r\nHost: x\r\n\r\n")) == 400
+    for bad in ("a/b", "..", ".git"):
+        with pytest.raises(ngshard.SpecError, match="base"):
+            ngshard.serve(tree, base=bad)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import urllib.error
 import urllib.request
 
 import numpy as np
@@ -90,6 +91,41 @@ def test_open_viewer_serves_the_client_with_the_state(demo_dir):
             assert json.loads(info.read())["type"] == "image"
     with pytest.raises(OSError):  # both stopped
         urllib.request.urlopen(viewing.url, timeout=2)
+
+
+def test_a_segmentation_naming_folders_beside_it(tmp_path):
+    """``view SEG`` where SEG's info names ``../meshes`` (attached with ngshard.attach): the
+    folder above is served under /data/ with SEG and meshes alone, so that Neuroglancer
+    resolves the ``..``; the other folders there are not served."""
+    pytest.importorskip("neuroglancer", reason="the view extra is not installed")
+    from ngshard.server.view import open_viewer
+
+    labels = np.zeros((32, 32, 8), np.uint32)
+    labels[4:20, 4:20, 2:6] = 7
+    with ngshard.create_volume(tmp_path / "seg", dtype="uint32", shape=labels.shape,
+                               resolution=(4, 4, 40), layer_type="segmentation") as vol:
+        vol[...] = labels
+    box = np.array([[4, 4, 2], [20, 20, 6]], np.float32) * (4, 4, 40)
+    corners = np.array([[box[i // 4 % 2][0], box[i // 2 % 2][1], box[i % 2][2]]
+                        for i in range(8)], np.float32)
+    ngshard.write_meshes(tmp_path / "meshes", {7: (corners, [[0, 1, 3], [0, 3, 2]])})
+    ngshard.attach(tmp_path / "seg", meshes=tmp_path / "meshes")
+    assert json.loads((tmp_path / "seg" / "info").read_text())["mesh"] == "../meshes"
+    (tmp_path / "private").mkdir()
+    (tmp_path / "private" / "info").write_text("{}")
+    with open_viewer(tmp_path / "seg") as viewing:
+        url = viewing.server.url
+        assert url.endswith("/data"), url
+        layers = viewing.state["layers"]
+        assert [layer["source"] for layer in layers] == [f"precomputed://{url}/seg"]
+        assert viewing.notices and "meshes" in viewing.notices[0]
+        for name, status in (("seg/info", 200), ("meshes/info", 200), ("private/info", 404)):
+            try:
+                with urllib.request.urlopen(f"{url}/{name}", timeout=10) as answer:
+                    got = answer.status
+            except urllib.error.HTTPError as e:
+                got = e.code
+            assert got == status, name
 
 
 def test_without_neuroglancer_one_line_says_what_to_install(demo_dir, monkeypatch):

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 import traceback
 import warnings
 from collections.abc import Sequence
 
 from .. import __version__
-from ..errors import NgShardError
+from ..errors import Interrupted, NgShardError
 from .attach import add_command as add_attach_command
 from .convert import add_command as add_convert_command
 from .demo import add_command as add_demo_command
@@ -139,14 +140,23 @@ def _run(args: argparse.Namespace) -> int:
     except BrokenPipeError:  # e.g. `ngshard ls URL | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except KeyboardInterrupt as e:  # Ctrl-C: one line, what was left and how to resume
-        print(f"ngshard: {str(e) or 'interrupted'}", file=sys.stderr)
+    except Interrupted as e:  # a job stopped by Ctrl-C: what was left and how to resume
+        print(f"ngshard: {e}: {resume_command(args.argv)}", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        print("ngshard: interrupted", file=sys.stderr)
         return 130
     except (NgShardError, OSError) as e:
         if args.debug:
             traceback.print_exc()
         print(f"ngshard: error: {_message(e, getattr(args, 'url', None))}", file=sys.stderr)
         return EXIT_MISSING_KEY if isinstance(e, KeyNotFound) else EXIT_ERROR
+
+
+def resume_command(argv: Sequence[str]) -> str:
+    """The command line that resumes an interrupted job run by ``ngshard argv``: the same
+    command without ``--no-resume`` (which would start afresh), quoted for a shell."""
+    return shlex.join(["ngshard", *(a for a in argv if a != "--no-resume")])
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:

@@ -5,10 +5,9 @@ or a Dask cluster."""
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 
-from ..errors import Interrupted
+from ..limits import DEFAULT_TASK_BYTES
 from .numbers import floats, ints
 from .storage_args import storage_options
 
@@ -49,7 +48,7 @@ def add_command(command) -> None:
     p.add_argument("--downsample", nargs="?", const=True, default=False, type=int,
                    metavar="N", help="add coarser scales (at most N; near-isotropic factors, as "
                    "`ngshard downsample`) to a single-level source")
-    pool_args(p, "DST", reach="DST", job="conversion")
+    pool_args(p, "DST", reach="DST", job="conversion", task_bytes=True)
     p.add_argument("--force", action="store_true", help="replace what DST holds (a layer, "
                    "a zarr array or group, another conversion's unfinished run): all of it "
                    "is removed first; without --force that is refused")
@@ -57,9 +56,14 @@ def add_command(command) -> None:
 
 
 def pool_args(p: argparse.ArgumentParser, where: str, *, reach: str | None = None,
-              job: str = "job") -> None:
+              job: str = "job", task_bytes: bool = False) -> None:
     """``--workers``, ``--dask`` and ``--no-resume`` of a command that runs a job: ``where``
-    its record is, ``reach`` what the Dask workers must reach."""
+    its record is, ``reach`` what the Dask workers must reach; with ``task_bytes``, the
+    ``--task-bytes`` of a job whose tasks are boxes of a volume."""
+    if task_bytes:
+        p.add_argument("--task-bytes", type=int, default=DEFAULT_TASK_BYTES, metavar="N",
+                       help="uncompressed bytes a task writes at most (default "
+                            f"{DEFAULT_TASK_BYTES >> 20} MiB): smaller tasks, more of them")
     p.add_argument("--workers", type=int, metavar="N", help="local worker processes "
                    "(default: one per core)")
     note = f"; {reach} must be reachable from the workers" if reach else ""
@@ -78,7 +82,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
         stats = convert(args.src, args.url, axes=args.axes, encoding=args.encoding,
                         chunk_size=ints(args.chunk_size, "--chunk-size", 3),
                         scales=ints(args.scales, "--scales"), sharding=args.sharding,
-                        downsample=args.downsample, workers=args.workers,
+                        downsample=args.downsample, task_bytes=args.task_bytes,
+                        workers=args.workers,
                         executor=client.get_executor() if client else None,
                         progress=not args.quiet and sys.stderr.isatty(),
                         resume=not args.no_resume, overwrite=args.force,
@@ -87,9 +92,6 @@ def cmd_convert(args: argparse.Namespace) -> int:
                         resolution=floats(args.resolution, "--resolution"),
                         offset=ints(args.offset, "--offset", 3, signed=True),
                         units=args.units)
-    except Interrupted as e:  # the command that resumes it (--no-resume would start afresh)
-        again = shlex.join(["ngshard", *(a for a in args.argv if a != "--no-resume")])
-        raise Interrupted(f"{e}: {again}") from None
     finally:
         if client is not None:
             client.close()

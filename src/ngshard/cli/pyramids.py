@@ -13,7 +13,7 @@ from .storage_args import storage_options
 
 
 def _pool_args(p: argparse.ArgumentParser, where: str) -> None:
-    pool_args(p, where)
+    pool_args(p, where, task_bytes=True)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
 
@@ -81,7 +81,7 @@ def _run(fn, args: argparse.Namespace, **kwargs) -> dict:
     try:
         return fn(workers=args.workers, executor=client.get_executor() if client else None,
                   progress=not args.quiet and sys.stderr.isatty(),
-                  resume=not args.no_resume, **kwargs)
+                  resume=not args.no_resume, task_bytes=args.task_bytes, **kwargs)
     finally:
         if client is not None:
             client.close()

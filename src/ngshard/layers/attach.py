@@ -2,8 +2,8 @@
 to the segmentation, in its info's ``mesh``, ``skeletons`` and ``segment_properties`` members,
 where Neuroglancer (and :func:`ngshard.open`'s readers) look for them. Neuroglancer resolves
 them against the segmentation's URL, ``..`` included, so a layer beside the segmentation
-is attached as ``../meshes`` (Neuroglancer refuses a ``..`` that climbs to the root of a
-bucket or server, so such a pair must lie in a folder: serve its parent).
+is attached as ``../meshes`` (Neuroglancer refuses a ``..`` that climbs to the top of a
+URL's path: ``ngshard view`` serves such a pair under ``/data/``).
 """
 
 from __future__ import annotations

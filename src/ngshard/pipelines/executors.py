@@ -12,6 +12,8 @@ import threading
 from concurrent.futures import Executor, ProcessPoolExecutor
 from multiprocessing.context import BaseContext
 
+from tqdm import tqdm
+
 from ..cpus import available_cpus
 from ..errors import MissingDependencyError
 
@@ -38,20 +40,30 @@ def local_pool(workers: int | None = None) -> ProcessPoolExecutor:
         parent = None  # the forkserver, which exits when this process does
     pool = ProcessPoolExecutor(max_workers=workers or available_cpus(), mp_context=context,
                                initializer=_start_worker, initargs=(parent,))
-    # Forked workers start at the first submit; a Ctrl-C landing in os.fork's at-fork
-    # handlers is swallowed there ("Exception ignored") and the job would run on. So they
-    # start now, with SIGINT held back until they are up.
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    # Workers start at the first submit. A Ctrl-C landing in os.fork's at-fork handlers is
+    # swallowed there ("Exception ignored") and the job would run on: forked workers start
+    # now, with SIGINT held back until they are up (a forkserver forks in its own process:
+    # a Ctrl-C is taken at once). Either way a Ctrl-C meanwhile stops the pool.
+    forked = parent is not None
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if forked else None
     try:
-        pool.submit(int).result()
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        try:
+            pool.submit(int).result()
+        finally:
+            if held is not None:
+                signal.pthread_sigmask(signal.SIG_SETMASK, held)
+    except KeyboardInterrupt:  # the caller never gets the pool
+        stop_pool(pool)
+        raise
     return pool
 
 
 def _start_worker(parent: int | None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     die_with_parent(parent)
+    # tqdm's bars (kimimaro makes them, disabled) would make a named semaphore here that a
+    # worker killed by stop_pool leaves behind ("leaked semaphore objects" at exit)
+    tqdm.set_lock(threading.RLock())
 
 
 def _one_thread() -> bool:

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import SpecError, optional_module
+from ..errors import SpecError, optional_module, require_module
 from ..kinds import LEGACY_MESHES, MESHES
 from ..layers.info import link_layer, transform_json
 from ..layers.mesh_codec import Manifest, decode_legacy, encode_legacy
@@ -255,7 +255,7 @@ def mesh(seg: str | os.PathLike, dst: str | os.PathLike | None = None, *,
     ExistsError
         ``dst`` holds a layer, and not ``overwrite``.
     """
-    _zmesh()
+    require_module("zmesh", "meshing needs", "meshing")  # loaded by the workers only
     if vertex_quantization_bits not in (10, 16):
         raise SpecError(f"vertex_quantization_bits must be 10 or 16, got "
                         f"{vertex_quantization_bits}")

@@ -19,6 +19,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shlex
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -62,7 +63,7 @@ class Job:
 
     what: str  # "meshing" or "skeletonizing", for messages
     dst: str
-    doc: dict
+    doc: dict  # with "job" (the command: mesh, skeletonize) and "from" (the segmentation)
     forge: list[Step]
     merge: Callable[[ShardingSpec, int, list], Step]
     sharding: Callable[[int, float | None], ShardingSpec]
@@ -113,24 +114,32 @@ def run_job(job: Job, *, executor: Executor | None = None, workers: int | None =
     """Run both phases of ``job`` (skipping tasks done before), then write its infos; the
     statistics: ``boxes``, ``shards``, ``segments``, ``run`` and ``skipped`` tasks."""
     storage = open_storage(job.dst)
-    record = {**job.doc, "tasks": {"forge": len(job.forge)}}
-    if not records.recorded(storage, record):  # not an unfinished run of this job
-        claim(storage, overwrite=overwrite)
-        _clear_bundles(storage)
-    done = records.start(storage, record, resume)
-    if not done:
-        _clear_bundles(storage)
+    # what `verify` of the unfinished job names as the command that resumes it
+    command = shlex.join(["ngshard", job.doc["job"], job.doc["from"], "--dst", job.dst])
+    record = {**job.doc, "command": command, "tasks": {"box": len(job.forge)}}
     stats = {"boxes": len(job.forge), "shards": 0, "segments": 0, "run": 0, "skipped": 0}
+    merging: list[Step] = []  # the merge tasks, once planned
 
     def left() -> str:
-        return f"{stats['run'] + stats['skipped']} tasks of {job.what} into {job.dst} are done"
+        finished = stats["run"] + stats["skipped"]
+        total = stats["boxes"] + len(merging)
+        later = "" if merging else " (and a task per shard after them)"
+        return (f"{finished} of {total} tasks of {job.what} into {job.dst} are done, "
+                f"{total - finished} left{later}")
 
-    with running(executor, workers, job.what, job.dst, left) as pool, \
-            records.Recorder(storage) as recorder:
-        _phase(pool, job, job.forge, done, stats, progress, "boxes", recorder)
-        spec, count, merges = plan_merges(job)
-        stats["shards"], stats["segments"] = len(merges), count
-        _phase(pool, job, merges, done, stats, progress, "shards", recorder)
+    with running(executor, workers, job.what, job.dst, left) as pool:
+        if not records.recorded(storage, record):  # not an unfinished run of this job
+            claim(storage, overwrite=overwrite)
+            _clear_bundles(storage)
+        done = records.start(storage, record, resume)
+        if not done:
+            _clear_bundles(storage)
+        with records.Recorder(storage) as recorder:
+            _phase(pool, job, job.forge, done, stats, progress, "boxes", recorder)
+            spec, count, merges = plan_merges(job)
+            merging += merges
+            stats["shards"], stats["segments"] = len(merges), count
+            _phase(pool, job, merges, done, stats, progress, "shards", recorder)
     job.finish(spec, count)
     records.clear(storage)
     _clear_bundles(storage)

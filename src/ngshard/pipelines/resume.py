@@ -15,6 +15,7 @@ import json
 import os
 import time
 import uuid
+from collections.abc import Collection
 
 from ..errors import UnlistableError
 from ..jsondoc import parse_json
@@ -99,17 +100,22 @@ def clear(root: str | Storage) -> None:
             os.rmdir(records.local_root)
 
 
-def unfinished(root: str | Storage, part: str | None = None) -> str | None:
-    """One line saying that the conversion into ``root`` has not finished: how many of its
-    tasks (of output ``part`` only, a scale's key, when given) remain, and how to resume.
-    None when no conversion is recorded there, or when every task of ``part`` is done.
+def unfinished(root: str | Storage, part: str | None = None, *,
+               besides: Collection[str] = ()) -> str | None:
+    """One line saying that a job writing into ``root`` (a conversion, a transfer, a
+    pyramid, meshes, skeletons) has not finished: how many of its tasks (of output ``part``
+    only, a scale's key, when given) remain, and the command that resumes it, as its record
+    names it. None when no job is recorded there, or when every task of ``part`` is done.
 
     Parameters
     ----------
     root
-        The conversion's destination.
+        The job's destination.
     part
         A scale key (or zarr array name): only its tasks count.
+    besides
+        Outputs checked on their own (the scales of a volume): a job none of whose other
+        outputs has tasks is not reported.
 
     Returns
     -------
@@ -125,25 +131,33 @@ def unfinished(root: str | Storage, part: str | None = None) -> str | None:
         counts = {str(k): int(v) for k, v in job.get("tasks", {}).items()}
         command = job.get("command") or f"ngshard convert {job['from']} {job['to']}"
         how = f"run `{command}` again with the same options"
-    except (ValueError, TypeError, KeyError, AttributeError, OverflowError):  # SpecError: too
-        counts, how = {}, "run the same conversion again"
+        kind = command.split()[1]
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError,
+            IndexError):  # SpecError: too
+        counts, how, kind = {}, "run the same conversion again", "convert"
     if part is not None and counts and not any(part in k.split("+") for k in counts):
         return None  # not an output of the recorded job
+    if besides:  # a task making several levels names them all, joined by "+"
+        counts = {k: v for k, v in counts.items() if not set(k.split("+")) & set(besides)}
+        if not counts:
+            return None  # (a record it cannot read: the outputs' own checks report it)
     try:
         done = _done(records, records.list())
     except UnlistableError:
         done = None
-    if part is not None:  # a task making several levels names them all, joined by "+"
+    if part is not None:
         counts = {k: v for k, v in counts.items() if part in k.split("+")}
-        done = None if done is None else [n for n in done if n.split("/", 1)[0] in counts]
+    if done is not None and counts:
+        done = [n for n in done if n.split("/", 1)[0] in counts]
     what = f" of {part}" if part is not None else ""
-    head = f"{layer.url}: a conversion into it has not finished"
+    job_name = "a conversion" if kind == "convert" else f"a {kind} job"
+    head = f"{layer.url}: {job_name} into it has not finished"
     if done is None or not counts:
         left = "" if done is None else f" ({len(done)} task(s){what} done)"
         return f"{head}{left}; to finish it, {how}"
     total = sum(counts.values())
-    if len(done) >= total:
-        return None
+    if len(done) >= total:  # its last steps (tasks planned later, the info) remain
+        return None if part is not None else f"{head}; to finish it, {how}"
     by_part = ", ".join(f"{k}: {v - sum(n.split('/', 1)[0] == k for n in done)} of {v}"
                         for k, v in counts.items() if len(counts) > 1)
     return (f"{head}: {total - len(done)} of {total} task(s){what} remain"

@@ -157,14 +157,15 @@ def running(executor: Executor | None, workers: int | None, what: str, dst: str,
     """``executor``, or a local pool of ``workers`` shut down at the end; a Ctrl-C stops
     that pool at once (running tasks killed, not waited for) and raises
     :class:`~ngshard.errors.Interrupted` saying what is ``left`` and how to resume."""
-    pool = local_pool(workers) if executor is None else executor
     own = executor is None
-    try:
+    pool: Executor | None = executor
+    try:  # a Ctrl-C while the pool starts stops the job as well as one while it runs
+        pool = local_pool(workers) if executor is None else executor
         yield pool
     except KeyboardInterrupt:
-        if own:
+        if own and pool is not None:
             stop_pool(pool)  # type: ignore[arg-type]
-            own = False
+        own = False
         raise Interrupted(
             f"interrupted: {left()} (recorded in {dst}/{records.PREFIX}/): run the same "
             f"{'conversion' if what == 'converting' else 'command'} again to resume"
@@ -177,7 +178,7 @@ def running(executor: Executor | None, workers: int | None, what: str, dst: str,
             f"executor=concurrent.futures.ThreadPoolExecutor()). Run again to resume."
         ) from None
     finally:
-        if own:  # our own pool
+        if own and pool is not None:  # our own pool
             pool.shutdown(cancel_futures=True)
 
 

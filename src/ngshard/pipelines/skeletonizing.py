@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import SpecError, optional_module
+from ..errors import SpecError, optional_module, require_module
 from ..kinds import SKELETONS
 from ..layers.info import link_layer, transform_json
 from ..layers.skeleton_codec import VertexAttribute, decode_skeleton, encode_skeletons
@@ -190,7 +190,7 @@ def skeletonize(seg: str | os.PathLike, dst: str | os.PathLike | None = None, *,
     ExistsError
         ``dst`` holds a layer, and not ``overwrite``.
     """
-    _kimimaro()
+    require_module("kimimaro", "skeletonizing needs", "meshing")  # loaded by the workers only
     params = {**TEASAR, **(teasar or {})}
     unknown = set(params) - set(TEASAR)
     if unknown:

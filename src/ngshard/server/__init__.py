@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Collection
+from urllib.parse import quote
 
-from ..errors import NotFoundError
+from ..errors import NotFoundError, SpecError
 from ..storage import Location, Storage, StorageOptions, open_storage
 from .connections import Connections, Log
 from .files import open_files
 from .layers import Layer, find_layers
+from .paths import hidden
 
 
 class Server:
@@ -21,24 +24,32 @@ class Server:
     its base URL; :meth:`close` stops it; it is a context manager."""
 
     def __init__(self, storage: Storage, host: str, port: int, *, listing: bool = False,
-                 log: Log | None = None) -> None:
+                 log: Log | None = None, base: str = "",
+                 only: Collection[str] | None = None) -> None:
         if storage.local_root is not None and not os.path.isdir(storage.local_root):
             raise NotFoundError(f"{storage.local_root}: no such folder")
+        if base and ("/" in base or base in (".", "..") or hidden(base)):
+            raise SpecError(f"base must be one folder name that is not hidden, not {base!r}")
         self.files = open_files(storage)
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
         sock = socket.create_server((host, port), family=family, backlog=1024)  # bursts of viewers
         port = sock.getsockname()[1]
         shown = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
         self.url = f"http://[{shown}]:{port}" if ":" in shown else f"http://{shown}:{port}"
+        if base:
+            self.url += f"/{quote(base)}"
         self.host, self.port = host, port
         self._layers: list[Layer] | None = None
-        self._connections = Connections(self.files, sock, listing=listing, log=log)
+        self.only = None if only is None else frozenset(only)
+        self._connections = Connections(self.files, sock, listing=listing, log=log,
+                                        base=base, only=self.only)
 
     @property
     def layers(self) -> list[Layer]:
         """The layers found under the root (searched once, on first use)."""
         if self._layers is None:
-            self._layers = find_layers(self.files)
+            self._layers = [layer for layer in find_layers(self.files) if self.only is None
+                            or layer.path.split("/", 1)[0] in self.only]
         return self._layers
 
     def sources(self) -> dict[str, str]:
@@ -62,7 +73,8 @@ class Server:
 
 def serve(path_or_url: Location, host: str = "127.0.0.1", port: int = 0,
           *, listing: bool = False, log: Log | None = None,
-          storage_options: StorageOptions | None = None) -> Server:
+          storage_options: StorageOptions | None = None, base: str = "",
+          only: Collection[str] | None = None) -> Server:
     """Serve a precomputed dataset tree over HTTP, from a background thread.
 
     Parameters
@@ -81,6 +93,13 @@ def serve(path_or_url: Location, host: str = "127.0.0.1", port: int = 0,
         request could not be parsed).
     storage_options
         How to reach the storage (see :func:`ngshard.open_volume`).
+    base
+        Serve the tree under this folder of URL paths (one name): its root is
+        ``http://host:port/<base>/``, so that a layer at the top of the tree can name a
+        sibling as ``../name`` (Neuroglancer resolves ``..`` only below the first folder of
+        a URL's path). Default: at ``/``.
+    only
+        Serve only these names at the top of the tree (None: everything).
 
     Returns
     -------
@@ -97,6 +116,6 @@ def serve(path_or_url: Location, host: str = "127.0.0.1", port: int = 0,
         The URL needs a package that is missing, or its scheme is unknown.
     """
     return Server(open_storage(path_or_url, storage_options=storage_options), host, port,
-                  listing=listing, log=log)
+                  listing=listing, log=log, base=base, only=only)
 
 __all__ = ["Layer", "Server", "find_layers", "serve"]

@@ -56,8 +56,10 @@ class Connections:
     :data:`SERVE_LOOPS` event loops (threads) and a few threads for blocking work."""
 
     def __init__(self, files: Files, sock: socket.socket, *,
-                 listing: bool = False, log: Log | None = None) -> None:
+                 listing: bool = False, log: Log | None = None, base: str = "",
+                 only: frozenset[str] | None = None) -> None:
         self.files, self.sock, self.listing, self.log = files, sock, listing, log
+        self.base, self.only = base, only
         self.local = isinstance(files, LocalFiles)
         sock.setblocking(False)
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]

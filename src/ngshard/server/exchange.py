@@ -68,6 +68,8 @@ class Front(Protocol):
 
     local: bool
     listing: bool
+    base: str
+    only: frozenset[str] | None
     log: Log | None
     pool: ThreadPoolExecutor
     fd_room: int
@@ -157,7 +159,8 @@ class Exchange:
                 continue
             if self.front.local:
                 try:
-                    response = respond(self.files, request, listing=self.front.listing, quick=True)
+                    response = respond(self.files, request, listing=self.front.listing, quick=True,
+                                       base=self.front.base, only=self.front.only)
                 except Exception as e:  # noqa: BLE001  a store failing: say so, go on
                     response = _failure(e)
                 if response is not None:
@@ -173,7 +176,8 @@ class Exchange:
     def _work(self, conn: Conn, request: Request) -> None:
         """On a thread: the answer that may block, with a small body read already."""
         try:
-            response = respond(self.files, request, listing=self.front.listing)
+            response = respond(self.files, request, listing=self.front.listing,
+                               base=self.front.base, only=self.front.only)
         except Exception as e:  # noqa: BLE001
             response = _failure(e)
         try:

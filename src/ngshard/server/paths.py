@@ -4,6 +4,7 @@ leave the root, or reach a hidden file, is refused before any file system call i
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from typing import NamedTuple
 from urllib.parse import unquote_to_bytes
 
@@ -31,7 +32,8 @@ class Target(NamedTuple):
     directory: bool
 
 
-def parse_target(target: str) -> Target:
+def parse_target(target: str, base: str = "",
+                 only: Collection[str] | None = None) -> Target:
     """The object a request target names.
 
     Parameters
@@ -39,6 +41,11 @@ def parse_target(target: str) -> Target:
     target
         The request target of the request line: origin form (``/a/b?q``) or absolute form
         (``http://host/a/b``).
+    base
+        The folder of URL paths the tree is served under (one name, e.g. ``data``: the
+        root is ``/data/``); anything outside it is 404.
+    only
+        The names at the top of the tree that are served (None: all); anything else is 404.
 
     Returns
     -------
@@ -50,7 +57,8 @@ def parse_target(target: str) -> Target:
         400 for a target that is not a path from the root (``*``, relative or absolute file
         system paths, ``//``), for ``.`` and ``..`` segments whether written plainly or
         percent-encoded, for encoded separators, NUL or control characters, and for bad
-        percent-encoding or UTF-8; 404 for a hidden name (see :func:`hidden`).
+        percent-encoding or UTF-8; 404 for a hidden name (see :func:`hidden`), or a path
+        outside ``base``.
     """
     match = _ABSOLUTE_FORM.match(target)
     path = target[match.end():] or "/" if match else target
@@ -80,4 +88,11 @@ def parse_target(target: str) -> Target:
         if hidden(name):
             raise HttpError(404, "hidden files are not served")
         names.append(name)
+    if base:
+        if not names or names[0] != base:
+            raise HttpError(404, f"the served tree is under /{base}/")
+        names = names[1:]
+        directory = directory or not names
+    if only is not None and (not names or names[0] not in only):
+        raise HttpError(404, "not among the folders served")
     return Target("/".join(names), directory)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, overload
 from urllib.parse import quote
@@ -65,12 +65,15 @@ def error_response(status: int, reason: str, *, close: bool = False,
 
 @overload
 def respond(files: Files, request: Request, *, listing: bool = False,
-            quick: Literal[False] = False) -> Response: ...
+            quick: Literal[False] = False, base: str = "",
+            only: Collection[str] | None = None) -> Response: ...
 @overload
 def respond(files: Files, request: Request, *, listing: bool = False,
-            quick: bool) -> Response | None: ...
+            quick: bool, base: str = "", only: Collection[str] | None = None
+            ) -> Response | None: ...
 def respond(files: Files, request: Request, *,
-            listing: bool = False, quick: bool = False) -> Response | None:
+            listing: bool = False, quick: bool = False, base: str = "",
+            only: Collection[str] | None = None) -> Response | None:
     """The response to ``request`` for the files under ``files``' root.
 
     Parameters
@@ -84,6 +87,9 @@ def respond(files: Files, request: Request, *,
     quick
         Give up (return None) where the answer takes more than a few file system calls:
         a listing, or a range of a compressed twin (decoded to find its size).
+    base, only
+        The folder of URL paths the tree is served under, the names at its top that are
+        served (see :func:`~ngshard.server.paths.parse_target`).
 
     Returns
     -------
@@ -97,7 +103,7 @@ def respond(files: Files, request: Request, *,
             return _options(request)
         if request.method not in ("GET", "HEAD"):
             raise HttpError(405, f"{request.method} is not allowed: this server is read-only")
-        return _get(files, request, listing, quick)
+        return _get(files, request, listing, quick, base, only)
     except HttpError as e:
         extra = [("Allow", ALLOW)] if e.status == 405 else []
         return error_response(e.status, e.reason, close=e.close, extra=extra)
@@ -114,8 +120,8 @@ def _options(request: Request) -> Response:
 
 
 def _get(files: Files, request: Request, listing: bool,
-         quick: bool) -> Response | None:
-    target = parse_target(request.target)
+         quick: bool, base: str, only: Collection[str] | None) -> Response | None:
+    target = parse_target(request.target, base, only)
     found, twin = files.open(target.name), ""
     if found is None and target.name and not target.directory:
         found, twin = open_twin(files, target.name) or (None, "")

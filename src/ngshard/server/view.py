@@ -14,6 +14,7 @@ import os
 import sys
 import webbrowser
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 
@@ -22,7 +23,8 @@ from ..kinds import IMAGE, SEGMENTATION
 from ..limits import MAX_LAYERS
 from ..storage import Location, Storage, StorageOptions, open_storage
 from ..volume import open_volume
-from .layers import Layer
+from .files import open_files
+from .layers import Layer, find_layers
 from .placement import Placement, place, unplaced_notice
 
 #: What to install for the viewer, in the words of the one-line hint.
@@ -145,9 +147,8 @@ def viewer_state(layers: list[Layer], base_url: str, storage: Storage | None = N
                 entry["source"] = {"url": source, "transform": where.transform}
             if not where.known:
                 unplaced.append(name)
-        if layer.kind == SEGMENTATION and "/" not in layer.path and notices is not None \
-                and any(str(layer.info.get(k, "")).startswith("..") for k in _ATTACHABLE):
-            # Neuroglancer refuses a ".." that climbs to the top of the served tree
+        if _climbs(layer) and notices is not None and not urlsplit(base_url).path.strip("/"):
+            # Neuroglancer refuses a ".." that climbs to the top of a URL's path
             notices.append(f"{name}: its info names layers beside it (../), which "
                            f"Neuroglancer resolves only below the served folder: serve its "
                            f"parent folder instead")
@@ -244,6 +245,11 @@ def open_viewer(path_or_url: Location, host: str = "127.0.0.1",
                 storage_options: StorageOptions | None = None) -> Viewing:
     """Serve a tree and a Neuroglancer client whose state already holds its layers.
 
+    A segmentation at the top of the tree whose info names a folder beside it (``mesh":
+    "../meshes"``) needs the tree served under a folder of URL paths (``/data/``), where
+    Neuroglancer resolves that ``..``; a segmentation that *is* the tree and names folders
+    beside it is served with them from the folder above (those folders alone).
+
     Parameters
     ----------
     path_or_url
@@ -273,9 +279,22 @@ def open_viewer(path_or_url: Location, host: str = "127.0.0.1",
 
     neuroglancer = require_neuroglancer()
     storage = open_storage(path_or_url, storage_options=storage_options)
-    server = serve(storage, host, port)
+    # a layer at the top naming a sibling (../meshes): served under /data/, which
+    # Neuroglancer's ".." resolves in (it refuses to climb to the top of a URL's path)
+    layers = find_layers(open_files(storage))
+    climbs = any(_climbs(layer) for layer in layers)
+    only = None
+    beside = _beside(layers)
+    parent = storage.parent() if beside else None
+    if parent is not None:  # a segmentation naming folders beside it: they and it alone
+        only = {storage.url.rstrip("/").rsplit("/", 1)[-1], *beside}
+        storage, climbs = parent, True
+    server = serve(storage, host, port, base="data" if climbs else "", only=only)
     try:
         notices: list[str] = []
+        if only is not None:
+            notices.append(f"its info names {', '.join(sorted(beside))} beside it: served "
+                           f"with it from the folder above, nothing else of that folder")
         state = viewer_state(server.layers, server.url, storage, resolution=resolution,
                              notices=notices)
         neuroglancer.set_server_bind_address(host, viewer_port)
@@ -285,6 +304,24 @@ def open_viewer(path_or_url: Location, host: str = "127.0.0.1",
     except BaseException:
         server.close()
         raise
+
+
+def _climbs(layer: Layer) -> bool:
+    """Whether ``layer`` is a segmentation at the top of the tree whose info names a layer
+    beside it (``../meshes``)."""
+    return layer.kind == SEGMENTATION and "/" not in layer.path and \
+        any(str(layer.info.get(k, "")).startswith("..") for k in _ATTACHABLE)
+
+
+def _beside(layers: list[Layer]) -> set[str]:
+    """The folders beside the root that a segmentation at the root names (``../meshes``:
+    meshes)."""
+    root = next((layer for layer in layers if layer.path == ""), None)
+    if root is None or root.kind != SEGMENTATION:
+        return set()
+    return {value[3:].split("/", 1)[0] for k in _ATTACHABLE
+            if isinstance(value := root.info.get(k), str) and value.startswith("../")
+            and not value.startswith("../..") and len(value) > 3}
 
 
 def browser_available() -> bool:
