@@ -104,6 +104,9 @@ def copy_runs(dst: np.ndarray, src: np.ndarray) -> None:
         Arrays of one shape and dtype (``src`` may be a broadcast view).
     """
     item = dst.itemsize
+    if src.dtype != dst.dtype or dst.dtype.hasobject or dst.ndim != src.ndim:
+        dst[...] = src  # a cast or a broadcast: numpy's own way
+        return
     for a, (n, d, s) in enumerate(zip(dst.shape, dst.strides, src.strides)):
         if d == s == item and n > 1 and dst.size >= MANY_RUNS * n:
             width = f"V{n * item}"
@@ -139,7 +142,7 @@ def _copy(dst: np.ndarray, src: np.ndarray) -> None:
                     index[b] = slice(j, j + BLOCK)
                     dst[tuple(index)] = src[tuple(index)]
             return
-    dst[...] = src
+    copy_runs(dst, src)
 
 
 def _fastest(a: np.ndarray) -> int:
@@ -233,6 +236,10 @@ def copy_from_chunks(read: Callable[[np.ndarray, Callable], None], positions_of:
             copy_slices(src, dst, part, threads=False)
             return
         for row in range(a, b):
-            dst[dst_index[row]] = src[src_index[row]]
+            view = dst[dst_index[row]]
+            if isinstance(view, np.ndarray):
+                _copy(view, src[src_index[row]])
+            else:  # a single point
+                dst[dst_index[row]] = src[src_index[row]]
 
     read(positions_of(ids[heads]), consume)
