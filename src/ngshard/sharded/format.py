@@ -103,8 +103,8 @@ def find_in_tables(tables: Sequence[MinishardIndex], which: np.ndarray, keys: np
     counts = np.fromiter((len(t.keys) for t in tables), np.int64, len(tables))
     bounds = np.zeros(len(tables) + 1, np.int64)
     np.cumsum(counts, out=bounds[1:])
-    if not len(keys) or not bounds[-1]:
-        none = np.zeros(len(keys), np.uint64)
+    if not len(keys) or not bounds[-1]:  # nothing to find
+        none = np.zeros(0, np.uint64)
         return np.zeros(len(keys), bool), none, none
     table = np.concatenate([t.keys for t in tables])
     which = np.asarray(which, np.int64)
