@@ -5,8 +5,11 @@ driver and zarr-python, same array, one process.
 
 A size x size x size/2 uint8 array (smooth noise, so zstd has work), 64^3 inner chunks in
 256^3 shards, bytes + zstd per inner chunk, written by tensorstore. Rows: the whole array,
-and 100 small random boxes (8 to 40 voxels a side; each library reads them one after another,
-tensorstore under ``ts.Batch``). The libraries take turns (tools/benchlib.py), no fsync.
+and 100 small random boxes (8 to 40 voxels a side): ngshard in one ``read_many`` call (each
+inner chunk decoded once, no decoded-chunk cache beyond the call), tensorstore under
+``ts.Batch`` (with its cache pool of ``CACHE_BYTES``, the index cache budget ngshard has),
+zarr-python one after another (it has no batch read). The libraries take turns
+(tools/benchlib.py), no fsync.
 """
 
 from __future__ import annotations
@@ -58,8 +61,7 @@ def main() -> None:
         want = [data[b] for b in boxes]
 
         def ng_boxes():
-            array = ngshard.zarr.open_array(path)
-            return [array[b] for b in boxes]
+            return ngshard.zarr.open_array(path).read_many(boxes)
 
         def ts_boxes():
             array = ts.open(spec).result(timeout=PEER_TIMEOUT)

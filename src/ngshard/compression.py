@@ -110,6 +110,12 @@ def zstd_decompress(data: Blob, where: str = "", limit: int | None = None) -> by
     total = 0
     rest = bytes(data)
     try:
+        declared = zstandard.frame_content_size(rest)
+        if declared >= 0 and (limit is None or declared <= limit):
+            try:  # the common case, one frame of declared size: one call, no copies
+                return zstandard.ZstdDecompressor().decompress(rest, allow_extra_data=False)
+            except zstandard.ZstdError:
+                pass  # more frames, or corrupt: the general path below tells which
         while True:
             declared = zstandard.frame_content_size(rest)
             if declared < 0 and limit is not None:

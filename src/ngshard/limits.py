@@ -36,6 +36,9 @@ MAX_MINISHARD_INDEX_BYTES = 256 * MiB
 MAX_GAP, REMOTE_MAX_GAP = 4 * KiB, 64 * KiB
 #: Large local reads go in pieces of this size over threads (page faults on every core).
 READ_PIECE_BYTES = 4 * MiB
+#: A local batch of reads holding this many ranges reads its files on threads (one pread
+#: each costs a few microseconds, much of it without the GIL).
+THREADED_RANGES = 256
 #: Most shard names probed (one stat each, in one batch) on storage that cannot list:
 #: shard_bits up to 12.
 MAX_PROBED_SHARDS = 4096

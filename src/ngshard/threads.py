@@ -5,6 +5,7 @@ leaves never wait on anything, so neither pool can deadlock on itself."""
 from __future__ import annotations
 
 import os
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -23,9 +24,17 @@ _leaves: ThreadPoolExecutor
 _jobs: ThreadPoolExecutor
 
 
+_where = threading.local()  # .leaf: this thread is one of the leaf pool's
+
+
+def _leaf_thread() -> None:
+    _where.leaf = True
+
+
 def _new_pools() -> None:
     global _leaves, _jobs
-    _leaves = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="ngshard")
+    _leaves = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="ngshard",
+                                 initializer=_leaf_thread)
     _jobs = ThreadPoolExecutor(max_workers=2 * WORKERS, thread_name_prefix="ngshard-job")
 
 
@@ -41,9 +50,10 @@ def pool() -> ThreadPoolExecutor:
 
 
 def pmap(fn: Callable[[T], R], items: Iterable[T], *, min_items: int = 64) -> list[R]:
-    """``list(map(fn, items))`` on the leaf pool when there are enough items to pay off."""
+    """``list(map(fn, items))`` on the leaf pool when there are enough items to pay off
+    (and on this thread when it is a leaf itself: leaves never wait on leaves)."""
     items = list(items)
-    if len(items) < min_items:
+    if len(items) < min_items or getattr(_where, "leaf", False):
         return list(map(fn, items))
     # A thread pool ignores map's chunksize: one future per item costs more than small items
     # (a skeleton's gunzip, a mesh fragment) take, so items go to the pool in 4 runs a thread.

@@ -343,3 +343,11 @@ def test_batch_deletions_spills_pending_plans_and_byte_views(tmp_path):
     kv.commit()
     expect = {k: v for k, v in items.items() if k not in gone} | {5: bytes(range(64)), 6: b"six"}
     check_store(ngshard.open_kv(tmp_path), expect)
+
+
+def test_get_many_of_keys_whose_minishards_are_all_empty(tmp_path):
+    spec = ngshard.ShardingSpec(hash="identity", minishard_bits=3, shard_bits=0)
+    ngshard.write_kv(tmp_path, spec, {8: b"eight"})  # minishard 0; minishards 1..7 empty
+    kv = ngshard.open_kv(tmp_path)
+    assert kv.get_many([1, 2, 3]) == {}
+    assert kv.get_many([1, 8, 9]) == {8: b"eight"}

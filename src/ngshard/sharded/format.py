@@ -89,6 +89,40 @@ class MinishardIndex(NamedTuple):
 EMPTY_MINISHARD = MinishardIndex(*(np.zeros(0, np.uint64) for _ in range(3)))
 
 
+def find_in_tables(tables: Sequence[MinishardIndex], which: np.ndarray, keys: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Look each key up in its own minishard index only, ``tables[which[i]]``: one binary
+    search over every table at once (no sort of their keys; a key misplaced in another
+    minishard is not found, as readers must).
+
+    Returns
+    -------
+    (found, starts, sizes)
+        A mask over ``keys`` and, where found, each chunk's absolute start and size.
+    """
+    counts = np.fromiter((len(t.keys) for t in tables), np.int64, len(tables))
+    bounds = np.zeros(len(tables) + 1, np.int64)
+    np.cumsum(counts, out=bounds[1:])
+    if not len(keys) or not bounds[-1]:  # nothing to find
+        none = np.zeros(0, np.uint64)
+        return np.zeros(len(keys), bool), none, none
+    table = np.concatenate([t.keys for t in tables])
+    which = np.asarray(which, np.int64)
+    lo, end = bounds[which], bounds[which + 1]
+    hi = end.copy()
+    for _ in range(int(counts.max()).bit_length()):  # halves every key's [lo, hi) each time
+        mid = (lo + hi) >> 1
+        less = table[np.minimum(mid, len(table) - 1)] < keys
+        lo = np.where(less & (lo < hi), mid + 1, lo)
+        hi = np.where(less, hi, mid)
+    pos = np.minimum(lo, len(table) - 1)
+    found = (lo < end) & (table[pos] == keys)
+    pos = pos[found]
+    starts = np.concatenate([t.starts for t in tables])[pos]
+    sizes = np.concatenate([t.sizes for t in tables])[pos]
+    return found, starts, sizes
+
+
 
 def decode_minishard_indices(bufs: Sequence[Blob], encoding: str, index_end: int,
                              file_size: int, where: Callable[[int], str],

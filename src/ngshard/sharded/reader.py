@@ -31,6 +31,7 @@ from .format import (
     MinishardIndex,
     decode_minishard_indices,
     decode_shard_index,
+    find_in_tables,
 )
 from .spec import ShardingSpec
 from .trailer import TRAILER_SIZE, indices_end, live_bytes, trailer_garbage
@@ -316,32 +317,20 @@ class ShardReader:
         states = self.shards(names)
         present = [(s, g) for n, g in zip(names, groups) if (s := states[n]) is not None]
         self.load_minishards([(s, minishards[g]) for s, g in present])
-        found: dict[str, np.ndarray] = {}
+        # every needed minishard index of every shard, and each key's own one among them:
+        # one search for all keys
+        tables: list[MinishardIndex] = []
+        which = np.zeros(len(keys), np.int64)
         for shard, g in present:
-            # One sorted table of the needed minishards, then one search for all keys.
-            needed = np.unique(minishards[g]).tolist()
-            parts = [shard.minishards[m] for m in needed]
-            table = MinishardIndex(*(np.concatenate(col) for col in zip(*parts)))
-            owner = np.repeat(needed, [len(p.keys) for p in parts]).astype(np.uint64)
-            order = np.argsort(table.keys, kind="stable")
-            table, owner = MinishardIndex(*(col[order] for col in table)), owner[order]
-            hit, pos = table.find(keys[g])
-            if len(table.keys) > 1 and (table.keys[1:] == table.keys[:-1]).any():
-                # A key listed in several minishards (all but one misplaced): equal keys lie
-                # in minishard order, so search (rank of the key, minishard) pairs for the
-                # copy in the key's own minishard.
-                rank = np.zeros(len(table.keys), np.uint64)
-                rank[1:] = np.cumsum(table.keys[1:] != table.keys[:-1])
-                width = np.uint64(self.spec.num_minishards)
-                pairs = rank * width + owner
-                pos = np.minimum(np.searchsorted(pairs, rank[pos] * width + minishards[g]),
-                                 len(pairs) - 1)
-                hit = table.keys[pos] == keys[g]
-            # a key counts only in its own minishard
-            hit[hit] = owner[pos[hit]] == minishards[g][hit]
-            p = pos[hit]
-            found[shard.name] = np.stack(
-                [keys[g][hit], table.starts[p], table.starts[p] + table.sizes[p]], axis=1)
+            needed = np.unique(minishards[g])
+            which[g] = len(tables) + np.searchsorted(needed, minishards[g])
+            tables += [shard.minishards[m] for m in needed.tolist()]
+        mine = np.concatenate([g for _, g in present]) if present else np.zeros(0, np.intp)
+        hit, starts, sizes = find_in_tables(tables, which[mine], keys[mine])
+        owner = np.repeat(np.arange(len(present)), [len(g) for _, g in present])[hit]
+        rows = np.stack([keys[mine][hit], starts, starts + sizes], axis=1)
+        cuts = np.searchsorted(owner, np.arange(len(present) + 1)).tolist()
+        found = {shard.name: rows[a:b] for (shard, _), a, b in zip(present, cuts, cuts[1:])}
         return found, {s.name: s for s, _ in present}
 
     def _get_many(self, keys: np.ndarray) -> dict[int, Blob]:

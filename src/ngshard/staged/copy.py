@@ -13,7 +13,7 @@ copied on the thread that decoded it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -104,6 +104,9 @@ def copy_runs(dst: np.ndarray, src: np.ndarray) -> None:
         Arrays of one shape and dtype (``src`` may be a broadcast view).
     """
     item = dst.itemsize
+    if src.dtype != dst.dtype or dst.dtype.hasobject or dst.ndim != src.ndim:
+        dst[...] = src  # a cast or a broadcast: numpy's own way
+        return
     for a, (n, d, s) in enumerate(zip(dst.shape, dst.strides, src.strides)):
         if d == s == item and n > 1 and dst.size >= MANY_RUNS * n:
             width = f"V{n * item}"
@@ -139,7 +142,7 @@ def _copy(dst: np.ndarray, src: np.ndarray) -> None:
                     index[b] = slice(j, j + BLOCK)
                     dst[tuple(index)] = src[tuple(index)]
             return
-    dst[...] = src
+    copy_runs(dst, src)
 
 
 def _fastest(a: np.ndarray) -> int:
@@ -186,11 +189,13 @@ def _fancy(src: np.ndarray, dst: np.ndarray, plan: TransferPlan, rows: np.ndarra
 
 
 def copy_from_chunks(read: Callable[[np.ndarray, Callable], None], positions_of: Callable,
-                     chunk: int, axis: int, fill: np.ndarray | None, dst: np.ndarray,
-                     plan: TransferPlan) -> None:
-    """Carry out ``plan`` from the base slab: ``read(positions, consume)`` fetches and decodes
-    the chunks (``consume(i, array or None)``, on threads); the rows of chunk ``i`` are copied
-    there, from ``fill`` where the chunk is absent (``fill`` None: ``dst`` holds it already).
+                     chunk: int, axis: int, fill: np.ndarray | None,
+                     targets: Sequence[tuple[np.ndarray, TransferPlan]]) -> None:
+    """Carry out each ``(dst, plan)`` of ``targets`` from the base slab, every chunk that
+    any of them reads fetched and decoded once: ``read(positions, consume)`` fetches and
+    decodes the chunks (``consume(i, array or None)``, on threads); the rows of chunk ``i``
+    are copied there, into each destination, from ``fill`` where the chunk is absent
+    (``fill`` None: the destinations hold it already).
 
     Parameters
     ----------
@@ -200,39 +205,54 @@ def copy_from_chunks(read: Callable[[np.ndarray, Callable], None], positions_of:
         The chunks' size along the stacking axis, and that axis: a row's source start along
         it is ``id * chunk`` plus the start inside the chunk.
     """
-    if not len(plan):
+    targets = [(dst, plan) for dst, plan in targets if len(plan)]
+    if not targets:
         return
-    ids = plan.src_start[:, axis] // chunk
-    if (ids == ids[0]).all():  # one chunk (a small assignment): nothing to sort
-        heads, bounds = np.zeros(1, np.intp), np.array([0, len(ids)])
-        local = TransferPlan(plan.src, plan.dst, plan.src_start.copy(), plan.dst_start,
-                             plan.count, plan.src_step, plan.dst_step)
+    dsts = [dst for dst, _ in targets]
+    plans = [plan for _, plan in targets]
+    if len(plans) == 1:
+        rows = plans[0]
+        which = np.zeros(len(rows), np.intp)
     else:
-        order = np.argsort(ids, kind="stable")
-        ids = ids[order]
-        heads = np.flatnonzero(np.diff(ids, prepend=-1))
-        bounds = np.append(heads, len(ids))
-        local = TransferPlan(plan.src, plan.dst, plan.src_start[order],
-                             plan.dst_start[order], plan.count[order], plan.src_step[order],
-                             plan.dst_step[order])
+        rows = TransferPlan(plans[0].src, plans[0].dst, *(
+            np.concatenate([getattr(p, name) for p in plans]) for name in
+            ("src_start", "dst_start", "count", "src_step", "dst_step")))
+        which = np.repeat(np.arange(len(plans)), [len(p) for p in plans])
+    ids = rows.src_start[:, axis] // chunk
+    # by chunk, then by destination: a chunk's rows for one destination in a run
+    order = np.lexsort((which, ids))
+    ids, which = ids[order], which[order]
+    local = TransferPlan(rows.src, rows.dst, rows.src_start[order], rows.dst_start[order],
+                         rows.count[order], rows.src_step[order], rows.dst_step[order])
     local.src_start[:, axis] -= ids * chunk
-    # rows as indices, made once here rather than on the decoding threads (which share the GIL)
+    heads = np.flatnonzero(np.diff(ids, prepend=-1))
+    runs = np.flatnonzero(np.diff(ids, prepend=-1) | np.diff(which, prepend=-1))
+    # per chunk, the (first row, last row + 1, destination) of its runs, made once here
+    # rather than on the decoding threads (which share the GIL); and rows as indices
+    first = np.searchsorted(runs, np.append(heads, len(ids))).tolist()
+    ends = np.append(runs[1:], len(ids)).tolist()
+    runs_of = [list(zip(runs[a:b].tolist(), ends[a:b], which[runs[a:b]].tolist()))
+               for a, b in zip(first[:-1], first[1:])]
     src_index = _slices(local.src_start, local.count, local.src_step)
     dst_index = _slices(local.dst_start, local.count, local.dst_step)
-    bounds = bounds.tolist()
 
     def consume(i: int, array: np.ndarray | None) -> None:
-        a, b = bounds[i], bounds[i + 1]
         src = fill if array is None else array
         if src is None:
             return
-        if b - a >= MANY_ROWS:  # many small rows (an array index): batched
-            part = TransferPlan(plan.src, plan.dst, local.src_start[a:b],
-                                local.dst_start[a:b], local.count[a:b], local.src_step[a:b],
-                                local.dst_step[a:b])
-            copy_slices(src, dst, part, threads=False)
-            return
-        for row in range(a, b):
-            dst[dst_index[row]] = src[src_index[row]]
+        for a, b, d in runs_of[i]:
+            dst = dsts[d]
+            if b - a >= MANY_ROWS:  # many small rows (an array index): batched
+                part = TransferPlan(local.src, local.dst, local.src_start[a:b],
+                                    local.dst_start[a:b], local.count[a:b],
+                                    local.src_step[a:b], local.dst_step[a:b])
+                copy_slices(src, dst, part, threads=False)
+                continue
+            for row in range(a, b):
+                view = dst[dst_index[row]]
+                if isinstance(view, np.ndarray):
+                    _copy(view, src[src_index[row]])
+                else:  # a single point
+                    dst[dst_index[row]] = src[src_index[row]]
 
     read(positions_of(ids[heads]), consume)

@@ -51,7 +51,8 @@ class ChunkCodec:
         """The values of the chunk of shape ``extent`` (clipped at the array's edge) that
         ``blob`` holds (a whole chunk where the format stores edge chunks whole); they may
         lie in a buffer that this thread's next decode overwrites, for callers that copy
-        them out at once. CorruptDataError naming ``where`` if it does not decode."""
+        them out at once. CorruptDataError naming ``where`` (a str, or a :class:`Where`
+        whose str() is made only then) if it does not decode."""
         raise NotImplementedError
 
     def encode(self, chunk: np.ndarray, copy: bool = True) -> Blob | None:
@@ -69,6 +70,19 @@ class ChunkCodec:
     def encode_into(self, chunk: np.ndarray, out: memoryview) -> None:
         """Encode ``chunk`` into ``out``, of the size :meth:`encoded_sizes` gave."""
         raise NotImplementedError
+
+
+class Where:
+    """A chunk's location (``store.where``) for messages, made only when one is written
+    (it costs more than decoding a small chunk): what a codec's ``where`` gets."""
+
+    __slots__ = ("store", "position")
+
+    def __init__(self, store: ChunkStore, position: np.ndarray) -> None:
+        self.store, self.position = store, position
+
+    def __str__(self) -> str:
+        return self.store.where(self.position.tolist())
 
 
 class Owner(Protocol):
@@ -126,7 +140,7 @@ class StoredChunks(ChunkSource):
                     extents=extents) -> None:
                 i = present[j]
                 consume(first + i, codec.decode(blobs[i], extents[j],
-                                                store.where(part[i, :n].tolist())))
+                                                Where(store, part[i, :n])))
 
             pmap(one, range(len(present)), min_items=4)
 

@@ -67,13 +67,25 @@ def coalesce(ranges: np.ndarray, max_gap: int = MAX_GAP) -> tuple[np.ndarray, np
 def split_merged(merged: np.ndarray, blobs: Sequence[Blob], ranges: np.ndarray,
            assignment: np.ndarray) -> list[Blob]:
     """The requested ranges out of the merged reads: views, not copies (a volume read of many
-    chunks would otherwise copy every byte once more)."""
+    chunks would otherwise copy every byte once more); a range read alone is its blob as
+    read (bytes from a file: a caller that wants bytes need not copy it)."""
     if len(ranges) == len(merged) and (ranges == merged).all():  # nothing was merged
         return list(blobs)
-    views = [memoryview(b) for b in blobs]
+    alone = (np.bincount(assignment, minlength=len(merged)) == 1)[assignment] & \
+        (ranges[:, 0] == merged[assignment, 0])
     offsets = ranges[:, 0] - merged[assignment, 0]
-    return [views[g][o:o + n] for g, o, n in
-            zip(assignment.tolist(), offsets.tolist(), (ranges[:, 1] - ranges[:, 0]).tolist())]
+    out: list[Blob] = []
+    views: dict[int, memoryview] = {}
+    for g, o, n, whole in zip(assignment.tolist(), offsets.tolist(),
+                              (ranges[:, 1] - ranges[:, 0]).tolist(), alone.tolist()):
+        if whole:
+            out.append(blobs[g])
+            continue
+        view = views.get(g)
+        if view is None:
+            view = views[g] = memoryview(blobs[g])
+        out.append(view[o:o + n])
+    return out
 
 
 class FileSlice(NamedTuple):

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import CorruptDataError, StorageWriteError
-from ..limits import COPY_PIECE_BYTES, READ_PIECE_BYTES
+from ..limits import COPY_PIECE_BYTES, READ_PIECE_BYTES, THREADED_RANGES
 from ..threads import pmap
 from ..types import Blob
 from .base import ANY, FileSlice, ObjectInfo, Storage, changed_on_storage, coalesce, split_merged
@@ -150,22 +150,26 @@ class LocalStorage(Storage):
 
     def read_ranges(self, requests: Sequence[tuple[str, np.ndarray]]
                     ) -> list[tuple[Hashable | None, list[Blob] | None]]:
-        results: list[tuple[Hashable | None, list[Blob] | None]] = []
-        for name, ranges in requests:
-            ranges = np.asarray(ranges, np.int64).reshape(-1, 2)
-            opened = self._open_read(name)
-            if opened is None:
-                results.append((None, None))
-                continue
-            fd, before = opened
-            try:
-                merged, assignment = coalesce(ranges)
-                blobs = _pread_merged(fd, merged, before.st_size)
-                gen = _read_generation(before, os.fstat(fd))
-            finally:
-                os.close(fd)
-            results.append((gen, split_merged(merged, blobs, ranges, assignment)))
-        return results
+        requests = [(name, np.asarray(ranges, np.int64).reshape(-1, 2))
+                    for name, ranges in requests]
+        # files on threads when the batch holds many ranges: the preads release the GIL
+        many = sum(len(r) for _, r in requests) >= THREADED_RANGES
+        return pmap(self._read_file, requests, min_items=2 if many else len(requests) + 1)
+
+    def _read_file(self, request: tuple[str, np.ndarray]
+                   ) -> tuple[Hashable | None, list[Blob] | None]:
+        name, ranges = request
+        opened = self._open_read(name)
+        if opened is None:
+            return None, None
+        fd, before = opened
+        try:
+            merged, assignment = coalesce(ranges)
+            blobs = _pread_merged(fd, merged, before.st_size)
+            gen = _read_generation(before, os.fstat(fd))
+        finally:
+            os.close(fd)
+        return gen, split_merged(merged, blobs, ranges, assignment)
 
     def read_range(self, name: str, start: int, end: int) -> tuple[Hashable | None, Blob | None]:
         opened = self._open_read(name)
