@@ -22,7 +22,7 @@ import zstandard
 
 from .errors import CorruptDataError, SpecError
 from .limits import INFLATE_PIECE_BYTES, STREAM_STEP_BYTES
-from .types import Blob
+from .types import Blob, Place
 
 
 def gzip_compress(data: Blob, level: int = 6) -> bytes | bytearray:
@@ -31,7 +31,7 @@ def gzip_compress(data: Blob, level: int = 6) -> bytes | bytearray:
     return deflate.gzip_compress(data, level)
 
 
-def gzip_decompress(data: Blob, where: str = "", limit: int | None = None,
+def gzip_decompress(data: Blob, where: Place = "", limit: int | None = None,
                     members: bool = True) -> bytes | bytearray:
     """Decode one or more concatenated gzip streams (only one unless ``members``, as tensorstore
     and neuroglancer read the sharded format), as bytes or (from libdeflate, not copied) a
@@ -62,7 +62,7 @@ def gzip_decompress(data: Blob, where: str = "", limit: int | None = None,
     return _inflate(memoryview(data), where, limit, members)
 
 
-def _inflate(rest: memoryview, where: str, limit: int | None, members: bool) -> bytes:
+def _inflate(rest: memoryview, where: Place, limit: int | None, members: bool) -> bytes:
     out: list[bytes] = []
     total = 0
     while True:
@@ -100,7 +100,7 @@ def zstd_compress(data: Blob, level: int = 3, checksum: bool = False) -> bytes:
     return zstandard.ZstdCompressor(level=level, write_checksum=checksum).compress(data)
 
 
-def zstd_decompress(data: Blob, where: str = "", limit: int | None = None) -> bytes:
+def zstd_decompress(data: Blob, where: Place = "", limit: int | None = None) -> bytes:
     """Decode one or more concatenated zstd frames; CorruptDataError if it is not zstd, is
     truncated, or inflates past ``limit`` bytes. A frame that declares its size is checked
     against the limit before it is decoded (zstandard's one-shot call would trust it); from
@@ -150,7 +150,7 @@ def encode(data: Blob, encoding: str) -> Blob:
     return gzip_compress(data) if encoding == "gzip" else data
 
 
-def decode(data: Blob, encoding: str, where: str = "", limit: int | None = None
+def decode(data: Blob, encoding: str, where: Place = "", limit: int | None = None
            ) -> bytes | bytearray:
     """Undo a sharded-format encoding ("raw" or "gzip": one gzip stream, nothing after it),
     refusing output past ``limit``."""
@@ -202,7 +202,7 @@ def compress_twin(data: Blob, suffix: str) -> bytes | bytearray:
     return bytes(data)
 
 
-def decompress_twin(data: Blob, suffix: str, where: str = "",
+def decompress_twin(data: Blob, suffix: str, where: Place = "",
                     limit: int | None = None) -> bytes | bytearray:
     """The content of a ``suffix`` twin (``where`` names it); CorruptDataError if it does not
     decode, or decodes past ``limit`` bytes (memory stays bounded by the limit)."""
@@ -221,7 +221,7 @@ _ZSTD_IN = 64  # zstd input per step: at most 2 MiB of output (a 4-byte block ho
 
 
 def iter_decompress(read: Callable[[int, int], Blob], suffix: str,
-                    where: str = "", limit: int | None = None, piece: int = INFLATE_PIECE_BYTES
+                    where: Place = "", limit: int | None = None, piece: int = INFLATE_PIECE_BYTES
                     ) -> Iterator[bytes]:
     """Decode a ``suffix`` twin as a stream: ``read(offset, n)`` gives up to ``n`` bytes of
     it from ``offset`` (none at its end); yields the content in pieces of about ``piece``

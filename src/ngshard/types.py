@@ -41,3 +41,8 @@ MemoryOrder = Literal["C", "F"]
 #: Bytes as ngshard hands them around without copying: ``bytes``, a ``bytearray`` (what
 #: libdeflate gives) or a ``memoryview`` of a larger read.
 Blob = bytes | bytearray | memoryview
+
+#: What an error message names as the place of a fault: a str, or an object whose str()
+#: makes it only when a message is written (a chunk's location costs more to spell than a
+#: small chunk costs to decode).
+Place = object

@@ -214,9 +214,11 @@ def copy_from_chunks(read: Callable[[np.ndarray, Callable], None], positions_of:
         rows = plans[0]
         which = np.zeros(len(rows), np.intp)
     else:
-        rows = TransferPlan(plans[0].src, plans[0].dst, *(
-            np.concatenate([getattr(p, name) for p in plans]) for name in
-            ("src_start", "dst_start", "count", "src_step", "dst_step")))
+        def cat(name: str) -> np.ndarray:
+            return np.concatenate([getattr(p, name) for p in plans])
+
+        rows = TransferPlan(plans[0].src, plans[0].dst, cat("src_start"), cat("dst_start"),
+                            cat("count"), cat("src_step"), cat("dst_step"))
         which = np.repeat(np.arange(len(plans)), [len(p) for p in plans])
     ids = rows.src_start[:, axis] // chunk
     # by chunk, then by destination: a chunk's rows for one destination in a run

@@ -24,7 +24,7 @@ from ..errors import NotFoundError
 from ..limits import STAGE_BLOCK_BYTES
 from ..progress import progress_bar
 from ..threads import pmap
-from ..types import MemoryOrder
+from ..types import MemoryOrder, Place
 from .geometry import Geometry
 from .source import ChunkSource
 
@@ -47,7 +47,7 @@ class ChunkCodec:
     fill_value: Any = 0
     inner: tuple[int, ...] = ()
 
-    def decode(self, blob: Blob, extent: Sequence[int], where: str) -> np.ndarray:
+    def decode(self, blob: Blob, extent: Sequence[int], where: Place) -> np.ndarray:
         """The values of the chunk of shape ``extent`` (clipped at the array's edge) that
         ``blob`` holds (a whole chunk where the format stores edge chunks whole); they may
         lie in a buffer that this thread's next decode overwrites, for callers that copy

@@ -22,7 +22,7 @@ import numpy as np
 
 from .._kernels import fortran_bytes
 from ..errors import CorruptDataError, SpecError
-from ..types import Blob
+from ..types import Blob, Place
 from . import cseg, images, jxl, label_codecs
 from .images import Corrupt, decode_image, encode_image
 
@@ -80,7 +80,7 @@ def check_encoding(encoding: str, dtype, num_channels: int | None = None) -> np.
 
 
 def decode_chunk(data: Blob, encoding: str, shape: tuple[int, int, int, int],
-                 dtype, *, block_size: Sequence[int] | None = None, where: str = "",
+                 dtype, *, block_size: Sequence[int] | None = None, where: Place = "",
                  reuse: bool = False) -> np.ndarray:
     """Decode one chunk to an array of ``shape`` (x, y, z, channels: the clipped chunk shape).
 

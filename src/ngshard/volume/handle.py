@@ -26,6 +26,7 @@ from ..staged import DEFAULT_STAGED_BYTES
 from ..staged.stored import ChunkCodec
 from ..storage import Storage, StorageOptions, open_source, require_family
 from ..storage.twins import Twins
+from ..types import Place
 from .chunks import FileChunks, ScaleStore, ShardedChunks
 from .encodings import decode_chunk, encode_chunk, require_codec
 from .grid import ChunkGrid
@@ -67,7 +68,7 @@ class ScaleCodec(ChunkCodec):
         self.encoding, self.dtype, self.inner = scale.encoding, dtype, (channels,)
         self.block = scale.compressed_segmentation_block_size
 
-    def decode(self, blob: Blob, extent, where: str) -> np.ndarray:
+    def decode(self, blob: Blob, extent, where: Place) -> np.ndarray:
         return decode_chunk(blob, self.encoding, extent, self.dtype, block_size=self.block,
                             where=where, reuse=True)
 

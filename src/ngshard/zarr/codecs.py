@@ -20,7 +20,7 @@ import numpy as np
 from ..compression import gzip_compress, gzip_decompress, zstd_compress, zstd_decompress
 from ..errors import CorruptDataError, MissingDependencyError
 from ..limits import CHUNK_SLACK, CHUNK_SLACK_BYTES
-from ..types import Blob
+from ..types import Blob, Place
 
 
 class Codec:
@@ -66,7 +66,7 @@ class ArrayBytesCodec(Codec):
         raise NotImplementedError
 
     def decode(self, data: Any, shape: tuple[int, ...], dtype: np.dtype, fill: Any,
-               where: str) -> np.ndarray:
+               where: Place) -> np.ndarray:
         raise NotImplementedError
 
 
@@ -82,7 +82,7 @@ class BytesBytesCodec(Codec):
     def encode(self, data: Any) -> Blob:
         raise NotImplementedError
 
-    def decode(self, data: Any, where: str, limit: int) -> Blob:
+    def decode(self, data: Any, where: Place, limit: int) -> Blob:
         """The bytes ``data`` encodes, at most ``limit`` of them; CorruptDataError naming
         ``where`` if it does not decode."""
         raise NotImplementedError
@@ -145,7 +145,7 @@ class Bytes(ArrayBytesCodec):
         return np.ascontiguousarray(chunk).reshape(-1).view(np.uint8).data
 
     def decode(self, data: Any, shape: tuple[int, ...], dtype: np.dtype, fill: Any,
-               where: str) -> np.ndarray:
+               where: Place) -> np.ndarray:
         expected = self.encoded_size(shape, dtype)
         if len(data) != expected:
             raise CorruptDataError(f"{where}: {len(data)} bytes, not the {expected} of a "
@@ -168,7 +168,7 @@ class Crc32c(BytesBytesCodec):
     def encode(self, data: Any) -> bytes:
         return bytes(data) + struct.pack("<I", google_crc32c.value(bytes(data)))
 
-    def decode(self, data: Any, where: str, limit: int) -> Any:
+    def decode(self, data: Any, where: Place, limit: int) -> Any:
         if len(data) < 4:
             raise CorruptDataError(f"{where}: {len(data)} bytes, too short for a crc32c")
         body = memoryview(data)[:-4]
@@ -188,7 +188,7 @@ class Gzip(_Leveled):
     def encode(self, data: Any) -> Blob:
         return gzip_compress(bytes(data), self.level)
 
-    def decode(self, data: Any, where: str, limit: int) -> Blob:
+    def decode(self, data: Any, where: Place, limit: int) -> Blob:
         return gzip_decompress(data, where, limit)
 
 
@@ -204,7 +204,7 @@ class Zstd(_Leveled):
     def encode(self, data: Any) -> bytes:
         return zstd_compress(bytes(data), self.level, self.checksum)
 
-    def decode(self, data: Any, where: str, limit: int) -> bytes:
+    def decode(self, data: Any, where: Place, limit: int) -> bytes:
         return zstd_decompress(data, where, limit)
 
 
@@ -218,7 +218,7 @@ class Zlib(_Leveled):
     def encode(self, data: Any) -> bytes:
         return zlib.compress(bytes(data), self.level)
 
-    def decode(self, data: Any, where: str, limit: int) -> bytes:
+    def decode(self, data: Any, where: Place, limit: int) -> bytes:
         d = zlib.decompressobj()
         try:
             out = d.decompress(data, limit + 1)
@@ -253,7 +253,7 @@ class Blosc(BytesBytesCodec):
                 "typesize": self.typesize, "blocksize": self.blocksize}
 
     @staticmethod
-    def module(where: str = "") -> Any:
+    def module(where: Place = "") -> Any:
         try:
             from numcodecs import blosc
         except ImportError:
@@ -269,7 +269,7 @@ class Blosc(BytesBytesCodec):
         return bytes(self.module().compress(typed, self.cname.encode(), self.clevel,
                                             self.shuffle, self.blocksize))
 
-    def decode(self, data: Any, where: str, limit: int) -> bytes:
+    def decode(self, data: Any, where: Place, limit: int) -> bytes:
         data = bytes(data)
         if len(data) < 16:
             raise CorruptDataError(f"{where}: {len(data)} bytes, too short for blosc")
@@ -321,7 +321,7 @@ class CodecPipeline:
         return data
 
     def decode(self, data: Any, shape: tuple[int, ...], dtype: np.dtype, fill: Any,
-               where: str) -> np.ndarray:
+               where: Place) -> np.ndarray:
         """The chunk of ``shape`` encoded in ``data``; CorruptDataError naming ``where``."""
         inner = self.encoded_shape(shape)
         raw = math.prod(shape) * dtype.itemsize

@@ -20,7 +20,7 @@ from ..errors import NotFoundError, SpecError
 from ..jsondoc import Doc, dump_json, parse_json
 from ..staged.stored import ChunkCodec
 from ..storage import Storage, StorageOptions, open_source, require_family
-from ..types import MemoryOrder
+from ..types import MemoryOrder, Place
 from .chunks import ZarrChunkStore
 from .codecs import Transpose
 from .dtypes import is_fill
@@ -81,7 +81,7 @@ class ArrayCodec(ChunkCodec):
         self.codecs, self.chunks, self.dtype = meta.chunk_codecs, meta.chunks, meta.dtype
         self.fill_value, self.order = meta.fill_value, memory_order(meta)
 
-    def decode(self, blob: Blob, extent, where: str) -> np.ndarray:
+    def decode(self, blob: Blob, extent, where: Place) -> np.ndarray:
         return self.codecs.decode(blob, self.chunks, self.dtype, self.fill_value, where)
 
     def encode(self, chunk: np.ndarray, copy: bool = True) -> Blob | None:

@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..errors import CorruptDataError, SpecError
+from ..types import Place
 from .codecs import CodecPipeline
 
 EMPTY = np.uint64(2**64 - 1)
@@ -58,7 +59,7 @@ def index_range(shard_size: int, nbytes: int, location: str) -> tuple[int, int]:
 
 
 def decode_index(data: Any, codecs: CodecPipeline, chunks_per_shard: tuple[int, ...],
-                 shard_size: int, where: str) -> ShardIndex:
+                 shard_size: int, where: Place) -> ShardIndex:
     """The index from its encoded bytes; CorruptDataError naming ``where`` for a bad
     checksum, a half-empty entry or a chunk outside the shard's ``shard_size`` bytes."""
     table = codecs.decode(data, (*chunks_per_shard, 2), np.dtype(np.uint64), 0,

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import CorruptDataError, SpecError
 from ..jsondoc import Doc, is_int, kind
-from ..types import IndexLocation
+from ..types import IndexLocation, Place
 from .codec_json import parse_pipeline
 from .codecs import ArrayBytesCodec, CodecPipeline
 from .dtypes import is_fill
@@ -75,13 +75,13 @@ class ShardingCodec(ArrayBytesCodec):
         """[start, end) of the index in a stored shard of ``shard_size`` bytes."""
         return index_range(shard_size, self.index_nbytes, self.index_location)
 
-    def decode_index(self, data: Any, shard_size: int, where: str) -> ShardIndex:
+    def decode_index(self, data: Any, shard_size: int, where: Place) -> ShardIndex:
         if len(data) != self.index_nbytes:
             raise CorruptDataError(f"{where}: {shard_size} bytes, shorter than its shard "
                                    f"index of {self.index_nbytes}")
         return decode_index(data, self.index_codecs, self.chunks_per_shard, shard_size, where)
 
-    def read_index(self, shard: Any, where: str) -> ShardIndex:
+    def read_index(self, shard: Any, where: Place) -> ShardIndex:
         """The index of a whole shard's bytes."""
         start, end = self.index_range(len(shard))
         if start < 0:
@@ -118,7 +118,7 @@ class ShardingCodec(ArrayBytesCodec):
         return b"".join(bytes(p) for p in parts)
 
     def decode(self, data: Any, shape: tuple[int, ...], dtype: np.dtype, fill: Any,
-               where: str) -> np.ndarray:
+               where: Place) -> np.ndarray:
         index = self.read_index(data, where)
         out = np.full(shape, fill, dtype)
         view, empty = memoryview(data), index.empty.tolist()
