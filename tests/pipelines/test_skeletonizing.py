@@ -1,8 +1,8 @@
 """ngshard.skeletonize: skeletons made over task boxes and joined have, per segment, the
 cable length of kimimaro's over the whole volume (within 5%), one piece per connected label,
 radii and vertex types; the layer is named in the segmentation's info. A Dask LocalCluster
-makes byte for byte what the local process pool makes (meshes and skeletons), and
-cloud-volume reads both layers."""
+makes byte for byte what the local process pool makes (meshes and skeletons). (igneous and
+cloud-volume beside them: test_igneous.py.)"""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from peers import run_peer
 from segment_helpers import (
     RESOLUTION,
     SPHERE,
@@ -100,36 +99,3 @@ def test_dask_equals_local_pool(tmp_path):
         local, remote = files(tmp_path / f"{name}-local"), files(tmp_path / f"{name}-dask")
         assert local == remote and len(local) >= 2
 
-
-CLOUDVOLUME_READS = """
-import json, sys
-from cloudvolume import CloudVolume
-cv = CloudVolume(sys.argv[1], progress=False)
-meshes = cv.mesh.get([int(i) for i in sys.argv[2].split(",")])
-skeletons = cv.skeleton.get([int(i) for i in sys.argv[3].split(",")])
-print(json.dumps({
-    "meshes": {str(k): [m.vertices.tolist(), m.faces.tolist()] for k, m in meshes.items()},
-    "skeletons": {str(s.id): [s.vertices.tolist(), s.edges.tolist(), s.radius.tolist()]
-                  for s in skeletons}}))
-"""
-
-
-def test_cloud_volume_reads_the_layers(skeletonized, tmp_path):
-    seg, _ = skeletonized
-    with ThreadPoolExecutor(2) as pool:
-        ngshard.mesh(seg, box=32, executor=pool, progress=False, ids=[101, 200])
-    out = run_peer(CLOUDVOLUME_READS, f"file://{seg}", "101,200", "101,102,200")
-    read = json.loads(out.stdout)
-    meshes, skeletons = ngshard.open(seg / "mesh"), ngshard.open(seg / "skeletons")
-    for k in (101, 200):
-        vertices, faces = (np.array(x) for x in read["meshes"][str(k)])
-        mine = meshes.get(k)
-        assert len(faces) == len(mine.faces)
-        np.testing.assert_allclose(np.sort(vertices, axis=0), np.sort(mine.vertices, axis=0),
-                                   atol=1e-3)
-    for k in (101, 102, 200):
-        vertices, edges, radius = (np.array(x) for x in read["skeletons"][str(k)])
-        mine = skeletons.get(k)
-        np.testing.assert_allclose(vertices, mine.vertices)
-        np.testing.assert_array_equal(edges, mine.edges)
-        np.testing.assert_allclose(radius, mine.attributes["radius"])
