@@ -110,13 +110,14 @@ def main() -> None:
         for what in ("mesh", "skeletonize") if args.what == "both" else (args.what,):
             ours = run(["-c", RUN], str(root / "seg"), str(root / what), what, str(args.box),
                        str(args.workers), json.dumps(OURS[what]))
-            theirs = run([str(Path(__file__).with_name("igneous_run.py"))],
-                         str(root / "seg-igneous"), "mesh" if what == "mesh" else "skeleton",
-                         str(args.box), str(args.workers), python=args.igneous_python)
             print(f"{what:12s} ngshard ({args.workers} workers, box {args.box}): "
                   f"{ours['seconds']:7.1f} s, {ours['segments']} segments, "
                   f"{ours['boxes']} boxes + {ours['shards']} shards, peak worker "
-                  f"{ours['worker_peak_mib']:.0f} MiB, main {ours['main_peak_mib']:.0f} MiB")
+                  f"{ours['worker_peak_mib']:.0f} MiB, main {ours['main_peak_mib']:.0f} MiB; "
+                  f"load {os.getloadavg()}", flush=True)
+            theirs = run([str(Path(__file__).with_name("igneous_run.py"))],
+                         str(root / "seg-igneous"), "mesh" if what == "mesh" else "skeleton",
+                         str(args.box), str(args.workers), python=args.igneous_python)
             print(f"{'':12s} igneous ({args.workers} processes):  {theirs['seconds']:7.1f} s "
                   f"(forge {theirs['forge']:.1f} s, merge {theirs['merge']:.1f} s), peak "
                   f"process {theirs['peak_mib']:.0f} MiB; ratio ngshard/igneous "

@@ -2,7 +2,8 @@
 ``image/``, ``segmentation/`` and ``synapses/``. The segmentation is a sharded
 compressed_segmentation volume of Voronoi "cells" at two scales, whose segment IDs key the
 layers its info attaches: sharded skeletons (``skeletons/``), sharded multi-resolution meshes
-made from the segmentation's second scale by :func:`ngshard.mesh` (``mesh/``) and segment
+(one level of detail) made from the segmentation's second scale by :func:`ngshard.mesh`
+(``mesh/``) and segment
 properties (labels, sizes, tags: ``segment_properties/``). The image is a sharded raw uint8
 volume at two scales, the same cells as a microscope might show them (bright insides, dark
 membranes, smooth). Each
@@ -332,10 +333,11 @@ def make_demo(path: str | os.PathLike, shape: tuple[int, int, int] = (256, 256, 
     write_skeletons(folders["skeletons"], {k: chain(v) for k, v in skeletons.items()},
                     sharding=DEMO_SPEC, segmentation=seg)
     # the second scale is enough for cells constant over 4 x 4 x 4 voxels (its voxels are
-    # 2 x 2 x 1 of the first): a quarter of the marching cubes
+    # 2 x 2 x 1 of the first), and one level of detail (the marching cubes' mesh, no
+    # simplification: half the time of two levels) keeps the demo quick
     from .pipelines.meshing import mesh
 
-    mesh(seg, folders["mesh"], scale=1, lods=2, box=64, sharding=MESH_SPEC.to_json(),
+    mesh(seg, folders["mesh"], scale=1, lods=1, box=64, sharding=MESH_SPEC.to_json(),
          progress=False, overwrite=True, resume=False)
     write_segment_properties(folders["segment_properties"], segmentation=seg,
                              **cell_properties(labels, chosen, np.concatenate(
