@@ -19,7 +19,9 @@ from segment_helpers import (
     cable_length,
     components,
     files,
+    measures,
     neurites,
+    tube,
     write_segmentation,
 )
 
@@ -99,3 +101,40 @@ def test_dask_equals_local_pool(tmp_path):
         local, remote = files(tmp_path / f"{name}-local"), files(tmp_path / f"{name}-dask")
         assert local == remote and len(local) >= 2
 
+
+
+def test_edge_labels_and_bad_input(tmp_path):
+    """The largest uint64 label filling whole boxes and touching every box, beside a tube,
+    and the largest uint32 label: skeletons and closed meshes of each; an empty
+    segmentation: layers of no segment; negative labels: refused, no layer visible."""
+    top = np.uint64(2**64 - 1)
+    labels = np.full((40, 30, 20), top, np.uint64)  # fills every box of 16 but those below
+    tube(labels, 5, [[0, 15, 10], [39, 15, 10]], 2.5)
+    small = np.zeros((24, 20, 18), np.uint32)
+    small[3:20, 4:16, 2:16] = 2**32 - 1
+    cases = (("top", labels, [int(top), 5]), ("u32", small, [2**32 - 1]),
+             ("empty", np.zeros((20, 20, 20), np.uint64), []))
+    with ThreadPoolExecutor(2) as pool:
+        for name, data, ids in cases:
+            seg = write_segmentation(tmp_path / name, data)
+            skel = ngshard.skeletonize(seg, box=16, executor=pool, progress=False)
+            meshed = ngshard.mesh(seg, box=16, executor=pool, progress=False)
+            assert skel["segments"] == meshed["segments"] == len(ids), name
+            assert sorted(ngshard.open_kv(seg / "skeletons").keys_array().tolist()) == \
+                sorted(ngshard.open_kv(seg / "mesh").keys_array().tolist()) == sorted(ids)
+            for label in ids:
+                s = ngshard.open(seg / "skeletons").get(label)
+                assert len(s.vertices) > 1 and len(s.edges)
+                m = ngshard.open(seg / "mesh").get(label)
+                assert measures(m.vertices, m.faces)[2] == 0, (name, label)  # closed
+        import zarr
+
+        z = zarr.create_array(str(tmp_path / "neg.zarr"), shape=(20, 20, 20), dtype="int64",
+                              chunks=(10, 10, 10), dimension_names=["z", "y", "x"])
+        data = np.zeros((20, 20, 20), np.int64)
+        data[5:9, 5:9, 5:9] = -3
+        z[...] = data
+        with pytest.raises(ngshard.SpecError, match="negative"):
+            ngshard.skeletonize(tmp_path / "neg.zarr", tmp_path / "neg", box=16,
+                                executor=pool, progress=False)
+        assert not (tmp_path / "neg" / "info").exists()
