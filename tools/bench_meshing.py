@@ -55,20 +55,23 @@ def segmentation(path: Path, size: int, labels: int, seed: int = 0) -> None:
 
 
 RUN = """
-import json, resource, sys, time
+import json, sys, threading, time
 import ngshard
-seg, dst, what, box, workers, options = sys.argv[1:7]
+seg, dst, what, box, workers, options, tools = sys.argv[1:8]
+sys.path.insert(0, tools)
+from igneous_run import peak_mib  # the same sampling of every process as igneous'
 fn = ngshard.mesh if what == "mesh" else ngshard.skeletonize
 if __name__ == "__main__":
+    stop, memory = threading.Event(), {}
+    sampler = threading.Thread(target=peak_mib, args=(stop, memory), daemon=True)
+    sampler.start()
     t = time.perf_counter()
     stats = fn(seg, dst, box=int(box), workers=int(workers), progress=False, overwrite=True,
                **json.loads(options))
     seconds = time.perf_counter() - t
-    print(json.dumps({"seconds": seconds, **stats,
-                      "worker_peak_mib":
-                          resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
-                      "main_peak_mib":
-                          resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+    stop.set()
+    sampler.join()
+    print(json.dumps({"seconds": seconds, **stats, "peak_mib": memory.get("peak", 0)}))
 """
 
 
@@ -109,11 +112,12 @@ def main() -> None:
         shutil.copytree(root / "seg", root / "seg-igneous")  # igneous writes into it
         for what in ("mesh", "skeletonize") if args.what == "both" else (args.what,):
             ours = run(["-c", RUN], str(root / "seg"), str(root / what), what, str(args.box),
-                       str(args.workers), json.dumps(OURS[what]))
+                       str(args.workers), json.dumps(OURS[what]),
+                       str(Path(__file__).resolve().parent))
             print(f"{what:12s} ngshard ({args.workers} workers, box {args.box}): "
                   f"{ours['seconds']:7.1f} s, {ours['segments']} segments, "
-                  f"{ours['boxes']} boxes + {ours['shards']} shards, peak worker "
-                  f"{ours['worker_peak_mib']:.0f} MiB, main {ours['main_peak_mib']:.0f} MiB; "
+                  f"{ours['boxes']} boxes + {ours['shards']} shards, peak process "
+                  f"{ours['peak_mib']:.0f} MiB; "
                   f"load {os.getloadavg()}", flush=True)
             theirs = run([str(Path(__file__).with_name("igneous_run.py"))],
                          str(root / "seg-igneous"), "mesh" if what == "mesh" else "skeleton",
