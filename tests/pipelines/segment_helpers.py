@@ -81,6 +81,18 @@ def write_segmentation(path, labels, *, chunk=(32, 32, 32), encoding="compressed
     return path
 
 
+def label_zarr(path, label: int):
+    """A zarr array (z, y, x int64, 20 voxels a side) holding a cube of ``label``."""
+    import zarr
+
+    z = zarr.create_array(str(path), shape=(20, 20, 20), dtype="int64", chunks=(10, 10, 10),
+                          dimension_names=["z", "y", "x"], overwrite=True)
+    data = np.zeros((20, 20, 20), np.int64)
+    data[5:9, 5:9, 5:9] = label
+    z[...] = data
+    return path
+
+
 def measures(vertices, faces, tol=1e-2):
     """Surface area, enclosed volume, and the number of edges not shared by exactly two
     triangles once vertices closer than ``tol`` are merged (0: closed)."""

@@ -20,6 +20,7 @@ from segment_helpers import (
     SPHERE,
     TUBE,
     blobs,
+    label_zarr,
     measures,
     whole_volume_meshes,
     write_segmentation,
@@ -163,13 +164,7 @@ def test_bad_input(tmp_path, seg):
         assert stats["segments"] == 0 and stats["shards"] == 0
         assert len(ngshard.open_kv(empty / "mesh").keys_array()) == 0
         # negative labels (int64 zarr) cannot be segment ids
-        import zarr
-
-        z = zarr.create_array(str(tmp_path / "neg.zarr"), shape=(20, 20, 20), dtype="int64",
-                              chunks=(10, 10, 10), dimension_names=["z", "y", "x"])
-        data = np.zeros((20, 20, 20), np.int64)
-        data[5:9, 5:9, 5:9] = -3
-        z[...] = data
+        label_zarr(tmp_path / "neg.zarr", -3)
         with pytest.raises(ngshard.SpecError, match="negative"):
             ngshard.mesh(tmp_path / "neg.zarr", tmp_path / "neg", box=16, executor=pool,
                          progress=False)
@@ -177,8 +172,7 @@ def test_bad_input(tmp_path, seg):
         with pytest.raises(ngshard.SpecError, match="give a destination"):
             ngshard.mesh(tmp_path / "neg.zarr", progress=False)
         # a zarr array of labels is meshed as well
-        data[5:9, 5:9, 5:9] = 3
-        z[...] = data
+        label_zarr(tmp_path / "neg.zarr", 3)
         stats = ngshard.mesh(tmp_path / "neg.zarr", tmp_path / "pos", box=16, executor=pool,
                              progress=False)
         assert stats["segments"] == 1 and stats["attached"] == 0

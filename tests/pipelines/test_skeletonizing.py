@@ -19,6 +19,7 @@ from segment_helpers import (
     cable_length,
     components,
     files,
+    label_zarr,
     measures,
     neurites,
     tube,
@@ -127,13 +128,7 @@ def test_edge_labels_and_bad_input(tmp_path):
                 assert len(s.vertices) > 1 and len(s.edges)
                 m = ngshard.open(seg / "mesh").get(label)
                 assert measures(m.vertices, m.faces)[2] == 0, (name, label)  # closed
-        import zarr
-
-        z = zarr.create_array(str(tmp_path / "neg.zarr"), shape=(20, 20, 20), dtype="int64",
-                              chunks=(10, 10, 10), dimension_names=["z", "y", "x"])
-        data = np.zeros((20, 20, 20), np.int64)
-        data[5:9, 5:9, 5:9] = -3
-        z[...] = data
+        label_zarr(tmp_path / "neg.zarr", -3)
         with pytest.raises(ngshard.SpecError, match="negative"):
             ngshard.skeletonize(tmp_path / "neg.zarr", tmp_path / "neg", box=16,
                                 executor=pool, progress=False)
