@@ -2,8 +2,9 @@
 
 from typing import Any
 
-def fortran_bytes(array: Any, /) -> bytes:
-    """The array's items in Fortran order (any strides), as bytes."""
+def fortran_bytes(array: Any, out: Any = None, /) -> bytes | None:
+    """The array's items in Fortran order (any strides), as bytes; or written into the
+    writable buffer ``out`` of exactly their size (then None)."""
 
 def cseg_decode(words: Any, start: int, xyz: tuple[int, ...], block: tuple[int, int, int],
                 entry: int, out: Any, /) -> int:
