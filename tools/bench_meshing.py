@@ -1,11 +1,14 @@
 """Meshes and skeletons of a synthetic segmentation: ngshard.mesh / ngshard.skeletonize (box
-tasks, then shard tasks, on a local process pool) beside the same libraries run once over the
-whole volume in one process (zmesh: marching cubes and the same simplification per level;
-kimimaro: TEASAR), with each side's peak memory (the largest worker's for ngshard).
+tasks, then shard tasks, on a local process pool) beside igneous' ``mesh forge --sharded`` +
+``mesh merge-sharded`` and ``skeleton forge --sharded`` + ``skeleton merge-sharded`` on a
+LocalTaskQueue of as many processes (tools/igneous_run.py, in a venv holding igneous: the
+tests' peers venv, ``NGSHARD_PEER_PYTHON`` or ``--igneous-python``), with boxes of the same
+size, and each side's peak memory (the largest process's).
 
-igneous (forge + merge-sharded) is the peer the issue names; it is not installed here, so the
-single-process whole-volume run stands in as the baseline (no task boundaries, no Draco, no
-sharded output).
+Like with like: both sides simplify each box's meshes as igneous' forge does by default
+(zmesh, a 100th of the triangles, at most 40 nm of error) and make one coarser level of
+detail; both skeletonize with igneous' defaults (TEASAR scale 4, const 10, its soma settings,
+1000 voxels of dust per box, 1000 nm of cable at least).
 
     python tools/bench_meshing.py --size 256 --labels 3000 --workers 2
     python tools/bench_meshing.py --size 512 --box 256
@@ -51,58 +54,39 @@ def segmentation(path: Path, size: int, labels: int, seed: int = 0) -> None:
     vol.commit()
 
 
-WHOLE = """
-import json, resource, sys, time
-import numpy as np
-import ngshard
-seg, what, lods, reduction = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-vol = ngshard.open_volume(seg)
-res = tuple(vol.info.scales[0].resolution)
-t = time.perf_counter()
-labels = np.asarray(vol[..., 0])
-read = time.perf_counter() - t
-t = time.perf_counter()
-if what == "mesh":
-    import zmesh
-    mesher = zmesh.Mesher(res)
-    mesher.mesh(np.pad(labels, 1), close=False)
-    n = 0
-    for label in mesher.ids():
-        if not label:
-            continue
-        mesh = mesher.get(label, normals=False, reduction_factor=0, max_error=0)
-        for k in range(1, lods):
-            mesh = mesher.simplify(mesh, reduction_factor=reduction,
-                                   max_error=max(res) * 2 ** (k - 1))
-        n += 1
-else:
-    import kimimaro
-    n = len(kimimaro.skeletonize(labels, anisotropy=res, dust_threshold=0, progress=False,
-                                 parallel=1))
-print(json.dumps({"seconds": time.perf_counter() - t, "read": read, "segments": n,
-                  "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
-"""
-
 RUN = """
-import json, resource, sys, time
+import json, sys, threading, time
 import ngshard
-seg, dst, what, box, workers = sys.argv[1:6]
+seg, dst, what, box, workers, options, tools = sys.argv[1:8]
+sys.path.insert(0, tools)
+from igneous_run import peak_mib  # the same sampling of every process as igneous'
 fn = ngshard.mesh if what == "mesh" else ngshard.skeletonize
 if __name__ == "__main__":
+    stop, memory = threading.Event(), {}
+    sampler = threading.Thread(target=peak_mib, args=(stop, memory), daemon=True)
+    sampler.start()
     t = time.perf_counter()
-    stats = fn(seg, dst, box=int(box), workers=int(workers), progress=False, overwrite=True)
+    stats = fn(seg, dst, box=int(box), workers=int(workers), progress=False, overwrite=True,
+               **json.loads(options))
     seconds = time.perf_counter() - t
-    print(json.dumps({"seconds": seconds, **stats,
-                      "worker_peak_mib":
-                          resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
-                      "main_peak_mib":
-                          resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+    stop.set()
+    sampler.join()
+    print(json.dumps({"seconds": seconds, **stats, "peak_mib": memory.get("peak", 0)}))
 """
 
 
-def run(code: str, *args: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                         timeout=7200)
+#: ngshard's options matching igneous' defaults (see the module docstring).
+OURS = {"mesh": {"lods": 1, "max_error": 40.0, "simplify": 100},
+        "skeletonize": {"teasar": {"scale": 4, "const": 10, "soma_detection_threshold": 1100,
+                                   "soma_invalidation_scale": 1.0},
+                        "dust_threshold": 1000, "cable_dust": 1000}}
+IGNEOUS_PYTHON = os.environ.get("NGSHARD_PEER_PYTHON",
+                                str(Path(__file__).resolve().parents[1] / ".ci/peers/bin/python"))
+
+
+def run(code: str, *args: str, python: str = sys.executable) -> dict:
+    out = subprocess.run([python, *code, *args], capture_output=True, text=True,
+                         timeout=7200, env={**os.environ, "PYTHONPATH": ""})
     if out.returncode:
         raise SystemExit(out.stderr)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -115,6 +99,8 @@ def main() -> None:
     p.add_argument("--box", type=int, default=128)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--what", choices=("mesh", "skeletonize", "both"), default="both")
+    p.add_argument("--igneous-python", default=IGNEOUS_PYTHON,
+                   help="a Python with igneous-pipeline (default: %(default)s)")
     args = p.parse_args()
     print(f"load before: {os.getloadavg()}")
     root = Path(tempfile.mkdtemp(prefix="bench-meshing-"))
@@ -123,19 +109,23 @@ def main() -> None:
         segmentation(root / "seg", args.size, args.labels)
         print(f"segmentation {args.size}^3 uint64, {args.labels} labels, written in "
               f"{time.perf_counter() - t:.1f} s")
+        shutil.copytree(root / "seg", root / "seg-igneous")  # igneous writes into it
         for what in ("mesh", "skeletonize") if args.what == "both" else (args.what,):
-            ours = run(RUN, str(root / "seg"), str(root / what), what, str(args.box),
-                       str(args.workers))
-            whole = run(WHOLE, str(root / "seg"), "mesh" if what == "mesh" else "skel",
-                        "3", "4")
+            ours = run(["-c", RUN], str(root / "seg"), str(root / what), what, str(args.box),
+                       str(args.workers), json.dumps(OURS[what]),
+                       str(Path(__file__).resolve().parent))
             print(f"{what:12s} ngshard ({args.workers} workers, box {args.box}): "
                   f"{ours['seconds']:7.1f} s, {ours['segments']} segments, "
-                  f"{ours['boxes']} boxes + {ours['shards']} shards, peak worker "
-                  f"{ours['worker_peak_mib']:.0f} MiB, main {ours['main_peak_mib']:.0f} MiB")
-            print(f"{'':12s} whole volume, 1 process:  {whole['seconds']:7.1f} s "
-                  f"(+ {whole['read']:.1f} s reading), {whole['segments']} segments, peak "
-                  f"{whole['peak_mib']:.0f} MiB; ratio ngshard/whole "
-                  f"{ours['seconds'] / (whole['seconds'] + whole['read']):.2f}")
+                  f"{ours['boxes']} boxes + {ours['shards']} shards, peak process "
+                  f"{ours['peak_mib']:.0f} MiB; "
+                  f"load {os.getloadavg()}", flush=True)
+            theirs = run([str(Path(__file__).with_name("igneous_run.py"))],
+                         str(root / "seg-igneous"), "mesh" if what == "mesh" else "skeleton",
+                         str(args.box), str(args.workers), python=args.igneous_python)
+            print(f"{'':12s} igneous ({args.workers} processes):  {theirs['seconds']:7.1f} s "
+                  f"(forge {theirs['forge']:.1f} s, merge {theirs['merge']:.1f} s), peak "
+                  f"process {theirs['peak_mib']:.0f} MiB; ratio ngshard/igneous "
+                  f"{ours['seconds'] / theirs['seconds']:.2f}; load {os.getloadavg()}")
     finally:
         shutil.rmtree(root, ignore_errors=True)
         print(f"load after: {os.getloadavg()}")

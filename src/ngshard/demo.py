@@ -2,9 +2,11 @@
 ``image/``, ``segmentation/`` and ``synapses/``. The segmentation is a sharded
 compressed_segmentation volume of Voronoi "cells" at two scales, whose segment IDs key the
 layers its info attaches: sharded skeletons (``skeletons/``), sharded multi-resolution meshes
-made from the segmentation by marching cubes (``mesh/``) and segment properties (labels,
-sizes, tags: ``segment_properties/``). The image is a sharded raw uint8 volume at two scales,
-the same cells as a microscope might show them (bright insides, dark membranes, smooth). Each
+(one level of detail) made from the segmentation's second scale by :func:`ngshard.mesh`
+(``mesh/``) and segment
+properties (labels, sizes, tags: ``segment_properties/``). The image is a sharded raw uint8
+volume at two scales, the same cells as a microscope might show them (bright insides, dark
+membranes, smooth). Each
 cell's skeleton runs along the cell through its own voxels, so a viewer shows it inside its
 segment; the other IDs' skeletons are random walks that stay inside the volume. The synapses
 are point annotations on membranes, with properties and their two cells as relationships
@@ -26,10 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .demo_segments import cell_meshes, cell_properties, synapses
-from .errors import NgShardError
+from .demo_segments import cell_properties, synapses
+from .errors import NgShardError, optional_module
 from .layers.annotation_writer import write_annotations
-from .layers.mesh_writer import write_meshes
 from .layers.properties import write_segment_properties
 from .layers.skeletons import write_skeletons
 from .sharded import ShardingSpec
@@ -307,7 +308,8 @@ def make_demo(path: str | os.PathLike, shape: tuple[int, int, int] = (256, 256, 
     skeletons.update((int(chosen[c]), v) for c, v in cell_skeletons(cell, cells).items())
     image = smooth_image(rng, cell, cells)
     labels = chosen[cell]
-    meshes = cell_meshes(labels, RESOLUTION)  # before writing: zmesh may be missing
+    for module in ("zmesh", "DracoPy"):  # before writing: the meshes need them
+        optional_module(module, "the demo's meshes need", "meshing")
     synapse = synapses(rng, labels)
 
     folders = {name: os.path.join(path, name) for name in (IMAGE, SEGMENTATION, SYNAPSES)}
@@ -330,8 +332,13 @@ def make_demo(path: str | os.PathLike, shape: tuple[int, int, int] = (256, 256, 
     seg = folders[SEGMENTATION]
     write_skeletons(folders["skeletons"], {k: chain(v) for k, v in skeletons.items()},
                     sharding=DEMO_SPEC, segmentation=seg)
-    write_meshes(folders["mesh"], meshes, sharding=MESH_SPEC.to_json(), segmentation=seg,
-                 chunk_shape=np.multiply(shape, RESOLUTION) / 2)  # one grid for all: fast
+    # the second scale is enough for cells constant over 4 x 4 x 4 voxels (its voxels are
+    # 2 x 2 x 1 of the first), and one level of detail (the marching cubes' mesh, no
+    # simplification: half the time of two levels) keeps the demo quick
+    from .pipelines.meshing import mesh
+
+    mesh(seg, folders["mesh"], scale=1, lods=1, box=64, sharding=MESH_SPEC.to_json(),
+         progress=False, overwrite=True, resume=False)
     write_segment_properties(folders["segment_properties"], segmentation=seg,
                              **cell_properties(labels, chosen, np.concatenate(
                                  list(synapse["relationships"].values()))))

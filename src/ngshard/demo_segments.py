@@ -1,57 +1,19 @@
-"""What the demo shows of its segments besides their voxels and skeletons: multi-resolution
-meshes made from the segmentation itself by marching cubes (the ``zmesh`` package, the
-``meshing`` extra), synapse-like point annotations on the membranes between two cells (with
+"""What the demo shows of its segments besides their voxels, skeletons and meshes (those are
+``ngshard.mesh``'s): synapse-like point annotations on the membranes between two cells (with
 a score, a kind, and the two cells as relationships), and segment properties (a label, a
 size, tags) so that the segment list is searchable.
 
 Everything is computed from the demo's cell array with numpy, deterministically (a seeded
-generator). :func:`cell_meshes` is deliberately small: the ``ngshard.mesh`` pipeline will
-make meshes of any segmentation; the demo only needs a few hundred cells.
+generator).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from .errors import MissingDependencyError
-
-#: Per level of detail, the sampling step of the cell array meshed (the demo's cells are
-#: constant over 4 x 4 x 4 voxel blocks: stepping by 4 loses no shape).
-MESH_STEPS = (4, 8)
 #: Synapses written, and their kinds (an enum property).
 SYNAPSES = 600
 KINDS = ("excitatory", "inhibitory")
-
-
-def cell_meshes(labels: np.ndarray, resolution: tuple[float, float, float]
-                ) -> dict[int, list[tuple[np.ndarray, np.ndarray]]]:
-    """Meshes of every segment of ``labels`` (x, y, z segment IDs, 0 is background): per
-    segment a list of (vertices in nm, faces), finest first, one per :data:`MESH_STEPS`.
-
-    Raises
-    ------
-    MissingDependencyError
-        zmesh is not installed.
-    """
-    try:
-        import zmesh
-    except ImportError:
-        raise MissingDependencyError("the demo's meshes need zmesh: pip install "
-                                     "'ngshard[meshing]'") from None
-    lods: list[dict[int, Any]] = []
-    for step in MESH_STEPS:
-        res = np.asarray(resolution, np.float32) * step
-        mesher = zmesh.Mesher(tuple(res.tolist()))
-        mesher.mesh(np.ascontiguousarray(labels[::step, ::step, ::step]), close=True)
-        # closed, zmesh puts the face between samples i and i + 1 at (i + 1.5) * res; sample
-        # i stands for the voxels [i * res, (i + 1) * res)
-        lods.append({int(i): mesher.get(i, normals=False) for i in mesher.ids()})
-        for mesh in lods[-1].values():
-            mesh.vertices -= res / 2
-    return {i: [(lod[i].vertices, lod[i].faces) for lod in lods]
-            for i in lods[0] if all(i in lod for lod in lods)}
 
 
 def synapses(rng: np.random.Generator, labels: np.ndarray, n: int = SYNAPSES) -> dict:

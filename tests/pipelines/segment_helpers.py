@@ -26,27 +26,47 @@ def blobs(shape=(96, 80, 64)) -> np.ndarray:
     return labels
 
 
+def tube(labels, label, points, r) -> None:
+    """Paint a tube of radius ``r`` voxels along the polyline ``points`` with ``label``."""
+    points = np.asarray(points, np.float64)
+    for a, b in zip(points[:-1], points[1:]):
+        for t in np.linspace(0, 1, int(np.linalg.norm(b - a)) * 2 + 2):
+            c = a + t * (b - a)
+            lo = np.maximum(np.floor(c - r).astype(int), 0)
+            hi = np.minimum(np.ceil(c + r).astype(int) + 1, labels.shape)
+            sl = tuple(slice(p, q) for p, q in zip(lo, hi))
+            d = sum((g - c[i]) ** 2 for i, g in enumerate(np.ogrid[sl]))
+            labels[sl][d <= r * r] = label
+
+
+def wander(shape, seed=7, steps=40, step=6.0) -> np.ndarray:
+    """A smooth random walk staying a few voxels inside ``shape`` (its points)."""
+    rng = np.random.default_rng(seed)
+    lo, hi = np.full(3, 5.0), np.asarray(shape, np.float64) - 6
+    points, heading = [np.asarray(shape) / 2.0], rng.normal(size=3)
+    for _ in range(steps):
+        heading = heading / np.linalg.norm(heading) + rng.normal(scale=0.5, size=3)
+        heading /= np.linalg.norm(heading)
+        nxt = points[-1] + step * heading
+        outside = (nxt < lo) | (nxt > hi)
+        heading[outside] *= -1  # bounce off the walls
+        points.append(np.clip(points[-1] + step * heading, lo, hi))
+    return np.array(points)
+
+
+#: The label of :func:`neurites`' wandering tube.
+WANDERER = 300
+
+
 def neurites(shape=(96, 80, 64)) -> np.ndarray:
     """Tubes of radius 2 to 3 voxels (what TEASAR is for) on background 0, crossing the
     planes of 32-voxel boxes at steep angles away from their edges: a straight one, a bent
-    one, and one with a branch."""
+    one, one with a branch, and one wandering through most boxes (:data:`WANDERER`)."""
     labels = np.zeros(shape, np.uint64)
-
-    def tube(label, points, r):
-        points = np.asarray(points, np.float64)
-        for a, b in zip(points[:-1], points[1:]):
-            for t in np.linspace(0, 1, int(np.linalg.norm(b - a)) * 2 + 2):
-                c = a + t * (b - a)
-                lo = np.maximum(np.floor(c - r).astype(int), 0)
-                hi = np.minimum(np.ceil(c + r).astype(int) + 1, shape)
-                sl = tuple(slice(p, q) for p, q in zip(lo, hi))
-                d = sum((g - c[i]) ** 2 for i, g in enumerate(np.ogrid[sl]))
-                labels[sl][d <= r * r] = label
-
-    tube(101, [[0, 10, 12], [95, 50, 58]], 2.5)
-    tube(102, [[10, 79, 5], [45, 42, 50], [90, 70, 20]], 2.0)
-    tube(200, [[5, 44, 37], [90, 44, 37]], 3.0)
-    tube(200, [[50, 44, 37], [50, 75, 60]], 2.5)
+    tube(labels, 101, [[0, 10, 12], [95, 50, 58]], 2.5)
+    tube(labels, 102, [[10, 79, 5], [45, 42, 50], [90, 70, 20]], 2.0)
+    tube(labels, 200, [[5, 44, 37], [90, 44, 37]], 3.0)
+    tube(labels, 200, [[50, 44, 37], [50, 75, 60]], 2.5)
     return labels
 
 
@@ -58,6 +78,18 @@ def write_segmentation(path, labels, *, chunk=(32, 32, 32), encoding="compressed
                                 sharding=sharding)
     vol[...] = labels[..., None]
     vol.commit()
+    return path
+
+
+def label_zarr(path, label: int):
+    """A zarr array (z, y, x int64, 20 voxels a side) holding a cube of ``label``."""
+    import zarr
+
+    z = zarr.create_array(str(path), shape=(20, 20, 20), dtype="int64", chunks=(10, 10, 10),
+                          dimension_names=["z", "y", "x"], overwrite=True)
+    data = np.zeros((20, 20, 20), np.int64)
+    data[5:9, 5:9, 5:9] = label
+    z[...] = data
     return path
 
 

@@ -1,8 +1,8 @@
 """ngshard.skeletonize: skeletons made over task boxes and joined have, per segment, the
 cable length of kimimaro's over the whole volume (within 5%), one piece per connected label,
 radii and vertex types; the layer is named in the segmentation's info. A Dask LocalCluster
-makes byte for byte what the local process pool makes (meshes and skeletons), and
-cloud-volume reads both layers."""
+makes byte for byte what the local process pool makes (meshes and skeletons). (igneous and
+cloud-volume beside them: test_igneous.py.)"""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from peers import run_peer
 from segment_helpers import (
     RESOLUTION,
     SPHERE,
@@ -20,7 +19,10 @@ from segment_helpers import (
     cable_length,
     components,
     files,
+    label_zarr,
+    measures,
     neurites,
+    tube,
     write_segmentation,
 )
 
@@ -101,35 +103,33 @@ def test_dask_equals_local_pool(tmp_path):
         assert local == remote and len(local) >= 2
 
 
-CLOUDVOLUME_READS = """
-import json, sys
-from cloudvolume import CloudVolume
-cv = CloudVolume(sys.argv[1], progress=False)
-meshes = cv.mesh.get([int(i) for i in sys.argv[2].split(",")])
-skeletons = cv.skeleton.get([int(i) for i in sys.argv[3].split(",")])
-print(json.dumps({
-    "meshes": {str(k): [m.vertices.tolist(), m.faces.tolist()] for k, m in meshes.items()},
-    "skeletons": {str(s.id): [s.vertices.tolist(), s.edges.tolist(), s.radius.tolist()]
-                  for s in skeletons}}))
-"""
 
-
-def test_cloud_volume_reads_the_layers(skeletonized, tmp_path):
-    seg, _ = skeletonized
+def test_edge_labels_and_bad_input(tmp_path):
+    """The largest uint64 label filling whole boxes and touching every box, beside a tube,
+    and the largest uint32 label: skeletons and closed meshes of each; an empty
+    segmentation: layers of no segment; negative labels: refused, no layer visible."""
+    top = np.uint64(2**64 - 1)
+    labels = np.full((40, 30, 20), top, np.uint64)  # fills every box of 16 but those below
+    tube(labels, 5, [[0, 15, 10], [39, 15, 10]], 2.5)
+    small = np.zeros((24, 20, 18), np.uint32)
+    small[3:20, 4:16, 2:16] = 2**32 - 1
+    cases = (("top", labels, [int(top), 5]), ("u32", small, [2**32 - 1]),
+             ("empty", np.zeros((20, 20, 20), np.uint64), []))
     with ThreadPoolExecutor(2) as pool:
-        ngshard.mesh(seg, box=32, executor=pool, progress=False, ids=[101, 200])
-    out = run_peer(CLOUDVOLUME_READS, f"file://{seg}", "101,200", "101,102,200")
-    read = json.loads(out.stdout)
-    meshes, skeletons = ngshard.open(seg / "mesh"), ngshard.open(seg / "skeletons")
-    for k in (101, 200):
-        vertices, faces = (np.array(x) for x in read["meshes"][str(k)])
-        mine = meshes.get(k)
-        assert len(faces) == len(mine.faces)
-        np.testing.assert_allclose(np.sort(vertices, axis=0), np.sort(mine.vertices, axis=0),
-                                   atol=1e-3)
-    for k in (101, 102, 200):
-        vertices, edges, radius = (np.array(x) for x in read["skeletons"][str(k)])
-        mine = skeletons.get(k)
-        np.testing.assert_allclose(vertices, mine.vertices)
-        np.testing.assert_array_equal(edges, mine.edges)
-        np.testing.assert_allclose(radius, mine.attributes["radius"])
+        for name, data, ids in cases:
+            seg = write_segmentation(tmp_path / name, data)
+            skel = ngshard.skeletonize(seg, box=16, executor=pool, progress=False)
+            meshed = ngshard.mesh(seg, box=16, executor=pool, progress=False)
+            assert skel["segments"] == meshed["segments"] == len(ids), name
+            assert sorted(ngshard.open_kv(seg / "skeletons").keys_array().tolist()) == \
+                sorted(ngshard.open_kv(seg / "mesh").keys_array().tolist()) == sorted(ids)
+            for label in ids:
+                s = ngshard.open(seg / "skeletons").get(label)
+                assert len(s.vertices) > 1 and len(s.edges)
+                m = ngshard.open(seg / "mesh").get(label)
+                assert measures(m.vertices, m.faces)[2] == 0, (name, label)  # closed
+        label_zarr(tmp_path / "neg.zarr", -3)
+        with pytest.raises(ngshard.SpecError, match="negative"):
+            ngshard.skeletonize(tmp_path / "neg.zarr", tmp_path / "neg", box=16,
+                                executor=pool, progress=False)
+        assert not (tmp_path / "neg" / "info").exists()

@@ -31,6 +31,12 @@ def add_commands(command) -> None:
     p.add_argument("--reduction", type=int, default=4, metavar="N",
                    help="each level keeps about 1/N of the triangles of the one below "
                         "(default 4)")
+    p.add_argument("--simplify", type=int, default=1, metavar="N",
+                   help="simplify LOD 0 to about 1/N of its triangles (default 1: the "
+                        "marching cubes' mesh; igneous' mesh forge uses 100)")
+    p.add_argument("--max-error", type=float, default=40.0, metavar="NM",
+                   help="with --simplify, how far (nm) a vertex of LOD 0 may move "
+                        "(default 40, doubling per level)")
     p.add_argument("--legacy", action="store_true", help="write single-resolution "
                    f"{LEGACY_MESHES} segments instead")
     p = command("skeletonize", cmd_skeletonize, "make TEASAR skeletons of a segmentation's "
@@ -109,7 +115,7 @@ def cmd_mesh(args: argparse.Namespace) -> int:
     from ..pipelines.meshing import mesh
 
     return _run(mesh, args, "meshed", lods=args.lods, reduction=args.reduction,
-                legacy=args.legacy)
+                simplify=args.simplify, max_error=args.max_error, legacy=args.legacy)
 
 
 def cmd_skeletonize(args: argparse.Namespace) -> int:

@@ -82,9 +82,14 @@ class Box:
 
 def tiles(n: int, size: int) -> list[tuple[int, int]]:
     """[start, stop) of the boxes of ``size`` cells tiling ``n`` voxels along one axis: box
-    k holds voxels [k size, (k + 1) size + 1), one voxel shared with the next, clipped."""
+    k holds voxels [k size, (k + 1) size + 1), one voxel shared with the next, clipped; a
+    last box of one cell joins the one before (the padded frame of meshes has one cell
+    more than its region: a region of whole boxes is not given a box of a sliver)."""
     count = max(1, math.ceil((n - 1) / size))
-    return [(k * size, min((k + 1) * size + 1, n)) for k in range(count)]
+    if count > 1 and n - 1 == (count - 1) * size + 1:
+        count -= 1
+    return [(k * size, min((k + 1) * size + 1, n) if k < count - 1 else n)
+            for k in range(count)]
 
 
 def boxes(shape: Any, size: Any, start: int = 0) -> list[Box]:

@@ -43,8 +43,10 @@ from .phases import Job, Step, bundles, destination_of, ids_doc, run_job, shard_
 @dataclass(frozen=True)
 class MeshOptions:
     """How each box is meshed: ``lods`` levels of detail on an octree of LOD 0 nodes of
-    ``node`` nm from ``origin`` (nm), each level simplified ``reduction`` times more than
-    the one below; ``bits`` of vertex quantization; legacy single-resolution meshes."""
+    ``node`` nm from ``origin`` (nm), LOD 0 simplified ``simplify`` times (vertices moving
+    at most ``max_error`` nm; 1: not simplified), each coarser level ``reduction`` times
+    more than the one below; ``bits`` of vertex quantization; legacy single-resolution
+    meshes."""
 
     origin: tuple[float, float, float]
     node: tuple[float, float, float]
@@ -52,6 +54,26 @@ class MeshOptions:
     reduction: int
     bits: int
     legacy: bool
+    simplify: int = 1
+    max_error: float = 0.0
+
+    def levels(self, voxel: float) -> list[tuple[int, float]]:
+        """The levels of :func:`lod_levels` of these options; ``voxel`` is the largest edge
+        of a voxel (nm)."""
+        return lod_levels(1 if self.legacy else self.lods, self.reduction, voxel,
+                          self.simplify, self.max_error)
+
+
+def lod_levels(lods: int, reduction: int, unit: float, simplify: int = 1,
+               max_error: float = 0.0) -> list[tuple[int, float]]:
+    """(reduction factor, max error) of each of ``lods`` levels of detail, each simplified
+    from the full mesh: LOD 0 ``simplify`` times (moving vertices at most ``max_error``),
+    level k ``reduction**k`` times more, its vertices moving at most ``unit * 2**(k - 1)``
+    (or twice the error of the level below) — the levels of every multi-resolution mesh
+    ngshard makes, from labels or from a legacy mesh."""
+    return [(simplify, max_error)] + [
+        (simplify * reduction ** k, max(max_error * 2 ** k, unit * 2 ** (k - 1)))
+        for k in range(1, lods)]
 
 
 def _zmesh():
@@ -61,7 +83,7 @@ def _zmesh():
 def _simplified(mesher: Any, mesh: Any, reduction: int, max_error: float) -> Any:
     """zmesh's simplification of ``mesh``; the mesh itself where there is too little to
     simplify, or where what comes back is not a mesh of its vertices."""
-    if len(mesh.faces) < 16:
+    if len(mesh.faces) < 16 or reduction <= 1:
         return mesh
     out = mesher.simplify(mesh, reduction_factor=reduction, max_error=max_error,
                           compute_normals=False)
@@ -71,15 +93,10 @@ def _simplified(mesher: Any, mesh: Any, reduction: int, max_error: float) -> Any
     return out
 
 
-def levels_of_detail(mesher: Any, full: Any, lods: int, reduction: int, unit: float
-                     ) -> list:
-    """``full`` and ``lods - 1`` coarser levels, level k simplified from ``full`` (zmesh's
-    simplifier can loop forever on a mesh it simplified already) to about
-    ``1 / reduction**k`` of its triangles, vertices moving at most ``unit * 2**(k - 1)``:
-    the levels of detail of every multi-resolution mesh ngshard makes (from labels, or from
-    a legacy mesh)."""
-    return [full] + [_simplified(mesher, full, reduction ** k, unit * 2 ** (k - 1))
-                     for k in range(1, lods)]
+def levels_of_detail(mesher: Any, full: Any, levels: list[tuple[int, float]]) -> list:
+    """``full`` simplified to each of ``levels`` (see :func:`lod_levels`), each from
+    ``full`` itself: zmesh's simplifier can loop forever on a mesh it simplified already."""
+    return [_simplified(mesher, full, r, e) for r, e in levels]
 
 
 def weld(vertices: np.ndarray, faces: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -102,10 +119,10 @@ def forge_meshes(dst: str, region: Region, box: Box, options: MeshOptions,
     found = np.array(sorted(mesher.ids()), np.uint64)
     found = found[found != 0]
     pieces = []
+    levels = options.levels(float(res.max()))
     for label in found.tolist():
         full = mesher.get(label, normals=False, reduction_factor=0, max_error=0)
-        lods = levels_of_detail(mesher, full, 1 if options.legacy else options.lods,
-                                options.reduction, float(res.max()))
+        lods = levels_of_detail(mesher, full, levels)
         shifted = [(m.vertices.astype(np.float64) + shift, m.faces) for m in lods]
         mesher.erase(label)
         if options.legacy:
@@ -191,7 +208,8 @@ def merge_meshes(dst: str, spec_json: dict, shard: int, requests: list, legacy: 
 
 def mesh(seg: str | os.PathLike, dst: str | os.PathLike | None = None, *,
          scale: int | str = 0, bbox: Any = None, ids: Any = None, box: Any = 256,
-         lods: int = 3, reduction: int = 4, legacy: bool = False,
+         lods: int = 3, reduction: int = 4, simplify: int = 1, max_error: float = 40.0,
+         legacy: bool = False,
          sharding: None | str | dict = "auto", vertex_quantization_bits: int = 16,
          executor: Executor | None = None, workers: int | None = None,
          progress: bool = True, resume: bool = True, overwrite: bool = False,
@@ -224,6 +242,11 @@ def mesh(seg: str | os.PathLike, dst: str | os.PathLike | None = None, *,
         Triangles kept per level: each level simplified to about ``1 / reduction`` of the
         one below (zmesh's quadric simplification, vertices moving at most a voxel at
         LOD 1, doubling per level).
+    simplify, max_error
+        LOD 0 (the only level of legacy meshes) simplified to about ``1 / simplify`` of
+        its triangles, vertices moving at most ``max_error`` nm (doubling per coarser
+        level); 1 keeps the marching cubes' mesh. igneous' ``mesh forge`` simplifies by
+        100 at 40 nm.
     legacy
         Write single-resolution ``neuroglancer_legacy_mesh`` segments (full resolution)
         instead.
@@ -259,16 +282,19 @@ def mesh(seg: str | os.PathLike, dst: str | os.PathLike | None = None, *,
     if vertex_quantization_bits not in (10, 16):
         raise SpecError(f"vertex_quantization_bits must be 10 or 16, got "
                         f"{vertex_quantization_bits}")
-    if not 1 <= int(lods) <= 8 or int(reduction) < 1:
-        raise SpecError(f"lods must be 1 to 8 and reduction at least 1, got {lods}, "
-                        f"{reduction}")
+    if not 1 <= int(lods) <= 8 or int(reduction) < 1 or int(simplify) < 1 or \
+            not float(max_error) >= 0:
+        raise SpecError(f"lods must be 1 to 8, reduction and simplify at least 1 and "
+                        f"max_error at least 0, got {lods}, {reduction}, {simplify}, "
+                        f"{max_error}")
     region, handle = open_region(seg, scale, bbox, axes)
     step = 1 << (int(lods) - 1)
     size = tuple(-(-s // step) * step for s in box_size(box))
     res = np.asarray(region.resolution)
     options = MeshOptions(tuple(region.corner_nm(-1).tolist()),
                           tuple((np.asarray(size) // step * res).tolist()), int(lods),
-                          int(reduction), int(vertex_quantization_bits), bool(legacy))
+                          int(reduction), int(vertex_quantization_bits), bool(legacy),
+                          int(simplify), float(max_error) if int(simplify) > 1 else 0.0)
     dst, link = destination_of(seg, dst, handle, "mesh")
     wanted = None if ids is None else np.unique(np.asarray(ids, np.uint64))
     forge = [Step(f"box/{b.name}", forge_meshes, (dst, region, b, options, wanted))
@@ -296,7 +322,8 @@ def mesh(seg: str | os.PathLike, dst: str | os.PathLike | None = None, *,
 
     doc = {"job": "mesh", "from": region.where, "to": dst, "scale": scale,
            "region": [region.lo, region.hi], "box": size, "ids": ids_doc(wanted),
-           "options": [options.lods, options.reduction, options.bits, options.legacy],
+           "options": [options.lods, options.reduction, options.bits, options.legacy,
+                       options.simplify, options.max_error],
            "sharding": sharding}
     stats = run_job(Job("meshing", dst, doc, forge, merge, choose, finish),
                     executor=executor, workers=workers, progress=progress, resume=resume,

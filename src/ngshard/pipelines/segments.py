@@ -164,7 +164,7 @@ def _legacy(mesh: Any, copy: SegmentCopy) -> tuple[bytes, bytes]:
     multi-resolution mesh's (manifest, fragment data)."""
     if copy.out != MESHES:
         return encode_legacy(mesh.vertices, mesh.faces), b""
-    from .meshing import levels_of_detail, weld
+    from .meshing import levels_of_detail, lod_levels, weld
 
     vertices, faces = weld(np.asarray(mesh.vertices, np.float32), mesh.faces)
     levels: list = [(vertices, faces)]
@@ -177,8 +177,8 @@ def _legacy(mesh: Any, copy: SegmentCopy) -> tuple[bytes, bytes]:
         shift = vertices.min(axis=0)
         unit = max(1.0, float((vertices.max(axis=0) - shift).max()) / 2**19)
         full = zmesh.Mesh((vertices - shift) / unit, faces.astype(np.uint32), None)
-        simpler = levels_of_detail(zmesh.Mesher((1, 1, 1)), full, copy.lods, copy.reduction,
-                                   float(np.median(edges)) / unit)[1:]
+        simpler = levels_of_detail(zmesh.Mesher((1, 1, 1)), full, lod_levels(
+            copy.lods, copy.reduction, float(np.median(edges)) / unit))[1:]
         levels += [(m.vertices * unit + shift, m.faces) for m in simpler]
     manifest, blobs = encode_mesh([(np.asarray(v, np.float64), f) for v, f in levels],
                                   copy.bits)
