@@ -81,20 +81,29 @@ class Summary:
         self.worst_growth = max(self.worst_growth, other.worst_growth)
 
 
-def run_parallel(seed: int, cases: int, start: int, jobs: int, out=None, **kwargs) -> Summary:
+def run_parallel(seed: int, cases: int, start: int, jobs: int, out=None,
+                 seconds: float | None = None, **kwargs) -> Summary:
     """:func:`run` in ``jobs`` processes, on pieces of whole groups (each run gives the same
-    counts as one process would)."""
+    counts as one process would); no piece is started after ``seconds``."""
     step = 20 * GROUP
     edges = sorted({start, start + cases, *range(-(-start // step) * step, start + cases, step)})
+    todo = list(zip(edges, edges[1:]))
     summary, t0 = Summary(), time.perf_counter()
     spawn = multiprocessing.get_context("spawn")  # tensorstore's threads and fork do not mix
     with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=spawn) as pool:
-        pieces = [pool.submit(run, seed, b - a, a, **kwargs) for a, b in zip(edges, edges[1:])]
-        for done in concurrent.futures.as_completed(pieces):
-            piece = done.result(timeout=fuzz_reads.PEER_TIMEOUT)
-            for line in piece.mismatches if out else ():
-                print(line, file=out, flush=True)
-            summary.merge(piece)
+        running: set = set()
+        while todo or running:
+            while todo and len(running) < 2 * jobs and (
+                    seconds is None or time.perf_counter() - t0 < seconds):
+                a, b = todo.pop(0)
+                running.add(pool.submit(run, seed, b - a, a, **kwargs))
+            if not running:
+                break
+            done, running = concurrent.futures.wait(running, 60, "FIRST_COMPLETED")
+            for piece in (d.result(timeout=fuzz_reads.PEER_TIMEOUT) for d in done):
+                for line in piece.mismatches if out else ():
+                    print(line, file=out, flush=True)
+                summary.merge(piece)
     summary.seconds = time.perf_counter() - t0
     return summary
 
@@ -204,6 +213,7 @@ def main(argv=None) -> int:
     p.add_argument("--encodings", default="", help="volume encodings to use (default all)")
     p.add_argument("--dir", help="where to write the stores (default /dev/shm)")
     p.add_argument("--jobs", type=int, default=1, help="processes to run cases in")
+    p.add_argument("--seconds", type=float, help="with --jobs: start no new piece after this")
     p.add_argument("--surfaces", help="fuzz these format surfaces instead (or 'all'): "
                    "see tools/fuzz_surfaces.py")
     args = p.parse_args(argv)
@@ -218,7 +228,8 @@ def main(argv=None) -> int:
                "encodings": tuple(e for e in args.encodings.split(",") if e),
                "workdir": args.dir}
     if args.jobs > 1 and args.replay is None:
-        s = run_parallel(args.seed, cases, start, args.jobs, sys.stdout, **options)
+        s = run_parallel(args.seed, cases, start, args.jobs, sys.stdout, args.seconds,
+                         **options)
     else:
         s = run(args.seed, cases, start, out=sys.stdout, replay=args.replay is not None,
                 **options)

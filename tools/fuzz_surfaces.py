@@ -46,6 +46,9 @@ import ngshard  # noqa: E402
 
 GROUP = 25  # cases per honest dataset
 CASE_SECONDS = 20  # a case taking longer is a hang
+#: Cases per worker process: its imports (ngshard, tensorstore, zarr, a cloud-volume child)
+#: cost seconds on a loaded machine, a case milliseconds.
+BATCH = 1000
 MEMORY_LIMIT = 6 << 30  # RLIMIT_AS of a worker (tensorstore reserves address space)
 MiB = 1 << 20
 #: Peers asked only where ngshard reads a value (the wrong-value oracle; a case in the
@@ -250,7 +253,7 @@ def run(surfaces: list[str], seed: int, cases: int, jobs: int = 2, start: int = 
     """Run ``cases`` cases per surface in ``jobs`` worker processes; returns per-surface
     counts, the worst peak memory against input, and the failing records."""
     workdir = workdir or ("/dev/shm" if os.path.isdir("/dev/shm") else None)
-    todo = [(s, a, min(a + 200, start + cases)) for a in range(start, start + cases, 200)
+    todo = [(s, a, min(a + BATCH, start + cases)) for a in range(start, start + cases, BATCH)
             for s in surfaces]  # surfaces in turn, so a run cut short covers them all
     counts: dict = defaultdict(Counter)
     worst: dict = {}
