@@ -4,7 +4,7 @@ exception and memory within the bound. The long run is ``python tools/fuzz.py --
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import sys
 from pathlib import Path
 
@@ -22,13 +22,11 @@ pytestmark = pytest.mark.timeout(900)
 
 @pytest.fixture(scope="module")
 def summary():
-    path = Path(__file__).resolve().parent.parent / "tools" / "fuzz.py"
-    spec = importlib.util.spec_from_file_location("ngshard_fuzz", path)
-    fuzz = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = fuzz  # dataclasses look their module up
-    spec.loader.exec_module(fuzz)
-    fuzz.PEER_TIMEOUT = PEER_TIMEOUT
-    return fuzz.run(seed=20240607, cases=CASES)
+    # importable by name (tools/ on the path): the run's spawned processes import it again
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+    fuzz = importlib.import_module("fuzz")
+    fuzz.fuzz_reads.PEER_TIMEOUT = PEER_TIMEOUT
+    return fuzz.run_parallel(seed=20240607, cases=CASES, start=0, jobs=2)
 
 
 def test_ngshard_agrees_with_tensorstore_on_damaged_stores(summary):

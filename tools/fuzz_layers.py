@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from fuzz import mutate_bytes, pick  # noqa: E402
+from fuzz_cloudvolume import canonical_annotations, canonical_skeleton, triangles  # noqa: E402
+from fuzz_mutate import mutate_bytes, pick  # noqa: E402
 
 import ngshard  # noqa: E402
 import ngshard.zarr  # noqa: E402
@@ -106,6 +108,13 @@ def mutate_file(rng, name: str, data: bytes) -> tuple[bytes | None, str]:
         if doc is not None:
             doc, kind = json_mutation(rng, doc)
             return dump(doc), "json " + kind
+    draco = [m.start() for m in re.finditer(b"DRACO", data)][:64]
+    if draco and rng.random() < 0.4:  # the method or a count of a Draco header: it decodes
+        b = bytearray(data)           # to other counts, or to no points at all
+        at = pick(rng, draco) + (8 if rng.random() < 0.25 else int(rng.integers(9, 40)))
+        if at < len(b):
+            b[at] = int(rng.integers(0, 9)) if rng.random() < 0.8 else int(rng.integers(256))
+            return bytes(b), "draco count"
     if len(data) >= 8 and rng.random() < 0.4:
         b = bytearray(data)
         width = pick(rng, [4, 8])
@@ -193,7 +202,7 @@ def make_legacy_meshes(rng, root: Path) -> None:
 
 
 def make_annotations(rng, root: Path) -> None:
-    kind = pick(rng, ["point", "line", "axis_aligned_bounding_box", "ellipsoid"])
+    kind = pick(rng, ["point", "point", "line", "axis_aligned_bounding_box", "ellipsoid"])
     n = int(rng.integers(1, 30))
     width = 3 if kind == "point" else 6
     geometry = rng.uniform(0, 64, (n, width))
@@ -229,7 +238,7 @@ def _box(shape) -> tuple:
     return tuple(slice(0, min(int(n), 16)) for n in shape)
 
 
-def read_zarr(root: Path) -> dict:
+def read_zarr(root: Path, keys=None) -> dict:
     a = ngshard.zarr.open_array(root)
     return {"box": a[_box(a.shape)]}
 
@@ -241,20 +250,20 @@ def ts_zarr(root: Path, driver: str, timeout: float) -> dict:
     return {"box": t[_box(t.shape)].read().result(timeout=timeout)}
 
 
-def zarr_python(root: Path) -> dict:
+def zarr_python(root: Path, timeout: float, keys=None) -> dict:
     import zarr
 
     a = zarr.open_array(str(root), mode="r")
     return {"box": a[_box(a.shape)]}
 
 
-def read_volume(root: Path) -> dict:
+def read_volume(root: Path, keys=None) -> dict:
     vol = ngshard.open_volume(root).translate_to[0]  # voxel_offset may be any
     box = tuple(slice(0, min(n, m)) for n, m in zip(vol.shape, (8, 8, 4, 2)))
     return {"box": vol[box]}
 
 
-def ts_volume(root: Path, timeout: float) -> dict:
+def ts_volume(root: Path, timeout: float, keys=None) -> dict:
     import tensorstore as ts
 
     t = ts.open({"driver": "neuroglancer_precomputed", "kvstore": f"file://{root}/"}
@@ -263,33 +272,88 @@ def ts_volume(root: Path, timeout: float) -> dict:
     return {"box": t[box].read().result(timeout=timeout)}
 
 
-def read_layer(root: Path) -> dict:
+def read_layer(root: Path, keys: list[int]) -> dict:
+    """ngshard's reads of a layer: its listing, queries, and the honest dataset's ``keys``
+    (the ids the peers read too) in :mod:`fuzz_cloudvolume`'s canonical form."""
     layer = ngshard.open(root)
-    keys = layer.keys_array()
-    out: dict = {"keys": np.sort(keys)}
+    out: dict = {"keys": np.sort(layer.keys_array())}
+    want = keys[:8]
     if isinstance(layer, ngshard.Annotations):
         out["all"] = sorted(layer.query().ids.tolist())
         out["box"] = sorted(layer.query([0, 0, 0], [20, 30, 40]).ids.tolist())
-        out["related"] = sorted(layer.related("seg", 2).ids.tolist())
-        got = layer.get_many(keys[:8])
-    elif isinstance(layer, (ngshard.Meshes, ngshard.LegacyMeshes)):
-        got = layer.get_many(keys[:8], lod="all") if isinstance(layer, ngshard.Meshes) else \
-            layer.get_many(keys[:8])
-    else:
-        got = layer.get_many(keys[:8])
-    out["values"] = repr(sorted(got))[:100]
+        rel = layer.related("seg", 2)
+        out.update(canonical_annotations("related", rel.ids, rel.geometry))
+        for k, a in layer.get_many(want).items():
+            out.update(canonical_annotations(f"annotation {k}", [k], a.geometry))
+    elif isinstance(layer, ngshard.Meshes):
+        for k, lods in layer.get_many(want, lod="all").items():
+            out[f"mesh {k}"] = triangles(lods[0].vertices, lods[0].faces)
+    elif isinstance(layer, ngshard.LegacyMeshes):
+        for k, m in layer.get_many(want).items():
+            out[f"mesh {k}"] = triangles(m.vertices, m.faces)
+    elif isinstance(layer, ngshard.Skeletons):
+        for k, sk in layer.get_many(want, transform=True).items():  # as cloud-volume's
+            out.update(canonical_skeleton(k, sk.vertices, sk.edges, sk.radius))
+    elif isinstance(layer, ngshard.SegmentProperties):
+        for k, row in layer.get_many(want).items():
+            out.update({f"property {k} {name}": property_value(v) for name, v in row.items()})
+    else:  # a damaged info made it another kind of layer
+        out["values"] = repr(sorted(layer.get_many(want)))[:100]
     return out
 
 
+def spec_properties(root: Path, timeout: float, keys: list[int]) -> dict:
+    """Segment properties decoded from the spec (neuroglancer's segment_properties.md), not by
+    ngshard: the inline ``ids`` (base-10 strings) and each property's ``values`` (or
+    ``tags``' indices into its ``tags``), for ``keys``."""
+    info = json.loads((root / "info").read_text())
+    assert info["@type"] == "neuroglancer_segment_properties"
+    inline = info["inline"]
+    rows = {int(i): n for n, i in enumerate(inline["ids"])}
+    out = {}
+    for k in keys[:8]:
+        if k not in rows:
+            continue
+        for prop in inline["properties"]:
+            v = prop["values"][rows[k]]
+            if prop["type"] == "tags":
+                v = [prop["tags"][t] for t in v]
+            elif prop["type"] == "number":
+                v = np.dtype(prop["data_type"]).type(v)
+            out[f"property {k} {prop['id']}"] = property_value(v)
+    return out
+
+
+def property_value(v) -> np.ndarray:
+    """A segment property's value as both sides compare it: numbers as float64, text and
+    tags as strings."""
+    if isinstance(v, (int, float, np.number)) and not isinstance(v, bool):
+        return np.asarray(v, np.float64)
+    return np.asarray(v, str)
+
+
+def cloud_volume(surface: str):
+    """The peer that asks the worker's cloud-volume child (see fuzz_surfaces.worker)."""
+    def read(root: Path, timeout: float, keys: list[int]) -> dict:
+        return CLOUD_VOLUME[0].read(surface, root, keys, timeout)
+
+    return read
+
+
+#: The worker's one cloud-volume child (fuzz_cloudvolume.CloudVolumePeer), set by the worker.
+CLOUD_VOLUME: list = []
+
+
 SURFACES = {  # name: (make, ngshard's read, peers)
-    "zarr3": (make_zarr3, read_zarr, {"tensorstore": lambda r, t: ts_zarr(r, "zarr3", t),
-                                      "zarr-python": lambda r, t: zarr_python(r)}),
-    "zarr2": (make_zarr2, read_zarr, {"tensorstore": lambda r, t: ts_zarr(r, "zarr", t),
-                                      "zarr-python": lambda r, t: zarr_python(r)}),
+    "zarr3": (make_zarr3, read_zarr, {"tensorstore": lambda r, t, k: ts_zarr(r, "zarr3", t),
+                                      "zarr-python": zarr_python}),
+    "zarr2": (make_zarr2, read_zarr, {"tensorstore": lambda r, t, k: ts_zarr(r, "zarr", t),
+                                      "zarr-python": zarr_python}),
     "volume": (make_volume, read_volume, {"tensorstore": ts_volume}),
-    "skeletons": (make_skeletons, read_layer, {}),
-    "meshes": (make_meshes, read_layer, {}),
-    "legacy meshes": (make_legacy_meshes, read_layer, {}),
-    "annotations": (make_annotations, read_layer, {}),
-    "segment properties": (make_properties, read_layer, {}),
+    "skeletons": (make_skeletons, read_layer, {"cloud-volume": cloud_volume("skeletons")}),
+    "meshes": (make_meshes, read_layer, {"cloud-volume": cloud_volume("meshes")}),
+    "legacy meshes": (make_legacy_meshes, read_layer,
+                      {"cloud-volume": cloud_volume("legacy meshes")}),
+    "annotations": (make_annotations, read_layer, {"cloud-volume": cloud_volume("annotations")}),
+    "segment properties": (make_properties, read_layer, {"spec decoding": spec_properties}),
 }

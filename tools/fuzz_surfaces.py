@@ -36,29 +36,34 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from fuzz import Memory, pick  # noqa: E402
+import fuzz_cloudvolume  # noqa: E402
+import fuzz_layers  # noqa: E402
 from fuzz_layers import OUTSIDE, SURFACES, mutate_file  # noqa: E402
+from fuzz_mutate import pick  # noqa: E402
+from fuzz_probes import Memory  # noqa: E402
 
 import ngshard  # noqa: E402
 
 GROUP = 25  # cases per honest dataset
 CASE_SECONDS = 20  # a case taking longer is a hang
+#: Cases per worker process: its imports (ngshard, tensorstore, zarr, a cloud-volume child)
+#: cost seconds on a loaded machine, a case milliseconds.
+BATCH = 1000
 MEMORY_LIMIT = 6 << 30  # RLIMIT_AS of a worker (tensorstore reserves address space)
 MiB = 1 << 20
+#: Peers asked only where ngshard reads a value (the wrong-value oracle; a case in the
+#: cloud-volume child costs more than ngshard's reads).
+CALLED_ON_VALUES = {"cloud-volume"}
+#: The Python of the peers' venv (cloud-volume; tests/peers.py makes it).
+PEER_PYTHON = os.environ.get("NGSHARD_PEER_PYTHON", str(
+    Path(__file__).resolve().parents[1] / ".ci/peers/bin/python"))
 COUNTS = ("cases", "wrong values", "foreign exceptions", "hangs", "crashes", "over memory",
-          "escapes", "ngshard errors", "peer disagrees (error)", "peer crashes")
+          "escapes", "ngshard errors", "peer disagrees (error)", "peer crashes", "compared")
 
 
 def files_of(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
             if p.is_file()}
-
-
-def restore(root: Path, originals: dict[str, bytes]) -> None:
-    shutil.rmtree(root)
-    for name, data in originals.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_bytes(data)
 
 
 class Escapes:
@@ -97,45 +102,72 @@ def peer_outcome(fn, *args) -> tuple[str, object]:
         return "value", fn(*args)
     except TimeoutError:
         raise
+    except ChildProcessError as e:  # a peer's child overran or died: no outcome to compare
+        return "crash", str(e)
     except Exception as e:
         return "error", str(e)[:200]
 
 
-def same(a: dict, b: dict) -> bool:
-    for k in a.keys() & b.keys():
+def differing(a: dict, b: dict) -> str | None:
+    """The first result both sides read whose values differ (floats within 1e-5 relative,
+    1e-4 absolute: the peers apply a mesh's transform in another precision), else None."""
+    for k in sorted(a.keys() & b.keys()):
         x, y = np.asarray(a[k]), np.asarray(b[k])
-        if x.shape != y.shape or not np.array_equal(x, y, equal_nan=x.dtype.kind in "fc"):
-            return False
-    return True
+        if x.shape != y.shape:
+            return k
+        if x.dtype.kind == "f" or y.dtype.kind == "f":
+            if not np.allclose(x, y, rtol=1e-5, atol=1e-4, equal_nan=True):
+                return k
+        elif not np.array_equal(x, y):
+            return k
+    return None
 
 
-def run_case(surface: str, root: Path, originals: dict, seed: int, number: int,
-             mem: Memory, escapes: Escapes) -> dict:
+def run_case(surface: str, root: Path, originals: dict, keys: list[int], seed: int,
+             number: int, mem: Memory, escapes: Escapes) -> dict:
     """Damage one file, read, and judge: one record per case."""
-    _, read, peers = SURFACES[surface]
     rng = np.random.default_rng([seed, 2, number])
     infos = [n for n in originals if n.rsplit("/", 1)[-1] in ("info", "zarr.json", ".zarray")]
     name = pick(rng, infos) if infos and rng.random() < 0.35 else pick(rng, sorted(originals))
     data, mutation = mutate_file(rng, name, originals[name])
-    restore(root, originals)
     if data is None:
         (root / name).unlink()
     else:
         (root / name).write_bytes(data)
+    try:  # the readers write nothing: the damaged file is all there is to put back
+        return read_case(surface, root, name, data, mutation, originals, keys, number, mem,
+                         escapes)
+    finally:
+        (root / name).write_bytes(originals[name])
+
+
+def read_case(surface: str, root: Path, name: str, data: bytes | None, mutation: str,
+              originals: dict, keys: list[int], number: int, mem: Memory,
+              escapes: Escapes) -> dict:
+    """Read a damaged dataset with ngshard and its peers, and judge."""
+    _, read, peers = SURFACES[surface]
     size = sum(len(d) for d in originals.values()) - len(originals[name]) + len(data or b"")
     rec = {"case": number, "file": name, "mutation": mutation, "bytes": size}
     escapes.seen, escapes.watch = [], str(root.parent / OUTSIDE)
     mem.growth = 0
     with mem:
-        kind, value = outcome(read, root)
+        kind, value = outcome(read, root, keys)
     escapes.watch = None
     rec["ngshard"] = kind if kind == "value" else f"{kind}: {value}"
     rec["peak_kib"] = mem.growth
     rec["escapes"] = escapes.seen[:3]
     for peer, fn in peers.items():
-        pk, pv = peer_outcome(fn, root, CASE_SECONDS)
-        if kind == "value" and pk == "value" and not same(value, pv):
-            rec.setdefault("wrong", []).append(peer)
+        if kind != "value" and peer in CALLED_ON_VALUES:
+            continue
+        pk, pv = peer_outcome(fn, root, CASE_SECONDS, keys)
+        if pk == "crash":
+            rec["peer crashes"] = 1
+        elif kind == "value" and pk == "value":
+            if value.keys() & pv.keys():
+                rec.setdefault("compared", []).append(peer)
+            key = differing(value, pv)
+            if key is not None:
+                rec.setdefault("wrong", []).append(f"{peer}: {key}")
         elif kind == "error" and pk == "value":
             rec.setdefault("peer reads", []).append(peer)
     return rec
@@ -157,6 +189,8 @@ def judge(rec: dict) -> list[str]:
         out.append("ngshard errors")
     if rec.get("peer reads"):
         out.append("peer disagrees (error)")
+    if rec.get("compared"):
+        out.append("compared")
     for special in ("hangs", "crashes", "peer crashes"):
         if rec.get(special):
             out.append(special)
@@ -172,6 +206,8 @@ def worker(surface: str, seed: int, start: int, count: int, workdir: str | None,
         make, read, _ = SURFACES[surface]
         SURFACES[surface] = (make, read, {})
     mem, escapes = Memory(), Escapes()
+    if peers and surface in fuzz_cloudvolume.SURFACES:
+        fuzz_layers.CLOUD_VOLUME[:] = [fuzz_cloudvolume.CloudVolumePeer(PEER_PYTHON)]
     make = SURFACES[surface][0]
     base = Path(tempfile.mkdtemp(prefix="ngshard-surfaces-", dir=workdir))
     (base / OUTSIDE).mkdir()
@@ -190,15 +226,26 @@ def worker(surface: str, seed: int, start: int, count: int, workdir: str | None,
                 root.mkdir()
                 make(np.random.default_rng([seed, 1, group, len(surface)]), root)
                 originals = files_of(root)
+                keys = honest_keys(root)
             signal.alarm(CASE_SECONDS * 3)
             try:
-                rec = run_case(surface, root, originals, seed, number, mem, escapes)
+                rec = run_case(surface, root, originals, keys, seed, number, mem, escapes)
             except TimeoutError:
                 rec = {"case": number, "hangs": 1, "bytes": 0}
             signal.alarm(0)
             print(json.dumps(rec), flush=True)
     finally:
+        for peer in fuzz_layers.CLOUD_VOLUME:
+            peer.close()
         shutil.rmtree(base, ignore_errors=True)
+
+
+def honest_keys(root: Path) -> list[int]:
+    """The ids of an honest layer (none for an array or a volume): what the peers read."""
+    try:
+        return ngshard.open(root).keys_array().tolist()
+    except (ngshard.NgShardError, AttributeError):
+        return []
 
 
 def run(surfaces: list[str], seed: int, cases: int, jobs: int = 2, start: int = 0,
@@ -206,7 +253,7 @@ def run(surfaces: list[str], seed: int, cases: int, jobs: int = 2, start: int = 
     """Run ``cases`` cases per surface in ``jobs`` worker processes; returns per-surface
     counts, the worst peak memory against input, and the failing records."""
     workdir = workdir or ("/dev/shm" if os.path.isdir("/dev/shm") else None)
-    todo = [(s, a, min(a + 200, start + cases)) for a in range(start, start + cases, 200)
+    todo = [(s, a, min(a + BATCH, start + cases)) for a in range(start, start + cases, BATCH)
             for s in surfaces]  # surfaces in turn, so a run cut short covers them all
     counts: dict = defaultdict(Counter)
     worst: dict = {}
@@ -220,7 +267,8 @@ def run(surfaces: list[str], seed: int, cases: int, jobs: int = 2, start: int = 
         counts[s].update(verdicts)
         ratio = (rec.get("peak_kib", 0) * 1024, rec["bytes"], rec["case"])
         worst[s] = max(worst.get(s, ratio), ratio)
-        if set(verdicts) - {"ngshard errors", "peer disagrees (error)", "peer crashes"}:
+        if set(verdicts) - {"ngshard errors", "peer disagrees (error)", "peer crashes",
+                            "compared"}:
             failures.append((s, rec))
             if out:
                 print(s, json.dumps(rec), file=out, flush=True)

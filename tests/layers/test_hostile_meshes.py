@@ -247,3 +247,35 @@ def test_a_legacy_manifest_naming_a_fragment_twice(tmp_path):
     manifest.write_text(json.dumps({"fragments": doc["fragments"] * 3}))
     with pytest.raises(ngshard.CorruptDataError, match=r"5:0: names fragment .* twice"):
         layer.get(5)
+
+
+def no_points(fragment: bytes) -> bytes:
+    """``fragment`` with one byte of its header (the method, or a count of its connectivity)
+    changed so that DracoPy decodes it, without error, to no points (``points`` None): a point
+    count that disagrees with the connectivity."""
+    import DracoPy
+
+    for at in range(8, 40):
+        for value in range(256):
+            damaged = fragment[:at] + bytes([value]) + fragment[at + 1:]
+            try:
+                if DracoPy.decode(damaged).points is None:
+                    return damaged
+            except Exception:  # DracoPy refuses most counts: try the next
+                continue
+    raise AssertionError("no count of the header decodes to no points")
+
+
+def test_a_draco_fragment_decoding_to_no_points(layers):
+    """A Draco fragment that decodes to a bad point count (no points at all) once raised
+    ValueError out of the reader; it is a CorruptDataError naming segment, LOD and
+    fragment."""
+    k = 2**63 + 9
+    path = layers / "u" / str(k)
+    layer = ngshard.open(layers / "u")
+    size = int(layer.manifests([k])[k].fragment_sizes[0][0])
+    data = path.read_bytes()
+    path.write_bytes(no_points(data[:size]) + data[size:])
+    with pytest.raises(ngshard.CorruptDataError,
+                       match=rf"segment {k} LOD 0 fragment 0: Draco fragment does not decode"):
+        ngshard.open(layers / "u").get(k)
