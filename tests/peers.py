@@ -24,24 +24,35 @@ PEER_TIMEOUT = 120
 #: `.ci/peers` (about a minute); ``NGSHARD_PEER_PYTHON`` names another.
 PEER_PYTHON = os.environ.get("NGSHARD_PEER_PYTHON",
                              str(Path(__file__).resolve().parents[1] / ".ci/peers/bin/python"))
-PEERS = ("cloud-volume", "igneous-pipeline")
+#: cloud-volume's optional codecs too, for every encoding of the fixtures (compresso, png,
+#: jxl); a ``.ci/peers`` made before one was added here gets it on its next use (its
+#: ``peers.txt`` says what it holds). One named by NGSHARD_PEER_PYTHON is used as it is.
+PEERS = ("cloud-volume", "igneous-pipeline", "compresso", "pyspng-seunglab", "imagecodecs")
 
 
 def peer_python() -> str:
-    """:data:`PEER_PYTHON`, made first where it is missing (one maker at a time)."""
-    if not os.path.exists(PEER_PYTHON):
-        venv = Path(PEER_PYTHON).parents[1]
-        venv.parent.mkdir(parents=True, exist_ok=True)
-        with open(venv.parent / ".peers.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not os.path.exists(PEER_PYTHON):
-                made = subprocess.run(
-                    f"{sys.executable} -m venv {venv}.part && {venv}.part/bin/pip install -q "
-                    f"{' '.join(PEERS)} && mv {venv}.part {venv}", shell=True,
-                    capture_output=True, text=True, timeout=900)
-                if made.returncode:
-                    pytest.fail(f"making the peers' venv at {venv} failed:\n"
-                                f"{made.stderr[-4000:]}")
+    """:data:`PEER_PYTHON`, made first where it is missing, and given the :data:`PEERS` it
+    lacks where it is this checkout's own (``.ci/peers``; one maker at a time)."""
+    venv = Path(PEER_PYTHON).parents[1]
+    stamp = venv / "peers.txt"
+    ours = "NGSHARD_PEER_PYTHON" not in os.environ
+    if os.path.exists(PEER_PYTHON) and (not ours or stamp.exists() and
+                                        stamp.read_text() == " ".join(PEERS)):
+        return PEER_PYTHON  # (one named by NGSHARD_PEER_PYTHON is used as it is)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with open(venv.parent / ".peers.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        made = venv if os.path.exists(PEER_PYTHON) else Path(f"{venv}.part")
+        if made == venv and stamp.exists() and stamp.read_text() == " ".join(PEERS):
+            return PEER_PYTHON
+        done = subprocess.run(
+            f"{'' if made == venv else f'{sys.executable} -m venv {made} && '}"
+            f"{made}/bin/python -m pip install -q {' '.join(PEERS)} && "
+            f"echo -n '{' '.join(PEERS)}' > {made}/peers.txt"
+            f"{'' if made == venv else f' && mv {made} {venv}'}", shell=True,
+            capture_output=True, text=True, timeout=900)
+        if done.returncode:
+            pytest.fail(f"making the peers' venv at {venv} failed:\n{done.stderr[-4000:]}")
     return PEER_PYTHON
 
 

@@ -30,6 +30,13 @@ def uint_dtype(bound: int) -> np.dtype:
 _LARGE = 4096
 
 
+def views(data: np.ndarray, sizes: np.ndarray) -> list[memoryview]:
+    """Views of back-to-back values of ``sizes`` bytes in ``data``."""
+    view = data.data
+    ends = np.cumsum(sizes, dtype=np.int64).tolist()
+    return [view[e - n:e] for e, n in zip(ends, np.asarray(sizes, np.int64).tolist())]
+
+
 def gather(src: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     """``src[starts[i]:starts[i] + sizes[i]]`` for every i, back to back, as one uint8 array.
 

@@ -118,9 +118,41 @@ static inline uint64_t mix64(uint64_t z) { /* splitmix64's finalizer */
     return z ^ (z >> 31);
 }
 
-static int cmp_u64(const void *a, const void *b) {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
+/* Sort a table in place: quicksort (median of three) down to runs of 16, then insertion
+ * sort; inline comparisons, unlike qsort's calls through a pointer (tables are small). */
+static void sort_u64(uint64_t *a, Py_ssize_t n) {
+    while (n > 16) {
+        uint64_t x = a[0], y = a[n / 2], z = a[n - 1];
+        uint64_t pivot = x < y ? (y < z ? y : (x < z ? z : x)) : (x < z ? x : (y < z ? z : y));
+        Py_ssize_t i = 0, j = n - 1;
+        for (;;) {
+            while (a[i] < pivot)
+                i++;
+            while (a[j] > pivot)
+                j--;
+            if (i >= j)
+                break;
+            uint64_t t = a[i];
+            a[i++] = a[j];
+            a[j--] = t;
+        }
+        /* [0, j] <= pivot <= [j + 1, n): recurse into the smaller side, loop on the other */
+        if (j + 1 < n - j - 1) {
+            sort_u64(a, j + 1);
+            a += j + 1;
+            n -= j + 1;
+        } else {
+            sort_u64(a + j + 1, n - j - 1);
+            n = j + 1;
+        }
+    }
+    for (Py_ssize_t i = 1; i < n; i++) {
+        uint64_t v = a[i];
+        Py_ssize_t j = i;
+        for (; j > 0 && a[j - 1] > v; j--)
+            a[j] = a[j - 1];
+        a[j] = v;
+    }
 }
 
 static const int BITS_BY_LENGTH[33] = {0, 1, 2, 4, 4, 8, 8, 8, 8, 16, 16, 16, 16, 16, 16, 16, 16,
@@ -161,23 +193,27 @@ static int tabulate(const char *src, const Py_ssize_t *shape, const Py_ssize_t *
     Py_ssize_t used = 0;
     for (Py_ssize_t b = 0; b < e->nb; b++) {
         Py_ssize_t kx = b % gx, ky = b / gx % gy, kz = b / (gx * gy), l = 0;
+        Py_ssize_t x0 = kx * bx, ex = shape[0] - x0 < bx ? shape[0] - x0 : bx;
         for (Py_ssize_t lz = 0; lz < bz; lz++)
-            for (Py_ssize_t ly = 0; ly < by; ly++)
-                for (Py_ssize_t lx = 0; lx < bx; lx++, l++) {
-                    /* past the edge: the nearest voxel inside (numpy's "edge" padding) */
-                    Py_ssize_t x = kx * bx + lx, y = ky * by + ly, z = kz * bz + lz;
-                    x = x < shape[0] ? x : shape[0] - 1;
-                    y = y < shape[1] ? y : shape[1] - 1;
-                    z = z < shape[2] ? z : shape[2] - 1;
-                    const char *p = src + x * strides[0] + y * strides[1] + z * strides[2];
-                    if (itemsize == 4) {
+            for (Py_ssize_t ly = 0; ly < by; ly++) {
+                /* past the edge: the nearest voxel inside (numpy's "edge" padding) */
+                Py_ssize_t y = ky * by + ly, z = kz * bz + lz;
+                y = y < shape[1] ? y : shape[1] - 1;
+                z = z < shape[2] ? z : shape[2] - 1;
+                const char *row = src + x0 * strides[0] + y * strides[1] + z * strides[2];
+                const Py_ssize_t sx = strides[0];
+                if (itemsize == 4)
+                    for (Py_ssize_t lx = 0; lx < ex; lx++, l++) {
                         uint32_t v;
-                        memcpy(&v, p, 4);
+                        memcpy(&v, row + lx * sx, 4);
                         values[l] = v;
-                    } else {
-                        memcpy(&values[l], p, 8);
                     }
-                }
+                else
+                    for (Py_ssize_t lx = 0; lx < ex; lx++, l++)
+                        memcpy(&values[l], row + lx * sx, 8);
+                for (Py_ssize_t lx = ex; lx < bx; lx++, l++)
+                    values[l] = values[l - 1];
+            }
         uint64_t *table = e->tables + used;
         Py_ssize_t k = 0;
         int uniform = 1;
@@ -186,9 +222,12 @@ static int tabulate(const char *src, const Py_ssize_t *shape, const Py_ssize_t *
         if (uniform) {
             table[k++] = values[0];
             memset(e->index + b * bv, 0, bv * sizeof(uint32_t));
-        } else { /* distinct values by hashing, sorted, then each voxel's rank */
+        } else { /* distinct values by hashing, sorted, then each voxel's rank; a voxel
+                  * equal to the one before it (runs along x) skips the hashing */
             memset(found, 0xFF, slots * sizeof(uint32_t));
             for (Py_ssize_t i = 0; i < bv; i++) {
+                if (i && values[i] == values[i - 1])
+                    continue;
                 Py_ssize_t s = mix64(values[i]) & (slots - 1);
                 while (found[s] != 0xFFFFFFFFu && keys[s] != values[i])
                     s = (s + 1) & (slots - 1);
@@ -198,18 +237,23 @@ static int tabulate(const char *src, const Py_ssize_t *shape, const Py_ssize_t *
                     table[k++] = values[i];
                 }
             }
-            qsort(table, k, sizeof(uint64_t), cmp_u64);
+            sort_u64(table, k);
             for (Py_ssize_t i = 0; i < k; i++) {
                 Py_ssize_t s = mix64(table[i]) & (slots - 1);
                 while (keys[s] != table[i])
                     s = (s + 1) & (slots - 1);
                 found[s] = (uint32_t)i;
             }
+            uint32_t *index = e->index + b * bv;
             for (Py_ssize_t i = 0; i < bv; i++) {
+                if (i && values[i] == values[i - 1]) {
+                    index[i] = index[i - 1];
+                    continue;
+                }
                 Py_ssize_t s = mix64(values[i]) & (slots - 1);
                 while (keys[s] != values[i])
                     s = (s + 1) & (slots - 1);
-                e->index[b * bv + i] = found[s];
+                index[i] = found[s];
             }
         }
         e->count[b] = k;

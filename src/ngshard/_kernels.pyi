@@ -1,9 +1,13 @@
 """Compiled kernels of ngshard (_kernels.c, _cseg.c)."""
 
-from typing import Any
+from typing import Any, overload
 
-def fortran_bytes(array: Any, /) -> bytes:
-    """The array's items in Fortran order (any strides), as bytes."""
+# The array's items in Fortran order (any strides), as bytes; or written into the writable
+# buffer ``out`` of exactly their size (then None).
+@overload
+def fortran_bytes(array: Any, /) -> bytes: ...
+@overload
+def fortran_bytes(array: Any, out: Any, /) -> None: ...
 
 def cseg_decode(words: Any, start: int, xyz: tuple[int, ...], block: tuple[int, int, int],
                 entry: int, out: Any, /) -> int:

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ._arrays import views
 from .commitplan import CommitPlan
 from .types import Blob
 
@@ -77,6 +78,22 @@ class ChunkStore:
             The store was opened for reading.
         """
         raise NotImplementedError
+
+    def write_order(self, positions: np.ndarray) -> np.ndarray:
+        """The order (indices into ``positions``) in which :meth:`commit` writes the chunks:
+        chunks :meth:`put_block` stages back to back in it are written without a copy."""
+        return np.arange(len(positions))
+
+    def put_block(self, positions: np.ndarray, sizes: np.ndarray, block: np.ndarray) -> None:
+        """Stage encoded chunks that lie back to back in ``block`` (a uint8 array, ``sizes``
+        bytes each), which the caller hands over: the store may keep it rather than copy.
+
+        Raises
+        ------
+        ReadOnlyError
+            The store was opened for reading.
+        """
+        self.put(positions, views(block, sizes))
 
     def delete(self, positions: np.ndarray) -> None:
         """Stage the removal of chunks (absent ones are ignored)."""

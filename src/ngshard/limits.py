@@ -83,6 +83,11 @@ PAIR_BATCH, PAIR_BATCH_BYTES, PAIR_BATCH_FIRST = 1 << 16, 16 * MiB, 64
 PLAN_GROUP_SHARDS, PLAN_GROUP_KEYS = 64, 1 << 16
 #: Values read per batch when iterating over a store's items.
 ITEMS_BATCH = 1 << 14
+#: Raw chunks (sizes known before encoding) are encoded straight into staging blocks of
+#: about this many bytes, in commit order: a shard within one block is written as it lies,
+#: with no copy between encoding and the file; past it, the next block (so memory beyond the
+#: staging budget stays bounded).
+STAGE_BLOCK_BYTES = 256 * MiB
 #: Bytes of values copied at a time when a spilled shard's data is put in order.
 SPILL_COPY_BYTES = 8 * MiB
 #: Bytes moved per step of a vectorized gather of many small values (a cache-sized window).

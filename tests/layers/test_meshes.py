@@ -1,6 +1,6 @@
 """Multi-resolution meshes: written and read back in both layouts (the octree, cuts,
 quantization and Z-curve order checked), igneous' meshes read as cloud-volume reads them,
-cloud-volume reading ours where it is installed, and the fragment data that lies unindexed
+cloud-volume reading ours (a child process), and the fragment data that lies unindexed
 before each manifest kept through updates and compaction."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from ngshard.layers.mesh_octree import zorder
 from ngshard.storage import open_storage
 
 pytest.importorskip("DracoPy")
-from cloudvolume_root import cloudvolume_root  # noqa: E402
+from cloudvolume_peer import read_meshes, volume_root  # noqa: E402
 from meshdata import area, lods  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "layers"
@@ -217,22 +217,20 @@ def test_manifest_round_trip():
 
 
 def test_cloud_volume_reads_ngshard_meshes(tmp_path):
-    """Where cloud-volume is installed (run with its venv): its sharded multi-level reader
-    returns, LOD by LOD, the vertices and faces ngshard reads."""
-    cloudvolume, root = cloudvolume_root(tmp_path, mesh="mesh")
+    """cloud-volume's sharded and unsharded multi-level readers return, LOD by LOD, the
+    vertices and faces ngshard reads."""
+    root = volume_root(tmp_path, mesh="mesh")
     for sharding in ("auto", None):
         shutil.rmtree(root / "mesh", ignore_errors=True)
         ours = ngshard.write_meshes(root / "mesh", ITEMS, sharding=sharding,
                                     transform=[8, 0, 0, 0, 0, 8, 0, 0, 0, 0, 40, 0],
                                     durable=False)
-        cv = cloudvolume.CloudVolume(root.as_uri())
-        for k in ITEMS:
-            for lod in range(3):
-                theirs = cv.mesh.get(k, lod=lod)
-                theirs = theirs[k] if isinstance(theirs, dict) else theirs
+        for lod, theirs in enumerate(read_meshes(root, list(ITEMS), lods=range(3))):
+            assert sorted(theirs) == sorted(ITEMS)
+            for k in ITEMS:
                 mine = ours.get(k, lod=lod)
-                np.testing.assert_allclose(theirs.vertices, mine.vertices, rtol=1e-5)
-                np.testing.assert_array_equal(theirs.faces, mine.faces)
+                np.testing.assert_allclose(theirs[k][0], mine.vertices, rtol=1e-5)
+                np.testing.assert_array_equal(theirs[k][1], mine.faces)
 
 
 def test_spilled_or_held_a_layer_has_the_same_shards(tmp_path):

@@ -1,5 +1,5 @@
 """Skeleton layers: round trips in both layouts, the peers' bytes (cloud-volume fixtures,
-tensorstore reading our shards, cloud-volume reading our layer where it is installed) and
+tensorstore reading our shards, cloud-volume reading our layer (a child process)) and
 hostile values."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cloudvolume_root import cloudvolume_root
+from cloudvolume_peer import read_skeletons, volume_root
 from peers import PEER_TIMEOUT
 
 import ngshard
@@ -149,16 +149,16 @@ def test_tensorstore_reads_the_keys(tmp_path):
 
 
 def test_cloud_volume_reads_ngshard_skeletons(tmp_path):
-    """Where cloud-volume is installed (not in the test extra: run with its venv)."""
-    cloudvolume, root = cloudvolume_root(tmp_path, skeletons="skel")
+    """cloud-volume (a child process) reads the layer: vertices transformed, attributes."""
+    root = volume_root(tmp_path, skeletons="skel")
     items = {k: (v, e, {"radius": a["radius"],
                         "vertex_types": np.arange(len(v), dtype=np.uint8)})
              for k, (v, e, a) in sample(30, seed=3).items()}
     ngshard.write_skeletons(root / "skel", items, transform=TRANSFORM)
-    cv = cloudvolume.CloudVolume(root.as_uri())
-    for s in cv.skeleton.get(list(items)):
-        v, e, attrs = items[int(s.id)]
-        np.testing.assert_allclose(s.vertices, v * [2, 2, 4] + [10, 20, 30], rtol=1e-5)
-        np.testing.assert_array_equal(s.edges, e)
-        np.testing.assert_array_equal(s.radius, attrs["radius"])
-        np.testing.assert_array_equal(s.vertex_types, attrs["vertex_types"])
+    got = read_skeletons(root, list(items))
+    for k, (v, e, attrs) in items.items():
+        s = got[k]
+        np.testing.assert_allclose(s["vertices"], v * [2, 2, 4] + [10, 20, 30], rtol=1e-5)
+        np.testing.assert_array_equal(s["edges"], e)
+        np.testing.assert_array_equal(s["radius"], attrs["radius"])
+        np.testing.assert_array_equal(s["vertex_types"], attrs["vertex_types"])

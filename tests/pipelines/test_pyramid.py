@@ -123,6 +123,42 @@ def test_sparse_mode_keeps_neurites_as_tinybrain_does(tmp_path):
     assert (1 << 40) + 2 not in downsample(seg[..., None], (2, 2, 2), "mode")
 
 
+IGNEOUS_SPARSE = """
+import sys
+from taskqueue import LocalTaskQueue
+import igneous.task_creation as tc
+tasks = tc.create_downsampling_tasks(sys.argv[1], mip=0, num_mips=2, sparse=True,
+                                     factor=(2, 2, 2), fill_missing=False)
+LocalTaskQueue(parallel=1, progress=False).insert_all(tasks)
+"""
+
+
+def test_sparse_mode_equals_igneous(tmp_path):
+    """igneous' own downsampling (``create_downsampling_tasks(sparse=True)`` on a
+    LocalTaskQueue, a child process) and ``ngshard downsample --sparse``: level by level the
+    same labels, the one-voxel neurites kept."""
+    from peers import run_peer
+
+    seg = _neurites()
+    ours = _layer(tmp_path / "ours", seg, offset=(0, 0, 0), sharding=None, segmentation=True,
+                  chunk=(16, 16, 4))
+    theirs = _layer(tmp_path / "igneous", seg, offset=(0, 0, 0), sharding=None,
+                    segmentation=True, chunk=(16, 16, 4))
+    from ngshard.cli import main
+
+    assert main(["downsample", str(ours), "--levels", "2", "--factor", "2,2,2", "--sparse",
+                 "--sharding", "none", "--workers", "1", "-q"]) == 0
+    run_peer(IGNEOUS_SPARSE, (tmp_path / "igneous").as_uri())
+    made = len(ngshard.open_volume(theirs).info.scales)
+    assert made == 3
+    for i in range(1, made):
+        got = ngshard.open_volume(ours, scale=i)
+        want = ngshard.open_volume(theirs, scale=i)
+        assert got.scale.resolution == want.scale.resolution and got.bounds == want.bounds
+        np.testing.assert_array_equal(got[...], want[...])
+        assert (1 << 40) + 2 in got[...]
+
+
 def test_interrupt_and_resume(tmp_path):
     data = np.random.default_rng(2).integers(0, 256, (128, 128, 16), np.uint8)
     ref = _layer(tmp_path / "ref", data, offset=(0, 0, 0), sharding="auto")

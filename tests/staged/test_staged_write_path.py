@@ -100,8 +100,8 @@ def test_empty_values_anywhere_among_the_blocks(batches):
 @pytest.mark.parametrize("scale_shards", [0, 2])
 def test_volume_slices_committed_through_stable_views_read_back_exactly(tmp_path,
                                                                         scale_shards):
-    """Raw chunks of dropped slabs are staged as views in one put (more chunks than one
-    encoding batch, over several shards), copied once by the store, written as views."""
+    """Raw chunks of dropped slabs (more chunks than one encoding batch, over several
+    shards) are encoded straight into one block the store keeps: one put, written as views."""
     spec = dict(SPEC.to_json(), shard_bits=scale_shards, minishard_bits=3,
                 preshift_bits=0, hash="identity")
     shape = (96, 80, 24, 1)
@@ -109,14 +109,14 @@ def test_volume_slices_committed_through_stable_views_read_back_exactly(tmp_path
     vol = create_volume(tmp_path, dtype="uint8", shape=shape, chunk_size=(8, 8, 8),
                         sharding=spec)
     puts = collections.Counter()
-    original = vol.encoded().put
+    original = vol.encoded().put_block
 
-    def counted(positions, chunks):
+    def counted(positions, sizes, block):
         puts["calls"] += 1
         puts["chunks"] += len(positions)
-        return original(positions, chunks)
+        return original(positions, sizes, block)
 
-    vol.encoded().put = counted
+    vol.encoded().put_block = counted
     for z in range(shape[2]):
         vol[:, :, z] = data[:, :, z]
     vol.commit()

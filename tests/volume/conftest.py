@@ -24,5 +24,7 @@ def spy_chunk_stores(monkeypatch) -> Callable:
         for cls in (ShardedChunks, FileChunks):
             for op in ("get", "put"):
                 monkeypatch.setattr(cls, op, wrap(op, getattr(cls, op)))
+            if "put_block" in vars(cls):  # raw chunks staged as one block (else through put)
+                monkeypatch.setattr(cls, "put_block", wrap("put", cls.put_block))
 
     return spy

@@ -15,12 +15,15 @@ from .storage_args import storage_options
 
 def add_command(command) -> None:
     """The ``convert`` subcommand (``command(name, fn, help)`` makes one)."""
-    p = command("convert", cmd_convert, "convert a zarr array or OME-Zarr group, or a TIFF "
-                "stack, to a precomputed layer, or a precomputed layer to an OME-Zarr 0.5 "
-                "group of sharded Zarr v3 arrays (by what SRC holds); an interrupted "
+    p = command("convert", cmd_convert, "convert a zarr array or OME-Zarr group, a TIFF "
+                "stack, an HDF5 or N5 dataset, to a precomputed layer, or a precomputed "
+                "layer to an OME-Zarr 0.5 group of sharded Zarr v3 arrays (by what SRC "
+                "holds); an interrupted "
                 "conversion resumes where it stopped", source=True)
-    p.add_argument("src", metavar="SRC", help="zarr array or group, precomputed layer, or a "
-                   "TIFF stack (a glob or folder of 2-D sections, or a multi-page TIFF)")
+    p.add_argument("src", metavar="SRC", help="zarr array or group, precomputed layer, a "
+                   "TIFF stack (a glob or folder of 2-D sections, or a multi-page TIFF), an "
+                   "HDF5 dataset (FILE.h5 holding one, or FILE.h5/path/in/file; z y x "
+                   "unless --axes) or an N5 dataset's folder")
     p.add_argument("url", metavar="DST", help="where the result goes")
     p.add_argument("--axes", metavar="LETTERS",
                    help="the source's axes in order, from x y z c t (e.g. czyx); default: "
@@ -28,7 +31,8 @@ def add_command(command) -> None:
                         "a fourth from the end is channels")
     p.add_argument("--resolution", metavar="X,Y,Z", help="the voxel size (of the finest "
                    "level) where the source's metadata gives none, in --units (default nm; "
-                   "a TIFF stack: nm, default the OME-TIFF's, else 1,1,1)")
+                   "a TIFF stack, HDF5 or N5 dataset: nm, default the OME-TIFF's or the "
+                   "dataset's resolution attribute, else 1,1,1)")
     p.add_argument("--offset", metavar="X,Y,Z", help="the voxel offset (of the finest "
                    "level) where the source's metadata gives none")
     p.add_argument("--units", metavar="UNIT", help="the length unit of --resolution, or of "

@@ -47,7 +47,8 @@ def add_commands(command) -> None:
                 "or segmentation re-sharded, re-chunked, re-encoded, cut to a box, a subset "
                 "of its scales, then downsampled, in whole-shard tasks (encoded chunks "
                 "carried as they are where the chunk grid and encoding stay); skeletons "
-                "and meshes between a file per segment and shards", source=True)
+                "and meshes between a file per segment and shards, legacy meshes into "
+                "multi-resolution ones (--multires)", source=True)
     p.add_argument("src", metavar="SRC", help="a precomputed layer")
     p.add_argument("url", metavar="DST", help="the new layer")
     p.add_argument("--sharding", default="auto", metavar="auto|none|JSON",
@@ -63,6 +64,11 @@ def add_commands(command) -> None:
                    metavar="N", help="add coarser levels (at most N) below the last scale, "
                    "as `ngshard downsample`")
     _method_args(p)
+    p.add_argument("--multires", action="store_true", help="legacy meshes: write them as "
+                   "multi-resolution (Draco) meshes, each segment's "
+                   "fragments joined")
+    p.add_argument("--lods", type=int, metavar="N", help="with --multires: levels of detail "
+                   "(default 3 where zmesh is installed, else 1)")
     p.add_argument("--force", action="store_true", help="replace what DST holds")
     _pool_args(p, "DST")
 
@@ -110,6 +116,7 @@ def cmd_transfer(args: argparse.Namespace) -> int:
                  chunk_size=ints(args.chunk_size, "--chunk-size", 3),
                  encoding=args.encoding, sharding=args.sharding,
                  downsample=args.downsample, method=args.method, sparse=args.sparse,
+                 multires=args.multires, lods=args.lods,
                  overwrite=args.force, storage_options=storage_options(args),
                  src_storage_options=storage_options(args, source=True))
     print(f"transferred {args.src} -> {args.url}: {_summary(stats)}")

@@ -234,15 +234,22 @@ def write_legacy_meshes(url: Location,
 
     spec = resolve_sharding(sharding, count_of(items), None)
     claim(storage, overwrite=overwrite)
-    if spec is not None:
-        write_segments(storage, spec, encoded())
-    else:
-        for batch in batched(encoded(), 1024):
-            storage.write_many([(f"{k}:0", f'{{"fragments": ["{k}:0:0"]}}'.encode())
-                                for k, _ in batch])
-            write_twins(storage, [(f"{k}:0:0", blob) for k, blob in batch], twin)
+    store_legacy(storage, spec, encoded(), twin)
     info: dict[str, Any] = {"@type": LEGACY}
     if spec is not None:
         info["sharding"] = spec.to_json()
     write_info(storage, info)
     return LegacyMeshes(storage, info)
+
+
+def store_legacy(storage: Storage, spec: ShardingSpec | None,
+                 items: Iterable[tuple[int, bytes]], twin: str = "") -> None:
+    """Store encoded legacy fragments, (id, fragment) pairs: as the values of shards, or as
+    a ``<id>:0`` manifest naming one ``<id>:0:0`` fragment file (as its ``twin``)."""
+    if spec is not None:
+        write_segments(storage, spec, items)
+        return
+    for batch in batched(items, 1024):
+        storage.write_many([(f"{k}:0", f'{{"fragments": ["{k}:0:0"]}}'.encode())
+                            for k, _ in batch])
+        write_twins(storage, [(f"{k}:0:0", blob) for k, blob in batch], twin)

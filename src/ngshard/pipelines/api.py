@@ -46,7 +46,10 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
         path resume the same job.
         A local TIFF stack as ``src`` (a glob or a folder of 2-D sections, one per z in
         natural order of their names, or one multi-page or OME-TIFF; needs
-        ``ngshard[tiff]``) becomes a precomputed layer, 64^3 chunks by default.
+        ``ngshard[tiff]``), an HDF5 dataset (``FILE.h5`` holding one, or
+        ``FILE.h5/path/in/file``; axes z, y, x or c, z, y, x unless ``axes`` says; needs
+        ``ngshard[hdf5]``) or an N5 dataset (its folder; x first) becomes a sharded
+        precomputed layer, 64^3 chunks by default, each task reading only its box.
     scales
         Indices of the source levels to convert (default all).
     chunk_size
@@ -72,14 +75,17 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
         of another job): all of it is removed first. By default that is refused; an
         unfinished run of this same job is resumed (or restarted) either way.
     axes
-        The source's axes as letters (x, y, z, c, t), overriding its metadata: "czyx".
+        The source's axes as letters (x, y, z, c, t), overriding its metadata: "czyx";
+        an HDF5 dataset's (x, y, z, c).
     downsample
         zarr -> precomputed from a single level: add coarser scales (2x per axis, until the
         scale fits a chunk; an integer caps their number).
     task_bytes
         Uncompressed bytes per task (auto shard size): a worker's memory is about this.
     resolution
-        TIFF stacks: the voxel size (x, y, z) in nm (default the OME-TIFF's, else 1, 1, 1).
+        TIFF stacks, HDF5 and N5 datasets: the voxel size (x, y, z) in nm (default the
+        OME-TIFF's, the dataset's ``resolution`` attribute (N5: or ``pixelResolution``),
+        else 1, 1, 1).
     storage_options
         How to reach ``src`` and ``dst`` where they are not local paths (credentials,
         ``anon``, ``endpoint_url``, ...; ``retries`` and ``retry_seconds``: see
@@ -133,21 +139,31 @@ def _convert(src: str | os.PathLike, dst: str | os.PathLike, *, scales: Sequence
              axes: str | None, downsample: bool | int, task_bytes: int, overwrite: bool,
              roots: dict, resolution: Sequence[float] | None, offset: Sequence[int] | None,
              units: str | None) -> dict[str, int]:
+    from .arrays_in import hdf5_parts, is_n5
     from .tiff import is_tiff
 
-    if is_tiff(src):
-        given: dict[str, Any] = {"scales": scales, "axes": axes, "offset": offset, "units": units}
+    local = "tiff" if is_tiff(src) else "hdf5" if hdf5_parts(src) else \
+        "n5" if is_n5(src) else None
+    if local is not None:  # a TIFF stack, an HDF5 or N5 dataset: read by boxes
+        given: dict[str, Any] = {"scales": scales, "offset": offset, "units": units,
+                                 "axes": axes if local != "hdf5" else None}
         wrong = [k for k, v in given.items() if v is not None]
         if wrong:
-            raise SpecError(f"{os.fspath(src)} is a TIFF stack: {', '.join(wrong)} do not "
-                            f"apply")
+            raise SpecError(f"{os.fspath(src)} is a {local} source: {', '.join(wrong)} do "
+                            f"not apply")
+        from .arrays_in import open_hdf5, open_n5, to_precomputed_plan
         from .tiff import tiff_to_precomputed
 
         dst = _destination(dst, "precomputed", os.fspath(src))
-        plan = tiff_to_precomputed(os.fspath(src), dst, chunk_size=chunk_size,
-                                   encoding=encoding, sharding=sharding,
-                                   resolution=resolution, downsample=downsample,
-                                   task_bytes=task_bytes)
+        where = os.path.abspath(os.fspath(src).removeprefix("file://"))
+        options: dict[str, Any] = {
+            "chunk_size": chunk_size, "encoding": encoding, "sharding": sharding,
+            "resolution": resolution, "downsample": downsample, "task_bytes": task_bytes}
+        if local == "tiff":
+            plan = tiff_to_precomputed(os.fspath(src), dst, **options)
+        else:
+            opened = open_n5(where) if local == "n5" else open_hdf5(where, axes)
+            plan = to_precomputed_plan(os.fspath(src), dst, opened, [where, axes], **options)
         plan.roots = roots
         return run_plan(plan, executor=executor, workers=workers, progress=progress,
                         resume=resume, overwrite=overwrite)

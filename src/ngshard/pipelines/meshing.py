@@ -71,6 +71,24 @@ def _simplified(mesher: Any, mesh: Any, reduction: int, max_error: float) -> Any
     return out
 
 
+def levels_of_detail(mesher: Any, full: Any, lods: int, reduction: int, unit: float
+                     ) -> list:
+    """``full`` and ``lods - 1`` coarser levels, level k simplified from ``full`` (zmesh's
+    simplifier can loop forever on a mesh it simplified already) to about
+    ``1 / reduction**k`` of its triangles, vertices moving at most ``unit * 2**(k - 1)``:
+    the levels of detail of every multi-resolution mesh ngshard makes (from labels, or from
+    a legacy mesh)."""
+    return [full] + [_simplified(mesher, full, reduction ** k, unit * 2 ** (k - 1))
+                     for k in range(1, lods)]
+
+
+def weld(vertices: np.ndarray, faces: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The mesh with its duplicate vertices merged (meshes of neighbouring boxes, and legacy
+    fragments, meet at identical vertices)."""
+    unique, inverse = np.unique(vertices, axis=0, return_inverse=True)
+    return unique, inverse.reshape(-1)[np.asarray(faces, np.int64)]
+
+
 def forge_meshes(dst: str, region: Region, box: Box, options: MeshOptions,
                  ids: np.ndarray | None) -> dict:
     """The box task: mesh every label of ``box``, write its bundle."""
@@ -86,12 +104,8 @@ def forge_meshes(dst: str, region: Region, box: Box, options: MeshOptions,
     pieces = []
     for label in found.tolist():
         full = mesher.get(label, normals=False, reduction_factor=0, max_error=0)
-        lods = [full]
-        # each level from the full mesh: zmesh's simplifier can loop forever on a mesh it
-        # simplified already
-        for k in range(1, 1 if options.legacy else options.lods):
-            lods.append(_simplified(mesher, full, options.reduction ** k,
-                                    float(res.max()) * 2 ** (k - 1)))
+        lods = levels_of_detail(mesher, full, 1 if options.legacy else options.lods,
+                                options.reduction, float(res.max()))
         shifted = [(m.vertices.astype(np.float64) + shift, m.faces) for m in lods]
         mesher.erase(label)
         if options.legacy:
@@ -145,8 +159,7 @@ def join_legacy(pieces: list) -> bytes:
     offsets = np.cumsum([0] + [len(v) for v, _ in meshes[:-1]])
     vertices = np.concatenate([v for v, _ in meshes])
     faces = np.concatenate([f.astype(np.int64) + o for (_, f), o in zip(meshes, offsets)])
-    unique, inverse = np.unique(vertices, axis=0, return_inverse=True)
-    return encode_legacy(unique, inverse.reshape(-1)[faces])
+    return encode_legacy(*weld(vertices, faces))
 
 
 def merge_meshes(dst: str, spec_json: dict, shard: int, requests: list, legacy: bool

@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 
 from ..errors import NotFoundError, SpecError, optional_module
-from ..limits import DEFAULT_TASK_BYTES
 
 _SUFFIXES = (".tif", ".tiff")
 
@@ -144,50 +143,11 @@ def open_stack(src: str | os.PathLike) -> tuple[TiffSource, tuple[int, int, int]
     return TiffSource(files, pages), (x, y, depth), c, first.dtype, _ome_resolution(tif)
 
 
-def tiff_to_precomputed(src: str, dst: str, *, chunk_size=None, encoding=None,
-                        sharding: Any = "auto", resolution=None,
-                        downsample: bool | int = False, task_bytes: int = DEFAULT_TASK_BYTES):
-    """The plan of a TIFF stack's conversion (see :func:`ngshard.convert`)."""
-    from ..volume.factors import pyramid_factors
-    from ..volume.grid import ChunkGrid
-    from ..volume.info import DATA_TYPES, Scale, VolumeInfo, chunk_nbytes
-    from ..volume.layers import scale_key
-    from ..volume.vectors import xyz
-    from .downsample import plan_pyramid
-    from .layout import _sharding
-    from .plan import TaskList, precomputed_tasks
-    from .runner import volume_plan
+def tiff_to_precomputed(src: str, dst: str, **options: Any):
+    """The plan of a TIFF stack's conversion (see :func:`ngshard.convert`; ``options`` as
+    :func:`.arrays_in.to_precomputed_plan` takes them)."""
+    from .arrays_in import to_precomputed_plan
 
-    source, size, channels, dtype, ome = open_stack(src)
-    if dtype.name not in DATA_TYPES:
-        raise SpecError(f"{source.files[0]}: data type {dtype} has no precomputed "
-                        f"equivalent ({', '.join(DATA_TYPES)})")
-    resolution = tuple(float(r) for r in (resolution or ome or (1, 1, 1)))
-    chunk = xyz(int(c) for c in chunk_size) if chunk_size else (64, 64, 64)
-    labels = dtype.name in ("uint32", "uint64")
-    encoding = encoding or ("compressed_segmentation" if labels else "raw")
-    chunk_bytes = chunk_nbytes(chunk, channels, dtype)
-    scale = Scale(key=scale_key(resolution), size=size, chunk_size=chunk,
-                  resolution=resolution, encoding=encoding,
-                  sharding=_sharding(sharding, size, chunk, chunk_bytes, encoding, task_bytes),
-                  compressed_segmentation_block_size=(8, 8, 8)
-                  if encoding == "compressed_segmentation" else None)
-    layer_type = "segmentation" if labels or encoding == "compressed_segmentation" \
-        else "image"
-    info = VolumeInfo(layer_type, dtype.name, channels, (scale,))
-    stages: list[list[TaskList]] = [[precomputed_tasks(
-        dst, scale.key, ChunkGrid(size, chunk), scale.sharding, source, chunk_bytes,
-        task_bytes)]]
-    steps = None if downsample is True else int(downsample)
-    factors = pyramid_factors(size, resolution, chunk, steps) if downsample else []
-    if factors:
-        pyramid, levels = plan_pyramid(dst, info, scale, factors, sparse=False,
-                                       method="mode" if layer_type == "segmentation"
-                                       else "mean", sharded=scale.sharding is not None,
-                                       task_bytes=task_bytes, write_info=False)
-        stages += pyramid.stages
-        for level in levels:
-            info = info.with_scale(level)
-    job = {"from": src, "to": dst, "files": [source.files[0], len(source.files)],
-           "info": info.to_json()}
-    return volume_plan(dst, info, stages, job, [(dst, None)])
+    opened = open_stack(src)
+    return to_precomputed_plan(src, dst, opened, [opened[0].files[0], len(opened[0].files)],
+                               **options)

@@ -3,7 +3,8 @@ re-sharded (``sharding`` auto, a spec, or none), re-chunked, re-encoded, cut to 
 box, a subset of its scales, then a pyramid below the last one, all in one job of whole-shard
 tasks on any executor, resumable. Chunks whose bytes can be carried (same chunk grid and
 encoding) are carried without being decoded (``carry.py``); segment layers (skeletons,
-meshes) go through :mod:`.segments`.
+meshes) go through :mod:`.segments` (one task per output shard too; legacy meshes can
+become multi-resolution ones).
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ def transfer(src: str | os.PathLike, dst: str | os.PathLike, *,
              scales: Sequence[int] | None = None, bbox: Any = None,
              chunk_size: Sequence[int] | None = None, encoding: Encoding | None = None,
              sharding: Any = "auto", downsample: bool | int = False,
-             method: str | None = None, sparse: bool = False,
+             method: str | None = None, sparse: bool = False, multires: bool = False,
+             lods: int | None = None,
              executor: Executor | None = None, workers: int | None = None,
              progress: bool = True, resume: bool = True, overwrite: bool = False,
              task_bytes: int = DEFAULT_TASK_BYTES,
@@ -66,6 +68,11 @@ def transfer(src: str | os.PathLike, dst: str | os.PathLike, *,
         Add coarser levels below the last scale copied (True: until one chunk; an integer:
         at most that many), near-isotropic, with ``method`` (default mode for
         segmentations, mean otherwise) and ``sparse`` as :func:`ngshard.downsample`.
+    multires, lods
+        Legacy meshes only: write them as multi-resolution meshes
+        (``neuroglancer_multilod_draco``), each segment's fragments joined, with ``lods``
+        levels of detail made by zmesh's simplification (default 3 where the ``meshing``
+        extra is installed, else 1), each about a quarter of the triangles of the one below.
     executor, workers, progress, resume, overwrite, task_bytes, storage_options, src_storage_options
         As for :func:`ngshard.convert`.
 
@@ -78,6 +85,8 @@ def transfer(src: str | os.PathLike, dst: str | os.PathLike, *,
     ------
     NotFoundError, SpecError
         No precomputed layer at ``src``; options that do not apply to it.
+    MissingDependencyError
+        ``lods`` above 1 without zmesh.
     ExistsError
         ``dst`` holds something, and not ``overwrite``.
     """
@@ -86,14 +95,16 @@ def transfer(src: str | os.PathLike, dst: str | os.PathLike, *,
     with rooted_options(roots):  # every open of a URL under src or dst, in every process
         return _transfer(src, dst, scales=scales, bbox=bbox, chunk_size=chunk_size,
                          encoding=encoding, sharding=sharding, downsample=downsample,
-                         method=method, sparse=sparse, executor=executor, workers=workers,
+                         method=method, sparse=sparse, multires=multires, lods=lods,
+                         executor=executor, workers=workers,
                          progress=progress, resume=resume, overwrite=overwrite,
                          task_bytes=task_bytes, roots=roots)
 
 
 def _transfer(src: str | os.PathLike, dst: str | os.PathLike, *, scales, bbox, chunk_size,
               encoding, sharding: Any, downsample: bool | int, method: str | None,
-              sparse: bool, executor: Executor | None, workers: int | None, progress: bool,
+              sparse: bool, multires: bool, lods: int | None, executor: Executor | None,
+              workers: int | None, progress: bool,
               resume: bool, overwrite: bool, task_bytes: int, roots: dict) -> dict[str, int]:
     src, _ = _source(src)
     dst = _destination(dst, "precomputed", src)
@@ -107,13 +118,16 @@ def _transfer(src: str | os.PathLike, dst: str | os.PathLike, *, scales, bbox, c
         if wrong or sparse:
             raise SpecError(f"{src} is a {kind} layer: {', '.join(wrong or ['sparse'])} "
                             f"apply to volumes only")
-        from .segments import transfer_segments
+        from .segments import segment_plan
 
-        return transfer_segments(src, dst, sharding=sharding, overwrite=overwrite,
-                                 progress=progress)
-    plan = volume_transfer(src, dst, scales=scales, bbox=bbox, chunk_size=chunk_size,
-                           encoding=encoding, sharding=sharding, downsample=downsample,
-                           method=method, sparse=sparse, task_bytes=task_bytes)
+        plan = segment_plan(src, dst, sharding=sharding, multires=multires, lods=lods)
+    elif multires or lods is not None:
+        raise SpecError(f"{src} is not a mesh layer: multires and lods apply to legacy "
+                        f"meshes only")
+    else:
+        plan = volume_transfer(src, dst, scales=scales, bbox=bbox, chunk_size=chunk_size,
+                               encoding=encoding, sharding=sharding, downsample=downsample,
+                               method=method, sparse=sparse, task_bytes=task_bytes)
     plan.roots = roots
     return run_plan(plan, executor=executor, workers=workers, progress=progress,
                     resume=resume, overwrite=overwrite, what="transferring")

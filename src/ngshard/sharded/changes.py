@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from .._arrays import views
 from ..compression import encode
 from ..threads import pmap
 
@@ -86,10 +87,3 @@ def _split(data: np.ndarray | None, lengths: np.ndarray) -> list[bytes | None]:
     sizes = np.maximum(lengths, 0)
     starts = (np.cumsum(sizes) - sizes).tolist()
     return [None if n < 0 else blob[s:s + n] for s, n in zip(starts, lengths.tolist())]
-
-
-def views(data: np.ndarray, sizes: np.ndarray) -> list[memoryview]:
-    """Views of back-to-back values of ``sizes`` bytes in ``data``."""
-    view = data.data
-    ends = np.cumsum(sizes, dtype=np.int64).tolist()
-    return [view[e - n:e] for e, n in zip(ends, np.asarray(sizes, np.int64).tolist())]

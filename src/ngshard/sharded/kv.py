@@ -256,7 +256,7 @@ class ShardedKV(MutableMapping):
             del batch  # before the next batch is read
 
     def set_many(self, keys: Iterable[int] | np.ndarray, values: Any,
-                 offsets: Any = None) -> None:
+                 offsets: Any = None, *, adopt: bool = False) -> None:
         """Stage ``values[i]`` for ``keys[i]`` with no per-key Python work.
 
         Parameters
@@ -267,6 +267,10 @@ class ShardedKV(MutableMapping):
             A list of n bytes; or as :func:`write_kv` takes them, one buffer with n + 1
             ``offsets`` (value i is ``values[offsets[i]:offsets[i + 1]]``), or a 2-D array
             whose rows are the values.
+        adopt
+            The one buffer (a uint8 numpy array) is handed over: kept as it is rather than
+            copied (the caller no longer changes it). Laid out in :meth:`commit_order`, a
+            shard's values are then written without another copy.
 
         Raises
         ------
@@ -277,7 +281,7 @@ class ShardedKV(MutableMapping):
         """
         staging = self._writable()
         if not isinstance(values, list) or offsets is not None:
-            staging.set_arrays(*value_arrays(keys, values, offsets))
+            staging.set_arrays(*value_arrays(keys, values, offsets), adopt=adopt)
             return
         keys = as_key_array(keys)
         if len(keys) != len(values):
@@ -285,6 +289,11 @@ class ShardedKV(MutableMapping):
         if not set(map(type, values)) <= {bytes, memoryview}:  # views are joined, not kept
             values = [as_bytes(v, k) for k, v in zip(keys.tolist(), values)]
         staging.set_many(keys, values)
+
+    def commit_order(self, keys: np.ndarray) -> np.ndarray:
+        """The order (indices into ``keys``) in which a commit writes the keys' values: by
+        shard, minishard and key."""
+        return self._writable().commit_order(as_key_array(keys))
 
     def delete_many(self, keys: Iterable[int] | np.ndarray) -> None:
         """Stage the removal of ``keys``; keys that are not there are ignored."""

@@ -29,14 +29,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .._arrays import uint_dtype
+from .._arrays import uint_dtype, views
 from ..compression import encode
 from ..limits import DEFAULT_BUFFER_BYTES
 from ..progress import progress_bar
 from ..storage import ANY, SPILL_PREFIX, FileSlice, Storage, owner_tag, write_buffers
 from ..threads import bounded_map, pmap
 from ..types import Blob
-from .changes import views
 from .format import Entries, assemble_shard, decode_all
 from .inputs import Values
 from .spec import ShardingSpec

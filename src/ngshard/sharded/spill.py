@@ -22,12 +22,12 @@ import tempfile
 
 import numpy as np
 
-from .._arrays import gather, member
+from .._arrays import gather, member, views
 from ..compression import encode
 from ..limits import SPILL_COPY_BYTES
 from ..storage import SPILL_PREFIX, FileSlice, coalesce, owner_tag, write_buffers
 from ..threads import pmap
-from .changes import DELETED, ShardChanges, views
+from .changes import DELETED, ShardChanges
 from .shard_writer import newest_in_index_order
 from .spec import ShardingSpec
 

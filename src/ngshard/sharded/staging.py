@@ -93,7 +93,7 @@ class Staging:
         if len(blobs) > 1 and total >= LARGE_VALUE * len(blobs):
             # in the order a commit takes them (shard, minishard, key; repeated keys keep
             # their order): a shard's values are then one run of the block, written as is
-            order = np.lexsort((keys, self._placement(keys)))
+            order = self.commit_order(keys)
             keys, lengths = keys[order], lengths[order]
             blobs = [blobs[i] for i in order.tolist()]
         block = np.empty(total, np.uint8)
@@ -104,9 +104,19 @@ class Staging:
             end += n
         self._add(keys, lengths, block, owned=True)
 
-    def set_arrays(self, keys: np.ndarray, values: Values) -> None:
+    def commit_order(self, keys: np.ndarray) -> np.ndarray:
+        """The order in which a commit writes the values of ``keys`` (shard, minishard, key;
+        repeated keys keep their order): a shard's values staged back to back in it, in one
+        block, are written as they lie."""
+        return np.lexsort((keys, self._placement(keys)))
+
+    def set_arrays(self, keys: np.ndarray, values: Values, adopt: bool = False) -> None:
         """Stage ``len(keys)`` values given as :class:`~.inputs.Values`, a part at a time
-        (so a huge batch spills as it goes rather than all at once)."""
+        (so a huge batch spills as it goes rather than all at once); ``adopt``: values in one
+        uint8 array handed over by the caller, kept as it is (in memory already: no parts)."""
+        if adopt and values.data is not None:
+            self._add(keys, values.spans(slice(0, len(keys)))[1], values.data, owned=True)
+            return
         step = max(1, self.limit_bytes // 4)
         first = 0
         while first < len(keys):

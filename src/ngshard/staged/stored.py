@@ -21,6 +21,7 @@ import numpy as np
 from ..chunkstore import Blob, ChunkStore
 from ..commitplan import CommitPlan
 from ..errors import NotFoundError
+from ..limits import STAGE_BLOCK_BYTES
 from ..progress import progress_bar
 from ..threads import pmap
 from ..types import MemoryOrder
@@ -57,6 +58,16 @@ class ChunkCodec:
         """The stored bytes of ``chunk`` (clipped at the array's edge), None where the
         chunk is not stored (only the fill value); ``copy=False``: the bytes may be a view
         of ``chunk``'s memory."""
+        raise NotImplementedError
+
+    def encoded_sizes(self, extents: np.ndarray) -> np.ndarray | None:
+        """Bytes of the stored chunk of each of ``extents`` ((k, ndim) shapes) where they are
+        known before encoding and every chunk is stored (raw values), else None: such chunks
+        are encoded by :meth:`encode_into` straight into the blocks the store keeps."""
+        return None
+
+    def encode_into(self, chunk: np.ndarray, out: memoryview) -> None:
+        """Encode ``chunk`` into ``out``, of the size :meth:`encoded_sizes` gave."""
         raise NotImplementedError
 
 
@@ -139,7 +150,11 @@ class StoredChunks(ChunkSource):
 
     def write(self, positions: np.ndarray, chunks: Sequence[np.ndarray], *,
               stable: bool = False) -> None:
+        sizes = self.codec.encoded_sizes(self.geometry.extents(positions))
         positions = positions[:, :self.ndim]
+        if sizes is not None:
+            self._write_blocks(positions, chunks, sizes)
+            return
         encode, batch = self.codec.encode, self.batch
         done, blobs = 0, []
         for first in self._bar(len(positions), "writing chunks"):
@@ -150,6 +165,36 @@ class StoredChunks(ChunkSource):
             if not stable or first + batch >= len(positions):
                 self._stage(positions[done:first + batch], blobs)
                 done, blobs = first + batch, []
+
+    def _write_blocks(self, positions: np.ndarray, chunks: Sequence[np.ndarray],
+                      sizes: np.ndarray) -> None:
+        """Encode chunks of sizes known beforehand straight into blocks that the store keeps
+        (no copy between the encoding and the file), laid out in the order its commit
+        writes them, so that a shard's chunks are one run of one block; a block holds the
+        batches that start within its first ``STAGE_BLOCK_BYTES``."""
+        order = self.store.write_order(positions)
+        sizes = sizes[order]
+        offsets = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+        encode_into, batch, n = self.codec.encode_into, self.batch, len(positions)
+        start = end = 0  # the chunks of the block being filled
+        block = np.zeros(0, np.uint8)
+        for first in self._bar(n, "writing chunks"):
+            if first == end:  # a new block: the batches that start in its window
+                if end:
+                    self.store.put_block(positions[order[start:end]], sizes[start:end], block)
+                start, end = first, first + batch
+                while end < n and offsets[end] - offsets[start] < STAGE_BLOCK_BYTES:
+                    end += batch
+                end = min(end, n)
+                block = np.empty(offsets[end] - offsets[start], np.uint8)
+            view, base = block.data, offsets[start]
+
+            def one(j: int, view=view, base=base) -> None:
+                encode_into(chunks[order[j]], view[offsets[j] - base:offsets[j + 1] - base])
+
+            pmap(one, range(first, min(n, first + batch)), min_items=2)
+        if end:
+            self.store.put_block(positions[order[start:end]], sizes[start:end], block)
 
     def _stage(self, positions: np.ndarray, blobs: list[Blob | None]) -> None:
         gone = np.fromiter((b is None for b in blobs), bool, len(blobs))

@@ -61,6 +61,13 @@ class ShardedChunks(ScaleStore):
     def put(self, positions: np.ndarray, blobs: Sequence[Blob]) -> None:
         self.kv.set_many(self.grid.morton(positions), list(blobs))
 
+    def write_order(self, positions: np.ndarray) -> np.ndarray:
+        return self.kv.commit_order(self.grid.morton(positions))
+
+    def put_block(self, positions: np.ndarray, sizes: np.ndarray, block: np.ndarray) -> None:
+        self.kv.set_many(self.grid.morton(positions), block,
+                         np.concatenate([[0], np.cumsum(sizes)]), adopt=True)
+
     def delete(self, positions: np.ndarray) -> None:
         if len(positions):
             self.kv.delete_many(self.grid.morton(positions))

@@ -106,18 +106,24 @@ def decode_chunk(data: Blob, encoding: str, shape: tuple[int, int, int, int],
 
 
 def encode_chunk(array: np.ndarray, encoding: str, *, block_size: Sequence[int] | None = None,
-                 quality: int = 90, copy: bool = True) -> Blob:
+                 quality: int = 90, copy: bool = True, out: memoryview | None = None) -> Blob:
     """Encode an (x, y, z, channels) array; jpeg is lossy with ``quality`` in 0..100.
 
     ``copy=False``: a raw chunk already laid out as stored (Fortran order, little endian) comes
     back as a byte view of ``array`` rather than a copy: for callers that keep ``array`` as it
-    is until the bytes are written."""
+    is until the bytes are written. ``out``: a raw chunk is written into this writable buffer
+    of exactly ``array.nbytes`` (ValueError otherwise), which is returned."""
     array = np.asarray(array)
     if array.ndim != 4:
         raise SpecError(f"chunk arrays are (x, y, z, channels), not {array.ndim}-D")
     dt = check_encoding(encoding, array.dtype, array.shape[3])
+    if out is not None and encoding != "raw":
+        raise ValueError(f"encoding {encoding!r} has no size known before encoding: no out=")
     if encoding == "raw":
         array = np.asarray(array, dt.newbyteorder("<"))
+        if out is not None:
+            fortran_bytes(array, out)
+            return out
         if not copy and array.flags.f_contiguous:
             return array.ravel(order="F").data.cast("B")
         # one pass from any strides, tile by tile (numpy's tobytes(order="F") reads a byte

@@ -72,11 +72,19 @@ class ScaleCodec(ChunkCodec):
                             where=where, reuse=True)
 
     def encode(self, chunk: np.ndarray, copy: bool = True) -> Blob:
-        if self.encoding != "raw" and not (chunk.flags.f_contiguous or
-                                           chunk.flags.c_contiguous):
-            chunk = chunk.copy(order="K")  # gathered first (raw chunks transpose any strides)
+        if self.encoding not in ("raw", "compressed_segmentation") and not (
+                chunk.flags.f_contiguous or chunk.flags.c_contiguous):
+            chunk = chunk.copy(order="K")  # gathered first (the kernels take any strides)
         # raw chunks of stable Fortran-ordered memory (slabs being dropped) go as views
         return encode_chunk(chunk, self.encoding, block_size=self.block, copy=copy)
+
+    def encoded_sizes(self, extents: np.ndarray) -> np.ndarray | None:
+        if self.encoding != "raw":
+            return None
+        return np.prod(extents, axis=1, dtype=np.int64) * self.dtype.itemsize
+
+    def encode_into(self, chunk: np.ndarray, out: memoryview) -> None:
+        encode_chunk(chunk, "raw", out=out)
 
 
 class ScaleHandle:

@@ -1,0 +1,101 @@
+"""Raw chunks are encoded straight into staging blocks in commit order: the bytes written are
+those of the chunks encoded one by one, whatever the views, block sizes or spilling, and
+tensorstore reads them back."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorstore as ts
+from peers import PEER_TIMEOUT
+
+import ngshard.staged.stored
+from ngshard import create_volume
+from ngshard.volume.encodings import encode_chunk
+
+SHAPE, CHUNK = (45, 38, 21), (8, 8, 4)  # clipped edge chunks on every axis
+SPEC = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "murmurhash3_x86_128",
+        "preshift_bits": 0, "minishard_bits": 2, "shard_bits": 2,
+        "minishard_index_encoding": "gzip", "data_encoding": "raw"}
+
+
+def random_view(rng: np.random.Generator, dtype: str) -> np.ndarray:
+    """A 4-D view with transposed axes, offsets, steps and reversed axes."""
+    shape = tuple(int(n) for n in rng.integers(3, 40, 4))
+    base = rng.integers(0, 2**15, shape).astype(dtype)
+    view = base.transpose(rng.permutation(4))
+    index = tuple(slice(int(rng.integers(0, 3)), None, int(rng.choice([1, 1, 2, -1])))
+                  for _ in range(4))
+    return view[index]
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int16", "uint32", "float32", "uint64"])
+def test_raw_encoding_into_a_buffer_is_the_fortran_bytes_of_any_view(dtype):
+    rng = np.random.default_rng(3)
+    for _ in range(60):
+        view = random_view(rng, dtype)
+        want = view.astype(view.dtype.newbyteorder("<")).tobytes(order="F")
+        assert bytes(encode_chunk(view, "raw")) == want
+        out = bytearray(len(want))
+        assert encode_chunk(view, "raw", out=memoryview(out)) is not None
+        assert bytes(out) == want
+
+
+def test_encoding_into_a_buffer_refuses_a_wrong_size_or_encoding():
+    chunk = np.zeros((4, 4, 4, 1), np.uint32)
+    with pytest.raises(ValueError, match="size"):
+        encode_chunk(chunk, "raw", out=memoryview(bytearray(10)))
+    with pytest.raises(ValueError, match="compressed_segmentation"):
+        encode_chunk(chunk, "compressed_segmentation", block_size=(2, 2, 2),
+                     out=memoryview(bytearray(256)))
+
+
+def write_both(tmp_path, data: np.ndarray, staged_bytes: int) -> tuple:
+    """The volume written by assignment (blocks), and chunk by chunk through the store."""
+    kwargs = dict(dtype=data.dtype, shape=SHAPE, chunk_size=CHUNK, num_channels=data.shape[3],
+                  sharding=SPEC, staged_bytes=staged_bytes)
+    with create_volume(tmp_path / "blocks", **kwargs) as vol:
+        vol[:] = data
+    with create_volume(tmp_path / "chunks", **kwargs) as vol:
+        store = vol.encoded()
+        grid = np.array(store.grid_shape)
+        positions = np.stack(np.unravel_index(np.arange(grid.prod()), grid), 1)
+        starts, stops = store.chunk_box(positions)
+        store.put(positions, [encode_chunk(data[a[0]:b[0], a[1]:b[1], a[2]:b[2]], "raw")
+                              for a, b in zip(starts.tolist(), stops.tolist())])
+        store.commit()
+    return tmp_path / "blocks", tmp_path / "chunks"
+
+
+@pytest.mark.parametrize("block_bytes, staged_bytes", [
+    (256 << 20, 1 << 30),  # one block
+    (3000, 1 << 30),  # a block every few batches: shards cut across blocks
+    (3000, 20000),  # and spilled as they come
+])
+def test_a_raw_volume_is_written_as_its_chunks_encoded_one_by_one(
+        tmp_path, monkeypatch, block_bytes, staged_bytes):
+    monkeypatch.setattr(ngshard.staged.stored, "STAGE_BLOCK_BYTES", block_bytes)
+    rng = np.random.default_rng(5)
+    data = rng.integers(0, 2**16, (*SHAPE, 2), dtype=np.uint16)
+    blocks, chunks = write_both(tmp_path, data, staged_bytes)
+    shards = sorted(p.name for p in (blocks / "1_1_1").iterdir())
+    assert shards == sorted(p.name for p in (chunks / "1_1_1").iterdir())
+    assert len(shards) > 1
+    for name in shards:
+        assert (blocks / "1_1_1" / name).read_bytes() == (chunks / "1_1_1" / name).read_bytes()
+    # and tensorstore reads it back
+    store = ts.open({"driver": "neuroglancer_precomputed",
+                     "kvstore": {"driver": "file", "path": str(blocks)}}).result(
+        timeout=PEER_TIMEOUT)
+    np.testing.assert_array_equal(store.read().result(timeout=PEER_TIMEOUT), data)
+
+
+def test_a_partial_raw_write_keeps_the_rest(tmp_path):
+    data = np.arange(np.prod(SHAPE), dtype=np.uint32).reshape(*SHAPE, 1)
+    with create_volume(tmp_path, dtype="uint32", shape=SHAPE, chunk_size=CHUNK,
+                       sharding=SPEC) as vol:
+        vol[:] = data
+    with ngshard.open_volume(tmp_path, mode="r+") as vol:
+        vol[3:30, 5:17, 2:19] = 7  # partial chunks read, merged, written back in blocks
+    data[3:30, 5:17, 2:19] = 7
+    np.testing.assert_array_equal(ngshard.open_volume(tmp_path)[:], data)
