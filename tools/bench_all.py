@@ -38,6 +38,7 @@ RUNS: list[tuple[str, dict[str, str], list[str]]] = [
     ("layers", {}, ["tools/bench_layers.py"]),
     ("serve-32", {}, ["tools/bench_serve.py", "--connections", "32", "--rounds", "3"]),
     ("serve-256", {}, ["tools/bench_serve.py", "--connections", "256", "--rounds", "3"]),
+    ("cloud", {}, ["tools/bench_cloud.py"]),
 ]
 
 
