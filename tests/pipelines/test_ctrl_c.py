@@ -36,41 +36,42 @@ def _image(path: Path, shape=(128, 128, 32)) -> Path:
     return path
 
 
-def _labels(path: Path, *, fill: bool) -> Path:
-    labels = neurites((64, 64, 64))
+def _labels(path: Path, *, fill: bool, shape=(64, 64, 64)) -> Path:
+    labels = neurites(shape)
     if fill:
         labels[labels == 0] = 3  # a label in every box: every box has work
     return write_segmentation(path, labels, chunk=(16, 16, 16))
 
 
-# Many small tasks (of one chunk), so that the job is still running when it is stopped.
+# Many small tasks (of one chunk), so that the job is still running when it is stopped: a
+# few seconds of tasks on a quiet machine, long after the first output.
 def _convert(root: Path) -> tuple[list[str], Path, Path]:
     src = root / "src.zarr"
-    zarr_python_array(src, volume_data((64, 128, 128), "uint8", seed=2), chunks=(16, 64, 64))
+    zarr_python_array(src, volume_data((128, 256, 128), "uint8", seed=2), chunks=(16, 64, 64))
     return ["convert", str(src), str(root / "out"), "--encoding", "jpeg", "--chunk-size",
             "16,16,16", "--task-bytes", str(16 ** 3)], root / "out", root / "out"
 
 
 def _downsample(root: Path) -> tuple[list[str], Path, Path]:
-    path = _image(root / "img", (256, 256, 32))
+    path = _image(root / "img", (512, 512, 32))
     return ["downsample", str(path), "--levels", "2", "--method", "mean", "--task-bytes",
             str(32 * 32 * 8)], path, path
 
 
 def _transfer(root: Path) -> tuple[list[str], Path, Path]:
-    src = _image(root / "src")
+    src = _image(root / "src", (256, 256, 32))
     return ["transfer", str(src), str(root / "out"), "--chunk-size", "8,8,8",
             "--task-bytes", str(16 * 16 * 8)], root / "out", root / "out"
 
 
 def _mesh(root: Path) -> tuple[list[str], Path, Path]:
-    seg = _labels(root / "seg", fill=True)
+    seg = _labels(root / "seg", fill=True, shape=(128, 128, 64))
     return ["mesh", str(seg), "--box", "16"], seg, seg / "mesh"
 
 
 def _skeletonize(root: Path) -> tuple[list[str], Path, Path]:
     seg = _labels(root / "seg", fill=False)
-    return ["skeletonize", str(seg), "--box", "16"], seg, seg / "skeletons"
+    return ["skeletonize", str(seg), "--box", "8"], seg, seg / "skeletons"
 
 
 #: per command: (argv, the tree it changes, the destination holding the job's records)
@@ -95,7 +96,7 @@ def _interrupt(argv: list[str], dst: Path) -> tuple[str, float]:
     while not written() and child.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     assert child.poll() is None, child.communicate(timeout=PEER_TIMEOUT)
-    time.sleep(0.3)  # its result reaches the client
+    time.sleep(0.1)  # its result reaches the client
     child.send_signal(signal.SIGINT)
     started = time.monotonic()
     out, err = child.communicate(timeout=PEER_TIMEOUT)
