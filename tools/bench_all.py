@@ -32,6 +32,7 @@ RUNS: list[tuple[str, dict[str, str], list[str]]] = [
     ("volume", {}, ["tools/bench_volume.py"]),
     ("update-fsync", {"BENCH_FSYNC": "1"}, ["tools/bench_update.py", "--skip-bulk"]),
     ("kv-fsync", {"BENCH_FSYNC": "1"}, ["tools/bench_kv.py"]),
+    ("volume-fsync", {"BENCH_FSYNC": "1"}, ["tools/bench_volume.py"]),
     ("cseg", {}, ["tools/bench_cseg.py"]),
     ("zarr", {}, ["tools/bench_zarr.py"]),
     ("staged", {}, ["tools/bench_staged.py"]),
