@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -138,15 +137,8 @@ def check(src: str, dst: str) -> None:
 def run_child(kind: str, src: str, dst: str, sharding: dict) -> dict:
     shutil.rmtree(dst, ignore_errors=True)
     os.sync()
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen([sys.executable, __file__, "--child", kind, src, dst,
-                                 json.dumps(sharding)], stdout=out, stderr=err, text=True)
-        own, workers = benchlib.watch(proc)
-        if proc.returncode:
-            err.seek(0)
-            raise SystemExit(f"{kind} failed:\n{err.read()}")
-        out.seek(0)
-        result = json.loads(out.read().strip().splitlines()[-1])
+    own, workers, result = benchlib.run_watched(
+        kind, [sys.executable, __file__, "--child", kind, src, dst, json.dumps(sharding)])
     check(src, dst)
     return {"peak_process": own, "peak_worker": workers, **result}
 

@@ -37,7 +37,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -207,14 +206,7 @@ def transfer_row(scratch: str, workers: int, repeat: int, igneous: str | None,
 
 def _measure(kind: str, cmd: list[str]) -> dict:
     """Run a child, its peak memory (a worker's, or tensorstore's process) with its result."""
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True)
-        own, peak = benchlib.watch(proc)
-        if proc.returncode:
-            err.seek(0)
-            raise SystemExit(f"{kind} failed:\n{err.read()[-3000:]}")
-        out.seek(0)
-        result = json.loads(out.read().strip().splitlines()[-1])
+    own, peak, result = benchlib.run_watched(kind, cmd)
     return {"peak": peak if kind != "tensorstore" else own, **result}
 
 

@@ -16,10 +16,12 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib.metadata
+import json
 import os
 import platform
 import statistics
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -100,6 +102,20 @@ def hwm(pid: int | str = "self") -> int:
             return next(int(line.split()[1]) << 10 for line in f if line.startswith("VmHWM"))
     except (OSError, StopIteration):
         return 0
+
+
+def run_watched(kind: str, cmd: list[str]) -> tuple[int, int, dict]:
+    """Run the child ``cmd`` under :func:`watch`: its own peak memory, its descendants' and
+    the JSON object its last line of output holds. A failing child ends the benchmark with
+    its standard error, named ``kind``."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True)
+        own, workers = watch(proc)
+        if proc.returncode:
+            err.seek(0)
+            raise SystemExit(f"{kind} failed:\n{err.read()[-3000:]}")
+        out.seek(0)
+        return own, workers, json.loads(out.read().strip().splitlines()[-1])
 
 
 def watch(proc: subprocess.Popen) -> tuple[int, int]:
