@@ -46,7 +46,8 @@ class ListingSwitch(SimpleHTTPRequestHandler):
 
 class RangeHandler(ListingSwitch):
     """Static files with single byte-range GETs, Content-Length on HEAD and an ETag;
-    ``server.after_range(path, start, end)``, when set, is called after each range sent."""
+    ``server.before_range(path, start, end)`` and ``server.after_range(path, start, end)``,
+    when set, are called before and after each range is sent."""
 
     def log_message(self, *args) -> None:
         self.server.requests.append((self.command, self.path, self.headers.get("Range")))
@@ -82,6 +83,8 @@ class RangeHandler(ListingSwitch):
             self.send_header("Content-Range", f"bytes */{size}")
             self.end_headers()
             return
+        if self.server.before_range is not None:  # a test's hook: hold back an answer
+            self.server.before_range(self.path, start, end)
         with open(path, "rb") as f:
             f.seek(start)
             body = f.read(end - start)
@@ -110,6 +113,7 @@ def _serve(root, handler):
     server = Server(("127.0.0.1", 0), partial(handler, directory=str(root)))
     server.root, server.base = root, f"http://127.0.0.1:{server.server_address[1]}"
     server.requests, server.listing, server.after_range = [], True, None
+    server.before_range = None
     server.lock, server.in_flight, server.at_once, server.delay = threading.Lock(), 0, 0, 0.0
     # shutdown() waits for the loop's next poll: a short interval keeps teardown quick
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02},

@@ -32,7 +32,7 @@ from peers import PEER_TIMEOUT
 
 import ngshard
 from ngshard import storage
-from ngshard.storage import ANY, FileSlice
+from ngshard.storage import ANY, FileSlice, Head, Ranges
 
 ts = pytest.importorskip("tensorstore")
 
@@ -194,6 +194,32 @@ class TestStorageContract:
         gen, chunk = s.read_range("a", 0, 3)
         assert bytes(chunk) == b"new"
         assert gen != old and gen == s.stat("a").generation
+
+    def test_run_chains_answers_each_step_as_the_batch_reads_do(self, backend):
+        s = backend.storage
+        objects = {"a": blob(3000, 1), "b": blob(700, 2)}
+        for name, data in objects.items():
+            backend.put(name, data)
+
+        def chain(name):  # the head, then the last 100 bytes its answer says are there
+            head = yield Head(name, 10)
+            if head is None:
+                return None
+            info, first = head
+            gen, chunks = yield Ranges(name, np.array([[info.size - 100, info.size]]))
+            return bytes(first), [bytes(c) for c in chunks], gen == info.generation
+
+        got = s.run_chains([chain("a"), chain("missing"), chain("b")])
+        assert got == [(objects["a"][:10], [objects["a"][-100:]], True), None,
+                       (objects["b"][:10], [objects["b"][-100:]], True)]
+        assert s.run_chains([]) == []
+
+        def failing():
+            yield Head("a", 10)
+            raise ValueError("a chain's own error")
+
+        with pytest.raises(ValueError, match="own error"):
+            s.run_chains([chain("b"), failing()])
 
     # --- writes ---------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from ..threads import WORKERS, bounded_map
 from ..types import Blob
 from . import legacy, listing
 from .changes import ShardChanges
-from .plan import obsolete_shards, plan_shards
+from .plan import obsolete_shards, plan_shards, settle
 from .reader import ShardReader, ShardState
 from .shard_writer import Laid, rewrite_shard, write_shard
 from .spec import ShardingSpec
@@ -88,7 +88,7 @@ def _append_base(reader: ShardReader, plan: ShardPlan, changes: ShardChanges
     shard = reader.retrying(reader.shards, [plan.name])[plan.name]
     if shard is None or shard.generation != plan.generation:
         raise changed_on_storage(reader.storage.path(plan.name), "the commit was planned")
-    reader.retrying(reader.settle, [shard])
+    reader.retrying(settle, reader, [shard])
     touched = reader.spec.locate(changes.keys)[1]
     reader.load_minishards([(shard, touched)])
     return ShardState(shard.name, shard.size, shard.generation, shard.ranges,

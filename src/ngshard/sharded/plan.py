@@ -18,9 +18,9 @@ from ..limits import PLAN_GROUP_KEYS, PLAN_GROUP_SHARDS
 from . import listing
 from .changes import DELETED, ShardChanges
 from .format import Entries
-from .reader import ShardReader
+from .reader import ShardReader, ShardState
 from .spec import ShardingSpec
-from .trailer import TRAILER_SIZE
+from .trailer import TRAILER_SIZE, indices_end, live_bytes, trailer_garbage
 
 
 def plan_commit(reader: ShardReader, changes: Iterable[ShardChanges], *, mode: str,
@@ -49,10 +49,43 @@ def plan_shards(reader: ShardReader, changes: Iterable[ShardChanges], *, mode: s
         names = [spec.shard_filename(c.shard) for c in group]
         # the group's shard indices in one batch, and where their committed bytes end
         present = reader.retrying(reader.shards, names)
-        reader.retrying(reader.settle, [s for s in present.values() if s is not None])
+        reader.retrying(settle, reader, [s for s in present.values() if s is not None])
         for name, c in zip(names, group):
             yield reader.retrying(_plan_shard, reader, name, c.shard, c.keys, c.lengths,
                                   strategy, compact_ratio), c
+
+
+def settle(reader: ShardReader, shards: list[ShardState]) -> None:
+    """Where the committed bytes of shards end, for writers: a shard whose file goes on
+    past its last minishard index holds the tail of an append that died. Find the trailer
+    the last committed append left where its minishard indices end, and count everything
+    after it as garbage (the next append cuts it off); without such a trailer (a shard
+    whose first append died), count exactly, from every minishard index."""
+    shards = [s for s in shards if not s.tail_known]
+    if not shards:
+        return
+    size = reader.spec.shard_index_size
+    starts = [indices_end(s.ranges, size) for s in shards]
+    reads = reader.read_through([(s, np.array([[a, min(a + TRAILER_SIZE, s.size)]]))
+                               for s, a in zip(shards, starts)])
+    exact = []
+    for shard, start, chunks in zip(shards, starts, reads):
+        recorded = trailer_garbage(chunks[0], shard.size)
+        if recorded is None:
+            exact.append(shard)
+            continue
+        shard.end = start + TRAILER_SIZE
+        shard.garbage = recorded + shard.size - shard.end
+        shard.tail_known = True
+    everything = [(s, np.flatnonzero(s.ranges[:, 0] != s.ranges[:, 1])) for s in exact]
+    reader.load_minishards(everything)
+    for shard in exact:
+        ends = [int((i.starts + i.sizes).max()) for i in shard.minishards.values()
+                if len(i.keys)]
+        shard.end = max([indices_end(shard.ranges, size), *ends])
+        shard.garbage = shard.size - live_bytes(reader.spec, shard.ranges, shard.minishards)
+        shard.tail_known = True
+
 
 
 def _groups(changes: Iterable[ShardChanges]) -> Iterator[list[ShardChanges]]:

@@ -25,7 +25,7 @@ from ..storage.index_cache import IndexCache, changed_lately
 from ..storage.retry import RetryPolicy
 from ..threads import pmap
 from ..types import Blob
-from . import legacy
+from . import legacy, pipelined
 from .format import (
     EMPTY_MINISHARD,
     MinishardIndex,
@@ -34,7 +34,7 @@ from .format import (
     find_in_tables,
 )
 from .spec import ShardingSpec
-from .trailer import TRAILER_SIZE, indices_end, live_bytes, trailer_garbage
+from .trailer import TRAILER_SIZE, indices_end, trailer_garbage
 
 # Threads pay off on minishard indices only past this many bytes; on small ones the GIL
 # makes them cost.
@@ -60,7 +60,7 @@ class ShardState:
     # where the committed bytes end: past it lies only the tail of an append that died.
     garbage: int = 0
     end: int = 0
-    tail_known: bool = True  # False: a dead append's tail may follow (see ShardReader.settle)
+    tail_known: bool = True  # False: a dead append's tail may follow (see plan.settle)
 
     def __post_init__(self) -> None:
         if not self.data_name:
@@ -191,107 +191,90 @@ class ShardReader:
         for k, read in zip(unread, self.storage.read_ranges(
                 [(index_names[k], wanted(todo[k][1][0])) for k in unread])):
             reads[k] = read
-        for index_name, (name, (info, data), generation, recent, _), (gen, chunks) in \
-                zip(index_names, todo, reads):
+        for (name, (info, data), generation, recent, _), (gen, chunks) in zip(todo, reads):
             if chunks is None or (gen is not None and gen != info.generation):
                 raise self.cache.stale(name, self.storage.path(name))
-            total = info.size + (data.size if data is not None else 0)
-            if data is not None and info.size != size:
-                raise CorruptDataError(f"{self.storage.path(index_name)}: {info.size} bytes, "
-                                       f"not the {size} of a shard index")
-            ranges = decode_shard_index(chunks[0], self.spec.num_minishards, total,
-                                        self.storage.path(index_name))
-            cached = self.cache.peek(name)
-            shard = ShardState(name, total, generation, ranges)
-            if cached is not None and cached.generation == generation and \
-                    np.array_equal(cached.ranges, ranges):  # confirmed: keep what was decoded
-                shard.minishards, shard.garbage, shard.end, shard.tail_known = \
-                    cached.minishards, cached.garbage, cached.end, cached.tail_known
-            elif data is not None:
-                shard.data_name, shard.data_shift = legacy.pair_names(name)[1], size
-                shard.data_generation = data.generation
-            elif trailer and shard.end != indices_end(ranges, size):
-                recorded = trailer_garbage(chunks[1], total)
-                if recorded is not None and total - TRAILER_SIZE == indices_end(ranges, size):
-                    shard.garbage = recorded
-                else:  # only writers need to know: see settle
-                    shard.tail_known = False
-            self.cache.put(name, shard, generation,
-                           ranges.nbytes + sum(i.nbytes for i in shard.minishards.values()),
-                           recent)
-            out[name] = shard
+            out[name] = self.adopt(name, info, data, generation, recent, chunks)
         return out
 
-    def settle(self, shards: list[ShardState]) -> None:
-        """Where the committed bytes of shards end, for writers: a shard whose file goes on
-        past its last minishard index holds the tail of an append that died. Find the trailer
-        the last committed append left where its minishard indices end, and count everything
-        after it as garbage (the next append cuts it off); without such a trailer (a shard
-        whose first append died), count exactly, from every minishard index."""
-        shards = [s for s in shards if not s.tail_known]
-        if not shards:
-            return
-        size = self.spec.shard_index_size
-        starts = [indices_end(s.ranges, size) for s in shards]
-        reads = self.read_through([(s, np.array([[a, min(a + TRAILER_SIZE, s.size)]]))
-                                   for s, a in zip(shards, starts)])
-        exact = []
-        for shard, start, chunks in zip(shards, starts, reads):
-            recorded = trailer_garbage(chunks[0], shard.size)
-            if recorded is None:
-                exact.append(shard)
-                continue
-            shard.end = start + TRAILER_SIZE
-            shard.garbage = recorded + shard.size - shard.end
-            shard.tail_known = True
-        everything = [(s, np.flatnonzero(s.ranges[:, 0] != s.ranges[:, 1])) for s in exact]
-        self.load_minishards(everything)
-        for shard in exact:
-            ends = [int((i.starts + i.sizes).max()) for i in shard.minishards.values()
-                    if len(i.keys)]
-            shard.end = max([indices_end(shard.ranges, size), *ends])
-            shard.garbage = shard.size - live_bytes(self.spec, shard.ranges, shard.minishards)
-            shard.tail_known = True
+    def adopt(self, name: str, info: ObjectInfo, data: ObjectInfo | None, generation: Any,
+              recent: bool, chunks: list[Blob]) -> ShardState:
+        """The state of shard ``name`` from its index just read (``chunks``: the index, and
+        where appends happen, the file's last bytes), cached: what was decoded of a cached
+        state of the same generation and index is kept."""
+        size, trailer = self.spec.shard_index_size, self.storage.supports_append
+        index_name = name if data is None else legacy.pair_names(name)[0]
+        total = info.size + (data.size if data is not None else 0)
+        if data is not None and info.size != size:
+            raise CorruptDataError(f"{self.storage.path(index_name)}: {info.size} bytes, "
+                                   f"not the {size} of a shard index")
+        ranges = decode_shard_index(chunks[0], self.spec.num_minishards, total,
+                                    self.storage.path(index_name))
+        cached = self.cache.peek(name)
+        shard = ShardState(name, total, generation, ranges)
+        if cached is not None and cached.generation == generation and \
+                np.array_equal(cached.ranges, ranges):  # confirmed: keep what was decoded
+            shard.minishards, shard.garbage, shard.end, shard.tail_known = \
+                cached.minishards, cached.garbage, cached.end, cached.tail_known
+        elif data is not None:
+            shard.data_name, shard.data_shift = legacy.pair_names(name)[1], size
+            shard.data_generation = data.generation
+        elif trailer and shard.end != indices_end(ranges, size):
+            recorded = trailer_garbage(chunks[1], total)
+            if recorded is not None and total - TRAILER_SIZE == indices_end(ranges, size):
+                shard.garbage = recorded
+            else:  # only writers need to know: see plan.settle
+                shard.tail_known = False
+        self.cache.put(name, shard, generation,
+                       ranges.nbytes + sum(i.nbytes for i in shard.minishards.values()), recent)
+        return shard
 
     def read_through(self, wanted: list[tuple[ShardState, np.ndarray]]) -> list[list[Blob]]:
         """Read ``(shard, (n, 2) absolute ranges)`` past the shard indices, in one batch,
         checking each shard's bytes came from the generation its index was read from."""
         reads = self.storage.read_ranges(
             [(s.data_name, np.asarray(r, np.int64) - s.data_shift) for s, r in wanted])
-        return [self._check_read(shard, ranges, gen, chunks)
+        return [self.check_read(shard, ranges, gen, chunks)
                 for (shard, ranges), (gen, chunks) in zip(wanted, reads)]
 
     def load_minishards(self, wanted: list[tuple[ShardState, np.ndarray]]) -> None:
         """Read and decode the minishard indices not cached yet, in one batch."""
-        todo = []
-        for shard, minishards in wanted:
-            missing = [m for m in np.unique(minishards).tolist() if m not in shard.minishards]
-            empty = [m for m in missing if shard.ranges[m, 0] == shard.ranges[m, 1]]
-            for m in empty:
-                shard.minishards[m] = EMPTY_MINISHARD
-            missing = [m for m in missing if shard.ranges[m, 0] != shard.ranges[m, 1]]
-            if missing:
-                todo.append((shard, missing))
+        todo = [(shard, missing) for shard, minishards in wanted
+                if (missing := self.missing_minishards(shard, minishards))]
         if not todo:
             return
         reads = self.read_through([(shard, shard.ranges[missing]) for shard, missing in todo])
-
-        def decode_job(job):
-            (shard, missing), chunks = job
-            path = self.storage.path(shard.name)
-            return decode_minishard_indices(
-                chunks, self.spec.minishard_index_encoding, self.spec.shard_index_size,
-                shard.size, lambda i: f"{path} (minishard {missing[i]} index at offset "
-                                      f"{int(shard.ranges[missing[i], 0])})")
-
         large = sum(len(c) for chunks in reads for c in chunks) > _PARALLEL_DECODE_BYTES
-        jobs = zip(todo, reads)
-        decoded = pmap(decode_job, jobs, min_items=2) if large else map(decode_job, jobs)
-        for (shard, missing), indices in zip(todo, decoded):
-            shard.minishards.update(zip(missing, indices))
-            self.cache.grow(shard.name, shard, sum(index.nbytes for index in indices))
+        jobs = [(shard, missing, chunks) for (shard, missing), chunks in zip(todo, reads)]
+        decoded = pmap(lambda job: self.decode_minishards(*job), jobs, min_items=2) if large \
+            else [self.decode_minishards(*job) for job in jobs]
+        for (shard, missing, _), indices in zip(jobs, decoded):
+            self.keep_minishards(shard, missing, indices)
 
-    def _check_read(self, shard: ShardState, ranges: np.ndarray, gen: Any,
+    def missing_minishards(self, shard: ShardState, minishards: np.ndarray) -> list[int]:
+        """Of ``minishards``, those whose index must be read (empty ones are known now)."""
+        missing = [m for m in np.unique(minishards).tolist() if m not in shard.minishards]
+        for m in missing:
+            if shard.ranges[m, 0] == shard.ranges[m, 1]:
+                shard.minishards[m] = EMPTY_MINISHARD
+        return [m for m in missing if shard.ranges[m, 0] != shard.ranges[m, 1]]
+
+    def decode_minishards(self, shard: ShardState, missing: list[int], chunks: list[Blob]
+                          ) -> list[MinishardIndex]:
+        """The indices of the ``missing`` minishards of a shard, read as ``chunks``."""
+        path = self.storage.path(shard.name)
+        return decode_minishard_indices(
+            chunks, self.spec.minishard_index_encoding, self.spec.shard_index_size,
+            shard.size, lambda i: f"{path} (minishard {missing[i]} index at offset "
+                                  f"{int(shard.ranges[missing[i], 0])})")
+
+    def keep_minishards(self, shard: ShardState, missing: list[int],
+                        indices: list[MinishardIndex]) -> None:
+        """Add decoded minishard indices to the shard's state and the cache."""
+        shard.minishards.update(zip(missing, indices))
+        self.cache.grow(shard.name, shard, sum(index.nbytes for index in indices))
+
+    def check_read(self, shard: ShardState, ranges: np.ndarray, gen: Any,
                     chunks: list[Blob] | None) -> list[Blob]:
         """The ``chunks`` read; Stale if they were not read from the shard's cached
         generation, CorruptDataError if they were but the file ended early."""
@@ -306,14 +289,21 @@ class ShardReader:
 
     # --- lookups ---------------------------------------------------------------------------
 
-    def _lookup(self, keys: np.ndarray) -> tuple[dict[str, np.ndarray], dict[str, ShardState]]:
-        """For unique keys: per shard name, an (n, 3) array of (key, start, end) found there."""
+    def by_shard(self, keys: np.ndarray) -> tuple[list[str], list[np.ndarray], np.ndarray,
+                                                  np.ndarray]:
+        """Unique ``keys`` sorted by shard: the shard names, each one's positions, and the
+        keys and their minishards in that order."""
         shard_nums, minishards = self.spec.locate(keys)
         order = np.argsort(shard_nums, kind="stable")
         shard_nums, minishards, keys = shard_nums[order], minishards[order], keys[order]
         bounds = np.flatnonzero(np.diff(shard_nums)) + 1
         groups = np.split(np.arange(len(keys)), bounds) if len(keys) else []
         names = [self.spec.shard_filename(int(shard_nums[g[0]])) for g in groups]
+        return names, groups, keys, minishards
+
+    def _lookup(self, keys: np.ndarray) -> tuple[dict[str, np.ndarray], dict[str, ShardState]]:
+        """For unique keys: per shard name, an (n, 3) array of (key, start, end) found there."""
+        names, groups, keys, minishards = self.by_shard(keys)
         states = self.shards(names)
         present = [(s, g) for n, g in zip(names, groups) if (s := states[n]) is not None]
         self.load_minishards([(s, minishards[g]) for s, g in present])
@@ -333,23 +323,32 @@ class ShardReader:
         found = {shard.name: rows[a:b] for (shard, _), a, b in zip(present, cuts, cuts[1:])}
         return found, {s.name: s for s, _ in present}
 
-    def _get_many(self, keys: np.ndarray) -> dict[int, Blob]:
+    def read_found(self, keys: np.ndarray) -> list[tuple[ShardState, np.ndarray, list[Blob]]]:
+        """For unique keys: per shard, the (n, 3) (key, start, end) rows found there and the
+        stored bytes of each. Where reads report what they read and the shard index is read
+        anyway (object stores, HTTP), each shard's reads follow each other on their own
+        (:func:`.pipelined.read_found`); elsewhere phase by phase, every shard together."""
+        if not self.storage.supports_append:
+            return pipelined.read_found(self, keys)
         found, shards = self._lookup(keys)
         reads = self.read_through([(shards[name], rows[:, 1:]) for name, rows in found.items()])
-        out: dict[int, Blob] = {}
+        return [(shards[name], rows, chunks) for (name, rows), chunks in zip(found.items(), reads)]
+
+    def _get_many(self, keys: np.ndarray) -> dict[int, Blob]:
+        found = self.read_found(keys)
+        rows = np.concatenate([r for _, r, _ in found]) if found else np.zeros((0, 3), np.uint64)
+        ks = rows[:, 0].tolist()
+        chunks = [c for _, _, chunks in found for c in chunks]
         encoding = self.spec.data_encoding
-        for (name, rows), chunks in zip(found.items(), reads):
-            where = self.storage.path(name)
-            ks = rows[:, 0].tolist()
-            if encoding != "raw":  # decompression releases the GIL: spread it over threads
+        if encoding != "raw":  # decompression releases the GIL: spread it over threads
+            where = [self.storage.path(shard.name) for shard, r, _ in found for _ in range(len(r))]
 
-                def decoded(job: tuple[int, int, Blob], where: str = where) -> Blob:
-                    return decode(job[2], encoding, f"{where} (chunk {job[0]} at {job[1]})",
-                                  self.max_value_bytes)
+            def decoded(job: tuple[str, int, int, Blob]) -> Blob:
+                return decode(job[3], encoding, f"{job[0]} (chunk {job[1]} at {job[2]})",
+                              self.max_value_bytes)
 
-                chunks = pmap(decoded, zip(ks, rows[:, 1].tolist(), chunks))
-            out.update(zip(ks, chunks))
-        return out
+            chunks = pmap(decoded, zip(where, ks, rows[:, 1].tolist(), chunks))
+        return dict(zip(ks, chunks))
 
     def get_many(self, keys: np.ndarray) -> dict[int, Blob]:
         """Stored values of unique uint64 ``keys``, absent keys left out; values may be views
@@ -390,7 +389,7 @@ class ShardReader:
         shift = shard.data_shift
         gen, chunk = self.storage.read_range(shard.data_name, start - shift, end - shift)
         if chunk is None or len(chunk) != end - start or gen != shard.data_generation:
-            chunk = self._check_read(shard, np.array([[start, end]]), gen,
+            chunk = self.check_read(shard, np.array([[start, end]]), gen,
                                      None if chunk is None else [chunk])[0]
         if self.spec.data_encoding == "raw":
             return chunk

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..errors import MissingDependencyError, SpecError
 from .base import ANY, MAX_GAP, FileSlice, ObjectInfo, Storage, changed_on_storage, coalesce
+from .chains import Chain, Head, Ranges
 from .gcs import GcsStorage
 from .http import HttpStorage
 from .local import LocalStorage, write_all, write_buffers
@@ -150,8 +151,8 @@ def _open(url: str, durable: bool, given: object,
 _PACKAGES = {"gs": "'ngshard[cloud]' (gcsfs)", "gcs": "'ngshard[cloud]' (gcsfs)"}
 
 
-__all__ = ["ANY", "FORMATS", "MAX_GAP", "FileSlice", "FsspecStorage", "GcsStorage", "HttpStorage",
-           "LocalStorage",
+__all__ = ["ANY", "FORMATS", "MAX_GAP", "Chain", "FileSlice", "FsspecStorage", "GcsStorage",
+           "Head", "HttpStorage", "LocalStorage", "Ranges",
            "ObjectInfo", "ObjectStorage", "RangesIgnoredWarning", "RetryPolicy", "SPILL_PREFIX",
            "Source", "Storage", "StorageOptions", "canonical_url", "changed_on_storage",
            "coalesce", "open_source", "open_storage", "owner_tag", "parse_option", "parse_url",

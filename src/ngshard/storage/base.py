@@ -17,6 +17,7 @@ from ..errors import ConflictError, SpecError
 from ..limits import MAX_GAP
 from ..threads import pmap
 from ..types import Blob
+from .chains import Chain, run_lockstep
 from .names import name_problem, shown
 from .retry import RetryPolicy
 
@@ -88,6 +89,24 @@ def split_merged(merged: np.ndarray, blobs: Sequence[Blob], ranges: np.ndarray,
     return out
 
 
+def held_ranges(spans: np.ndarray, blobs: Sequence[Blob], ranges: np.ndarray
+                ) -> tuple[np.ndarray, list[Blob | None]]:
+    """Which of ``(n, 2)`` ranges lie wholly inside bytes already read (sorted, disjoint
+    ``spans`` read as ``blobs``), and those ranges' bytes (views; None for the others)."""
+    ranges = np.asarray(ranges, np.int64).reshape(-1, 2)
+    if not len(spans):
+        return np.zeros(len(ranges), bool), [None] * len(ranges)
+    which = np.searchsorted(spans[:, 0], ranges[:, 0], side="right") - 1
+    inside = (which >= 0) & (ranges[:, 1] <= spans[np.maximum(which, 0), 1])
+    views = [memoryview(b) for b in blobs]
+    out: list[Blob | None] = [None] * len(ranges)
+    for i in np.flatnonzero(inside).tolist():
+        w = int(which[i])
+        first = int(spans[w, 0])
+        out[i] = views[w][int(ranges[i, 0]) - first:int(ranges[i, 1]) - first]
+    return inside, out
+
+
 class FileSlice(NamedTuple):
     """Bytes [offset, offset + size) of a local file, written into an object without passing
     through this process's memory where the system allows (copy_file_range)."""
@@ -138,6 +157,11 @@ class Storage:
     @retry.setter
     def retry(self, policy: RetryPolicy) -> None:
         self._retry = policy
+
+    @property
+    def max_gap(self) -> int:
+        """Ranges of one object closer than this are read in one request."""
+        return MAX_GAP
 
     def path(self, name: str) -> str:
         """The full location of ``name``, for messages."""
@@ -204,6 +228,12 @@ class Storage:
             same = chunks is not None and generation in (None, info.generation)
             out[k] = (info, chunks[0] if same and chunks else None)
         return out
+
+    def run_chains(self, chains: Sequence[Chain]) -> list[Any]:
+        """The results of read chains (see :mod:`ngshard.storage.chains`): here in
+        lockstep, each step of every chain in one batch; stores with an event loop run each
+        chain on its own, its next read sent as soon as its last one is answered."""
+        return run_lockstep(self, chains)
 
     def read_range(self, name: str, start: int, end: int) -> tuple[Hashable | None, Blob | None]:
         """One range of one object: the single-read fast path of :meth:`read_ranges`."""

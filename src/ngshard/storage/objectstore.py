@@ -42,6 +42,7 @@ from ..errors import CorruptDataError, RequestError
 from ..limits import REMOTE_MAX_GAP, REQUEST_CONCURRENCY
 from ..types import Blob
 from .base import ANY, FileSlice, ObjectInfo, Storage, changed_on_storage, coalesce, split_merged
+from .chains import Chain, Head
 from .retry import RetryPolicy
 from .transient import BodyLengthError
 
@@ -187,38 +188,56 @@ class ObjectStorage(Storage):
 
     def read_ranges(self, requests: Sequence[tuple[str, np.ndarray]]
                     ) -> list[tuple[Hashable | None, list[Blob] | None]]:
-        plans = []
-        asks: list[tuple[str, tuple[int, int] | None]] = []
-        for name, ranges in requests:
-            ranges = np.asarray(ranges, np.int64).reshape(-1, 2)
-            merged, assignment = coalesce(ranges, self.max_gap)
-            plans.append((len(asks), merged, ranges, assignment))
-            spans: list[tuple[int, int] | None] = \
-                [(s, e) for s, e in merged.tolist() if e > s] or [None]  # None: a HEAD
-            asks += [(name, span) for span in spans]
+        return self._every(lambda request: self._read_ranges(*request), requests)
 
-        async def one(ask: tuple[str, tuple[int, int] | None]) -> Any:
-            name, span = ask
-            if span is None:
-                info = await self._head(name)
-                return None if info is None else (info, None)
-            return await self._get(name, *span)
+    async def _read_ranges(self, name: str, ranges: np.ndarray
+                           ) -> tuple[Hashable | None, list[Blob] | None]:
+        """One item of :meth:`read_ranges`: near ranges read together, every GET in flight
+        at once; a HEAD where every range is empty."""
+        ranges = np.asarray(ranges, np.int64).reshape(-1, 2)
+        merged, assignment = coalesce(ranges, self.max_gap)
+        spans = [(s, e) for s, e in merged.tolist() if e > s]
+        if spans:
+            got = await asyncio.gather(*(self._get(name, s, e) for s, e in spans))
+        else:
+            info = await self._head(name)
+            got = [None if info is None else (info, None)]
+        if any(g is None for g in got):
+            return None, None
+        generations = {g[0].generation for g in got}
+        generation = got[0][0].generation if len(generations) == 1 else \
+            ("changed during read", tuple(sorted(map(repr, generations))))
+        bodies = iter(g[1] for g in got if g[1] is not None)
+        blobs = [next(bodies) if e > s else b"" for s, e in merged.tolist()]
+        return generation, split_merged(merged, blobs, ranges, assignment)
 
-        got = self._every(one, asks)
-        results: list[tuple[Hashable | None, list[Blob] | None]] = []
-        for i, (first, merged, ranges, assignment) in enumerate(plans):
-            end = plans[i + 1][0] if i + 1 < len(plans) else len(asks)
-            mine = got[first:end]
-            if any(g is None for g in mine):
-                results.append((None, None))
-                continue
-            generations = {g[0].generation for g in mine}
-            generation = mine[0][0].generation if len(generations) == 1 else \
-                ("changed during read", tuple(sorted(map(repr, generations))))
-            bodies = iter(g[1] for g in mine if g[1] is not None)
-            blobs = [next(bodies) if e > s else b"" for s, e in merged.tolist()]
-            results.append((generation, split_merged(merged, blobs, ranges, assignment)))
-        return results
+    def run_chains(self, chains: Sequence[Chain]) -> list[Any]:
+        # Each chain on its own: an object's next read goes out when its last one is
+        # answered, not when the slowest object of the batch is.
+        if not chains:
+            return []
+
+        async def drive(chain: Chain) -> Any:
+            answer = None
+            while True:
+                try:
+                    ask = chain.send(answer)
+                except StopIteration as done:
+                    return done.value
+                answer = await (self._get(ask.name, 0, ask.length) if isinstance(ask, Head)
+                                else self._read_ranges(ask.name, ask.ranges))
+
+        async def every() -> list:
+            tasks = [asyncio.ensure_future(drive(chain)) for chain in chains]
+            try:
+                return list(await asyncio.gather(*tasks))
+            except BaseException:  # no chain may go on reading after the call returned
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                raise
+
+        return self._run(every)
 
     # --- writes ----------------------------------------------------------------------------
 

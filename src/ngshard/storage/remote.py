@@ -117,6 +117,10 @@ class FsspecStorage(Storage):
         self._listing = _Listing(None if protocols & _READ_ONLY_PROTOCOLS else True)
 
     @property
+    def max_gap(self) -> int:
+        return self._max_gap
+
+    @property
     def supports_listing(self) -> bool:  # type: ignore[override]
         if self._listing.known is None:
             self._listing.known = any(self._ls(s) is not None for s in self._and_above())
