@@ -191,24 +191,28 @@ def bench_region(s3, endpoint: str, args) -> None:
                                 storage_options=s3.options)
     vol[:, :, :] = data
     vol.commit()
-    options = {**s3.options, "endpoint_url": endpoint}
+    # the same reads through a proxy that adds nothing: what a library's time is beside its
+    # serial round trips (moto answers each request in Python, so no library is near the
+    # floor; (time - time at 0 ms) / latency counts the round trips one after another)
+    zero, zero_endpoint = proxy(s3.endpoint, 0.0)
 
-    def ngshard_read():
+    def ngshard_read(at: str):
+        options = {**s3.options, "endpoint_url": at}
         return ngshard.open_volume(url, storage_options=options)[:, :, :, 0]
 
-    def ts_read(limit: int):
+    def ts_read(limit: int, at: str = endpoint):
         store = ts.open({"driver": "neuroglancer_precomputed",
-                         "kvstore": ts_s3(endpoint, prefix)},
+                         "kvstore": ts_s3(at, prefix)},
                         context=ts_context(limit)).result(timeout=TIMEOUT)
         return store[:, :, :, 0].read().result(timeout=TIMEOUT)
 
     limit = best_concurrency(ts_read)
-    cases = {"ngshard": ngshard_read,
-             f"tensorstore (s3_request_concurrency {limit})": lambda: ts_read(limit)}
+    libraries = {"ngshard": ngshard_read,
+                 f"tensorstore (s3_request_concurrency {limit})": lambda at: ts_read(limit, at)}
     cv = Path(args.cloudvolume)
     if cv.exists():
-        cases["cloud-volume (parallel=1, over HTTP)"] = lambda: _cloudvolume(
-            cv, f"precomputed://{endpoint}/{BUCKET}/{prefix}")
+        libraries["cloud-volume (parallel=1, over HTTP)"] = lambda at: _cloudvolume(
+            cv, f"precomputed://{at}/{BUCKET}/{prefix}")
     else:
         print(f"(no cloud-volume at {cv}: its row is skipped)")
     total = int(data.astype(np.uint64).sum())
@@ -220,9 +224,21 @@ def bench_region(s3, endpoint: str, args) -> None:
         elif not np.array_equal(out, data):
             raise SystemExit(f"{name} read other values")
 
-    times = turns(cases, args.repeat, check)
+    try:
+        times = turns({name: lambda read=read: read(endpoint)
+                       for name, read in libraries.items()}, args.repeat, check)
+        at_zero = turns({name: lambda read=read: read(zero_endpoint)
+                         for name, read in libraries.items()}, args.repeat, check)
+    finally:
+        zero.kill()
     report(f"read a {'x'.join(map(str, REGION))} uint8 region (64^3 chunks, sharded), fresh "
            f"open", times, 3 * args.latency)
+    print(f"  the same at 0 ms added: (time - that) / {args.latency * 1000:g} ms = serial round "
+          f"trips")
+    for name in libraries:
+        t, t0 = statistics.median(times[name]), statistics.median(at_zero[name])
+        print(f"  {name:<40} {t0:8.3f} s  {(t - t0) / args.latency:5.1f} round trips",
+              flush=True)
 
 
 def _cloudvolume(python: Path, url: str) -> Measured:
