@@ -120,26 +120,6 @@ class ShardReader:
         under it (see :meth:`RetryPolicy.run`)."""
         return self.retry.run(fn, *args)
 
-    def _stats(self, names: list[str]) -> list[tuple[ObjectInfo, ObjectInfo | None] | None]:
-        """For each shard: (info, None) of its file, (index info, data info) of an obsolete
-        two-file shard, None if neither is there. Remote stats of a step go out together."""
-        return self._with_pairs(names, self.storage.stat_many(names))
-
-    def _with_pairs(self, names: list[str], infos: list[ObjectInfo | None]
-                    ) -> list[tuple[ObjectInfo, ObjectInfo | None] | None]:
-        """``infos`` of shard files as :meth:`_stats` gives them: where a file is missing,
-        the (index, data) infos of an obsolete two-file shard of its name, if there is one."""
-        missing = [i for i, info in enumerate(infos) if info is None]
-        pairs = [legacy.pair_names(names[i]) for i in missing]
-        index = self.storage.stat_many([p[0] for p in pairs])
-        have = [k for k, info in enumerate(index) if info is not None]
-        data = self.storage.stat_many([pairs[k][1] for k in have])
-        out: list = [(info, None) if info is not None else None for info in infos]
-        for k, info in zip(have, data):
-            if info is not None:
-                out[missing[k]] = (index[k], info)
-        return out
-
     def shards(self, names: list[str]) -> dict[str, ShardState | None]:
         """The current state of each named shard (None: no such file), indices read as needed.
 
@@ -151,10 +131,10 @@ class ShardReader:
         size = self.spec.shard_index_size
         if self.storage.supports_append:
             heads: list = [None] * len(names)
-            found = self._stats(names)
+            found = legacy.with_pairs(self.storage, names, self.storage.stat_many(names))
         else:
             heads = self.storage.read_heads(names, size)
-            found = self._with_pairs(names, [h and h[0] for h in heads])
+            found = legacy.with_pairs(self.storage, names, [h and h[0] for h in heads])
         out: dict[str, ShardState | None] = {}
         todo = []
         now = time.time()
