@@ -2,7 +2,8 @@
 batched lookups, the retry policy for shards replaced mid-read, and listing from the indices.
 
 A batch of keys costs one read per shard index, one per group of nearby minishard indices and
-one per group of nearby chunks, all issued together. The cache (``storage/index_cache.py``) is
+one per group of nearby chunks: on local files each step of every shard together, elsewhere
+each shard's steps on their own (``pipelined.py``). The cache (``storage/index_cache.py``) is
 bounded by bytes and every entry is tied to the generation of the file it was read from, so a
 shard replaced under an open store is read again rather than at stale offsets; a read that
 meets such a replacement midway runs again under the retry policy (``storage/retry.py``).
