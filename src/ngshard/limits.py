@@ -37,6 +37,9 @@ MAX_MINISHARD_INDEX_BYTES = 256 * MiB
 #: KiB with half the requests and 2.5-3x the bytes; past it the bytes cost more than the
 #: requests saved). Rust's object_store coalesces within 1 MiB.
 MAX_GAP, REMOTE_MAX_GAP = 4 * KiB, 128 * KiB
+#: Ranges up to this size out of a merged read of bytes come back as bytes, not views: the
+#: copy costs less than a view a caller copies later (10,000 1 KiB values, bench_kv.py).
+SLICED_BYTES = 4 * KiB
 #: Large local reads go in pieces of this size over threads (page faults on every core).
 READ_PIECE_BYTES = 4 * MiB
 #: A local batch of reads holding this many ranges reads its files on threads (one pread

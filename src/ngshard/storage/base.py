@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..errors import ConflictError, SpecError
-from ..limits import MAX_GAP
+from ..limits import MAX_GAP, SLICED_BYTES
 from ..threads import pmap
 from ..types import Blob
 from .chains import Chain, run_lockstep
@@ -23,8 +23,6 @@ from .retry import RetryPolicy
 
 #: ``if_generation`` value that skips the generation check.
 ANY = object()
-# Ranges up to this size out of a merged bytes read come back as bytes (see split_merged).
-_SLICED_BYTES = 4096
 
 
 
@@ -86,7 +84,7 @@ def split_merged(merged: np.ndarray, blobs: Sequence[Blob], ranges: np.ndarray,
         if whole:
             out.append(blobs[g])
             continue
-        if n <= _SLICED_BYTES and type(blobs[g]) is bytes:  # a copy costs less than a view
+        if n <= SLICED_BYTES and type(blobs[g]) is bytes:  # a copy costs less than a view
             out.append(blobs[g][o:o + n])  # that a caller copies after
             continue
         view = views.get(g)

@@ -197,6 +197,7 @@ class ObjectStorage(Storage):
         ranges = np.asarray(ranges, np.int64).reshape(-1, 2)
         merged, assignment = coalesce(ranges, self.max_gap)
         spans = [(s, e) for s, e in merged.tolist() if e > s]
+        got: list[Any]
         if spans:
             got = await asyncio.gather(*(self._get(name, s, e) for s, e in spans))
         else:
