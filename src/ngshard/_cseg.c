@@ -18,14 +18,14 @@ static inline uint32_t word_at(const char *w, Py_ssize_t i) {
     return v;
 }
 
-/* One block's voxels inside the volume, indices of B bits: bad = the block if one points
- * past its table. */
+/* One block's voxels inside the volume, indices of B bits, each written at its byte offset
+ * in the output (any strides): bad = the block if one points past its table. */
 #define DECODE_BLOCK(B)                                                                    \
     for (Py_ssize_t lz = 0; lz < ez && bad < 0; lz++)                                      \
         for (Py_ssize_t ly = 0; ly < ey && bad < 0; ly++) {                               \
             Py_ssize_t l = bx * (ly + by * lz);                                            \
-            Py_ssize_t o = kx * bx + X * (ky * by + ly + Y * (kz * bz + lz));              \
-            for (Py_ssize_t lx = 0; lx < ex; lx++, l++, o++) {                             \
+            char *o = out + kx * bx * sx + (ky * by + ly) * sy + (kz * bz + lz) * sz;      \
+            for (Py_ssize_t lx = 0; lx < ex; lx++, l++, o += sx) {                         \
                 uint32_t idx = 0;                                                          \
                 if (B) {                                                                   \
                     Py_ssize_t bit = l * B;                                                \
@@ -38,11 +38,11 @@ static inline uint32_t word_at(const char *w, Py_ssize_t i) {
                 }                                                                          \
                 if (entry == 1) {                                                          \
                     uint32_t v = word_at(cw, table + idx);                                 \
-                    memcpy(out + 4 * o, &v, 4);                                            \
+                    memcpy(o, &v, 4);                                                      \
                 } else {                                                                   \
                     uint64_t v = word_at(cw, table + 2 * (Py_ssize_t)idx) |                \
                                  (uint64_t)word_at(cw, table + 2 * (Py_ssize_t)idx + 1) << 32; \
-                    memcpy(out + 8 * o, &v, 8);                                            \
+                    memcpy(o, &v, 8);                                                      \
                 }                                                                          \
             }                                                                              \
         }
@@ -51,8 +51,9 @@ static inline uint32_t word_at(const char *w, Py_ssize_t i) {
  * whose index points past its table inside the volume. */
 static Py_ssize_t decode_channel(const char *w, Py_ssize_t nwords, Py_ssize_t start,
                                  const Py_ssize_t *xyz, const Py_ssize_t *bs, int entry,
-                                 char *out) {
+                                 char *out, const Py_ssize_t *strides) {
     Py_ssize_t n = nwords - start, X = xyz[0], Y = xyz[1], Z = xyz[2];
+    Py_ssize_t sx = strides[0], sy = strides[1], sz = strides[2];
     Py_ssize_t bx = bs[0], by = bs[1], bz = bs[2];
     Py_ssize_t gx = (X + bx - 1) / bx, gy = (Y + by - 1) / by, gz = (Z + bz - 1) / bz;
     const char *cw = w + 4 * start;
@@ -83,22 +84,32 @@ static Py_ssize_t decode_channel(const char *w, Py_ssize_t nwords, Py_ssize_t st
     return -1;
 }
 
-/* cseg_decode(words, start, (x, y, z), (bx, by, bz), entry, out) -> -1 or a bad block */
+/* cseg_decode(words, start, (bx, by, bz), entry, out) -> -1 or a bad block; out: the
+ * (x, y, z) array decoded into, of any strides (a slice of a larger array, say) */
 PyObject *cseg_decode(PyObject *self, PyObject *args) {
-    Py_buffer words, out;
-    Py_ssize_t start, xyz[3], bs[3];
+    Py_buffer words, out = {0};
+    PyObject *array;
+    Py_ssize_t start, bs[3];
     int entry;
-    if (!PyArg_ParseTuple(args, "y*n(nnn)(nnn)iw*", &words, &start, &xyz[0], &xyz[1], &xyz[2],
-                          &bs[0], &bs[1], &bs[2], &entry, &out))
+    if (!PyArg_ParseTuple(args, "y*n(nnn)iO", &words, &start, &bs[0], &bs[1], &bs[2], &entry,
+                          &array))
         return NULL;
+    if (PyObject_GetBuffer(array, &out, PyBUF_RECORDS) < 0) {
+        PyBuffer_Release(&words);
+        return NULL;
+    }
     Py_ssize_t nwords = words.len / 4, result = -2;
-    Py_ssize_t gx = (xyz[0] + bs[0] - 1) / bs[0], gy = (xyz[1] + bs[1] - 1) / bs[1],
-               gz = (xyz[2] + bs[2] - 1) / bs[2];
-    if ((entry == 1 || entry == 2) && start >= 0 && start + 2 * gx * gy * gz <= nwords &&
-        bs[0] > 0 && bs[1] > 0 && bs[2] > 0 && out.len == 4 * entry * xyz[0] * xyz[1] * xyz[2]) {
-        Py_BEGIN_ALLOW_THREADS
-        result = decode_channel(words.buf, nwords, start, xyz, bs, entry, out.buf);
-        Py_END_ALLOW_THREADS
+    if (out.ndim == 3 && out.itemsize == 4 * entry && (entry == 1 || entry == 2) &&
+        bs[0] > 0 && bs[1] > 0 && bs[2] > 0 && start >= 0) {
+        const Py_ssize_t *xyz = out.shape;
+        Py_ssize_t gx = (xyz[0] + bs[0] - 1) / bs[0], gy = (xyz[1] + bs[1] - 1) / bs[1],
+                   gz = (xyz[2] + bs[2] - 1) / bs[2];
+        if (start + 2 * gx * gy * gz <= nwords) {
+            Py_BEGIN_ALLOW_THREADS
+            result = decode_channel(words.buf, nwords, start, xyz, bs, entry, out.buf,
+                                    out.strides);
+            Py_END_ALLOW_THREADS
+        }
     }
     PyBuffer_Release(&words);
     PyBuffer_Release(&out);

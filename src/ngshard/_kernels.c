@@ -193,8 +193,8 @@ static PyMethodDef methods[] = {
      "fortran_bytes(array[, out]) -> bytes: the array's items in Fortran order (any strides); "
      "written into the buffer out (None returned) where given."},
     {"cseg_decode", cseg_decode, METH_VARARGS,
-     "cseg_decode(words, start, xyz, block, entry, out) -> -1, or a block indexing past its "
-     "table"},
+     "cseg_decode(words, start, block, entry, out) -> -1, or a block indexing past its "
+     "table; out: the (x, y, z) array decoded into, any strides"},
     {"cseg_encode", cseg_encode, METH_VARARGS,
      "cseg_encode(array, block, lead) -> the channel's words after lead free ones (bytes), "
      "or None if its offsets overflow 24 bits"},

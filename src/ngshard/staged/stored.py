@@ -46,13 +46,18 @@ class ChunkCodec:
     order: MemoryOrder = "C"
     fill_value: Any = 0
     inner: tuple[int, ...] = ()
+    #: :meth:`decode` takes ``out`` and decodes straight into it (no copy afterwards).
+    decodes_into: bool = False
 
-    def decode(self, blob: Blob, extent: Sequence[int], where: Place) -> np.ndarray:
+    def decode(self, blob: Blob, extent: Sequence[int], where: Place,
+               out: np.ndarray | None = None) -> np.ndarray:
         """The values of the chunk of shape ``extent`` (clipped at the array's edge) that
         ``blob`` holds (a whole chunk where the format stores edge chunks whole); they may
         lie in a buffer that this thread's next decode overwrites, for callers that copy
         them out at once. CorruptDataError naming ``where`` (a str, or a :class:`Where`
-        whose str() is made only then) if it does not decode."""
+        whose str() is made only then) if it does not decode. ``out`` (only where
+        :attr:`decodes_into`): an array of shape ``extent``, any strides, decoded into and
+        returned."""
         raise NotImplementedError
 
     def encode(self, chunk: np.ndarray, copy: bool = True) -> Blob | None:
@@ -120,9 +125,11 @@ class StoredChunks(ChunkSource):
 
     # --- chunks ----------------------------------------------------------------------------
 
-    def read(self, positions: np.ndarray,
-             consume: Callable[[int, np.ndarray | None], None]) -> None:
+    def read(self, positions: np.ndarray, consume: Callable[[int, np.ndarray | None], None],
+             into: Callable[[int], np.ndarray | None] | None = None) -> None:
         codec, store, n, batch = self.codec, self.store, self.ndim, self.batch
+        if not codec.decodes_into:
+            into = None
         for first in self._bar(len(positions), "reading chunks"):
             part = positions[first:first + batch]
             blobs = store.get(part[:, :n])
@@ -139,6 +146,11 @@ class StoredChunks(ChunkSource):
             def one(j: int, first=first, part=part, blobs=blobs, present=present,
                     extents=extents) -> None:
                 i = present[j]
+                out = into(first + i) if into is not None else None
+                if out is not None and out.shape == tuple(extents[j]) and \
+                        out.dtype == self.dtype:  # straight into it
+                    codec.decode(blobs[i], extents[j], Where(store, part[i, :n]), out)
+                    return
                 consume(first + i, codec.decode(blobs[i], extents[j],
                                                 Where(store, part[i, :n])))
 
