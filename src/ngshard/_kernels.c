@@ -196,7 +196,7 @@ static PyMethodDef methods[] = {
      "cseg_decode(words, start, block, entry, out) -> -1, or a block indexing past its "
      "table; out: the (x, y, z) array decoded into, any strides"},
     {"cseg_encode", cseg_encode, METH_VARARGS,
-     "cseg_encode(array, block, lead) -> the channel's words after lead free ones (bytes), "
+     "cseg_encode(array, block, head) -> head, then the channel's words (bytes), "
      "or None if its offsets overflow 24 bits"},
     {"block_mean", block_mean, METH_VARARGS,
      "block_mean(array, block, out): out = array's block means, rounded half to even"},

@@ -94,6 +94,11 @@ ITEMS_BATCH = 1 << 14
 #: with no copy between encoding and the file; past it, the next block (so memory beyond the
 #: staging budget stays bounded).
 STAGE_BLOCK_BYTES = 256 * MiB
+#: Chunks whose sizes are known only once encoded (compressed_segmentation, images, zarr
+#: codecs) are encoded a batch at a time in commit order and copied into staging blocks of
+#: up to this much address space (at most the raw size of the chunks being written; only
+#: what is written becomes memory): a shard within one block is written as it lies.
+ENCODED_BLOCK_BYTES = 1 * GiB
 #: Bytes of values copied at a time when a spilled shard's data is put in order.
 SPILL_COPY_BYTES = 8 * MiB
 #: Bytes moved per step of a vectorized gather of many small values (a cache-sized window).
