@@ -23,7 +23,7 @@ from ..commitplan import CommitPlan
 from ..errors import NotFoundError
 from ..limits import ENCODED_BLOCK_BYTES, STAGE_BLOCK_BYTES
 from ..progress import progress_bar
-from ..threads import pmap
+from ..threads import ahead, pmap
 from ..types import MemoryOrder, Place
 from .geometry import Geometry
 from .source import ChunkSource
@@ -130,9 +130,11 @@ class StoredChunks(ChunkSource):
         codec, store, n, batch = self.codec, self.store, self.ndim, self.batch
         if not codec.decodes_into:
             into = None
-        for first in self._bar(len(positions), "reading chunks"):
+        starts = self._bar(len(positions), "reading chunks")
+        # the next batch is fetched while this one is decoded (the cores are busy with both)
+        fetched = ahead(lambda first: store.get(positions[first:first + batch, :n]), starts)
+        for first, blobs in zip(range(0, len(positions), batch), fetched):
             part = positions[first:first + batch]
-            blobs = store.get(part[:, :n])
             absent = [i for i, blob in enumerate(blobs) if blob is None]
             if absent and getattr(self._reads, "strict", False):
                 self._missing(part, absent)
