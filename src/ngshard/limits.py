@@ -97,8 +97,10 @@ STAGE_BLOCK_BYTES = 256 * MiB
 #: Chunks whose sizes are known only once encoded (compressed_segmentation, images, zarr
 #: codecs) are encoded a batch at a time in commit order and copied into staging blocks of
 #: up to this much address space (at most the raw size of the chunks being written; only
-#: what is written becomes memory): a shard within one block is written as it lies.
-ENCODED_BLOCK_BYTES = 1 * GiB
+#: what is written becomes memory, handed to the staging when the block is full, so memory
+#: beyond the staging budget stays bounded by it): a shard within one block is written as
+#: it lies. Large enough for a 512^3 uint64 segmentation shard (about 260 MiB).
+ENCODED_BLOCK_BYTES = 512 * MiB
 #: Bytes of values copied at a time when a spilled shard's data is put in order.
 SPILL_COPY_BYTES = 8 * MiB
 #: Bytes moved per step of a vectorized gather of many small values (a cache-sized window).
