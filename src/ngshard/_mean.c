@@ -61,14 +61,14 @@
         }                                                                                 \
     } while (0)
 
-static int kind_of(const char *format, Py_ssize_t itemsize) {
-    /* 1..4: unsigned of 1, 2, 4 bytes; -1..-4 signed; 0: not handled */
+int int_kind(const char *format, Py_ssize_t itemsize) {
+    /* 1, 2, 4, 8: unsigned of so many bytes; negative: signed; 0: not an integer */
     char c = format ? format[0] : 'B';
     if (c == '<' || c == '=' || c == '@')
         c = format[1];
     int u = c == 'B' || c == 'H' || c == 'I' || c == 'L' || c == 'Q';
     int s = c == 'b' || c == 'h' || c == 'i' || c == 'l' || c == 'q';
-    if ((!u && !s) || (itemsize != 1 && itemsize != 2 && itemsize != 4))
+    if ((!u && !s) || (itemsize != 1 && itemsize != 2 && itemsize != 4 && itemsize != 8))
         return 0;
     return u ? (int)itemsize : -(int)itemsize;
 }
@@ -86,9 +86,9 @@ PyObject *block_mean(PyObject *self, PyObject *args) {
         PyBuffer_Release(&in);
         return NULL;
     }
-    int kind = kind_of(in.format, in.itemsize);
-    int ok = in.ndim == DIMS && out.ndim == DIMS && kind != 0 &&
-             kind == kind_of(out.format, out.itemsize);
+    int kind = int_kind(in.format, in.itemsize);
+    int ok = in.ndim == DIMS && out.ndim == DIMS && kind != 0 && kind != 8 && kind != -8 &&
+             kind == int_kind(out.format, out.itemsize);
     for (int i = 0; ok && i < DIMS; i++) {
         Py_ssize_t b = i < 3 ? block[i] : 1;
         ok = b >= 1 && out.shape[i] * b == in.shape[i];
