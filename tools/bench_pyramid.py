@@ -35,13 +35,16 @@ tensorstore copy (one transaction, the same spec; it reads no ``.gz`` files, so 
 the same chunks stored as plain files) and igneous' ``create_image_shard_transfer_tasks``
 (``igneous image xfer --sharded``).
 
-Fairness: igneous writes its shards' gzip at libdeflate level 9 and tensorstore at zlib level
-9, ngshard at libdeflate level 6 (on these sources levels 6 and 9 give the same size within
-0.1%, at about the same speed); ngshard fsyncs what it writes (its pipelines are durable), the
-peers do not. igneous' tasks are its defaults (``--memory 3.5e9``, at most 3 levels a run):
-at this size each of its runs is one task, so its second process idles. Each run is a child
-process on a fresh copy of the source; peak memory is the largest VmHWM of a worker process
-(tensorstore: its one process). The load average is printed before and after: the machine is shared.
+Fairness: igneous writes its shards' gzip at libdeflate level 9 (cloud-files' default),
+tensorstore through its own zlib (its streams match no level of Python's zlib; about 1% larger
+than libdeflate's here), ngshard at libdeflate level 6 (on these sources libdeflate's levels 6
+and 9 give the same size within 0.1%, at about the same speed): each row gives the bytes each
+wrote. ngshard fsyncs what it writes (its pipelines are durable), the peers do not
+(``--nofsync`` measures ngshard without). igneous' tasks are its defaults (``--memory
+3.5e9``, at most 3 levels a run): at this size each of its runs is one task, so its second
+process idles. Each run is a child process on a fresh copy of the source; peak memory is the
+largest VmHWM of a worker process (tensorstore: its one process). The load average is
+printed before and after: the machine is shared.
 """
 
 from __future__ import annotations
@@ -253,6 +256,7 @@ def transfer_row(scratch: str, workers: int, repeat: int, igneous: str | None,
                 if out.scale.sharding is None or \
                         not np.array_equal(out[:, :, :64], vol[:, :, :64]):
                     raise SystemExit(f"{kind}: the transfer's result differs from the source")
+                runs[kind][-1]["written"] = _bytes(dst)
                 if kind == "ngshard" and not reshard and not os.path.exists(sharded):
                     shutil.copytree(dst, sharded)
         what = "sharded -> re-sharded (gzip both)" if reshard else "unsharded -> sharded"
@@ -263,7 +267,8 @@ def _report(label: str, runs: dict[str, list[dict]], mib: float) -> None:
     times = {k: [r["seconds"] for r in v] for k, v in runs.items()}
     extra = {k: f"peak {max(r['peak'] for r in v) / 2**20:.0f} MiB per "
                 f"{'process' if k == 'tensorstore' else 'worker'}, cpu "
-                f"{np.median([r['cpu'] for r in v]):.1f} s" for k, v in runs.items()}
+                f"{np.median([r['cpu'] for r in v]):.1f} s, wrote "
+                f"{v[-1]['written'] / 2**20:.2f} MiB" for k, v in runs.items()}
     benchlib.report(label, times, per=(mib, "MiB"), extra=extra)
 
 
@@ -301,7 +306,13 @@ def run_child(kind: str, source: str, scratch: str, workers: int, reference: str
     result = _measure(kind, cmd)
     if reference is not None and kind != "igneous":
         check(path, reference)
-    return result
+    return {**result, "written": _bytes(path) - _bytes(source)}
+
+
+def _bytes(path: str) -> int:
+    """The bytes of the files under ``path``: what a run wrote, compression level and all."""
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path)
+               for f in files)
 
 
 def main() -> None:
