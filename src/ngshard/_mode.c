@@ -14,7 +14,6 @@
 
 #include "_kernels.h"
 
-#define DIMS 4
 #define MAX_BLOCK 64
 
 /* out = the mode of the block at `base` (strides s0, s1, s2, sizes b0, b1, b2) */
@@ -72,20 +71,6 @@
                 }                                                                         \
     } while (0)
 
-#define BY_KIND(M)                                                                        \
-    do {                                                                                  \
-        switch (kind) {                                                                   \
-        case 1: M(uint8_t); break;                                                        \
-        case 2: M(uint16_t); break;                                                       \
-        case 4: M(uint32_t); break;                                                       \
-        case 8: M(uint64_t); break;                                                       \
-        case -1: M(int8_t); break;                                                        \
-        case -2: M(int16_t); break;                                                       \
-        case -4: M(int32_t); break;                                                       \
-        default: M(int64_t); break;                                                       \
-        }                                                                                 \
-    } while (0)
-
 PyObject *block_mode(PyObject *self, PyObject *args) {
     PyObject *in_obj, *out_obj;
     Py_ssize_t block[3];
@@ -94,32 +79,13 @@ PyObject *block_mode(PyObject *self, PyObject *args) {
                           &out_obj, &sparse))
         return NULL;
     Py_buffer in, out;
-    if (PyObject_GetBuffer(in_obj, &in, PyBUF_RECORDS_RO) < 0)
+    int kind = block_buffers(in_obj, out_obj, block, &in, &out, "block_mode", 8, MAX_BLOCK);
+    if (kind == 0)
         return NULL;
-    if (PyObject_GetBuffer(out_obj, &out, PyBUF_RECORDS) < 0) {
-        PyBuffer_Release(&in);
-        return NULL;
-    }
-    int kind = int_kind(in.format, in.itemsize);
-    int ok = in.ndim == DIMS && out.ndim == DIMS && kind != 0 &&
-             kind == int_kind(out.format, out.itemsize) &&
-             block[0] * block[1] * block[2] <= MAX_BLOCK;
-    for (int i = 0; ok && i < DIMS; i++) {
-        Py_ssize_t b = i < 3 ? block[i] : 1;
-        ok = b >= 1 && out.shape[i] * b == in.shape[i];
-    }
-    if (!ok) {
-        PyBuffer_Release(&in);
-        PyBuffer_Release(&out);
-        PyErr_SetString(PyExc_ValueError, "block_mode: 4-d integer arrays, blocks of at most "
-                                          "64 voxels, the output's shape the input's over the "
-                                          "block");
-        return NULL;
-    }
     const Py_ssize_t b0 = block[0], b1 = block[1], b2 = block[2], s0 = in.strides[0],
                      s1 = in.strides[1], s2 = in.strides[2];
     Py_BEGIN_ALLOW_THREADS
-    BY_KIND(MODES);
+    BY_INT_KIND(kind, MODES);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&in);
     PyBuffer_Release(&out);
