@@ -178,8 +178,12 @@ class SlowClients:
 
 
 def start_ngshard(root: str, model: str):
-    """(base URL, stop) of the server over ``root``: as shipped ("ngshard"), with
-    ``loopsN`` event loops, or behind the asyncio front end."""
+    """(base URL, stop) of the server over ``root``: as ``ngshard serve`` runs it
+    ("ngshard": a process per core), from ``procsN`` processes, with ``loopsN`` event loops
+    in one process, or behind the asyncio front end."""
+    if model.startswith("procs"):
+        server = serve(root, processes=int(model[5:]))
+        return server.url, server.close
     if model.startswith("loops"):
         from ngshard.server import connections
 
@@ -190,7 +194,7 @@ def start_ngshard(root: str, model: str):
             connections.SERVE_LOOPS = shipped
         return server.url, server.close
     if model == "ngshard":
-        server = serve(root)
+        server = serve(root, processes=None)
         return server.url, server.close
     sock = socket.create_server(("127.0.0.1", 0), backlog=128)
     front = AsyncioConnections(open_files(open_storage(root)), sock)
@@ -373,7 +377,8 @@ def main() -> None:
                         help="of the connections, this many are slow or idle clients (see "
                              "SlowClients); each server is also run without them")
     parser.add_argument("--servers", default="ngshard,nginx",
-                        help="ngshard, loopsN (N event loops), asyncio, nginx")
+                        help="ngshard, procsN (N processes), loopsN (N event loops in one "
+                             "process), asyncio, nginx")
     args = parser.parse_args()
     client = args.client if args.client != "auto" else \
         "wrk" if shutil.which("wrk") else "python"
