@@ -95,7 +95,7 @@ class AsyncioConnections:
                     response = respond(self.files, request)
                 except HttpError as e:
                     request, response = None, error_response(e.status, e.reason, close=True)
-                out = format_head(response.status, response.headers)
+                out = format_head(response.status, response.headers, response.fixed)
                 file = response.file
                 try:
                     if response.send_body and file is not None:

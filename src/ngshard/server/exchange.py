@@ -353,7 +353,7 @@ def _plan(response: Response) -> tuple:
     """How a response goes out: (bytes to send first, file to ``sendfile`` or None, its
     start and end, pieces to pull or None, complete). Reads a small body (on a thread for
     remote files)."""
-    head = format_head(response.status, response.headers)
+    head = format_head(response.status, response.headers, response.fixed)
     file, length = response.file, response.length
     if response.stream is not None and response.send_body:
         return head, None, 0, 0, response.stream, True

@@ -41,6 +41,7 @@ class File:
     etag: str
     fileno: int | None = None
     last_modified: str | None = None  # the HTTP date of ``mtime``, made once (respond.py)
+    fields: bytes = b""  # its response fields, formatted once (respond.py)
 
     def read(self, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` (short only if the file shrank under us)."""

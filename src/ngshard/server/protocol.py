@@ -23,6 +23,8 @@ _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _REQUEST_LINE = re.compile(rb"([!#$%&'*+\-.^_`|~0-9A-Za-z]+) (\S+) HTTP/(\d)\.(\d)")
 # Field values: visible ASCII, obs-text, spaces and tabs (no CR, LF, NUL or other controls).
 _VALUE = re.compile(rb"[\t\x20-\x7e\x80-\xff]*")
+# Every field line of a head at once (joined by LF): token, colon, value.
+_FIELDS = re.compile(rb"(?:[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[\t\x20-\x7e\x80-\xff]*(?:\n|\Z))*")
 
 
 class HttpError(Exception):
@@ -111,16 +113,14 @@ def parse_head(head: bytes) -> Request:
         raise HttpError(505, "only HTTP/1.x is spoken here", close=True)
     if len(lines) - 1 > MAX_FIELDS:
         raise HttpError(431, f"more than {MAX_FIELDS} header fields", close=True)
+    fields = lines[1:]
+    if not _FIELDS.fullmatch(b"\n".join(fields)):  # one check of all, the reason per line
+        _refuse(fields)
     headers: dict[str, str] = {}
-    for line in lines[1:]:
-        name, colon, value = line.partition(b":")
-        if not colon or not _TOKEN.fullmatch(name):
-            raise HttpError(400, "malformed header field", close=True)
-        value = value.strip(b" \t")
-        if not _VALUE.fullmatch(value):
-            raise HttpError(400, "control character in a header field", close=True)
+    for line in fields:
+        name, _, value = line.partition(b":")
         key = name.decode("ascii").lower()
-        text = value.decode("latin-1")
+        text = value.strip(b" \t").decode("latin-1")
         headers[key] = f"{headers[key]}, {text}" if key in headers else text
     try:
         target_text = target.decode("ascii")
@@ -129,16 +129,37 @@ def parse_head(head: bytes) -> Request:
     return Request(method.decode("ascii"), target_text, (int(major), int(minor)), headers)
 
 
-_date = (0, "")  # (second, its IMF-fixdate): one formatdate per second, not per response
+def _refuse(fields: list[bytes]) -> None:
+    """Raise for the first malformed field line."""
+    for line in fields:
+        name, colon, value = line.partition(b":")
+        if not colon or not _TOKEN.fullmatch(name):
+            raise HttpError(400, "malformed header field", close=True)
+        if not _VALUE.fullmatch(value.strip(b" \t")):
+            raise HttpError(400, "control character in a header field", close=True)
+    raise HttpError(400, "malformed header field", close=True)
 
 
-def format_head(status: int, headers: list[tuple[str, str]]) -> bytes:
-    """The status line and header fields of a response, with its blank line; a Date field
-    is added (RFC 9110 section 6.6.1)."""
+_date = (0, b"")  # (second, its Date field): one formatdate per second, not per response
+
+
+def format_head(status: int, headers: list[tuple[str, str]], fixed: bytes = b"") -> bytes:
+    """The status line and header fields of a response, then the fields ``fixed`` (formatted
+    already by :func:`format_fields`), with its blank line; a Date field is added (RFC 9110
+    section 6.6.1)."""
     global _date
     now = int(time.time())
     if _date[0] != now:
-        _date = (now, formatdate(now, usegmt=True))
-    lines = [f"HTTP/1.1 {status} {REASONS.get(status, 'Unknown')}", f"Date: {_date[1]}"]
-    lines += [f"{name}: {value}" for name, value in headers]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        _date = (now, f"Date: {formatdate(now, usegmt=True)}\r\n".encode())
+    return b"".join((_STATUS_LINES.get(status) or
+                     f"HTTP/1.1 {status} {REASONS.get(status, 'Unknown')}\r\n".encode(),
+                     _date[1], format_fields(headers), fixed, b"\r\n"))
+
+
+def format_fields(headers: list[tuple[str, str]]) -> bytes:
+    """Header fields as sent, each line with its CRLF."""
+    return "".join([f"{name}: {value}\r\n" for name, value in headers]).encode("latin-1")
+
+
+_STATUS_LINES = {status: f"HTTP/1.1 {status} {reason}\r\n".encode()
+                 for status, reason in REASONS.items()}
