@@ -1,10 +1,16 @@
 """Load on ``ngshard serve``: many concurrent Range requests on 127.0.0.1, beside nginx serving
 the same files, and the same request handling with other front ends (the measurement behind
-the server's event loops: ``loopsN``, and asyncio's streams).
+the server's design: ``procsN`` processes, ``loopsN`` event loops in one, asyncio's streams).
 
     python tools/bench_serve.py [--seconds 3] [--rounds 1] [--connections 32]
                                 [--client auto|wrk|python] [--data DIR]
-                                [--servers ngshard,loops1,asyncio,nginx] [--slow N]
+                                [--servers ngshard,procs1,loops1,asyncio,nginx] [--slow N]
+
+Both sides alike: nginx runs ``worker_processes auto`` (a worker per core) and ``ngshard``
+runs as ``ngshard serve`` does (a process per core); sendfile on in nginx (ngshard sends
+bodies of 256 KiB or less with their head in one call, larger ones with sendfile); no access
+log on either; keep-alive without a request limit on both; the same files. wrk runs two
+threads on the same machine, sharing its cores with the server measured.
 
 Each server gets the same randomly drawn requests: byte ranges of 1 B to 64 KiB inside the
 shard files of the demo data (written to a temporary folder unless ``--data``), as Neuroglancer
@@ -32,6 +38,7 @@ import threading
 import time
 from pathlib import Path
 
+from ngshard.cpus import available_cpus
 from ngshard.server import serve
 from ngshard.server.files import open_files
 from ngshard.server.protocol import HttpError, format_head, head_end, parse_head
@@ -395,7 +402,8 @@ def main() -> None:
         print(f"client {client}, {args.connections} connections, {args.seconds:g} s per "
               f"server and round, {args.rounds} round(s); {len(requests)} distinct ranges of "
               f"1 B-64 KiB in the shards of {root}; {os.cpu_count()} cores, load average "
-              f"{os.getloadavg()[0]:.1f}")
+              f"{os.getloadavg()[0]:.1f}; nginx and ngshard: {available_cpus()} processes "
+              f"each (a worker per core)")
         servers, results = {}, {}
         try:
             for name in args.servers.split(","):

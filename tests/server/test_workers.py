@@ -83,6 +83,14 @@ def test_every_process_answers_and_all_stop_on_close(tree, tmp_path, monkeypatch
     assert gone(pids[1]) and refused(srv.port)
 
 
+def test_a_worker_killed_leaves_the_others_serving(tree):
+    with ngshard.serve(tree, processes=2) as srv:
+        os.kill(srv.pids[1], signal.SIGKILL)
+        assert wait_gone(srv.pids[1:]) == []
+        for _ in range(4):  # its turns are taken by the parent
+            assert status_of(raw(srv, b"GET /data HTTP/1.0\r\n\r\n")) == 200
+
+
 def test_workers_stop_when_the_parent_is_killed(tree):
     code = textwrap.dedent(f"""
         import sys, time, ngshard
