@@ -335,7 +335,10 @@ def _body_size(request: Request) -> int:
     """The length of a request body, to be read and dropped (bodies mean nothing here)."""
     if "transfer-encoding" in request.headers:
         raise HttpError(400, "request bodies are not accepted", close=True)
-    value = request.headers.get("content-length", "0").strip()
+    value = request.headers.get("content-length")
+    if value is None:
+        return 0
+    value = value.strip()
     if not value.isdigit() or len(value) > 18:
         raise HttpError(400, "bad Content-Length", close=True)
     size = int(value)

@@ -49,7 +49,10 @@ class Request(NamedTuple):
     def keep_alive(self) -> bool:
         """Whether the connection stays open after the response (HTTP/1.1 unless "close";
         HTTP/1.0 only with "keep-alive")."""
-        tokens = {t.strip().lower() for t in self.headers.get("connection", "").split(",")}
+        value = self.headers.get("connection")
+        if value is None:
+            return self.version >= (1, 1)
+        tokens = {t.strip().lower() for t in value.split(",")}
         if self.version >= (1, 1):
             return "close" not in tokens
         return "keep-alive" in tokens
@@ -65,9 +68,8 @@ def head_end(buffer: bytes | bytearray) -> int:
         414 or 431 once the head is incomplete past its bounds.
     """
     crlf, lf = buffer.find(b"\r\n\r\n"), buffer.find(b"\n\n")
-    ends = [i + n for i, n in ((crlf, 4), (lf, 2)) if i >= 0]
-    if ends:
-        end = min(ends)
+    if crlf >= 0 or lf >= 0:
+        end = crlf + 4 if lf < 0 else lf + 2 if crlf < 0 else min(crlf + 4, lf + 2)
         if end > MAX_HEAD:
             raise HttpError(431, "request head too large", close=True)
         return end
