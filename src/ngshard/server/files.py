@@ -65,7 +65,12 @@ class LocalFile(File):
         fd = self.fileno
         if fd is None:
             raise ValueError("read of a closed file")
-        parts, offset = [], start
+        if end <= start:
+            return b""
+        first = os.pread(fd, end - start, start)
+        if len(first) == end - start or not first:  # all of it (as almost always), or none
+            return first
+        parts, offset = [first], start + len(first)
         while offset < end:
             piece = os.pread(fd, end - offset, offset)
             if not piece:
