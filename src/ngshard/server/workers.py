@@ -7,8 +7,10 @@ wakes first takes them all), as Node's cluster module does.
 The workers are started fresh (``python -c``, not forked: the parent may run threads), read
 their settings from a pipe, and get their end of the channel as a descriptor. The channel is
 their lifeline too: when the parent closes it, or dies in any way, the worker sees its end,
-stops serving and exits. Workers run in a session of their own, so a Ctrl-C in a terminal
-(sent to its foreground process group) reaches only the parent, which stops them all."""
+stops serving and exits. Workers ignore SIGINT from their first statement on: a Ctrl-C in a
+terminal, sent to the whole foreground process group, is the parent's to handle, and it stops
+them all. (They stay in the parent's session: a session of their own would be a scheduling
+group of its own on Linux, given a core's share apart from the parent's.)"""
 
 from __future__ import annotations
 
@@ -26,7 +28,8 @@ from ..errors import NgShardError, SpecError
 _START_SECONDS = 60.0
 #: Seconds a worker may take to stop before it is killed.
 _STOP_SECONDS = 5.0
-_PRELUDE = ("import sys, pickle; sys.path[:0] = pickle.load(sys.stdin.buffer); "
+_PRELUDE = ("import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+            "import sys, pickle; sys.path[:0] = pickle.load(sys.stdin.buffer); "
             "from ngshard.server.workers import main; main()")
 
 
@@ -43,8 +46,7 @@ class Worker:
                                 f"be sent to the workers ({e}); a log must be a function "
                                 f"defined at the top of a module") from None
             self.proc = subprocess.Popen([sys.executable, "-c", _PRELUDE],
-                                         stdin=subprocess.PIPE, start_new_session=True,
-                                         pass_fds=(theirs.fileno(),))
+                                         stdin=subprocess.PIPE, pass_fds=(theirs.fileno(),))
         except BaseException:
             self.channel.close()
             raise
