@@ -19,12 +19,14 @@ REASONS = {200: "OK", 204: "No Content", 206: "Partial Content", 304: "Not Modif
            501: "Not Implemented", 503: "Service Unavailable",
            505: "HTTP Version Not Supported"}
 
-_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-_REQUEST_LINE = re.compile(rb"([!#$%&'*+\-.^_`|~0-9A-Za-z]+) (\S+) HTTP/(\d)\.(\d)")
+# Patterns over the head decoded as latin-1 (one character per byte, as it came), ASCII
+# classes only.
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+", re.ASCII)
+_REQUEST_LINE = re.compile(r"([!#$%&'*+\-.^_`|~0-9A-Za-z]+) (\S+) HTTP/(\d)\.(\d)", re.ASCII)
 # Field values: visible ASCII, obs-text, spaces and tabs (no CR, LF, NUL or other controls).
-_VALUE = re.compile(rb"[\t\x20-\x7e\x80-\xff]*")
+_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
 # Every field line of a head at once (joined by LF): token, colon, value.
-_FIELDS = re.compile(rb"(?:[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[\t\x20-\x7e\x80-\xff]*(?:\n|\Z))*")
+_FIELDS = re.compile(r"(?:[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[\t\x20-\x7e\x80-\xff]*(?:\n|\Z))*")
 
 
 class HttpError(Exception):
@@ -99,45 +101,42 @@ def parse_head(head: bytes) -> Request:
         control characters), 414 for a target past :data:`MAX_TARGET`, 431 for more than
         :data:`MAX_FIELDS` fields, 505 for an HTTP major version other than 1.
     """
-    lines = head.replace(b"\r\n", b"\n").split(b"\n")
+    lines = head.decode("latin-1").replace("\r\n", "\n").split("\n")
     while lines and not lines[-1]:
         lines.pop()
     if not lines:
         raise HttpError(400, "empty request", close=True)
-    first = lines[0].split(b" ")
+    first = lines[0].split(" ")
     if len(first) >= 2 and len(first[1]) > MAX_TARGET:
         raise HttpError(414, "request target too long", close=True)
     match = _REQUEST_LINE.fullmatch(lines[0])
     if match is None:
         raise HttpError(400, "malformed request line", close=True)
     method, target, major, minor = match.groups()
-    if int(major) != 1:
+    if major != "1":
         raise HttpError(505, "only HTTP/1.x is spoken here", close=True)
     if len(lines) - 1 > MAX_FIELDS:
         raise HttpError(431, f"more than {MAX_FIELDS} header fields", close=True)
     fields = lines[1:]
-    if not _FIELDS.fullmatch(b"\n".join(fields)):  # one check of all, the reason per line
+    if not _FIELDS.fullmatch("\n".join(fields)):  # one check of all, the reason per line
         _refuse(fields)
     headers: dict[str, str] = {}
     for line in fields:
-        name, _, value = line.partition(b":")
-        key = name.decode("ascii").lower()
-        text = value.strip(b" \t").decode("latin-1")
-        headers[key] = f"{headers[key]}, {text}" if key in headers else text
-    try:
-        target_text = target.decode("ascii")
-    except UnicodeDecodeError:
-        raise HttpError(400, "request target is not ASCII", close=True) from None
-    return Request(method.decode("ascii"), target_text, (int(major), int(minor)), headers)
+        name, _, value = line.partition(":")
+        key, value = name.lower(), value.strip(" \t")
+        headers[key] = f"{headers[key]}, {value}" if key in headers else value
+    if not target.isascii():
+        raise HttpError(400, "request target is not ASCII", close=True)
+    return Request(method, target, (1, int(minor)), headers)
 
 
-def _refuse(fields: list[bytes]) -> None:
+def _refuse(fields: list[str]) -> None:
     """Raise for the first malformed field line."""
     for line in fields:
-        name, colon, value = line.partition(b":")
+        name, colon, value = line.partition(":")
         if not colon or not _TOKEN.fullmatch(name):
             raise HttpError(400, "malformed header field", close=True)
-        if not _VALUE.fullmatch(value.strip(b" \t")):
+        if not _VALUE.fullmatch(value.strip(" \t")):
             raise HttpError(400, "control character in a header field", close=True)
     raise HttpError(400, "malformed header field", close=True)
 
