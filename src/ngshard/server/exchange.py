@@ -136,6 +136,8 @@ class Exchange:
             if conn.state != READING:
                 return
             buffer = conn.buffer
+            if not buffer:
+                return
             if buffer.startswith((b"\r", b"\n")):  # blank lines before a request (RFC 9112 2.2)
                 del buffer[:len(buffer) - len(buffer.lstrip(b"\r\n"))]
             request = None
@@ -146,7 +148,7 @@ class Exchange:
                         conn.head_started = True
                         conn.deadline = time.monotonic() + HEAD_TIMEOUT
                     return
-                head = bytes(buffer[:end])
+                head = buffer[:end]
                 del buffer[:end]
                 conn.head_started = False
                 request = parse_head(head)

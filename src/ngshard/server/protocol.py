@@ -82,7 +82,7 @@ def head_end(buffer: bytes | bytearray) -> int:
     return -1
 
 
-def parse_head(head: bytes) -> Request:
+def parse_head(head: bytes | bytearray) -> Request:
     """Parse a request head (the request line and header fields, with its blank line).
 
     Parameters
