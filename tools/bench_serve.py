@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import http.client
 import json
 import os
@@ -371,6 +372,37 @@ def run_python(base: str, requests, seconds: float, connections: int) -> dict:
             "p99": pct(0.99), "errors": errors[0]}
 
 
+def _cpu_seconds() -> float:
+    """CPU seconds of this process and every live process below it (the servers: this
+    one's threads, ngshard's workers, nginx's), from /proc; nan elsewhere."""
+    tick, total, todo = os.sysconf("SC_CLK_TCK"), 0, [os.getpid()]
+    try:
+        while todo:
+            pid = todo.pop()
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])
+                for task in Path(f"/proc/{pid}/task").iterdir():
+                    todo += map(int, (task / "children").read_text().split())
+    except OSError:
+        return float("nan")
+    return total / tick
+
+
+def measured(run, base: str, requests, seconds: float, connections: int) -> dict:
+    """``run``'s result, with the CPU time per request of the servers (``server_us``:
+    every process of this benchmark but the client) and of the client (``wrk_us``; the
+    client's processes are reaped by then)."""
+    before, client = _cpu_seconds(), os.times()
+    result = run(base, requests, seconds, connections)
+    after, done = _cpu_seconds(), os.times()
+    n = max(1, result["requests"])
+    result["server_us"] = (after - before) * 1e6 / n
+    result["wrk_us"] = (done.children_user + done.children_system - client.children_user
+                        - client.children_system) * 1e6 / n
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="per server and round")
@@ -417,7 +449,7 @@ def main() -> None:
             for _ in range(args.rounds):
                 for name, (base, _) in servers.items():
                     results.setdefault(name, []).append(
-                        run(base, requests, args.seconds, args.connections - args.slow))
+                        measured(run, base, requests, args.seconds, args.connections - args.slow))
                     if args.slow:
                         slow = SlowClients(base, args.slow, "/" + str(big.relative_to(root)))
                         time.sleep(1)
@@ -432,7 +464,8 @@ def main() -> None:
             for _, stop in servers.values():
                 stop()
         print(f"{'server':<18}{'requests/s':>12}{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}"
-              f"{'errors':>8}" + ("   requests/s of the rounds" if args.rounds > 1 else ""))
+              f"{'errors':>8}{'CPU us/req':>12}{'wrk us/req':>12}"
+              + ("   requests/s of the rounds" if args.rounds > 1 else ""))
         rate = {}
         for name, rounds in results.items():
             rates = [r["requests"] / r["seconds"] for r in rounds]
@@ -441,7 +474,9 @@ def main() -> None:
             label = {"asyncio": "ngshard (asyncio)"}.get(name, name)
             spread = "   " + " ".join(f"{x:.0f}" for x in rates) if args.rounds > 1 else ""
             print(f"{label:<18}{rate[name]:>12.0f}{r['p50']:>9.2f}{r['p90']:>9.2f}"
-                  f"{r['p99']:>9.2f}{sum(x['errors'] for x in rounds):>8}{spread}")
+                  f"{r['p99']:>9.2f}{sum(x['errors'] for x in rounds):>8}"
+                  f"{r.get('server_us', float('nan')):>12.1f}{r.get('wrk_us', float('nan')):>12.1f}"
+                  f"{spread}")
         for name in rate:
             if "nginx" in rate and name != "nginx" and "+slow" not in name:
                 print(f"{name} / nginx requests/s: {rate[name] / rate['nginx']:.2f}")
