@@ -454,8 +454,8 @@ def main() -> None:
                         slow = SlowClients(base, args.slow, "/" + str(big.relative_to(root)))
                         time.sleep(1)
                         try:
-                            results.setdefault(f"{name}+slow", []).append(
-                                run(base, requests, args.seconds, args.connections - args.slow))
+                            results.setdefault(f"{name}+slow", []).append(measured(
+                                run, base, requests, args.seconds, args.connections - args.slow))
                         finally:
                             slow.close()
                         print(f"{name}: the server closed {slow.reconnects} slow or idle "
