@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 
+from ..limits import SERVE_PROCESSES
 from ..server import Server, serve
 from ..server.protocol import Request
 from ..server.respond import Response
@@ -112,8 +113,8 @@ def add_commands(command) -> None:
     p.add_argument("-v", "--verbose", action="store_true", help="log each request to stderr")
     p.add_argument("--processes", type=int, metavar="N",
                    help="processes serving a local folder, as nginx's worker_processes "
-                        "(default: one per core; a store that is not a local folder is "
-                        "served from one)")
+                        f"(default: one per core, at most {SERVE_PROCESSES}; a store that is "
+                        "not a local folder is served from one)")
     p = command("view", cmd_view, "serve a precomputed tree and a Neuroglancer viewer whose "
                 "state holds its layers; print (and open, when a browser is there) the viewer's "
                 "URL; Ctrl-C stops. Needs: pip install 'ngshard[view]'")

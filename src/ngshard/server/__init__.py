@@ -13,6 +13,7 @@ from urllib.parse import quote
 
 from ..cpus import available_cpus
 from ..errors import NotFoundError, SpecError
+from ..limits import SERVE_PROCESSES
 from ..storage import Location, Storage, StorageOptions, open_storage
 from .connections import Connections, Log
 from .files import open_files
@@ -33,7 +34,8 @@ class Server:
         if base and ("/" in base or base in (".", "..") or hidden(base)):
             raise SpecError(f"base must be one folder name that is not hidden, not {base!r}")
         if processes is None:
-            processes = available_cpus() if storage.local_root is not None else 1
+            processes = min(available_cpus(), SERVE_PROCESSES) \
+                if storage.local_root is not None else 1
         if processes < 1 or processes > 1 and storage.local_root is None:
             raise SpecError(f"processes must be 1 or more, and 1 for a store that is not a "
                             f"local folder, not {processes}")
@@ -128,7 +130,8 @@ def serve(path_or_url: Location, host: str = "127.0.0.1", port: int = 0,
         as nginx runs a worker per core): this one and ``processes - 1`` workers, which
         it hands connections to in turn and which stop with it (when it closes, exits or
         is killed).
-        None: one per core. A store that is not a local folder is served from one.
+        None: one per core, at most :data:`~ngshard.limits.SERVE_PROCESSES`. A store that
+        is not a local folder is served from one.
         With more than one, ``log`` must be a function defined at the top of a module
         (each worker calls it in its own process).
 

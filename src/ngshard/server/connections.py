@@ -7,8 +7,13 @@ streams) over the same request handling; threads fight over the GIL at every sys
 ``sendfile``: page-cache work of microseconds). What may block - a remote store, decoding a
 compressed twin, a listing - runs on a few threads and comes back to the loop when done.
 
-An idle connection costs a descriptor and no thread, so thousands may be open. Every wait is
-bounded: a request head must arrive within :data:`HEAD_TIMEOUT` of its first byte, a
+With worker processes (``workers.py``), the loop of the parent hands each connection it
+accepts to the next process in turn over a Unix socket, and a worker's loop takes its
+connections from there instead of accepting them.
+
+An idle connection costs a descriptor and no thread, so thousands may be open (in each
+process). Every wait is bounded: a request head must arrive within :data:`HEAD_TIMEOUT` of
+its first byte, a
 connection may idle :data:`IDLE_TIMEOUT` between requests, and a response must be taken at
 :data:`MIN_SEND_RATE` after :data:`SEND_TIMEOUT` of grace, so a client trickling its reads
 holds its slot no longer than a silent one. Past :data:`MAX_CONNECTIONS`, the connection idle
