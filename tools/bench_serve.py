@@ -415,7 +415,7 @@ def main() -> None:
     parser.add_argument("--slow", type=int, default=0,
                         help="of the connections, this many are slow or idle clients (see "
                              "SlowClients); each server is also run without them")
-    parser.add_argument("--servers", default="ngshard,nginx",
+    parser.add_argument("--servers", default="ngshard,procs1,nginx",
                         help="ngshard, procsN (N processes), loopsN (N event loops in one "
                              "process), asyncio, nginx")
     args = parser.parse_args()
