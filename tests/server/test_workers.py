@@ -62,7 +62,7 @@ def test_every_process_answers_and_all_stop_on_close(tree, tmp_path, monkeypatch
         pids = srv.pids
         assert len(set(pids)) == 2 and pids[0] == os.getpid() and not gone(pids[1])
         held = []
-        for _ in range(64):  # kept open, so that each is accepted by either process
+        for _ in range(64):  # kept open, so that each is a connection of its own
             s = socket.create_connection((srv.host, srv.port), 10)
             s.sendall(b"GET /data HTTP/1.1\r\nRange: bytes=1-3\r\n\r\n")
             held.append(s)
@@ -77,7 +77,8 @@ def test_every_process_answers_and_all_stop_on_close(tree, tmp_path, monkeypatch
                 time.monotonic() < deadline:
             time.sleep(0.05)
         answered_by = (tmp_path / "pids").read_text().split()
-        assert len(answered_by) == 64 and set(answered_by) == {str(p) for p in pids}
+        # in turn: half each (a listening socket shared by both gave the worker all 64)
+        assert sorted(answered_by) == sorted([str(pids[0]), str(pids[1])] * 32)
     finally:
         srv.close()
     assert gone(pids[1]) and refused(srv.port)
