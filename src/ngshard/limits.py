@@ -204,6 +204,9 @@ SEND_TIMEOUT, MIN_SEND_RATE = 60.0, 64 * KiB
 #: gets it after the 5 ms switch interval), 0.35x the requests/s of one at 256 connections
 #: (tools/bench_serve.py --servers loops1,loops2).
 SERVE_LOOPS = 1
+#: Processes serving a local folder by default (``ngshard serve``): one per core, at most
+#: this many (each is an interpreter of about 50 MiB).
+SERVE_PROCESSES = 8
 #: Threads for the server's blocking work: remote stores, decoding twins, listings.
 SERVE_THREADS = 8
 #: Local files the server keeps open between requests.
