@@ -7,8 +7,9 @@ names the layers), so give it a copy.
 
     python tools/igneous_run.py SEG mesh|skeleton SHAPE PARALLEL ['{"simplification": false}']
 
-Prints one JSON line: the seconds of each phase, the layer's folder, and the peak resident
-memory (MiB) of the largest process (the client and every worker, sampled from /proc).
+Prints one JSON line: the seconds of each phase, the layer's folder, the peak resident
+memory (MiB) of the largest process and the CPU seconds of all (the client and every worker,
+sampled from /proc).
 """
 
 import json
@@ -19,23 +20,31 @@ import time
 
 
 def peak_mib(stop: threading.Event, out: dict) -> None:
-    """The largest VmHWM (peak resident set) of this process and its descendants until
-    ``stop``, sampled every 50 ms (a worker's is read before it exits)."""
+    """The largest VmHWM (peak resident set, MiB) of this process and its descendants, and
+    the CPU seconds (user + system) they used, until ``stop``, sampled every 50 ms into
+    ``out["peak"]`` and ``out["cpu"]`` (a worker's last sample is read before it exits, so
+    at most 50 ms of each is missed; this sampling thread's own CPU is not counted). CPU
+    seconds are what a loaded machine changes least: wall time there is mostly waiting."""
     me = str(os.getpid())
+    tick = os.sysconf("SC_CLK_TCK")
+    cpu: dict = {}
     while True:
         parents: dict = {}
         for pid in filter(str.isdigit, os.listdir("/proc")):
             try:
                 with open(f"/proc/{pid}/stat") as f:
-                    parents[pid] = f.read().rsplit(")", 1)[1].split()[1]
+                    parents[pid] = f.read().rsplit(")", 1)[1].split()
             except OSError:
                 continue
         ours, grew = {me}, True
         while grew:
-            more = {p for p, q in parents.items() if q in ours} - ours
+            more = {p for p, q in parents.items() if q[1] in ours} - ours
             ours |= more
             grew = bool(more)
         for pid in ours:
+            fields = parents.get(pid)
+            if fields is not None:  # utime and stime, fields 14 and 15 of stat
+                cpu[pid] = (int(fields[11]) + int(fields[12])) / tick
             try:
                 with open(f"/proc/{pid}/status") as f:
                     for line in f:
@@ -43,6 +52,7 @@ def peak_mib(stop: threading.Event, out: dict) -> None:
                             out["peak"] = max(out.get("peak", 0), int(line.split()[1]) / 1024)
             except OSError:
                 continue
+        out["cpu"] = sum(cpu.values()) - time.thread_time()
         if stop.wait(0.05):
             return
 
@@ -95,7 +105,8 @@ def run(seg: str, what: str, shape: int, parallel: int, options: dict) -> dict:
     with open(os.path.join(seg, "info")) as f:
         layer = json.load(f)[key]
     return {"forge": forge, "merge": merge, "seconds": forge + merge,
-            "layer": os.path.join(seg, layer), "peak_mib": memory.get("peak", 0)}
+            "layer": os.path.join(seg, layer), "peak_mib": memory.get("peak", 0),
+            "cpu": memory.get("cpu", 0.0)}
 
 
 if __name__ == "__main__":
