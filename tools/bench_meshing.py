@@ -113,6 +113,25 @@ def run(code: str, *args: str, python: str = sys.executable) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def same_output(what: str, ours: Path, theirs: Path, labels: int, sample: int = 200) -> str:
+    """What both sides made of the first ``sample`` segments (like with like): levels of
+    detail and LOD 0 triangles of meshes, vertices and cable length of skeletons."""
+    ids = np.arange(min(labels, sample), dtype=np.uint64) + np.uint64(2**32 + 1)
+    a, b = ngshard.open(ours), ngshard.open(theirs)
+    if what == "mesh":
+        lods = [sorted({m.num_lods for m in layer.manifests(ids).values()}) for layer in (a, b)]
+        faces = [sum(len(m.faces) for m in layer.get_many(ids).values()) for layer in (a, b)]
+        return (f"levels of detail {lods[0]} / {lods[1]}, LOD 0 triangles {faces[0]} / "
+                f"{faces[1]} ({faces[0] / max(faces[1], 1):.3f})")
+    cable = []
+    for layer in (a, b):
+        skeletons = [layer.get(int(i)) for i in ids]
+        cable.append(sum(float(np.linalg.norm(np.diff(s.vertices[s.edges], axis=1),
+                                              axis=2).sum()) for s in skeletons if s))
+    return (f"cable length {cable[0]:.0f} / {cable[1]:.0f} nm "
+            f"({cable[0] / max(cable[1], 1e-9):.3f})")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--size", type=int, nargs="+", default=[256],
@@ -154,6 +173,9 @@ def main() -> None:
                   f"{theirs['merge']:.1f} s), peak process {theirs['peak_mib']:.0f} MiB; "
                   f"ratio ngshard/igneous {ours['seconds'] / theirs['seconds']:.2f} (CPU "
                   f"{ours['cpu'] / theirs['cpu']:.2f}); load {os.getloadavg()}", flush=True)
+            print(f"{'':12s} ngshard / igneous, first segments: "
+                  f"{same_output(what, root / what, Path(theirs['layer']), args.labels)}",
+                  flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
         print(f"load after: {os.getloadavg()}")
