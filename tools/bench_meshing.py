@@ -10,7 +10,9 @@ skeletonize the same voxels per box (``--box`` cells plus one shared plane; a ze
 the volume's faces), with one zmesh marching cubes and one ``kimimaro.skeletonize`` call per
 box (TEASAR scale 4, const 10, its soma settings, ``fix_borders``, ``fix_branching``, no
 ``fix_avocados``, ``parallel=1``, 1000 voxels of dust per box) and one
-``kimimaro.postprocess`` per segment (1000 nm of cable at least). Meshes: each label of a box
+``kimimaro.postprocess`` per segment (keeping every skeleton: igneous' 1000 nm of cable at
+least would drop every Voronoi cell here, whose skeletons are a few hundred nm long, and
+leave the merges nothing to write). Meshes: each label of a box
 is simplified once, as igneous' forge does it (zmesh ``Mesher.get``, a 100th of the
 triangles, at most 40 nm of error), into one level of detail: igneous' merge adds LOD k only
 where a segment spans ``256 * 2**k`` voxels along every axis (``min_chunk_size``), which no
@@ -40,12 +42,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import numpy as np
 
 import ngshard
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 RES = (8.0, 8.0, 16.0)
 
@@ -75,24 +80,15 @@ def segmentation(path: Path, shape: tuple[int, int, int], labels: int, seed: int
 
 
 RUN = """
-import json, sys, threading, time
+import json, sys, time
 import ngshard
-seg, dst, what, box, workers, options, tools = sys.argv[1:8]
-sys.path.insert(0, tools)
-from igneous_run import peak_mib  # the same sampling of every process as igneous'
+seg, dst, what, box, workers, options = sys.argv[1:7]
 fn = ngshard.mesh if what == "mesh" else ngshard.skeletonize
 if __name__ == "__main__":
-    stop, memory = threading.Event(), {}
-    sampler = threading.Thread(target=peak_mib, args=(stop, memory), daemon=True)
-    sampler.start()
     t = time.perf_counter()
     stats = fn(seg, dst, box=int(box), workers=int(workers), progress=False, overwrite=True,
                **json.loads(options))
-    seconds = time.perf_counter() - t
-    stop.set()
-    sampler.join()
-    print(json.dumps({"seconds": seconds, **stats, "peak_mib": memory.get("peak", 0),
-                      "cpu": memory.get("cpu", 0.0)}))
+    print(json.dumps({"seconds": time.perf_counter() - t, **stats}))
 """
 
 
@@ -100,17 +96,40 @@ if __name__ == "__main__":
 OURS = {"mesh": {"lods": 1, "max_error": 40.0, "simplify": 100},
         "skeletonize": {"teasar": {"scale": 4, "const": 10, "soma_detection_threshold": 1100,
                                    "soma_invalidation_scale": 1.0},
-                        "dust_threshold": 1000, "cable_dust": 1000}}
+                        "dust_threshold": 1000, "cable_dust": 0}}
+#: igneous' options (tools/igneous_run.py) matching them.
+THEIRS = {"mesh": {"sample": False},
+          "skeletonize": {"sample": False, "min_cable_length": 0}}
 IGNEOUS_PYTHON = os.environ.get("NGSHARD_PEER_PYTHON",
                                 str(Path(__file__).resolve().parents[1] / ".ci/peers/bin/python"))
 
 
-def run(code: str, *args: str, python: str = sys.executable) -> dict:
-    out = subprocess.run([python, *code, *args], capture_output=True, text=True,
-                         timeout=7200, env={**os.environ, "PYTHONPATH": ""})
-    if out.returncode:
-        raise SystemExit(out.stderr)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def run(code: list[str], *args: str, python: str = sys.executable) -> dict:
+    """The JSON result of a child process, with the peak memory of its largest process and
+    the CPU seconds of all, sampled from outside (igneous_run.peak_mib): a thread in the
+    child would make ngshard's pool start workers from a forkserver instead of forking."""
+    from igneous_run import peak_mib
+
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen([python, *code, *args], stdout=out, stderr=err, text=True,
+                                env={**os.environ, "PYTHONPATH": ""})
+        stop, memory = threading.Event(), {}
+        sampler = threading.Thread(target=peak_mib, args=(stop, memory, proc.pid))
+        sampler.start()
+        try:
+            proc.wait(timeout=7200)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+        finally:
+            stop.set()
+            sampler.join()
+        if proc.returncode:
+            err.seek(0)
+            raise SystemExit(err.read())
+        out.seek(0)
+        result = json.loads(out.read().strip().splitlines()[-1])
+    return {**result, "peak_mib": memory.get("peak", 0), "cpu": memory.get("cpu", 0.0)}
 
 
 def same_output(what: str, ours: Path, theirs: Path, labels: int, sample: int = 200) -> str:
@@ -157,8 +176,7 @@ def main() -> None:
         shutil.copytree(root / "seg", root / "seg-igneous")  # igneous writes into it
         for what in ("mesh", "skeletonize") if args.what == "both" else (args.what,):
             ours = run(["-c", RUN], str(root / "seg"), str(root / what), what, str(args.box),
-                       str(args.workers), json.dumps(OURS[what]),
-                       str(Path(__file__).resolve().parent))
+                       str(args.workers), json.dumps(OURS[what]))
             print(f"{what:12s} ngshard ({args.workers} workers, box {args.box}): "
                   f"{ours['seconds']:7.1f} s ({ours['cpu']:.1f} CPU s), {ours['segments']} "
                   f"segments, "
@@ -167,7 +185,8 @@ def main() -> None:
                   f"load {os.getloadavg()}", flush=True)
             theirs = run([str(Path(__file__).with_name("igneous_run.py"))],
                          str(root / "seg-igneous"), "mesh" if what == "mesh" else "skeleton",
-                         str(args.box), str(args.workers), python=args.igneous_python)
+                         str(args.box), str(args.workers), json.dumps(THEIRS[what]),
+                         python=args.igneous_python)
             print(f"{'':12s} igneous ({args.workers} processes):  {theirs['seconds']:7.1f} s "
                   f"({theirs['cpu']:.1f} CPU s; forge {theirs['forge']:.1f} s, merge "
                   f"{theirs['merge']:.1f} s), peak process {theirs['peak_mib']:.0f} MiB; "
