@@ -106,8 +106,8 @@ IGNEOUS_PYTHON = os.environ.get("NGSHARD_PEER_PYTHON",
 
 def run(code: list[str], *args: str, python: str = sys.executable) -> dict:
     """The JSON result of a child process, with the peak memory of its largest process and
-    the CPU seconds of all, sampled from outside (igneous_run.peak_mib): a thread in the
-    child would make ngshard's pool start workers from a forkserver instead of forking."""
+    the CPU seconds of all, sampled from outside (igneous_run.peak_mib), so that no
+    sampling thread runs (and spends CPU) in the process measured."""
     from igneous_run import peak_mib
 
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
