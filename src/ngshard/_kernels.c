@@ -200,6 +200,8 @@ static PyMethodDef methods[] = {
      "or None if its offsets overflow 24 bits"},
     {"block_mean", block_mean, METH_VARARGS,
      "block_mean(array, block, out): out = array's block means, rounded half to even"},
+    {"block_mode", block_mode, METH_VARARGS,
+     "block_mode(array, block, out, sparse): out = array's block modes, the smallest on ties"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernels",
