@@ -7,8 +7,12 @@ names the layers), so give it a copy.
 
     python tools/igneous_run.py SEG mesh|skeleton SHAPE PARALLEL ['{"simplification": false}']
 
-Prints one JSON line: the seconds of each phase, the layer's folder, and the peak resident
-memory (MiB) of the largest process (the client and every worker, sampled from /proc).
+(``"sample": false`` in the options: no sampling of memory and CPU here, for a caller that
+samples this process from outside.)
+
+Prints one JSON line: the seconds of each phase, the layer's folder, the peak resident
+memory (MiB) of the largest process and the CPU seconds of all (the client and every worker,
+sampled from /proc).
 """
 
 import json
@@ -18,24 +22,34 @@ import threading
 import time
 
 
-def peak_mib(stop: threading.Event, out: dict) -> None:
-    """The largest VmHWM (peak resident set) of this process and its descendants until
-    ``stop``, sampled every 50 ms (a worker's is read before it exits)."""
-    me = str(os.getpid())
+def peak_mib(stop: threading.Event, out: dict, root: int | None = None) -> None:
+    """The largest VmHWM (peak resident set, MiB) of process ``root`` (default this one) and
+    its descendants, and the CPU seconds (user + system) they used, until ``stop``, sampled
+    every 50 ms into ``out["peak"]`` and ``out["cpu"]`` (a worker's last sample is read
+    before it exits, so at most 50 ms of each is missed; this sampling thread's own CPU is
+    not counted). CPU seconds are what a loaded machine changes least: wall time there is
+    mostly waiting for a core."""
+    me = str(root or os.getpid())
+    own = root is None or root == os.getpid()
+    tick = os.sysconf("SC_CLK_TCK")
+    cpu: dict = {}
     while True:
         parents: dict = {}
         for pid in filter(str.isdigit, os.listdir("/proc")):
             try:
                 with open(f"/proc/{pid}/stat") as f:
-                    parents[pid] = f.read().rsplit(")", 1)[1].split()[1]
+                    parents[pid] = f.read().rsplit(")", 1)[1].split()
             except OSError:
                 continue
         ours, grew = {me}, True
         while grew:
-            more = {p for p, q in parents.items() if q in ours} - ours
+            more = {p for p, q in parents.items() if q[1] in ours} - ours
             ours |= more
             grew = bool(more)
         for pid in ours:
+            fields = parents.get(pid)
+            if fields is not None:  # utime and stime, fields 14 and 15 of stat
+                cpu[pid] = (int(fields[11]) + int(fields[12])) / tick
             try:
                 with open(f"/proc/{pid}/status") as f:
                     for line in f:
@@ -43,6 +57,7 @@ def peak_mib(stop: threading.Event, out: dict) -> None:
                             out["peak"] = max(out.get("peak", 0), int(line.split()[1]) / 1024)
             except OSError:
                 continue
+        out["cpu"] = sum(cpu.values()) - (time.thread_time() if own else 0.0)
         if stop.wait(0.05):
             return
 
@@ -56,7 +71,8 @@ def run(seg: str, what: str, shape: int, parallel: int, options: dict) -> dict:
     path = f"file://{os.path.abspath(seg)}"
     stop, memory = threading.Event(), {}
     sampler = threading.Thread(target=peak_mib, args=(stop, memory), daemon=True)
-    sampler.start()
+    if options.get("sample", True):  # else measured from outside (tools/bench_meshing.py)
+        sampler.start()
     queue = LocalTaskQueue(parallel=parallel, progress=False)
     t = time.perf_counter()
     if what == "mesh":
@@ -91,11 +107,13 @@ def run(seg: str, what: str, shape: int, parallel: int, options: dict) -> dict:
     queue.execute(progress=False)
     merge = time.perf_counter() - t
     stop.set()
-    sampler.join()
+    if sampler.is_alive():
+        sampler.join()
     with open(os.path.join(seg, "info")) as f:
         layer = json.load(f)[key]
     return {"forge": forge, "merge": merge, "seconds": forge + merge,
-            "layer": os.path.join(seg, layer), "peak_mib": memory.get("peak", 0)}
+            "layer": os.path.join(seg, layer), "peak_mib": memory.get("peak", 0),
+            "cpu": memory.get("cpu", 0.0)}
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from segment_helpers import (
     CORE,
     CUBE,
     FILLER,
+    RESOLUTION,
     SHELL,
     SPHERE,
     TUBE,
@@ -201,3 +202,25 @@ def test_simplified_lod0_as_igneous_forge(seg, meshed, tmp_path):
     assert o == 0 and abs(v - v0) <= 0.02 * v0 and abs(a - a0) <= 0.06 * a0
     with pytest.raises(ngshard.SpecError, match="simplify"):
         ngshard.mesh(seg, tmp_path / "bad", simplify=0, progress=False)
+
+
+def test_simplification_is_igneous_forges(seg, labels, tmp_path):
+    """LOD 0 simplified by 100 with 40 nm of error is zmesh's ``Mesher.get(label, 100, 40)``
+    (what igneous' forge calls: the error in nm), not ``Mesher.simplify`` of the full mesh
+    (which takes the error in half voxels, rounded down): in one box, the same triangles
+    (the labels in Fortran order, as both read them: the order zmesh meets triangles in
+    breaks its simplifier's ties)."""
+    import zmesh
+
+    with ThreadPoolExecutor(2) as pool:
+        ngshard.mesh(seg, tmp_path / "one", ids=[SPHERE], box=128, lods=1, simplify=100,
+                     max_error=40, executor=pool, progress=False)
+    ours = ngshard.open(tmp_path / "one").get(SPHERE)
+    mesher = zmesh.Mesher(RESOLUTION)
+    mesher.mesh(np.asfortranarray(np.pad(np.where(labels == SPHERE, SPHERE, 0), 1)),
+                close=False)
+    forge = mesher.get(SPHERE, normals=False, reduction_factor=100, max_error=40)
+    assert len(ours.faces) == len(forge.faces)
+    a, v, o = measures(ours.vertices, ours.faces)
+    a1, v1, _ = measures(forge.vertices, forge.faces)
+    assert o == 0 and abs(a - a1) <= 1e-3 * a1 and abs(v - v1) <= 1e-3 * v1

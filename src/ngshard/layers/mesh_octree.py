@@ -24,6 +24,11 @@ def split_at_grid(vertices: np.ndarray, faces: np.ndarray, origin: np.ndarray,
     vertices = np.asarray(vertices, np.float64).reshape(-1, 3)
     faces = np.asarray(faces, np.int64).reshape(-1, 3)
     for axis in range(3):
+        if len(vertices):  # every vertex within one cell: no triangle crosses a plane
+            ends = (vertices[:, axis].min(), vertices[:, axis].max())
+            c = (np.array(ends) - origin[axis]) / size[axis]
+            if np.ceil(c[1] - _TOL) - 1 <= np.floor(c[0] + _TOL):
+                continue
         while len(faces):
             c = (vertices[faces, axis] - origin[axis]) / size[axis]
             first = np.floor(c.min(axis=1) + _TOL)
@@ -102,9 +107,12 @@ def fragments(vertices: np.ndarray, faces: np.ndarray, origin: np.ndarray,
         return np.zeros((0, 3), np.uint32), []
     centroid = v[f].mean(axis=1)
     node = np.maximum(np.floor((centroid - origin) / node_size), 0).astype(np.int64)
-    code = zorder(node)
-    order = np.argsort(code, kind="stable")
-    f, node, code = f[order], node[order], code[order]
+    if (node == node[0]).all():  # one node (a box's piece, a small segment): in order
+        code = np.zeros(len(f), np.uint64)
+    else:
+        code = zorder(node)
+        order = np.argsort(code, kind="stable")
+        f, node, code = f[order], node[order], code[order]
     starts = np.flatnonzero(np.r_[True, code[1:] != code[:-1]])
     rank = np.cumsum(np.r_[False, code[1:] != code[:-1]])  # node number of each triangle
     corner_keys = (rank[:, None] * len(v) + f).reshape(-1)

@@ -99,6 +99,26 @@ def levels_of_detail(mesher: Any, full: Any, levels: list[tuple[int, float]]) ->
     return [_simplified(mesher, full, r, e) for r, e in levels]
 
 
+def label_levels(mesher: Any, label: int, levels: list[tuple[int, float]]) -> list:
+    """The mesh of ``label`` (meshed by ``mesher``) at each of ``levels``, each simplified
+    by zmesh from the label's marching-cubes triangles (``Mesher.get``, as igneous' forge
+    does: ``max_error`` in nm of the mesher's resolution; ``Mesher.simplify`` would take
+    it in half voxels, rounded down, and pack the triangles in Python first)."""
+    full, out = None, []
+    for reduction, max_error in levels:
+        if reduction > 1:
+            mesh = mesher.get(label, normals=False, reduction_factor=reduction,
+                              max_error=max_error)
+            if len(mesh.faces) and int(mesh.faces.max()) < len(mesh.vertices) and \
+                    np.isfinite(mesh.vertices).all():
+                out.append(mesh)
+                continue
+        if full is None:
+            full = mesher.get(label, normals=False, reduction_factor=0, max_error=0)
+        out.append(full)
+    return out
+
+
 def weld(vertices: np.ndarray, faces: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The mesh with its duplicate vertices merged (meshes of neighbouring boxes, and legacy
     fragments, meet at identical vertices)."""
@@ -121,8 +141,7 @@ def forge_meshes(dst: str, region: Region, box: Box, options: MeshOptions,
     pieces = []
     levels = options.levels(float(res.max()))
     for label in found.tolist():
-        full = mesher.get(label, normals=False, reduction_factor=0, max_error=0)
-        lods = levels_of_detail(mesher, full, levels)
+        lods = label_levels(mesher, int(label), levels)
         shifted = [(m.vertices.astype(np.float64) + shift, m.faces) for m in lods]
         mesher.erase(label)
         if options.legacy:
