@@ -67,7 +67,8 @@ def test_the_readers_import_only_format_and_storage_code():
 # points, kept beside their code (see the docstring of ngshard.limits).
 NOT_BUDGETS = {"MAX_KEY", "INT64_MAX", "_PNG_DEPTHS", "KEY_BYTES", "_MAPPING_KEY_BYTES",
                "_IOV_MAX", "_ZSTD_IN", "_MAX_DIGITS", "MAPPED_BYTES", "LARGE_VALUE", "_LARGE",
-               "THREADED_BYTES", "BLOCK", "PARALLEL_MIN", "_PARALLEL_DECODE_BYTES"}
+               "THREADED_BYTES", "BLOCK", "PARALLEL_MIN", "_PARALLEL_DECODE_BYTES",
+               "MODE_BLOCK"}
 BUDGET_WORDS = ("BYTES", "BATCH", "RETRIES", "TIMEOUT", "LIMIT", "PIECE", "WINDOW", "BLOCK",
                 "MAX", "CACHE", "DEPTH", "SLACK", "LINGER")
 

@@ -19,6 +19,10 @@ def cseg_encode(array: Any, block: tuple[int, int, int], head: Any, /) -> bytes 
     """``head`` (whole words), then one (x, y, z) channel's words; None if its offsets
     overflow 24 bits."""
 
+def block_mode(array: Any, block: tuple[int, int, int], out: Any, sparse: bool, /) -> None:
+    """``out`` = the modes of ``array``'s blocks (4-d integers, whole blocks of at most 64
+    voxels), the smallest value on ties; ``sparse``: zero wins only a block of zeros."""
+
 def block_mean(array: Any, block: tuple[int, int, int], out: Any, /) -> None:
     """``out`` = the means of ``array``'s blocks (4-d, integers of at most 32 bits, whole
     blocks), rounded half to even."""

@@ -215,6 +215,10 @@ SERVE_LOOPS = 1
 SERVE_PROCESSES = 8
 #: Threads for the server's blocking work: remote stores, decoding twins, listings.
 SERVE_THREADS = 8
+#: Viewers ask for the same few hundred names over and over: the parses of this many
+#: request targets are kept, of targets up to this long (so a hostile client cannot make
+#: the kept ones large).
+CACHED_TARGETS, CACHED_TARGET = 4096, 512
 #: Local files the server keeps open between requests.
 OPEN_FILES = 256
 #: Decoded bytes of a compressed twin made per step while serving it (bounds the memory a

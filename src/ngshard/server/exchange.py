@@ -73,6 +73,9 @@ class Front(Protocol):
     log: Log | None
     pool: ThreadPoolExecutor
     fd_room: int
+    workers: list  # channels to worker processes (connections.Connections)
+    handed: bool
+    turn: int
 
     def open_count(self) -> int: ...
 

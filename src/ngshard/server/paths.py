@@ -9,6 +9,7 @@ from collections.abc import Collection
 from typing import NamedTuple
 from urllib.parse import unquote_to_bytes
 
+from ..limits import CACHED_TARGET, CACHED_TARGETS
 from .protocol import HttpError
 
 _PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
@@ -61,17 +62,12 @@ def parse_target(target: str, base: str = "",
         percent-encoding or UTF-8; 404 for a hidden name (see :func:`hidden`), or a path
         outside ``base``.
     """
-    if len(target) <= _CACHED_TARGET and (only is None or isinstance(only, frozenset)):
+    if len(target) <= CACHED_TARGET and (only is None or isinstance(only, frozenset)):
         return _parse_cached(target, base, only)
     return _parse(target, base, only)
 
 
-# Viewers ask for the same few hundred names over and over: their parses are kept (short
-# targets only, so a hostile client cannot make the kept ones large).
-_CACHED_TARGET = 512
-
-
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=CACHED_TARGETS)
 def _parse_cached(target: str, base: str, only: frozenset[str] | None) -> Target:
     return _parse(target, base, only)
 

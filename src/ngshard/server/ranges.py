@@ -48,12 +48,12 @@ def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
     if header is None:
         return None
     if (simple := _SIMPLE.fullmatch(header)) is not None:  # what viewers send: bytes=a-b
-        start, last = int(simple.group(1)), int(simple.group(2))
-        if last < start:
+        a, b = int(simple.group(1)), int(simple.group(2))
+        if b < a:
             raise Unsatisfiable(f"range {header!r} ends before it starts")
-        if start >= size:
-            raise Unsatisfiable(f"range starts at {start}, past the {size} bytes")
-        return start, min(last + 1, size)
+        if a >= size:
+            raise Unsatisfiable(f"range starts at {a}, past the {size} bytes")
+        return a, min(b + 1, size)
     unit, eq, spec = header.partition("=")
     if not eq or unit.strip().lower() != "bytes":
         return None

@@ -229,7 +229,8 @@ class StoredChunks(ChunkSource):
         order = self.store.write_order(positions)
         left = np.cumsum(raw[order][::-1])[::-1].tolist()  # raw bytes from each on
         encode, batch, n = self.codec.encode, self.batch, len(positions)
-        block, used, staged = np.zeros(0, np.uint8), 0, []  # staged: (positions, sizes)
+        block, used = np.zeros(0, np.uint8), 0
+        staged: list[tuple[np.ndarray, np.ndarray]] = []  # (positions, sizes)
 
         def flush() -> None:
             if staged:

@@ -28,7 +28,7 @@ from .._kernels import block_mean, block_mode
 from ..errors import SpecError
 
 METHODS = ("mean", "mode", "min", "max", "stride")
-#: The largest block (voxels) whose integer modes run compiled (``_mode.c``).
+#: The largest block (voxels) whose integer modes run compiled (``MAX_BLOCK`` of ``_mode.c``).
 MODE_BLOCK = 64
 
 

@@ -81,7 +81,8 @@ class ArrayCodec(ChunkCodec):
         self.codecs, self.chunks, self.dtype = meta.chunk_codecs, meta.chunks, meta.dtype
         self.fill_value, self.order = meta.fill_value, memory_order(meta)
 
-    def decode(self, blob: Blob, extent, where: Place) -> np.ndarray:
+    def decode(self, blob: Blob, extent, where: Place,
+               out: np.ndarray | None = None) -> np.ndarray:
         return self.codecs.decode(blob, self.chunks, self.dtype, self.fill_value, where)
 
     def encode(self, chunk: np.ndarray, copy: bool = True) -> Blob | None:
