@@ -111,6 +111,9 @@ STREAM_STEP_BYTES = 64 * KiB
 #: this many (Python work per chunk) and about this many decoded bytes (256 chunks of 64^3
 #: uint8: enough to fill the threads and coalesce reads; few large chunks fit in memory).
 CHUNK_BATCH, CHUNK_BATCH_BYTES = 1024, 64 * MiB
+#: A batch of chunks from local shards is fetched in up to READ_GROUPS groups of at least
+#: READ_GROUP chunks (whole shards), each decoded on threads while the next is read.
+READ_GROUPS, READ_GROUP = 4, 8
 #: An encoded chunk (or a codec's output of unknown size) may take this multiple of the
 #: chunk's raw size plus these bytes (tables and headers of tiny chunks); past it: a bomb.
 CHUNK_SLACK, CHUNK_SLACK_BYTES = 4, 1 * MiB

@@ -26,8 +26,9 @@ from ..commitplan import CommitPlan
 from ..errors import SpecError
 from ..limits import DEFAULT_STAGED_BYTES
 from ..types import MemoryOrder
+from .boxes import box_rows, plain_boxes
 from .changes import ChangesPlan
-from .copy import copy_from_chunks, copy_slices
+from .copy import copy_from_chunks, copy_rows_from_chunks, copy_slices
 from .geometry import BASE, FULL
 from .indexing import Selection, normalize
 from .mapper import mapper
@@ -227,6 +228,14 @@ class StagedChangesArray:
         selections = [normalize(index, self.shape) for index in indices]
         if not self.geometry.addressable:
             return [self._window_read(s) for s in selections]
+        g = self.geometry
+        if not len(self.map) and (self.map.base_box == g.grid).all() and \
+                plain_boxes(selections):  # every chunk stored, boxes: one plan for all
+            outs = [np.empty(s.shape, self.dtype, order=g.order) for s in selections]
+            rows, box = box_rows(g, selections)
+            copy_rows_from_chunks(self.source.read, g.positions, g.chunks[g.axis], g.axis,
+                                  self._array(FULL), outs, rows, box)
+            return [s.finish(out) for s, out in zip(selections, outs)]
         outs, base = [], []
         for selection in selections:
             plan = GetItemPlan(self.geometry, self.map, selection, self.orders)
@@ -237,7 +246,6 @@ class StagedChangesArray:
                 else:
                     self._transfer(t, None, out)
             outs.append(out)
-        g = self.geometry
         copy_from_chunks(self.source.read, g.positions, g.chunks[g.axis], g.axis,
                          self._array(FULL), base)
         return [s.finish(out) for s, out in zip(selections, outs)]

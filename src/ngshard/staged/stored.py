@@ -10,6 +10,7 @@ array's handle) checks and adopts resizes and writes the array's metadata after 
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -23,7 +24,7 @@ from ..commitplan import CommitPlan
 from ..errors import NotFoundError
 from ..limits import STAGE_BLOCK_BYTES
 from ..progress import progress_bar
-from ..threads import pmap
+from ..threads import pmap, pstart
 from ..types import MemoryOrder, Place
 from .geometry import Geometry
 from .source import ChunkSource
@@ -122,27 +123,45 @@ class StoredChunks(ChunkSource):
 
     def read(self, positions: np.ndarray,
              consume: Callable[[int, np.ndarray | None], None]) -> None:
-        codec, store, n, batch = self.codec, self.store, self.ndim, self.batch
+        batch = self.batch
         for first in self._bar(len(positions), "reading chunks"):
             part = positions[first:first + batch]
-            blobs = store.get(part[:, :n])
-            absent = [i for i, blob in enumerate(blobs) if blob is None]
-            if absent and getattr(self._reads, "strict", False):
-                self._missing(part, absent)
-            for i in absent:
-                consume(first + i, None)  # nothing to decode, no thread needed
-            present = [i for i, blob in enumerate(blobs) if blob is not None]
-            if not present:
-                continue
-            extents = self.geometry.extents(part[present]).tolist()
+            # in the store's groups, each decoded on threads while the next is fetched here:
+            # the decoding starts after the first group's fetch rather than the whole batch's
+            waits: list[Callable[[], list]] = []
+            try:
+                for group in self.store.read_groups(part[:, :self.ndim]):
+                    waits.append(self._read_group(first + group, part[group], consume))
+            finally:
+                failed = sys.exc_info()[1] is not None
+                for wait in waits:
+                    try:
+                        wait()
+                    except Exception:
+                        if not failed:
+                            raise
 
-            def one(j: int, first=first, part=part, blobs=blobs, present=present,
-                    extents=extents) -> None:
-                i = present[j]
-                consume(first + i, codec.decode(blobs[i], extents[j],
-                                                Where(store, part[i, :n])))
+    def _read_group(self, numbers: np.ndarray, part: np.ndarray,
+                    consume: Callable[[int, np.ndarray | None], None]
+                    ) -> Callable[[], list]:
+        """Fetch the chunks at ``part`` (the ``numbers``-th of the read) and start decoding
+        them on threads; the function returned waits for that."""
+        codec, store, n = self.codec, self.store, self.ndim
+        blobs = store.get(part[:, :n])
+        absent = [i for i, blob in enumerate(blobs) if blob is None]
+        if absent and getattr(self._reads, "strict", False):
+            self._missing(part, absent)
+        numbers = numbers.tolist()
+        for i in absent:
+            consume(numbers[i], None)  # nothing to decode, no thread needed
+        present = [i for i, blob in enumerate(blobs) if blob is not None]
+        extents = self.geometry.extents(part[present]).tolist() if present else []
 
-            pmap(one, range(len(present)), min_items=4)
+        def one(j: int) -> None:
+            i = present[j]
+            consume(numbers[i], codec.decode(blobs[i], extents[j], Where(store, part[i, :n])))
+
+        return pstart(one, range(len(present)), min_items=4)
 
     @contextmanager
     def strict_reads(self, strict: bool = True) -> Iterator[None]:
