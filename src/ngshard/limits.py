@@ -22,6 +22,10 @@ KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 #: Bytes of decoded shard indices one open store or array keeps (an index of ~1 MiB per
 #: shard of a large volume: a few hundred shards stay warm without the process growing much).
 DEFAULT_CACHE_BYTES = 256 * MiB
+#: Bytes of decoded chunks one open zarr array keeps (``chunk_cache_bytes``); a read of more
+#: than 1 / CACHED_READ of it streams past the cache rather than evict everything there.
+DEFAULT_CHUNK_CACHE_BYTES = 64 * MiB
+CACHED_READ = 8
 #: Most bytes one stored value (or file twin) decodes to when nothing tighter is known: past
 #: it a gzip value is taken for a bomb rather than exhausting memory.
 DEFAULT_MAX_VALUE_BYTES = 256 * MiB

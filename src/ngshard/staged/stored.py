@@ -10,9 +10,10 @@ array's handle) checks and adopts resizes and writes the array's metadata after 
 
 from __future__ import annotations
 
+import math
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, Protocol
@@ -22,12 +23,22 @@ import numpy as np
 from ..chunkstore import Blob, ChunkStore
 from ..commitplan import CommitPlan
 from ..errors import NotFoundError
-from ..limits import STAGE_BLOCK_BYTES
+from ..limits import CACHED_READ, STAGE_BLOCK_BYTES
 from ..progress import progress_bar
+from ..storage.index_cache import IndexCache
 from ..threads import pmap, pstart
 from ..types import MemoryOrder, Place
 from .geometry import Geometry
 from .source import ChunkSource
+
+
+def _immutable(chunk: np.ndarray) -> bool:
+    """Whether ``chunk``'s memory is all of a bytes object (a decompressor's output), which
+    nothing can change or share: a cache keeps it as it is (anything else, a copy)."""
+    root = chunk
+    while isinstance(root, np.ndarray) and root.base is not None:
+        root = root.base
+    return isinstance(root, bytes) and len(root) == chunk.nbytes
 
 
 class ChunkCodec:
@@ -103,8 +114,16 @@ class StoredChunks(ChunkSource):
     and writes the metadata after the data of a commit that changes the shape."""
 
     def __init__(self, store: ChunkStore, codec: ChunkCodec, owner: Owner, *,
-                 progress: bool = False, empty: bool = False) -> None:
+                 progress: bool = False, empty: bool = False, cache_bytes: int = 0) -> None:
         self.store, self.codec, self.owner = store, codec, owner
+        #: Decoded chunks by their stored bytes' tag (``ChunkStore.get_tagged``), within
+        #: ``cache_bytes``, for reads of few chunks (a read of more than 1 / CACHED_READ of
+        #: it would only push out what is there). Tied to the generation of the object the
+        #: bytes came from, as the index cache is: a chunk rewritten by anyone is decoded
+        #: again. Shared by the decoding threads, under ``_lock``.
+        self.cache: IndexCache[np.ndarray] | None = IndexCache(cache_bytes) \
+            if cache_bytes > 0 else None
+        self._lock = threading.Lock()
         self.progress, self.empty = progress, empty
         self.dtype, self.fill_value = store.dtype, codec.fill_value
         self.clipped_edges = store.clipped_edges
@@ -144,14 +163,30 @@ class StoredChunks(ChunkSource):
     def _read_group(self, numbers: np.ndarray, part: np.ndarray,
                     consume: Callable[[int, np.ndarray | None], None]
                     ) -> Callable[[], list]:
-        """Fetch the chunks at ``part`` (the ``numbers``-th of the read) and start decoding
-        them on threads; the function returned waits for that."""
+        """Fetch the chunks at ``part`` (the ``numbers``-th of the read), but those the
+        cache holds, and start decoding them on threads; the function returned waits for
+        that."""
         codec, store, n = self.codec, self.store, self.ndim
-        blobs = store.get(part[:, :n])
-        absent = [i for i, blob in enumerate(blobs) if blob is None]
+        cache, lock, hits = self.cache, self._lock, {}
+        if cache is not None and len(part) * math.prod(self.geometry.chunks) * \
+                self.dtype.itemsize > cache.max_bytes // CACHED_READ:
+            cache = None  # a large read: it would push out every chunk cached
+
+        def known(tag: Hashable) -> bool:
+            with lock:
+                chunk = cache.get((tag[0], tag[2]), tag[1])  # (object, place), generation
+            if chunk is not None:
+                hits[tag] = chunk
+            return chunk is not None
+
+        blobs, tags = store.get_tagged(part[:, :n], known if cache is not None else None)
+        numbers = numbers.tolist()
+        for i, tag in enumerate(tags):
+            if blobs[i] is None and tag in hits:
+                consume(numbers[i], hits[tag])
+        absent = [i for i, blob in enumerate(blobs) if blob is None and tags[i] not in hits]
         if absent and getattr(self._reads, "strict", False):
             self._missing(part, absent)
-        numbers = numbers.tolist()
         for i in absent:
             consume(numbers[i], None)  # nothing to decode, no thread needed
         present = [i for i, blob in enumerate(blobs) if blob is not None]
@@ -159,7 +194,14 @@ class StoredChunks(ChunkSource):
 
         def one(j: int) -> None:
             i = present[j]
-            consume(numbers[i], codec.decode(blobs[i], extents[j], Where(store, part[i, :n])))
+            chunk = codec.decode(blobs[i], extents[j], Where(store, part[i, :n]))
+            tag = tags[i]
+            if cache is not None and tag is not None:
+                kept = chunk if _immutable(chunk) else chunk.copy()
+                kept.flags.writeable = False
+                with lock:
+                    cache.put((tag[0], tag[2]), kept, tag[1], kept.nbytes)
+            consume(numbers[i], chunk)
 
         return pstart(one, range(len(present)), min_items=4)
 
@@ -263,6 +305,9 @@ class StoredChunks(ChunkSource):
 
     def commit(self) -> None:
         self.store.commit(progress=self.progress)
+        if self.cache is not None:  # new generations miss anyway; this frees the memory
+            with self._lock:
+                self.cache.forget()
         if self.geometry.shape != self.committed:
             self.owner.write_metadata()  # last: the data it describes is stored
         self.committed = self.geometry.shape

@@ -13,7 +13,7 @@ axes (``encoding`` says so), which conversion carries without decoding.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import numpy as np
@@ -57,15 +57,21 @@ class ZarrChunkStore(ChunkStore):
     # --- reading ----------------------------------------------------------------------------
 
     def get(self, positions: np.ndarray) -> list[Blob | None]:
+        return self.get_tagged(positions)[0]
+
+    def get_tagged(self, positions: np.ndarray, known: Callable[[Hashable], bool] | None = None
+                   ) -> tuple[list[Blob | None], list[Hashable | None]]:
         positions = self._positions(positions)
         if not self.staged:
-            return self.reader.get(positions)
+            return self.reader.get_tagged(positions, known)
         keys = list(map(tuple, positions.tolist()))
         todo = [i for i, k in enumerate(keys) if k not in self.staged]
         out = [self.staged.get(k) for k in keys]
-        for i, blob in zip(todo, self.reader.get(positions[todo])):
-            out[i] = blob
-        return out
+        tags: list[Hashable | None] = [None] * len(keys)  # staged ones: no stored bytes
+        found, found_tags = self.reader.get_tagged(positions[todo], known)
+        for i, blob, tag in zip(todo, found, found_tags):
+            out[i], tags[i] = blob, tag
+        return out, tags
 
     def read_groups(self, positions: np.ndarray) -> list[np.ndarray]:
         """Local shards: whole shards a group, groups of about a quarter of the chunks (a
