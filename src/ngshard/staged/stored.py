@@ -142,7 +142,10 @@ class StoredChunks(ChunkSource):
 
     def read(self, positions: np.ndarray,
              consume: Callable[[int, np.ndarray | None], None]) -> None:
-        batch = self.batch
+        batch, cache = self.batch, self.cache
+        if cache is not None and len(positions) * math.prod(self.geometry.chunks) * \
+                self.dtype.itemsize > cache.max_bytes // CACHED_READ:
+            cache = None  # a large read: it would push out every chunk cached
         for first in self._bar(len(positions), "reading chunks"):
             part = positions[first:first + batch]
             # in the store's groups, each decoded on threads while the next is fetched here:
@@ -150,7 +153,7 @@ class StoredChunks(ChunkSource):
             waits: list[Callable[[], list]] = []
             try:
                 for group in self.store.read_groups(part[:, :self.ndim]):
-                    waits.append(self._read_group(first + group, part[group], consume))
+                    waits.append(self._read_group(first + group, part[group], consume, cache))
             finally:
                 failed = sys.exc_info()[1] is not None
                 for wait in waits:
@@ -161,16 +164,13 @@ class StoredChunks(ChunkSource):
                             raise
 
     def _read_group(self, numbers: np.ndarray, part: np.ndarray,
-                    consume: Callable[[int, np.ndarray | None], None]
-                    ) -> Callable[[], list]:
-        """Fetch the chunks at ``part`` (the ``numbers``-th of the read), but those the
-        cache holds, and start decoding them on threads; the function returned waits for
-        that."""
+                    consume: Callable[[int, np.ndarray | None], None],
+                    cache: IndexCache[np.ndarray] | None) -> Callable[[], list]:
+        """Fetch the chunks at ``part`` (the ``numbers``-th of the read), but those
+        ``cache`` holds (None: no cache for this read), and start decoding them on threads;
+        the function returned waits for that."""
         codec, store, n = self.codec, self.store, self.ndim
-        cache, lock, hits = self.cache, self._lock, {}
-        if cache is not None and len(part) * math.prod(self.geometry.chunks) * \
-                self.dtype.itemsize > cache.max_bytes // CACHED_READ:
-            cache = None  # a large read: it would push out every chunk cached
+        lock, hits = self._lock, {}
 
         def known(tag: Hashable) -> bool:
             with lock:
@@ -203,7 +203,7 @@ class StoredChunks(ChunkSource):
                     cache.put((tag[0], tag[2]), kept, tag[1], kept.nbytes)
             consume(numbers[i], chunk)
 
-        return pstart(one, range(len(present)), min_items=4)
+        return pstart(one, range(len(present)), min_items=2)  # a chunk a thread pays
 
     @contextmanager
     def strict_reads(self, strict: bool = True) -> Iterator[None]:

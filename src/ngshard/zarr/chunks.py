@@ -20,7 +20,7 @@ import numpy as np
 
 from ..chunkstore import Blob, ChunkStore
 from ..commitplan import CommitPlan, ShardPlan
-from ..limits import READ_GROUP, READ_GROUPS
+from ..limits import READ_GROUP, READ_GROUPS, THREADED_RANGES
 from ..progress import progress_bar
 from ..storage import ANY, Storage
 from ..threads import bounded_map, pmap
@@ -75,12 +75,14 @@ class ZarrChunkStore(ChunkStore):
 
     def read_groups(self, positions: np.ndarray) -> list[np.ndarray]:
         """Local shards: whole shards a group, groups of about a quarter of the chunks (a
-        local read is a copy from the page cache, whose cost grows with its bytes); other
-        storage: one group, so that every request goes in one batch."""
+        local read is a copy from the page cache, whose cost grows with its bytes), unless
+        there are so many that the storage reads them on threads (measured: the pieces of
+        one batch on threads beat groups read here); other storage: one group, so that every
+        request goes in one batch."""
         positions = np.asarray(positions, np.int64).reshape(-1, len(self.shape))
         n = len(positions)
         if self.storage.local_root is None or self.reader.meta.sharding is None or \
-                n < 2 * READ_GROUP:
+                not 2 * READ_GROUP <= n < THREADED_RANGES:
             return super().read_groups(positions)
         shards = self.reader.shard_of(positions)[0]
         order = np.lexsort(shards.T[::-1])

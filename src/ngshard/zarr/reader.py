@@ -124,8 +124,12 @@ class ChunkReader:
     def _get_sharded(self, positions: np.ndarray, known: Callable[[Hashable], bool] | None
                      ) -> tuple[list[Blob | None], list[Hashable | None]]:
         shard_pos, ids = self.shard_of(positions)
-        shards, inverse = np.unique(shard_pos, axis=0, return_inverse=True)
-        inverse = inverse.reshape(-1)
+        # shards by their ravelled position (a 1-D unique: a fraction of the 2-D one's cost)
+        grid = tuple((shard_pos.max(axis=0) + 1).tolist()) if len(shard_pos) else ()
+        flat = np.ravel_multi_index(tuple(shard_pos.T), grid) if len(shard_pos) else \
+            np.zeros(0, np.intp)
+        _, first, inverse = np.unique(flat, return_index=True, return_inverse=True)
+        shards, inverse = shard_pos[first], inverse.reshape(-1)
         names = self.meta.key_encoding.keys(shards)
         order = np.argsort(inverse, kind="stable")
         bounds = np.searchsorted(inverse[order], np.arange(len(shards) + 1)).tolist()
