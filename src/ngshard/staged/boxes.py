@@ -38,7 +38,7 @@ def box_rows(geometry: Geometry, selections: Sequence[Selection]
     count = np.array([[a.count for a in s.axes] for s in selections], np.int64
                      ).reshape(-1, ndim)
     chunks, grid = np.array(geometry.chunks, np.int64), np.array(geometry.grid, np.int64)
-    live = (count > 0).all(axis=1)
+    live = np.asarray((count > 0).all(axis=1))
     first = start // chunks
     span = np.where(live[:, None], (start + count - 1) // chunks - first + 1, 0)
     per_box = np.prod(span, axis=1)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import sys
 import threading
-from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, Protocol
@@ -172,9 +172,10 @@ class StoredChunks(ChunkSource):
         codec, store, n = self.codec, self.store, self.ndim
         lock, hits = self._lock, {}
 
-        def known(tag: Hashable) -> bool:
+        def known(tag: Any) -> bool:  # (object, generation, place): see get_tagged
+            assert cache is not None
             with lock:
-                chunk = cache.get((tag[0], tag[2]), tag[1])  # (object, place), generation
+                chunk = cache.get((tag[0], tag[2]), tag[1])  # type: ignore[arg-type]
             if chunk is not None:
                 hits[tag] = chunk
             return chunk is not None
@@ -194,13 +195,15 @@ class StoredChunks(ChunkSource):
 
         def one(j: int) -> None:
             i = present[j]
-            chunk = codec.decode(blobs[i], extents[j], Where(store, part[i, :n]))
-            tag = tags[i]
+            chunk = codec.decode(blobs[i], extents[j],  # type: ignore[arg-type]
+                                 Where(store, part[i, :n]))
+            tag: Any = tags[i]
             if cache is not None and tag is not None:
                 kept = chunk if _immutable(chunk) else chunk.copy()
                 kept.flags.writeable = False
                 with lock:
-                    cache.put((tag[0], tag[2]), kept, tag[1], kept.nbytes)
+                    cache.put((tag[0], tag[2]), kept, tag[1],  # type: ignore[arg-type]
+                              kept.nbytes)
             consume(numbers[i], chunk)
 
         return pstart(one, range(len(present)), min_items=2)  # a chunk a thread pays
