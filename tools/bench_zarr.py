@@ -4,12 +4,14 @@ driver and zarr-python, same array, one process.
     python tools/bench_zarr.py [--size 512] [--chunk 64] [--repeat 3]
 
 A size x size x size/2 uint8 array (smooth noise, so zstd has work), 64^3 inner chunks in
-256^3 shards, bytes + zstd per inner chunk, written by tensorstore. Rows: the whole array,
-and 100 small random boxes (8 to 40 voxels a side): ngshard in one ``read_many`` call (each
-inner chunk decoded once, no decoded-chunk cache beyond the call), tensorstore under
-``ts.Batch`` (with its cache pool of ``CACHE_BYTES``, the index cache budget ngshard has),
-zarr-python one after another (it has no batch read). The libraries take turns
-(tools/benchlib.py), no fsync.
+256^3 shards, bytes + zstd per inner chunk, written by tensorstore. Rows: the whole array;
+100 small random boxes (8 to 40 voxels a side) in one batch: ngshard's ``read_many`` (each
+inner chunk decoded once), tensorstore under ``ts.Batch``, zarr-python one after another (it
+has no batch read); and the same boxes read one after another by each. Every turn opens the
+array afresh, so no cache outlives a turn. Equal cache budgets: ngshard's decoded-chunk cache
+(``chunk_cache_bytes``) and tensorstore's cache pool (which holds its shard indices too;
+ngshard's separate index cache holds here 4 indices of 8 KiB) both get ``CACHE_BYTES``;
+zarr-python has no cache. The libraries take turns (tools/benchlib.py), no fsync.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import tempfile
 import numpy as np
 import tensorstore as ts
 import zarr
-from benchlib import PEER_TIMEOUT, TS_CONTEXT, report, summary, take_turns, volume_args
+from benchlib import CACHE_BYTES, PEER_TIMEOUT, TS_CONTEXT, report, summary, take_turns, volume_args
 
 import ngshard.zarr
 
@@ -60,8 +62,19 @@ def main() -> None:
             boxes.append(tuple(slice(a, a + int(w)) for a, w in zip(start, size)))
         want = [data[b] for b in boxes]
 
+        def ng_open():
+            return ngshard.zarr.open_array(path, chunk_cache_bytes=CACHE_BYTES)
+
         def ng_boxes():
-            return ngshard.zarr.open_array(path).read_many(boxes)
+            return ng_open().read_many(boxes)
+
+        def ng_each():
+            array = ng_open()
+            return [array[b] for b in boxes]
+
+        def ts_each():
+            array = ts.open(spec).result(timeout=PEER_TIMEOUT)
+            return [array[b].read().result(timeout=PEER_TIMEOUT) for b in boxes]
 
         def ts_boxes():
             array = ts.open(spec).result(timeout=PEER_TIMEOUT)
@@ -74,18 +87,22 @@ def main() -> None:
             return [array[b] for b in boxes]
 
         for who, fn in (("ngshard", ng_boxes), ("tensorstore", ts_boxes),
-                        ("zarr-python", zarr_boxes)):
+                        ("zarr-python", zarr_boxes), ("ngshard, one by one", ng_each),
+                        ("tensorstore, one by one", ts_each)):
             assert all(np.array_equal(g, w) for g, w in zip(fn(), want)), who
         assert np.array_equal(ngshard.zarr.open_array(path)[...], data)
         print(f"{data.shape} uint8, {c}^3 inner chunks in {shard}^3 shards, zstd")
         report("zarr v3 sharded zstd: whole read", take_turns({
-            "ngshard": lambda: ngshard.zarr.open_array(path)[...],
+            "ngshard": lambda: ng_open()[...],
             "tensorstore": lambda: ts.open(spec).result(timeout=PEER_TIMEOUT).read().result(
                 timeout=PEER_TIMEOUT),
             "zarr-python": lambda: zarr.open_array(path, mode="r")[...]}, args.repeat),
             per=(data.nbytes / 1e6, "MB"))
         report("zarr v3 sharded zstd: 100 small boxes", take_turns({
             "ngshard": ng_boxes, "tensorstore": ts_boxes, "zarr-python": zarr_boxes},
+            args.repeat))
+        report("zarr v3 sharded zstd: 100 small boxes, one by one", take_turns({
+            "ngshard": ng_each, "tensorstore": ts_each, "zarr-python": zarr_boxes},
             args.repeat))
     finally:
         shutil.rmtree(work, ignore_errors=True)

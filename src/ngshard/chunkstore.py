@@ -14,7 +14,7 @@ the bytes are the same.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
 
@@ -68,6 +68,21 @@ class ChunkStore:
         """The encoded chunk at each position (staged ones included), None where absent; one
         batch of requests (shard indices once each, data ranges coalesced)."""
         raise NotImplementedError
+
+    def get_tagged(self, positions: np.ndarray, known: Callable[[Hashable], bool] | None = None
+                   ) -> tuple[list[Blob | None], list[Hashable | None]]:
+        """As :meth:`get`, with a tag per chunk that names the bytes stored, for a cache of
+        decoded chunks: (object name, the object's generation, place in it), so that a chunk
+        rewritten gets a new tag; None where the store cannot tell (here: always). Chunks
+        whose tag ``known`` accepts (the cache holds them) are not read: their blob is None,
+        their tag given."""
+        return self.get(positions), [None] * len(positions)
+
+    def read_groups(self, positions: np.ndarray) -> list[np.ndarray]:
+        """How a read of the chunks at ``positions`` splits into fetches (indices into
+        ``positions``, in order), each decoded while the next is fetched: one group (every
+        request in one batch) unless the store knows that smaller fetches cost no more."""
+        return [np.arange(len(positions))]
 
     def get_gzip(self, positions: np.ndarray) -> tuple[list[Blob | None], list[Blob | None]]:
         """As :meth:`get`, and each chunk's gzip stream where it is stored as one (checked:

@@ -108,14 +108,14 @@ def zstd_decompress(data: Blob, where: Place = "", limit: int | None = None) -> 
     so memory stays near the limit whatever the frames hold."""
     out: list[bytes] = []
     total = 0
-    rest = bytes(data)
     try:
-        declared = zstandard.frame_content_size(rest)
+        declared = zstandard.frame_content_size(data)
         if declared >= 0 and (limit is None or declared <= limit):
             try:  # the common case, one frame of declared size: one call, no copies
-                return zstandard.ZstdDecompressor().decompress(rest, allow_extra_data=False)
+                return zstandard.ZstdDecompressor().decompress(data, allow_extra_data=False)
             except zstandard.ZstdError:
                 pass  # more frames, or corrupt: the general path below tells which
+        rest = bytes(data)
         while True:
             declared = zstandard.frame_content_size(rest)
             if declared < 0 and limit is not None:

@@ -22,6 +22,10 @@ KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 #: Bytes of decoded shard indices one open store or array keeps (an index of ~1 MiB per
 #: shard of a large volume: a few hundred shards stay warm without the process growing much).
 DEFAULT_CACHE_BYTES = 256 * MiB
+#: Bytes of decoded chunks one open zarr array keeps (``chunk_cache_bytes``); a read of more
+#: than 1 / CACHED_READ of it streams past the cache rather than evict everything there.
+DEFAULT_CHUNK_CACHE_BYTES = 64 * MiB
+CACHED_READ = 8
 #: Most bytes one stored value (or file twin) decodes to when nothing tighter is known: past
 #: it a gzip value is taken for a bomb rather than exhausting memory.
 DEFAULT_MAX_VALUE_BYTES = 256 * MiB
@@ -124,6 +128,9 @@ STREAM_STEP_BYTES = 64 * KiB
 #: this many (Python work per chunk) and about this many decoded bytes (256 chunks of 64^3
 #: uint8: enough to fill the threads and coalesce reads; few large chunks fit in memory).
 CHUNK_BATCH, CHUNK_BATCH_BYTES = 1024, 64 * MiB
+#: A batch of chunks from local shards is fetched in up to READ_GROUPS groups of at least
+#: READ_GROUP chunks (whole shards), each decoded on threads while the next is read.
+READ_GROUPS, READ_GROUP = 4, 8
 #: An encoded chunk (or a codec's output of unknown size) may take this multiple of the
 #: chunk's raw size plus these bytes (tables and headers of tiny chunks); past it: a bomb.
 CHUNK_SLACK, CHUNK_SLACK_BYTES = 4, 1 * MiB

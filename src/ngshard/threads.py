@@ -57,14 +57,24 @@ def pool() -> ThreadPoolExecutor:
 def pmap(fn: Callable[[T], R], items: Iterable[T], *, min_items: int = 64) -> list[R]:
     """``list(map(fn, items))`` on the leaf pool when there are enough items to pay off
     (and on this thread when it is a leaf itself: leaves never wait on leaves)."""
-    items = list(items)
-    if len(items) < min_items or getattr(_where, "leaf", False):
-        return list(map(fn, items))
     # A thread pool ignores map's chunksize: one future per item costs more than small items
     # (a skeleton's gunzip, a mesh fragment) take, so items go to the pool in 4 runs a thread.
+    return pstart(fn, items, min_items=min_items)()
+
+
+def pstart(fn: Callable[[T], R], items: Iterable[T], *, min_items: int = 64
+           ) -> Callable[[], list[R]]:
+    """:func:`pmap` begun now and finished by the function it returns (which waits and gives
+    the results): the caller goes on with other work meanwhile (reading the next items, say).
+    Few items, or a leaf thread: run here and now."""
+    items = list(items)
+    if len(items) < min_items or getattr(_where, "leaf", False):
+        done = list(map(fn, items))
+        return lambda: done
     size = -(-len(items) // (4 * WORKERS))
-    runs = [items[i:i + size] for i in range(0, len(items), size)]
-    return [r for run in _leaves.map(lambda run: list(map(fn, run)), runs) for r in run]
+    futures = [_leaves.submit(lambda run: list(map(fn, run)), items[i:i + size])
+               for i in range(0, len(items), size)]
+    return lambda: [r for f in futures for r in f.result()]
 
 
 def bounded_map(fn: Callable[[T], R], items: Iterable[T], in_flight: int = 2 * WORKERS

@@ -222,6 +222,17 @@ def copy_from_chunks(read: Callable[..., None], positions_of: Callable,
         rows = TransferPlan(plans[0].src, plans[0].dst, cat("src_start"), cat("dst_start"),
                             cat("count"), cat("src_step"), cat("dst_step"))
         which = np.repeat(np.arange(len(plans)), [len(p) for p in plans])
+    copy_rows_from_chunks(read, positions_of, chunk, axis, fill, dsts, rows, which)
+
+
+def copy_rows_from_chunks(read: Callable[..., None],
+                          positions_of: Callable, chunk: int, axis: int,
+                          fill: np.ndarray | None, dsts: Sequence[np.ndarray],
+                          rows: TransferPlan, which: np.ndarray) -> None:
+    """:func:`copy_from_chunks` of ``rows`` (from the base slab), row ``i`` into
+    ``dsts[which[i]]``."""
+    if not len(rows):
+        return
     ids = rows.src_start[:, axis] // chunk
     # by chunk, then by destination: a chunk's rows for one destination in a run
     order = np.lexsort((which, ids))

@@ -10,6 +10,8 @@ array's handle) checks and adopts resizes and writes the array's metadata after 
 
 from __future__ import annotations
 
+import math
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -21,12 +23,22 @@ import numpy as np
 from ..chunkstore import Blob, ChunkStore
 from ..commitplan import CommitPlan
 from ..errors import NotFoundError
-from ..limits import ENCODED_BLOCK_BYTES, STAGE_BLOCK_BYTES
+from ..limits import CACHED_READ, ENCODED_BLOCK_BYTES, STAGE_BLOCK_BYTES
 from ..progress import progress_bar
-from ..threads import ahead, pmap
+from ..storage.index_cache import IndexCache
+from ..threads import ahead, pmap, pstart
 from ..types import MemoryOrder, Place
 from .geometry import Geometry
 from .source import ChunkSource
+
+
+def _immutable(chunk: np.ndarray) -> bool:
+    """Whether ``chunk``'s memory is all of a bytes object (a decompressor's output), which
+    nothing can change or share: a cache keeps it as it is (anything else, a copy)."""
+    root = chunk
+    while isinstance(root, np.ndarray) and root.base is not None:
+        root = root.base
+    return isinstance(root, bytes) and len(root) == chunk.nbytes
 
 
 class ChunkCodec:
@@ -107,8 +119,16 @@ class StoredChunks(ChunkSource):
     and writes the metadata after the data of a commit that changes the shape."""
 
     def __init__(self, store: ChunkStore, codec: ChunkCodec, owner: Owner, *,
-                 progress: bool = False, empty: bool = False) -> None:
+                 progress: bool = False, empty: bool = False, cache_bytes: int = 0) -> None:
         self.store, self.codec, self.owner = store, codec, owner
+        #: Decoded chunks by their stored bytes' tag (``ChunkStore.get_tagged``), within
+        #: ``cache_bytes``, for reads of few chunks (a read of more than 1 / CACHED_READ of
+        #: it would only push out what is there). Tied to the generation of the object the
+        #: bytes came from, as the index cache is: a chunk rewritten by anyone is decoded
+        #: again. Shared by the decoding threads, under ``_lock``.
+        self.cache: IndexCache[np.ndarray] | None = IndexCache(cache_bytes) \
+            if cache_bytes > 0 else None
+        self._lock = threading.Lock()
         self.progress, self.empty = progress, empty
         self.dtype, self.fill_value = store.dtype, codec.fill_value
         self.clipped_edges = store.clipped_edges
@@ -127,36 +147,93 @@ class StoredChunks(ChunkSource):
 
     def read(self, positions: np.ndarray, consume: Callable[[int, np.ndarray | None], None],
              into: Callable[[int], np.ndarray | None] | None = None) -> None:
-        codec, store, n, batch = self.codec, self.store, self.ndim, self.batch
-        if not codec.decodes_into:
+        n, batch, cache = self.ndim, self.batch, self.cache
+        if not self.codec.decodes_into:
             into = None
-        starts = self._bar(len(positions), "reading chunks")
-        # the next batch is fetched while this one is decoded (the cores are busy with both)
-        fetched = ahead(lambda first: store.get(positions[first:first + batch, :n]), starts)
-        for first, blobs in zip(range(0, len(positions), batch), fetched):
-            part = positions[first:first + batch]
-            absent = [i for i, blob in enumerate(blobs) if blob is None]
-            if absent and getattr(self._reads, "strict", False):
-                self._missing(part, absent)
-            for i in absent:
-                consume(first + i, None)  # nothing to decode, no thread needed
-            present = [i for i, blob in enumerate(blobs) if blob is not None]
-            if not present:
-                continue
-            extents = self.geometry.extents(part[present]).tolist()
+        if cache is not None and len(positions) * math.prod(self.geometry.chunks) * \
+                self.dtype.itemsize > cache.max_bytes // CACHED_READ:
+            cache = None  # a large read: it would push out every chunk cached
+        # the store's groups of each batch, each decoded on threads while the next is
+        # fetched (the cores are busy with both); a batch's decoding ends before the next's
+        groups = [(first, first + g) for first in self._bar(len(positions), "reading chunks")
+                  for g in self.store.read_groups(positions[first:first + batch, :n])]
+        fetched = ahead(lambda g: self._fetch(positions[g[1]], cache), groups)
+        waits: list[Callable[[], list]] = []
+        batch_of = -1
+        try:
+            for (first, numbers), found in zip(groups, fetched):
+                if first != batch_of:
+                    for wait in waits:
+                        wait()
+                    waits, batch_of = [], first
+                waits.append(self._decode(numbers, positions[numbers], found, consume, into,
+                                          cache))
+        finally:
+            failed = sys.exc_info()[1] is not None
+            for wait in waits:
+                try:
+                    wait()
+                except Exception:
+                    if not failed:
+                        raise
 
-            def one(j: int, first=first, part=part, blobs=blobs, present=present,
-                    extents=extents) -> None:
-                i = present[j]
-                out = into(first + i) if into is not None else None
-                if out is not None and out.shape == tuple(extents[j]) and \
-                        out.dtype == self.dtype:  # straight into it
-                    codec.decode(blobs[i], extents[j], Where(store, part[i, :n]), out)
-                    return
-                consume(first + i, codec.decode(blobs[i], extents[j],
-                                                Where(store, part[i, :n])))
+    def _fetch(self, part: np.ndarray, cache: IndexCache[np.ndarray] | None) -> tuple:
+        """(blobs, tags, hits) of the chunks at ``part``: those ``cache`` holds (None: no
+        cache for this read) are not read but found in ``hits`` by their tag."""
+        lock, hits = self._lock, {}
 
-            pmap(one, range(len(present)), min_items=4)
+        def known(tag: Any) -> bool:  # (object, generation, place): see get_tagged
+            assert cache is not None
+            with lock:
+                chunk = cache.get((tag[0], tag[2]), tag[1])  # type: ignore[arg-type]
+            if chunk is not None:
+                hits[tag] = chunk
+            return chunk is not None
+
+        blobs, tags = self.store.get_tagged(part[:, :self.ndim],
+                                            known if cache is not None else None)
+        return blobs, tags, hits
+
+    def _decode(self, numbers: np.ndarray, part: np.ndarray, found: tuple,
+                consume: Callable[[int, np.ndarray | None], None],
+                into: Callable[[int], np.ndarray | None] | None,
+                cache: IndexCache[np.ndarray] | None) -> Callable[[], list]:
+        """Start decoding the fetched chunks at ``part`` (the ``numbers``-th of the read) on
+        threads, into ``into``'s arrays where it gives them; the function returned waits."""
+        codec, store, n, lock = self.codec, self.store, self.ndim, self._lock
+        blobs, tags, hits = found
+        numbers = numbers.tolist()
+        for i, tag in enumerate(tags):
+            if blobs[i] is None and tag in hits:
+                consume(numbers[i], hits[tag])
+        absent = [i for i, blob in enumerate(blobs) if blob is None and tags[i] not in hits]
+        if absent and getattr(self._reads, "strict", False):
+            self._missing(part, absent)
+        for i in absent:
+            consume(numbers[i], None)  # nothing to decode, no thread needed
+        present = [i for i, blob in enumerate(blobs) if blob is not None]
+        extents = self.geometry.extents(part[present]).tolist() if present else []
+
+        def one(j: int) -> None:
+            i = present[j]
+            tag: Any = tags[i]
+            out = into(numbers[i]) if into is not None and (cache is None or tag is None) \
+                else None
+            if out is not None and out.shape == tuple(extents[j]) and \
+                    out.dtype == self.dtype:  # straight into it
+                codec.decode(blobs[i], extents[j], Where(store, part[i, :n]), out)
+                return
+            chunk = codec.decode(blobs[i], extents[j],
+                                 Where(store, part[i, :n]))
+            if cache is not None and tag is not None:
+                kept = chunk if _immutable(chunk) else chunk.copy()
+                kept.flags.writeable = False
+                with lock:
+                    cache.put((tag[0], tag[2]), kept, tag[1],  # type: ignore[arg-type]
+                              kept.nbytes)
+            consume(numbers[i], chunk)
+
+        return pstart(one, range(len(present)), min_items=2)  # a chunk a thread pays
 
     @contextmanager
     def strict_reads(self, strict: bool = True) -> Iterator[None]:
@@ -289,6 +366,9 @@ class StoredChunks(ChunkSource):
 
     def commit(self) -> None:
         self.store.commit(progress=self.progress)
+        if self.cache is not None:  # new generations miss anyway; this frees the memory
+            with self._lock:
+                self.cache.forget()
         if self.geometry.shape != self.committed:
             self.owner.write_metadata()  # last: the data it describes is stored
         self.committed = self.geometry.shape

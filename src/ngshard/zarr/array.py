@@ -24,6 +24,7 @@ import numpy as np
 from ..commitplan import CommitPlan
 from ..destination import claim
 from ..errors import ReadOnlyError, SpecError
+from ..limits import DEFAULT_CHUNK_CACHE_BYTES
 from ..staged import DEFAULT_STAGED_BYTES, StagedChangesArray
 from ..staged.stored import StoredChunks
 from ..storage import Location, Storage, StorageOptions, open_source, require_family
@@ -41,6 +42,7 @@ INDEX_CODECS = [Bytes().to_json(), {"name": "crc32c"}]
 
 def open_array(url: str | os.PathLike | dict | Storage, *,
                staged_bytes: int = DEFAULT_STAGED_BYTES,
+               chunk_cache_bytes: int = DEFAULT_CHUNK_CACHE_BYTES,
                storage_options: StorageOptions | None = None) -> ZarrArray:
     """Open the Zarr array (v3 ``zarr.json`` or v2 ``.zarray``) at ``url``.
 
@@ -52,6 +54,10 @@ def open_array(url: str | os.PathLike | dict | Storage, *,
         zarr2 driver, or an open Storage.
     staged_bytes
         Memory for staged (decoded) chunks, as for :func:`ngshard.open_volume`.
+    chunk_cache_bytes
+        Memory for decoded inner chunks of sharded arrays kept between reads (small reads
+        only; each is tied to its shard's generation, so a shard rewritten by any writer
+        is read again); 0: none.
     storage_options
         How to reach the storage (see :func:`ngshard.open_volume`).
 
@@ -67,7 +73,7 @@ def open_array(url: str | os.PathLike | dict | Storage, *,
         A blosc array without numcodecs.
     """
     return ZarrArray(ArrayHandle.open(url, storage_options=storage_options),
-                     staged_bytes=staged_bytes)
+                     staged_bytes=staged_bytes, chunk_cache_bytes=chunk_cache_bytes)
 
 
 def create_array(url: Location, shape: Sequence[int], dtype: Any,
@@ -129,13 +135,16 @@ class ZarrArray:
     """A Zarr array over its :class:`ArrayHandle` (metadata, chunk store, codec): numpy basic
     and orthogonal indexing in its own axis order; assignment writes at once. Open with
     :func:`open_array`, make one with :func:`create_array`; ``empty``: nothing is stored
-    yet (a new array), so nothing is read until the first commit."""
+    yet (a new array), so nothing is read until the first commit; ``chunk_cache_bytes``: as
+    :func:`open_array` takes it."""
 
     def __init__(self, handle: ArrayHandle, *, empty: bool = False,
-                 staged_bytes: int = DEFAULT_STAGED_BYTES) -> None:
+                 staged_bytes: int = DEFAULT_STAGED_BYTES,
+                 chunk_cache_bytes: int = DEFAULT_CHUNK_CACHE_BYTES) -> None:
         #: The array's metadata, chunk store and codec (what this array writes through).
         self.handle = handle
-        source = StoredChunks(handle.store, handle.codec, handle, empty=empty)
+        source = StoredChunks(handle.store, handle.codec, handle, empty=empty,
+                              cache_bytes=chunk_cache_bytes)
         #: The staged-changes array holding the values (its ``_*_plan`` methods print plans).
         self.array = StagedChangesArray(source, staged_bytes)
 

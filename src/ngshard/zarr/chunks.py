@@ -13,13 +13,14 @@ axes (``encoding`` says so), which conversion carries without decoding.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import numpy as np
 
 from ..chunkstore import Blob, ChunkStore
 from ..commitplan import CommitPlan, ShardPlan
+from ..limits import READ_GROUP, READ_GROUPS, THREADED_RANGES
 from ..progress import progress_bar
 from ..storage import ANY, Storage
 from ..threads import bounded_map, pmap
@@ -56,15 +57,43 @@ class ZarrChunkStore(ChunkStore):
     # --- reading ----------------------------------------------------------------------------
 
     def get(self, positions: np.ndarray) -> list[Blob | None]:
+        return self.get_tagged(positions)[0]
+
+    def get_tagged(self, positions: np.ndarray, known: Callable[[Hashable], bool] | None = None
+                   ) -> tuple[list[Blob | None], list[Hashable | None]]:
         positions = self._positions(positions)
         if not self.staged:
-            return self.reader.get(positions)
+            return self.reader.get_tagged(positions, known)
         keys = list(map(tuple, positions.tolist()))
         todo = [i for i, k in enumerate(keys) if k not in self.staged]
         out = [self.staged.get(k) for k in keys]
-        for i, blob in zip(todo, self.reader.get(positions[todo])):
-            out[i] = blob
-        return out
+        tags: list[Hashable | None] = [None] * len(keys)  # staged ones: no stored bytes
+        found, found_tags = self.reader.get_tagged(positions[todo], known)
+        for i, blob, tag in zip(todo, found, found_tags):
+            out[i], tags[i] = blob, tag
+        return out, tags
+
+    def read_groups(self, positions: np.ndarray) -> list[np.ndarray]:
+        """Local shards: whole shards a group, groups of about a quarter of the chunks (a
+        local read is a copy from the page cache, whose cost grows with its bytes), unless
+        there are so many that the storage reads them on threads (measured: the pieces of
+        one batch on threads beat groups read here); other storage: one group, so that every
+        request goes in one batch."""
+        positions = np.asarray(positions, np.int64).reshape(-1, len(self.shape))
+        n = len(positions)
+        if self.storage.local_root is None or self.reader.meta.sharding is None or \
+                not 2 * READ_GROUP <= n < THREADED_RANGES:
+            return super().read_groups(positions)
+        shards = self.reader.shard_of(positions)[0]
+        order = np.lexsort(shards.T[::-1])
+        starts = np.flatnonzero((np.diff(shards[order], axis=0) != 0).any(axis=1)) + 1
+        size = max(READ_GROUP, -(-n // READ_GROUPS))
+        cuts, last = [], 0
+        for at in starts.tolist():  # whole shards, until a group holds ``size`` chunks
+            if at - last >= size:
+                cuts.append(at)
+                last = at
+        return np.split(order, cuts)
 
     def list_positions(self) -> np.ndarray:
         stored = self.reader.list_positions()

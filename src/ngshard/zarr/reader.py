@@ -11,7 +11,7 @@ A shard replaced between its index and its data is read again under the retry po
 from __future__ import annotations
 
 import time
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 
 import numpy as np
 
@@ -67,9 +67,11 @@ class ChunkReader:
         ``ShardedKV.reader.stats()``)."""
         return {**self.cache.stats(), **self.retry.stats()}
 
-    def indices(self, names: list[str]) -> list[tuple[Hashable, ShardIndex] | None]:
-        """(generation, index) of each named shard, None where there is no shard; every
-        index not cached for the shard's current generation read in one batch."""
+    def indices(self, names: list[str]) -> list[tuple[Hashable, ShardIndex, bool] | None]:
+        """(generation, index, recent) of each named shard, None where there is no shard
+        (``recent``: it changed so lately that its generation may not tell the next change,
+        see ``changed_lately``); every index not cached for the shard's current generation
+        read in one batch."""
         sharding = self.meta.shard_codec
         infos = self.storage.stat_many(names)
         out: list = [None] * len(names)
@@ -83,7 +85,7 @@ class ChunkReader:
             recent[i] = changed_lately(info, now=now)
             cached = self.cache.get(name, info.generation, recent[i])
             if cached is not None:
-                out[i] = (info.generation, cached)
+                out[i] = (info.generation, cached, False)
                 continue
             if info.size < sharding.index_nbytes:
                 raise CorruptDataError(f"{self.storage.path(name)}: {info.size} bytes, "
@@ -97,37 +99,60 @@ class ChunkReader:
                 raise self.cache.stale(names[i], self.storage.path(names[i]))
             index = sharding.decode_index(chunks[0], info.size, self.storage.path(names[i]))
             self.cache.put(names[i], index, info.generation, index.nbytes, recent[i])
-            out[i] = (info.generation, index)
+            out[i] = (info.generation, index, recent[i])
         return out
 
     # --- granules ---------------------------------------------------------------------------
 
     def get(self, positions: np.ndarray) -> list[Blob | None]:
         """The encoded granule at each (k, ndim) grid position, None where absent."""
+        return self.get_tagged(positions)[0]
+
+    def get_tagged(self, positions: np.ndarray, known: Callable[[Hashable], bool] | None = None
+                   ) -> tuple[list[Blob | None], list[Hashable | None]]:
+        """As :meth:`get`, with each granule's tag (see ``ChunkStore.get_tagged``): its
+        shard's name and generation and its place there, None unsharded or where the shard
+        changed too lately for its generation to tell; granules whose tag ``known`` accepts
+        are not read (None)."""
         positions = np.asarray(positions, np.int64).reshape(-1, len(self.meta.shape))
         if self.meta.sharding is None:
             found: list[Blob | None] = list(
                 self.storage.read_many(self.meta.key_encoding.keys(positions)))
-            return found
-        return self.retry.run(self._get_sharded, positions)
+            return found, [None] * len(found)
+        return self.retry.run(self._get_sharded, positions, known)
 
-    def _get_sharded(self, positions: np.ndarray) -> list[Blob | None]:
+    def _get_sharded(self, positions: np.ndarray, known: Callable[[Hashable], bool] | None
+                     ) -> tuple[list[Blob | None], list[Hashable | None]]:
         shard_pos, ids = self.shard_of(positions)
-        shards, inverse = np.unique(shard_pos, axis=0, return_inverse=True)
-        inverse = inverse.reshape(-1)
+        # shards by their ravelled position (a 1-D unique: a fraction of the 2-D one's cost)
+        grid = tuple((shard_pos.max(axis=0) + 1).tolist()) if len(shard_pos) else ()
+        flat = np.ravel_multi_index(tuple(shard_pos.T), grid) if len(shard_pos) else \
+            np.zeros(0, np.intp)
+        _, first, inverse = np.unique(flat, return_index=True, return_inverse=True)
+        shards, inverse = shard_pos[first], inverse.reshape(-1)
         names = self.meta.key_encoding.keys(shards)
         order = np.argsort(inverse, kind="stable")
         bounds = np.searchsorted(inverse[order], np.arange(len(shards) + 1)).tolist()
         out: list = [None] * len(positions)
+        tags: list = [None] * len(positions)
         requests, plans = [], []
         for s, found in enumerate(self.indices(names)):
             if found is None:
                 continue
+            generation, index, recent = found
             rows = order[bounds[s]:bounds[s + 1]]
-            present, ranges = found[1].ranges(ids[rows])
+            if not recent:
+                mine = ids[rows].tolist()
+                for row, i in zip(rows.tolist(), mine):
+                    tags[row] = (names[s], generation, i)
+                if known is not None:
+                    rows = rows[[not known(tags[row]) for row in rows.tolist()]]
+            present, ranges = index.ranges(ids[rows])
+            for row in rows[~present].tolist():
+                tags[row] = None  # absent: nothing to name
             if len(ranges):
                 requests.append((names[s], ranges))
-                plans.append((rows[present].tolist(), found[0], ranges))
+                plans.append((rows[present].tolist(), generation, ranges))
         for (name, _), (rows, generation, ranges), (read_gen, chunks) in zip(
                 requests, plans, self.storage.read_ranges(requests)):
             sizes = (ranges[:, 1] - ranges[:, 0]).tolist()
@@ -136,7 +161,7 @@ class ChunkReader:
                 raise self.cache.stale(name, self.storage.path(name))
             for row, chunk in zip(rows, chunks):
                 out[row] = chunk
-        return out
+        return out, tags
 
     def read_shard(self, name: str) -> tuple[Hashable, Blob] | None:
         """A whole shard (or chunk object) and its generation, None if absent."""
