@@ -9,6 +9,7 @@ sharded downsampling (``create_image_shard_downsample_tasks``, one mip per run, 
 
     python tools/bench_pyramid.py [--repeat 1] [--workers 2] [--scale 1.0]
         [--igneous /work/igvenv/bin/python] [--dir /tmp]
+        [--only pyramid|uint8|uint64|transfer]
 
 Sources (scaled down from the issue's 4 GiB / 2 GiB, say so when reporting): a uint8 image
 of 1024 x 1024 x 512 (512 MiB) and a uint64 segmentation of 512 x 512 x 128 (256 MiB), 4 x 4
@@ -245,7 +246,8 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=1.0, help="scale the sources' x, y")
     parser.add_argument("--igneous", metavar="PYTHON", help="a python with igneous-pipeline")
     parser.add_argument("--dir", default=None, help="scratch directory (default: /tmp)")
-    parser.add_argument("--only", choices=("pyramid", "transfer"), help="one part only")
+    parser.add_argument("--only", choices=("pyramid", "uint8", "uint64", "transfer"),
+                        help="one part only (uint8, uint64: that pyramid row)")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -266,7 +268,9 @@ def main() -> None:
     try:
         pyramids = (("uint8", (int(1024 * s), int(1024 * s), 512)),
                     ("uint64", (int(512 * s), int(512 * s), 128)))
-        for dtype, shape in pyramids if args.only != "transfer" else ():
+        for dtype, shape in pyramids:
+            if args.only not in (None, "pyramid", dtype):
+                continue
             source = os.path.join(scratch, f"src-{dtype}")
             make_source(source, shape, dtype)
             mib = np.prod(shape) * np.dtype(dtype).itemsize / 2**20
@@ -292,7 +296,7 @@ def main() -> None:
                      for k, v in runs.items()}
             benchlib.report(f"{dtype} {shape} ({mib:.0f} MiB) -> {LEVELS} levels",
                             times, per=(mib, "MiB"), extra=extra)
-        if args.only != "pyramid":
+        if args.only in (None, "transfer"):
             transfer_row(scratch, args.workers, args.repeat, args.igneous, s)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

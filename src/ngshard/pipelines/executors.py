@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from concurrent.futures import Executor, ProcessPoolExecutor
 from multiprocessing.context import BaseContext
 
@@ -22,15 +23,16 @@ _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 def local_pool(workers: int | None = None) -> ProcessPoolExecutor:
     """A process pool of ``workers`` (default: the CPUs this process may use, see
-    :func:`ngshard.cpus.available_cpus`). Workers are forked while this process has one
-    thread (they start at once); otherwise they come from a forkserver, so none inherits a
-    lock another thread held (it costs a new interpreter, about 0.5 s). Workers ignore
+    :func:`ngshard.cpus.available_cpus`). Workers are forked when this process runs one
+    thread once OpenBLAS's idle threads are stopped (see :func:`forkable`; they start at
+    once); otherwise they come from a forkserver, so none inherits a lock another thread
+    held (it costs a new interpreter, about 0.5 s, once per process). Workers ignore
     SIGINT: a Ctrl-C in the terminal reaches the whole process group, and only this process
     decides what stops (:func:`stop_pool`). On Linux each worker is killed when its parent
     dies (``kill -9`` of the client leaves no worker behind)."""
     context: BaseContext
     parent: int | None
-    if "fork" in multiprocessing.get_all_start_methods() and _one_thread():
+    if forkable():
         context = multiprocessing.get_context("fork")
         parent = os.getpid()
     else:
@@ -66,13 +68,60 @@ def _start_worker(parent: int | None) -> None:
     tqdm.set_lock(threading.RLock())
 
 
-def _one_thread() -> bool:
-    """Whether this process runs one thread: Python's and native ones (an object store's
-    runtime), which a forked child would inherit stopped, with whatever locks they held."""
+def forkable() -> bool:
+    """Whether this process may fork: it runs one thread, Python's and native ones (an
+    object store's runtime, tensorstore's pools), which a forked child would inherit
+    stopped, with whatever locks they held. numpy's OpenBLAS keeps idle threads from its
+    import on; they are stopped first, as OpenBLAS's own fork handler does (it starts them
+    again when next needed). A thread Python has joined may stay a moment in the kernel on
+    its way out (at load, tens of milliseconds): while every other thread is running, they
+    are waited for, up to a fraction of a second."""
+    if "fork" not in multiprocessing.get_all_start_methods() or threading.active_count() > 1:
+        return False
+    if not os.path.isdir("/proc/self/task"):  # no /proc: Python's threads only
+        return True
+    if _other_threads():
+        _stop_blas_threads()
+    deadline = time.monotonic() + _LINGER
+    while states := _other_threads():
+        if not set(states) <= _EXITING or time.monotonic() > deadline:
+            return False  # a thread waiting for work (or a lock): it stays
+        time.sleep(0.001)
+    return True
+
+
+#: How long threads on their way out are waited for, and their states (running, dead)
+_LINGER = 0.25
+_EXITING = {"R", "X", "Z"}
+
+
+def _other_threads() -> list[str]:
+    """The states (/proc's R, S, D, ...) of this process's native threads but the caller."""
+    me = str(threading.get_native_id())
+    states = []
+    for tid in os.listdir("/proc/self/task"):
+        if tid != me:
+            try:
+                with open(f"/proc/self/task/{tid}/stat") as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except (OSError, IndexError):  # gone meanwhile
+                continue
+    return states
+
+
+def _stop_blas_threads() -> None:
+    """Stop the idle thread pool of every OpenBLAS this process loaded (numpy's, scipy's)."""
     try:
-        return len(os.listdir("/proc/self/task")) == 1
-    except OSError:  # no /proc: Python's threads only
-        return threading.active_count() == 1
+        with open("/proc/self/maps") as f:
+            paths = {line.split(None, 5)[5].strip() for line in f
+                     if "openblas" in line.lower() and line.count(" ") >= 5}
+    except OSError:
+        return
+    for path in paths:
+        try:
+            ctypes.CDLL(path).blas_thread_shutdown_()
+        except (OSError, AttributeError):  # not a library, or an OpenBLAS without it
+            continue
 
 
 def die_with_parent(parent: int | None = None) -> None:
