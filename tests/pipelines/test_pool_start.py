@@ -1,8 +1,10 @@
 """How the local pool starts: its workers are forked from this process (they start at once)
-when the only other threads are OpenBLAS's idle ones (numpy starts them at its import, so
-nearly every process has them), also right after an earlier pool was shut down; with a
-thread that might hold a lock (a Python thread, tensorstore's pools), they come from a
-forkserver instead. Each case runs in a fresh interpreter."""
+when the only other threads are idle ones it can stop (OpenBLAS's, which numpy starts at
+its import, so nearly every process has them; ngshard's own thread pools'), also right
+after an earlier pool was shut down or stopped, and after an object store was opened (no
+request made); with a thread that might hold a lock (a Python thread of someone else's,
+tensorstore's pools), they come from a forkserver instead. Each case runs in a fresh
+interpreter."""
 
 from __future__ import annotations
 
@@ -39,6 +41,8 @@ if __name__ == "__main__":
         pool, seconds, parents = start()
         runs.append({{"seconds": seconds, "forked": parents == {{os.getpid()}}}})
         stop_pool(pool) if stop else pool.shutdown()
+    from ngshard.threads import pmap  # ngshard's thread pools work on
+    assert pmap(abs, range(-200, 0)) == list(range(200, 0, -1))
     print(json.dumps({{"threads": before, "runs": runs}}))
 """
 
@@ -59,9 +63,18 @@ def test_forked_beside_openblas_threads():
     assert min(r["seconds"] for r in result["runs"]) < 0.25
 
 
-def test_forked_after_a_matrix_product():
+@pytest.mark.parametrize("setup", [
     # OpenBLAS starts its threads again when a product needs them: they are stopped again
-    result = _pools("a = numpy.ones((300, 300)); a @ a")
+    "a = numpy.ones((300, 300)); a @ a",
+    # ngshard's thread pools ran (a conversion's planning reads with them)
+    "from ngshard.threads import pmap; pmap(abs, range(1000))",
+    # a conversion to s3:// opens its destination before the pool starts
+    "from ngshard.storage import open_storage; open_storage('s3://bucket/layer', "
+    "storage_options={'endpoint_url': 'http://127.0.0.1:9', 'key': 'k', 'secret': 's', "
+    "'region': 'us-east-1'})",
+], ids=["matrix-product", "ngshard-threads", "s3-opened"])
+def test_forked_after(setup):
+    result = _pools(setup)
     assert [r["forked"] for r in result["runs"]] == [True, True, True]
 
 

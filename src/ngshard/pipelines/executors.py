@@ -15,6 +15,7 @@ from multiprocessing.context import BaseContext
 
 from tqdm import tqdm
 
+from .. import threads
 from ..cpus import available_cpus
 from ..errors import MissingDependencyError
 
@@ -71,12 +72,15 @@ def _start_worker(parent: int | None) -> None:
 def forkable() -> bool:
     """Whether this process may fork: it runs one thread, Python's and native ones (an
     object store's runtime, tensorstore's pools), which a forked child would inherit
-    stopped, with whatever locks they held. numpy's OpenBLAS keeps idle threads from its
-    import on; they are stopped first, as OpenBLAS's own fork handler does (it starts them
-    again when next needed). A thread Python has joined may stay a moment in the kernel on
-    its way out (at load, tens of milliseconds): while every other thread is running, they
-    are waited for, up to a fraction of a second."""
-    if "fork" not in multiprocessing.get_all_start_methods() or threading.active_count() > 1:
+    stopped, with whatever locks they held. Two kinds of idle threads are stopped first
+    (they start again when next needed): ngshard's own thread pools' (when no other Python
+    thread runs, see :func:`ngshard.threads.park`), and numpy's OpenBLAS's, kept from its
+    import on (as OpenBLAS's own fork handler does). A thread Python has joined may stay a
+    moment in the kernel on its way out (at load, tens of milliseconds): while every other
+    thread is running, they are waited for, up to a fraction of a second."""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return False
+    if threading.active_count() > 1 and not threads.park():
         return False
     if not os.path.isdir("/proc/self/task"):  # no /proc: Python's threads only
         return True
@@ -143,11 +147,14 @@ def stop_pool(executor: ProcessPoolExecutor) -> None:
     half-written becomes visible (every write is a temporary renamed into place); a killed
     task's temporaries are removed when the job is run again."""
     processes = list((getattr(executor, "_processes", None) or {}).values())
+    manager = getattr(executor, "_executor_manager_thread", None)
     executor.shutdown(wait=False, cancel_futures=True)
     for process in processes:
         process.terminate()
     for process in processes:
         process.join(1)
+    if manager is not None:  # it sees the workers gone and ends: a next pool may fork
+        manager.join(1)
 
 
 def dask_client(address: str):
