@@ -10,7 +10,7 @@ import signal
 import sys
 import threading
 import time
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from multiprocessing.context import BaseContext
 
 from tqdm import tqdm
@@ -20,6 +20,17 @@ from ..cpus import available_cpus
 from ..errors import MissingDependencyError
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def local_executor(workers: int | None, tasks: int) -> Executor:
+    """Where a job of ``tasks`` tasks runs when the caller gives no executor: a job of one
+    task on a thread of this process (in a pool it keeps one worker busy and the others
+    idle, the task fans its chunks out to threads either way, and a pool's start and the
+    worker's opening of the storage again would cost more), else :func:`local_pool`. A
+    Ctrl-C stops a one-task job once its task ends (a thread cannot be killed)."""
+    if tasks <= 1:
+        return ThreadPoolExecutor(1, thread_name_prefix="ngshard-task")
+    return local_pool(workers)
 
 
 def local_pool(workers: int | None = None) -> ProcessPoolExecutor:
