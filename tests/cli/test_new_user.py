@@ -241,3 +241,18 @@ def test_each_command_says_what_its_scale_option_does(capsys):
     assert "scale 0" in helps["get"] and all("scale 0" not in h for n, h in helps.items()
                                              if n != "get"), helps
     assert len({helps[n] for n in ("info", "ls", "get", "put", "verify", "compact")}) == 6
+
+
+@pytest.mark.parametrize("command", [["mesh"], ["skeletonize"], ["downsample"],
+                                     ["convert", "OUT"], ["transfer", "OUT"]])
+def test_a_missing_folder_or_a_plain_file_is_named_as_such(tmp_path, capsys, command):
+    """Not "FILE/info: Not a directory" nor "no zarr.json": what is wrong with the path."""
+    out = [str(tmp_path / "out")] if len(command) == 2 else []
+    assert main([command[0], str(tmp_path / "nope"), *out]) == 1
+    assert "nope: no such directory" in one_error_line(capsys)
+    plain = tmp_path / "notes.txt"
+    plain.write_text("hi")
+    assert main([command[0], str(plain), *out]) == 1
+    err = one_error_line(capsys)
+    assert "notes.txt: " in err and ("a file, not a layer" in err or "convert reads" in err)
+    assert "Not a directory" not in err and "zarr.json" not in err

@@ -366,6 +366,9 @@ while not os.path.exists(stop) and len(errors) < 20:
         newest = int(open(started).read())
         for k, v in singles.items():
             check(k, v, newest)
+        with open(stop + ".reads.tmp", "w") as f:  # progress, for the test to wait on
+            f.write(str(counts["get_many"]))
+        os.replace(stop + ".reads.tmp", stop + ".reads")
     except Exception:
         errors.append(traceback.format_exc())
 print(json.dumps({**counts, "errors": errors[:10]}))
@@ -386,7 +389,13 @@ def test_reader_sees_only_written_values_during_updates(tmp_path):
         assert reader.stdout.readline() == "ready\n"
         writer.stdin.write("go\n")
         writer.stdin.flush()
+        # at least 6 s, then until both have done enough to judge (slower on a loaded machine)
+        deadline, progress = time.monotonic() + 120, tmp_path / "stop.reads"
         time.sleep(6)
+        while time.monotonic() < deadline and not (
+                progress.exists() and int(progress.read_text()) >= 20
+                and int((tmp_path / "round").read_text()) > 5):
+            time.sleep(0.2)
         (tmp_path / "stop").touch()
         rounds = json.loads(writer.communicate(timeout=60)[0])
         reads = json.loads(reader.communicate(timeout=60)[0])

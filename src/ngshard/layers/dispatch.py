@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..errors import SpecError
+from ..errors import NotFoundError, SpecError
 from ..kinds import (
     INFO,
     LEGACY_MESHES,
@@ -45,6 +45,21 @@ def checked_source(url: str | os.PathLike | dict | Storage,
     storage, source = open_source(url, storage_options=storage_options)
     if source.format is not None:
         check_format(source, stored_formats(storage), url, storage.url)
+    return storage, source
+
+
+def existing_source(url: str | os.PathLike | dict | Storage,
+                    storage_options: StorageOptions | None = None) -> tuple[Storage, Source]:
+    """:func:`checked_source` of a source a job reads: a local one that is missing or a
+    plain file says so, not that its metadata is missing (``seg.h5/info: Not a
+    directory``)."""
+    storage, source = checked_source(url, storage_options)
+    root = getattr(storage, "local_root", None)
+    if root is not None and not os.path.isdir(root):
+        if os.path.exists(root):
+            raise SpecError(f"{root}: a file, not a layer: name a folder holding a "
+                            f"precomputed layer (an info file) or a zarr array or group")
+        raise NotFoundError(f"{root}: no such directory")
     return storage, source
 
 

@@ -9,7 +9,7 @@ from concurrent.futures import Executor
 from typing import Any
 
 from ..errors import SpecError
-from ..layers.dispatch import checked_source
+from ..layers.dispatch import existing_source
 from ..storage import StorageOptions, canonical_url, rooted_options, source_of
 from ..types import Encoding
 from .layout import (
@@ -167,6 +167,11 @@ def _convert(src: str | os.PathLike, dst: str | os.PathLike, *, scales: Sequence
         plan.roots = roots
         return run_plan(plan, executor=executor, workers=workers, progress=progress,
                         resume=resume, overwrite=overwrite)
+    plain = os.fspath(src).removeprefix("file://")
+    if os.path.isfile(plain):
+        raise SpecError(f"{plain}: not a source convert reads: a precomputed layer or a zarr "
+                        f"folder, a TIFF stack or file (.tif, .tiff), an HDF5 file (.h5, "
+                        f".hdf5) or an N5 dataset")
     src, to_zarr = _source(src)
     dst = _destination(dst, "zarr" if to_zarr else "precomputed", src)
     _apart(src, dst)
@@ -201,7 +206,7 @@ def _apart(src: str, dst: str) -> None:
 def _source(src: str | os.PathLike) -> tuple[str, bool]:
     """The canonical URL of a conversion's source, and whether it is precomputed (to
     zarr)."""
-    storage, source = checked_source(src)
+    storage, source = existing_source(src)
     url = canonical_url(source.url)
     if source.format is not None:
         return url, source.family == "precomputed"

@@ -125,10 +125,10 @@ def open_region(seg: str | os.PathLike, scale: int | str = 0, bbox: Any = None,
     NotFoundError
         Nothing at ``seg``.
     """
-    from ..layers.dispatch import checked_source
+    from ..layers.dispatch import existing_source
     from .layout import _zarr_levels, is_precomputed
 
-    storage, source = checked_source(seg)
+    storage, source = existing_source(seg)
     url = source.url
     if source.family == "precomputed" or (source.format is None and is_precomputed(url)):
         handle = open_scale(url, scale if isinstance(scale, str) else _scale_key(url, scale))

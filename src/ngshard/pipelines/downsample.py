@@ -15,10 +15,10 @@ import numpy as np
 from ..destination import claim
 from ..errors import ExistsError, SpecError
 from ..kinds import SEGMENTATION
+from ..layers.dispatch import existing_source
 from ..limits import DEFAULT_TASK_BYTES
 from ..storage import (
     StorageOptions,
-    open_source,
     open_storage,
     require_family,
     rooted_options,
@@ -93,7 +93,7 @@ def _downsample(url: str | os.PathLike, *, levels: int | None, factor: Sequence[
                 method: str | None, sparse: bool, scale: int | str | None, sharding: str,
                 executor: Executor | None, workers: int | None, progress: bool, resume: bool,
                 overwrite: bool, task_bytes: int, roots: dict) -> dict[str, Any]:
-    storage, source = open_source(url)
+    storage, source = existing_source(url)
     require_family(source, url, "precomputed")
     info = read_volume_info(storage)
     src = info.scale(len(info.scales) - 1 if scale is None else scale)
