@@ -1,11 +1,12 @@
 """The shared thread pools: pmap from inside a pmap'd function runs on its own thread rather
-than waiting on a pool whose every worker may be waiting too (a deadlock)."""
+than waiting on a pool whose every worker may be waiting too (a deadlock); ahead fetches the
+next item while the caller works on one, and runs inline on a pool's own thread."""
 
 from __future__ import annotations
 
 import threading
 
-from ngshard.threads import WORKERS, pmap
+from ngshard.threads import WORKERS, ahead, bounded_map, pmap
 
 
 def test_pmap_inside_pmap_finishes():
@@ -21,3 +22,46 @@ def test_pmap_inside_pmap_finishes():
     thread.start()
     thread.join(timeout=60)
     assert done == [[i * 4950 for i in range(4 * WORKERS)]]
+
+
+def test_ahead_runs_the_next_item_while_the_caller_works_one_at_a_time():
+
+    running, most, threads = [0], [0], set()
+    lock = threading.Lock()
+    started = threading.Event()
+
+    def fn(i: int) -> int:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        threads.add(threading.current_thread().name)
+        if i == 1:
+            started.set()  # item 1 runs while the caller still holds item 0
+        with lock:
+            running[0] -= 1
+        return i * i
+
+    results = []
+    for r in ahead(fn, range(6)):
+        if r == 0:
+            assert started.wait(10)
+        results.append(r)
+    assert results == [i * i for i in range(6)]
+    assert most[0] == 1  # never two at once
+    assert any(name.startswith("ngshard-job") for name in threads)
+
+
+def test_ahead_inside_jobs_finishes():
+
+    done: list[list[int]] = []
+
+    def job(i: int) -> int:  # every job thread runs one of these at once
+        return sum(ahead(lambda j: i * j, range(10)))
+
+    def run() -> None:
+        done.append(list(bounded_map(job, range(8 * WORKERS), in_flight=4 * WORKERS)))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout=60)
+    assert done == [[i * 45 for i in range(8 * WORKERS)]]

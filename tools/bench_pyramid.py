@@ -8,8 +8,20 @@ sharded downsampling (``create_image_shard_downsample_tasks``, one mip per run, 
 ``igneous image downsample --sharded`` does) on a ``LocalTaskQueue`` of N processes.
 
     python tools/bench_pyramid.py [--repeat 1] [--workers 2] [--scale 1.0]
-        [--igneous /work/igvenv/bin/python] [--dir /tmp]
-        [--only pyramid|uint8|uint64|transfer]
+        [--igneous /work/igvenv/bin/python] [--dir /tmp] [--nofsync] [--before SRC]
+
+``--nofsync`` adds ngshard with its fsyncs made no-ops (a ``sitecustomize`` on the child's
+path: the peers do not fsync); ``--before SRC`` adds ngshard imported from SRC (the ``src``
+folder of an earlier checkout, its compiled ``_kernels`` beside it), for a before/after
+in one run. Every ngshard's modules are compiled to bytecode first, as installing a wheel
+does for the peers (an editable install under PYTHONDONTWRITEBYTECODE compiles them in every
+process). Each row gives the CPU time of each run's process tree (each process's at its last
+sample, 50 ms apart: a little short).
+
+The re-shard: the transfer's sharded result (gzip shards) into shards of another spec:
+ngshard carries each chunk's gzip stream, tensorstore inflates and compresses again (igneous
+is left out: its ``image xfer`` of a sharded layer copies the shard files whole but writes
+another sharding spec into the info, so its result does not read back).
 
 Sources (scaled down from the issue's 4 GiB / 2 GiB, say so when reporting): a uint8 image
 of 1024 x 1024 x 512 (512 MiB) and a uint64 segmentation of 512 x 512 x 128 (256 MiB), 4 x 4
@@ -23,13 +35,16 @@ tensorstore copy (one transaction, the same spec; it reads no ``.gz`` files, so 
 the same chunks stored as plain files) and igneous' ``create_image_shard_transfer_tasks``
 (``igneous image xfer --sharded``).
 
-Fairness: igneous writes its shards' gzip at libdeflate level 9 and tensorstore at zlib level
-9, ngshard at libdeflate level 6 (on these sources levels 6 and 9 give the same size within
-0.1%, at about the same speed); ngshard fsyncs what it writes (its pipelines are durable), the
-peers do not. igneous' tasks are its defaults (``--memory 3.5e9``, at most 3 levels a run):
-at this size each of its runs is one task, so its second process idles. Each run is a child
-process on a fresh copy of the source; peak memory is the largest VmHWM of a worker process
-(tensorstore: its one process). The load average is printed before and after: the machine is shared.
+Fairness: igneous writes its shards' gzip at libdeflate level 9 (cloud-files' default),
+tensorstore through its own zlib (its streams match no level of Python's zlib; about 1% larger
+than libdeflate's here), ngshard at libdeflate level 6 (on these sources libdeflate's levels 6
+and 9 give the same size within 0.1%, at about the same speed): each row gives the bytes each
+wrote. ngshard fsyncs what it writes (its pipelines are durable), the peers do not
+(``--nofsync`` measures ngshard without). igneous' tasks are its defaults (``--memory
+3.5e9``, at most 3 levels a run): at this size each of its runs is one task, so its second
+process idles. Each run is a child process on a fresh copy of the source; peak memory is the
+largest VmHWM of a worker process (tensorstore: its one process). The load average is
+printed before and after: the machine is shared.
 """
 
 from __future__ import annotations
@@ -49,6 +64,10 @@ import benchlib  # noqa: E402
 from benchlib import PEER_TIMEOUT  # noqa: E402
 
 LEVELS, FACTOR, CHUNK = 5, (2, 2, 1), 64
+#: The re-shard's destination spec (ngshard's and tensorstore's; igneous picks its own)
+RESHARD = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "identity", "preshift_bits": 0,
+           "minishard_bits": 3, "shard_bits": 3, "minishard_index_encoding": "gzip",
+           "data_encoding": "gzip"}
 
 IGNEOUS = """
 import json, sys, time
@@ -77,6 +96,34 @@ tasks = tc.create_image_shard_transfer_tasks(f"file://{src}", f"file://{dst}", m
 LocalTaskQueue(parallel=workers, progress=False).insert_all(tasks)
 print(json.dumps({"seconds": time.perf_counter() - t}))
 """
+
+
+#: ngshard's variants beside itself: name -> the environment of its child (main fills it)
+VARIANTS: dict[str, dict] = {}
+NOFSYNC = "ngshard, no fsync"
+BEFORE = "ngshard before"
+
+
+def variants(scratch: str, nofsync: bool, before: str | None) -> None:
+    """Compile ngshard (and ``before``) to bytecode; the environments of the variants."""
+    import compileall
+
+    import ngshard
+
+    for tree in [os.path.dirname(ngshard.__file__)] + ([before] if before else []):
+        compileall.compile_dir(tree, quiet=1)
+    if nofsync:
+        site = os.path.join(scratch, "nofsync")
+        os.makedirs(site, exist_ok=True)
+        with open(os.path.join(site, "sitecustomize.py"), "w") as f:
+            f.write("import os\nos.fsync = lambda fd: None\n")
+        VARIANTS[NOFSYNC] = {**os.environ, "PYTHONPATH": site}
+    if before:
+        VARIANTS[BEFORE] = {**os.environ, "PYTHONPATH": before}
+
+
+def ngshards() -> list[str]:
+    return ["ngshard", *VARIANTS]
 
 
 def make_source(path: str, shape, dtype: str) -> None:
@@ -141,9 +188,12 @@ def child_tensorstore(path: str, reference: str) -> dict:
 def child_transfer(kind: str, src: str, dst: str, workers: int) -> dict:
     import ngshard
 
+    reshard = kind.startswith("reshard-")
+    kind = kind.removeprefix("reshard-")
     t = time.perf_counter()
     if kind == "ngshard":
-        ngshard.transfer(src, dst, workers=workers, progress=False, resume=False)
+        ngshard.transfer(src, dst, workers=workers, progress=False, resume=False,
+                         sharding=json.dumps(RESHARD) if reshard else "auto")
         return {"seconds": time.perf_counter() - t}
     import tensorstore as ts
 
@@ -153,7 +203,7 @@ def child_transfer(kind: str, src: str, dst: str, workers: int) -> dict:
     source = ts.open({"driver": "neuroglancer_precomputed", "kvstore": f"file://{src}/"},
                      context=context).result(timeout=PEER_TIMEOUT)
     size = list(source.shape[:3])
-    spec = auto_sharding(size, (CHUNK,) * 3, CHUNK**3).to_json()
+    spec = RESHARD if reshard else auto_sharding(size, (CHUNK,) * 3, CHUNK**3).to_json()
     dest = ts.open({"driver": "neuroglancer_precomputed", "kvstore": f"file://{dst}/",
                     "multiscale_metadata": {"type": "image", "data_type": "uint8",
                                             "num_channels": 1},
@@ -182,33 +232,53 @@ def transfer_row(scratch: str, workers: int, repeat: int, igneous: str | None,
             rng.integers(90, 110, (*shape[:2], CHUNK), np.uint8)
         vol.commit()
         flat.commit()
-    kinds = ["ngshard", "tensorstore"] + (["igneous"] if igneous else [])
-    runs: dict[str, list[dict]] = {k: [] for k in kinds}
-    for turn in range(repeat):
-        for kind in kinds[turn % len(kinds):] + kinds[:turn % len(kinds)]:
-            dst = os.path.join(scratch, "xfer-dst")
-            shutil.rmtree(dst, ignore_errors=True)
-            os.sync()
-            cmd = [igneous, "-c", IGNEOUS_XFER, src, dst, str(workers)] \
-                if kind == "igneous" else \
-                [sys.executable, __file__, "--child", f"xfer-{kind}",
-                 plain if kind == "tensorstore" else src, dst, str(workers)]
-            runs[kind].append(_measure(kind, cmd))
-            out = ngshard.open_volume(dst)
-            if out.scale.sharding is None or not np.array_equal(out[:, :, :64], vol[:, :, :64]):
-                raise SystemExit(f"{kind}: the transfer's result differs from the source")
+    kinds = [*ngshards(), "tensorstore"] + (["igneous"] if igneous else [])
+    sharded = os.path.join(scratch, "xfer-sharded")  # the re-shard's source
     mib = np.prod(shape) / 2**20
+    for reshard in (False, True):
+        # igneous' xfer of a sharded layer copies its shard files whole under another spec
+        # in the info: its result does not read back (igneous-pipeline 4.37)
+        these = [k for k in kinds if not (reshard and k == "igneous")]
+        runs: dict[str, list[dict]] = {k: [] for k in these}
+        for turn in range(repeat):
+            for kind in these[turn % len(these):] + these[:turn % len(these)]:
+                dst = os.path.join(scratch, "xfer-dst")
+                shutil.rmtree(dst, ignore_errors=True)
+                os.sync()
+                source = sharded if reshard else plain if kind == "tensorstore" else src
+                child = "ngshard" if kind in VARIANTS else kind
+                cmd = [igneous, "-c", IGNEOUS_XFER, source, dst, str(workers)] \
+                    if kind == "igneous" else \
+                    [sys.executable, __file__, "--child",
+                     f"xfer-{'reshard-' if reshard else ''}{child}", source, dst, str(workers)]
+                runs[kind].append(_measure(kind, cmd))
+                out = ngshard.open_volume(dst)
+                if out.scale.sharding is None or \
+                        not np.array_equal(out[:, :, :64], vol[:, :, :64]):
+                    raise SystemExit(f"{kind}: the transfer's result differs from the source")
+                runs[kind][-1]["written"] = _bytes(dst)
+                if kind == "ngshard" and not reshard and not os.path.exists(sharded):
+                    shutil.copytree(dst, sharded)
+        what = "sharded -> re-sharded (gzip both)" if reshard else "unsharded -> sharded"
+        _report(f"transfer uint8 {shape} ({mib:.0f} MiB) {what}", runs, mib)
+
+
+def _report(label: str, runs: dict[str, list[dict]], mib: float) -> None:
     times = {k: [r["seconds"] for r in v] for k, v in runs.items()}
     extra = {k: f"peak {max(r['peak'] for r in v) / 2**20:.0f} MiB per "
-                f"{'process' if k == 'tensorstore' else 'worker'}" for k, v in runs.items()}
-    benchlib.report(f"transfer uint8 {shape} ({mib:.0f} MiB) unsharded -> sharded", times,
-                    per=(mib, "MiB"), extra=extra)
+                f"{'process' if k == 'tensorstore' else 'worker'}, cpu "
+                f"{np.median([r['cpu'] for r in v]):.1f} s, wrote "
+                f"{v[-1]['written'] / 2**20:.2f} MiB" for k, v in runs.items()}
+    benchlib.report(label, times, per=(mib, "MiB"), extra=extra)
 
 
 def _measure(kind: str, cmd: list[str]) -> dict:
-    """Run a child, its peak memory (a worker's, or tensorstore's process) with its result."""
-    own, peak, result = benchlib.run_watched(kind, cmd)
-    return {"peak": peak if kind != "tensorstore" else own, **result}
+    """Run a child, its peak memory (a worker's, or tensorstore's process) and the CPU time
+    of its process tree (each process's at its last sample, 50 ms apart) with its result."""
+    cpu: dict[int, float] = {}
+    own, peak, result = benchlib.run_watched(kind, cmd, VARIANTS.get(kind), cpu)
+    return {"peak": peak if kind != "tensorstore" else own, "cpu": sum(cpu.values()),
+            **result}
 
 
 def check(path: str, reference: str) -> None:
@@ -231,12 +301,18 @@ def run_child(kind: str, source: str, scratch: str, workers: int, reference: str
     if kind == "igneous":
         cmd = [igneous, "-c", IGNEOUS, path, str(LEVELS), str(workers)]
     else:
-        cmd = [sys.executable, __file__, "--child", kind, path, reference or "",
-               str(workers)]
+        cmd = [sys.executable, __file__, "--child", "ngshard" if kind in VARIANTS else kind,
+               path, reference or "", str(workers)]
     result = _measure(kind, cmd)
     if reference is not None and kind != "igneous":
         check(path, reference)
-    return result
+    return {**result, "written": _bytes(path) - _bytes(source)}
+
+
+def _bytes(path: str) -> int:
+    """The bytes of the files under ``path``: what a run wrote, compression level and all."""
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path)
+               for f in files)
 
 
 def main() -> None:
@@ -246,8 +322,11 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=1.0, help="scale the sources' x, y")
     parser.add_argument("--igneous", metavar="PYTHON", help="a python with igneous-pipeline")
     parser.add_argument("--dir", default=None, help="scratch directory (default: /tmp)")
-    parser.add_argument("--only", choices=("pyramid", "uint8", "uint64", "transfer"),
-                        help="one part only (uint8, uint64: that pyramid row)")
+    parser.add_argument("--only", choices=("pyramid", "transfer"), help="one part only")
+    parser.add_argument("--nofsync", action="store_true",
+                        help="also ngshard with its fsyncs made no-ops")
+    parser.add_argument("--before", metavar="SRC",
+                        help="also ngshard imported from SRC (an earlier checkout's src)")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -264,17 +343,16 @@ def main() -> None:
     benchlib.header(f"{LEVELS}-level pyramid (factor {FACTOR}) of a sharded precomputed "
                     f"layer; ngshard and igneous: {args.workers} worker processes")
     scratch = tempfile.mkdtemp(prefix="bench-pyramid-", dir=args.dir)
+    variants(scratch, args.nofsync, args.before)
     s = args.scale
     try:
         pyramids = (("uint8", (int(1024 * s), int(1024 * s), 512)),
                     ("uint64", (int(512 * s), int(512 * s), 128)))
-        for dtype, shape in pyramids:
-            if args.only not in (None, "pyramid", dtype):
-                continue
+        for dtype, shape in pyramids if args.only != "transfer" else ():
             source = os.path.join(scratch, f"src-{dtype}")
             make_source(source, shape, dtype)
             mib = np.prod(shape) * np.dtype(dtype).itemsize / 2**20
-            kinds = ["ngshard", "tensorstore"] + (["igneous"] if args.igneous else [])
+            kinds = [*ngshards(), "tensorstore"] + (["igneous"] if args.igneous else [])
             runs: dict[str, list[dict]] = {k: [] for k in kinds}
             reference = None
             for turn in range(args.repeat):
@@ -290,13 +368,8 @@ def main() -> None:
                 for kind in order:
                     runs[kind].append(run_child(kind, source, scratch, args.workers,
                                                 reference, args.igneous))
-            times = {k: [r["seconds"] for r in v] for k, v in runs.items()}
-            extra = {k: f"peak {max(r['peak'] for r in v) / 2**20:.0f} MiB per "
-                        f"{'process' if k == 'tensorstore' else 'worker'}"
-                     for k, v in runs.items()}
-            benchlib.report(f"{dtype} {shape} ({mib:.0f} MiB) -> {LEVELS} levels",
-                            times, per=(mib, "MiB"), extra=extra)
-        if args.only in (None, "transfer"):
+            _report(f"{dtype} {shape} ({mib:.0f} MiB) -> {LEVELS} levels", runs, mib)
+        if args.only != "pyramid":
             transfer_row(scratch, args.workers, args.repeat, args.igneous, s)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

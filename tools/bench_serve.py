@@ -1,10 +1,16 @@
 """Load on ``ngshard serve``: many concurrent Range requests on 127.0.0.1, beside nginx serving
 the same files, and the same request handling with other front ends (the measurement behind
-the server's event loops: ``loopsN``, and asyncio's streams).
+the server's design: ``procsN`` processes, ``loopsN`` event loops in one, asyncio's streams).
 
     python tools/bench_serve.py [--seconds 3] [--rounds 1] [--connections 32]
                                 [--client auto|wrk|python] [--data DIR]
-                                [--servers ngshard,loops1,asyncio,nginx] [--slow N]
+                                [--servers ngshard,procs1,loops1,asyncio,nginx] [--slow N]
+
+Both sides alike: nginx runs ``worker_processes auto`` (a worker per core) and ``ngshard``
+runs as ``ngshard serve`` does (a process per core); sendfile on in nginx (ngshard sends
+bodies of 256 KiB or less with their head in one call, larger ones with sendfile); no access
+log on either; keep-alive without a request limit on both; the same files. wrk runs two
+threads on the same machine, sharing its cores with the server measured.
 
 Each server gets the same randomly drawn requests: byte ranges of 1 B to 64 KiB inside the
 shard files of the demo data (written to a temporary folder unless ``--data``), as Neuroglancer
@@ -19,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import http.client
 import json
 import os
@@ -32,6 +39,7 @@ import threading
 import time
 from pathlib import Path
 
+from ngshard.cpus import available_cpus
 from ngshard.server import serve
 from ngshard.server.files import open_files
 from ngshard.server.protocol import HttpError, format_head, head_end, parse_head
@@ -95,7 +103,7 @@ class AsyncioConnections:
                     response = respond(self.files, request)
                 except HttpError as e:
                     request, response = None, error_response(e.status, e.reason, close=True)
-                out = format_head(response.status, response.headers)
+                out = format_head(response.status, response.headers, response.fixed)
                 file = response.file
                 try:
                     if response.send_body and file is not None:
@@ -178,8 +186,12 @@ class SlowClients:
 
 
 def start_ngshard(root: str, model: str):
-    """(base URL, stop) of the server over ``root``: as shipped ("ngshard"), with
-    ``loopsN`` event loops, or behind the asyncio front end."""
+    """(base URL, stop) of the server over ``root``: as ``ngshard serve`` runs it
+    ("ngshard": a process per core), from ``procsN`` processes, with ``loopsN`` event loops
+    in one process, or behind the asyncio front end."""
+    if model.startswith("procs"):
+        server = serve(root, processes=int(model[5:]))
+        return server.url, server.close
     if model.startswith("loops"):
         from ngshard.server import connections
 
@@ -190,7 +202,7 @@ def start_ngshard(root: str, model: str):
             connections.SERVE_LOOPS = shipped
         return server.url, server.close
     if model == "ngshard":
-        server = serve(root)
+        server = serve(root, processes=None)
         return server.url, server.close
     sock = socket.create_server(("127.0.0.1", 0), backlog=128)
     front = AsyncioConnections(open_files(open_storage(root)), sock)
@@ -360,6 +372,37 @@ def run_python(base: str, requests, seconds: float, connections: int) -> dict:
             "p99": pct(0.99), "errors": errors[0]}
 
 
+def _cpu_seconds() -> float:
+    """CPU seconds of this process and every live process below it (the servers: this
+    one's threads, ngshard's workers, nginx's), from /proc; nan elsewhere."""
+    tick, total, todo = os.sysconf("SC_CLK_TCK"), 0, [os.getpid()]
+    try:
+        while todo:
+            pid = todo.pop()
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])
+                for task in Path(f"/proc/{pid}/task").iterdir():
+                    todo += map(int, (task / "children").read_text().split())
+    except OSError:
+        return float("nan")
+    return total / tick
+
+
+def measured(run, base: str, requests, seconds: float, connections: int) -> dict:
+    """``run``'s result, with the CPU time per request of the servers (``server_us``:
+    every process of this benchmark but the client) and of the client (``wrk_us``; the
+    client's processes are reaped by then)."""
+    before, client = _cpu_seconds(), os.times()
+    result = run(base, requests, seconds, connections)
+    after, done = _cpu_seconds(), os.times()
+    n = max(1, result["requests"])
+    result["server_us"] = (after - before) * 1e6 / n
+    result["wrk_us"] = (done.children_user + done.children_system - client.children_user
+                        - client.children_system) * 1e6 / n
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="per server and round")
@@ -372,8 +415,9 @@ def main() -> None:
     parser.add_argument("--slow", type=int, default=0,
                         help="of the connections, this many are slow or idle clients (see "
                              "SlowClients); each server is also run without them")
-    parser.add_argument("--servers", default="ngshard,nginx",
-                        help="ngshard, loopsN (N event loops), asyncio, nginx")
+    parser.add_argument("--servers", default="ngshard,procs1,nginx",
+                        help="ngshard, procsN (N processes), loopsN (N event loops in one "
+                             "process), asyncio, nginx")
     args = parser.parse_args()
     client = args.client if args.client != "auto" else \
         "wrk" if shutil.which("wrk") else "python"
@@ -390,7 +434,8 @@ def main() -> None:
         print(f"client {client}, {args.connections} connections, {args.seconds:g} s per "
               f"server and round, {args.rounds} round(s); {len(requests)} distinct ranges of "
               f"1 B-64 KiB in the shards of {root}; {os.cpu_count()} cores, load average "
-              f"{os.getloadavg()[0]:.1f}")
+              f"{os.getloadavg()[0]:.1f}; nginx and ngshard: {available_cpus()} processes "
+              f"each (a worker per core)")
         servers, results = {}, {}
         try:
             for name in args.servers.split(","):
@@ -404,13 +449,13 @@ def main() -> None:
             for _ in range(args.rounds):
                 for name, (base, _) in servers.items():
                     results.setdefault(name, []).append(
-                        run(base, requests, args.seconds, args.connections - args.slow))
+                        measured(run, base, requests, args.seconds, args.connections - args.slow))
                     if args.slow:
                         slow = SlowClients(base, args.slow, "/" + str(big.relative_to(root)))
                         time.sleep(1)
                         try:
-                            results.setdefault(f"{name}+slow", []).append(
-                                run(base, requests, args.seconds, args.connections - args.slow))
+                            results.setdefault(f"{name}+slow", []).append(measured(
+                                run, base, requests, args.seconds, args.connections - args.slow))
                         finally:
                             slow.close()
                         print(f"{name}: the server closed {slow.reconnects} slow or idle "
@@ -419,7 +464,8 @@ def main() -> None:
             for _, stop in servers.values():
                 stop()
         print(f"{'server':<18}{'requests/s':>12}{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}"
-              f"{'errors':>8}" + ("   requests/s of the rounds" if args.rounds > 1 else ""))
+              f"{'errors':>8}{'CPU us/req':>12}{'wrk us/req':>12}"
+              + ("   requests/s of the rounds" if args.rounds > 1 else ""))
         rate = {}
         for name, rounds in results.items():
             rates = [r["requests"] / r["seconds"] for r in rounds]
@@ -428,7 +474,9 @@ def main() -> None:
             label = {"asyncio": "ngshard (asyncio)"}.get(name, name)
             spread = "   " + " ".join(f"{x:.0f}" for x in rates) if args.rounds > 1 else ""
             print(f"{label:<18}{rate[name]:>12.0f}{r['p50']:>9.2f}{r['p90']:>9.2f}"
-                  f"{r['p99']:>9.2f}{sum(x['errors'] for x in rounds):>8}{spread}")
+                  f"{r['p99']:>9.2f}{sum(x['errors'] for x in rounds):>8}"
+                  f"{r.get('server_us', float('nan')):>12.1f}{r.get('wrk_us', float('nan')):>12.1f}"
+                  f"{spread}")
         for name in rate:
             if "nginx" in rate and name != "nginx" and "+slow" not in name:
                 print(f"{name} / nginx requests/s: {rate[name] / rate['nginx']:.2f}")

@@ -104,13 +104,15 @@ def hwm(pid: int | str = "self") -> int:
         return 0
 
 
-def run_watched(kind: str, cmd: list[str]) -> tuple[int, int, dict]:
-    """Run the child ``cmd`` under :func:`watch`: its own peak memory, its descendants' and
-    the JSON object its last line of output holds. A failing child ends the benchmark with
-    its standard error, named ``kind``."""
+def run_watched(kind: str, cmd: list[str], env: dict | None = None,
+                cpu: dict[int, float] | None = None) -> tuple[int, int, dict]:
+    """Run the child ``cmd`` (in the environment ``env``, default this one's) under
+    :func:`watch`: its own peak memory, its descendants' and the JSON object its last line of
+    output holds (``cpu``: filled as :func:`watch` does). A failing child ends the benchmark
+    with its standard error, named ``kind``."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True)
-        own, workers = watch(proc)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=env)
+        own, workers = watch(proc, cpu)
         if proc.returncode:
             err.seek(0)
             raise SystemExit(f"{kind} failed:\n{err.read()[-3000:]}")
@@ -118,11 +120,12 @@ def run_watched(kind: str, cmd: list[str]) -> tuple[int, int, dict]:
         return own, workers, json.loads(out.read().strip().splitlines()[-1])
 
 
-def watch(proc: subprocess.Popen) -> tuple[int, int]:
+def watch(proc: subprocess.Popen, cpu: dict[int, float] | None = None) -> tuple[int, int]:
     """Wait for ``proc``, sampling the peak memory (VmHWM) of it and of its descendants
     (worker processes, a forkserver's children among them) from outside, so the child's own
     thread count (which chooses how workers start) is not changed by the measuring. VmHWM
-    only grows: the last sample of each process is its peak but for its last moments."""
+    only grows: the last sample of each process is its peak but for its last moments.
+    ``cpu``, if given, gets each process's CPU time (user + system) at its last sample."""
     import psutil
 
     me = psutil.Process(proc.pid)
@@ -131,6 +134,9 @@ def watch(proc: subprocess.Popen) -> tuple[int, int]:
         try:
             for p in [me, *me.children(recursive=True)]:
                 peaks[p.pid] = max(peaks.get(p.pid, 0), hwm(p.pid))
+                if cpu is not None:
+                    times = p.cpu_times()
+                    cpu[p.pid] = times.user + times.system
         except psutil.Error:
             pass
         time.sleep(0.05)

@@ -156,6 +156,18 @@ def still_serving(port: int) -> bool:
         return False
 
 
+def peak_kib(pid: int) -> int:
+    """The peak memory of the server's largest process: ``pid`` or one of its workers."""
+    children = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        children += (task / "children").read_text().split()
+    peaks = []
+    for p in [pid, *map(int, children)]:
+        with open(f"/proc/{p}/status") as f:
+            peaks.append(int(re.search(r"VmHWM:\s+(\d+)", f.read()).group(1)))
+    return max(peaks)
+
+
 def run(cases: int, seed: int, jobs: int = 8, slow: int = 50, timeout: float = 30.0) -> dict:
     """Fuzz a fresh server; the counts of the run."""
     tmp = Path(tempfile.mkdtemp(prefix="fuzz-server-"))
@@ -193,8 +205,7 @@ def run(cases: int, seed: int, jobs: int = 8, slow: int = 50, timeout: float = 3
                     break
         for s in idle:
             s.close()
-        with open(f"/proc/{proc.pid}/status") as f:
-            counts["peak MiB"] = int(re.search(r"VmHWM:\s+(\d+)", f.read()).group(1)) // 1024
+        counts["peak MiB"] = peak_kib(proc.pid) // 1024
         for p in problems:
             counts[p.split(" (")[0].split(" after")[0]] += 1
         counts["problems"] = len(problems)

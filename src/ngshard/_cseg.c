@@ -18,14 +18,14 @@ static inline uint32_t word_at(const char *w, Py_ssize_t i) {
     return v;
 }
 
-/* One block's voxels inside the volume, indices of B bits: bad = the block if one points
- * past its table. */
+/* One block's voxels inside the volume, indices of B bits, each written at its byte offset
+ * in the output (any strides): bad = the block if one points past its table. */
 #define DECODE_BLOCK(B)                                                                    \
     for (Py_ssize_t lz = 0; lz < ez && bad < 0; lz++)                                      \
         for (Py_ssize_t ly = 0; ly < ey && bad < 0; ly++) {                               \
             Py_ssize_t l = bx * (ly + by * lz);                                            \
-            Py_ssize_t o = kx * bx + X * (ky * by + ly + Y * (kz * bz + lz));              \
-            for (Py_ssize_t lx = 0; lx < ex; lx++, l++, o++) {                             \
+            char *o = out + kx * bx * sx + (ky * by + ly) * sy + (kz * bz + lz) * sz;      \
+            for (Py_ssize_t lx = 0; lx < ex; lx++, l++, o += sx) {                         \
                 uint32_t idx = 0;                                                          \
                 if (B) {                                                                   \
                     Py_ssize_t bit = l * B;                                                \
@@ -38,11 +38,11 @@ static inline uint32_t word_at(const char *w, Py_ssize_t i) {
                 }                                                                          \
                 if (entry == 1) {                                                          \
                     uint32_t v = word_at(cw, table + idx);                                 \
-                    memcpy(out + 4 * o, &v, 4);                                            \
+                    memcpy(o, &v, 4);                                                      \
                 } else {                                                                   \
                     uint64_t v = word_at(cw, table + 2 * (Py_ssize_t)idx) |                \
                                  (uint64_t)word_at(cw, table + 2 * (Py_ssize_t)idx + 1) << 32; \
-                    memcpy(out + 8 * o, &v, 8);                                            \
+                    memcpy(o, &v, 8);                                                      \
                 }                                                                          \
             }                                                                              \
         }
@@ -51,8 +51,9 @@ static inline uint32_t word_at(const char *w, Py_ssize_t i) {
  * whose index points past its table inside the volume. */
 static Py_ssize_t decode_channel(const char *w, Py_ssize_t nwords, Py_ssize_t start,
                                  const Py_ssize_t *xyz, const Py_ssize_t *bs, int entry,
-                                 char *out) {
+                                 char *out, const Py_ssize_t *strides) {
     Py_ssize_t n = nwords - start, X = xyz[0], Y = xyz[1], Z = xyz[2];
+    Py_ssize_t sx = strides[0], sy = strides[1], sz = strides[2];
     Py_ssize_t bx = bs[0], by = bs[1], bz = bs[2];
     Py_ssize_t gx = (X + bx - 1) / bx, gy = (Y + by - 1) / by, gz = (Z + bz - 1) / bz;
     const char *cw = w + 4 * start;
@@ -83,22 +84,32 @@ static Py_ssize_t decode_channel(const char *w, Py_ssize_t nwords, Py_ssize_t st
     return -1;
 }
 
-/* cseg_decode(words, start, (x, y, z), (bx, by, bz), entry, out) -> -1 or a bad block */
+/* cseg_decode(words, start, (bx, by, bz), entry, out) -> -1 or a bad block; out: the
+ * (x, y, z) array decoded into, of any strides (a slice of a larger array, say) */
 PyObject *cseg_decode(PyObject *self, PyObject *args) {
-    Py_buffer words, out;
-    Py_ssize_t start, xyz[3], bs[3];
+    Py_buffer words, out = {0};
+    PyObject *array;
+    Py_ssize_t start, bs[3];
     int entry;
-    if (!PyArg_ParseTuple(args, "y*n(nnn)(nnn)iw*", &words, &start, &xyz[0], &xyz[1], &xyz[2],
-                          &bs[0], &bs[1], &bs[2], &entry, &out))
+    if (!PyArg_ParseTuple(args, "y*n(nnn)iO", &words, &start, &bs[0], &bs[1], &bs[2], &entry,
+                          &array))
         return NULL;
+    if (PyObject_GetBuffer(array, &out, PyBUF_RECORDS) < 0) {
+        PyBuffer_Release(&words);
+        return NULL;
+    }
     Py_ssize_t nwords = words.len / 4, result = -2;
-    Py_ssize_t gx = (xyz[0] + bs[0] - 1) / bs[0], gy = (xyz[1] + bs[1] - 1) / bs[1],
-               gz = (xyz[2] + bs[2] - 1) / bs[2];
-    if ((entry == 1 || entry == 2) && start >= 0 && start + 2 * gx * gy * gz <= nwords &&
-        bs[0] > 0 && bs[1] > 0 && bs[2] > 0 && out.len == 4 * entry * xyz[0] * xyz[1] * xyz[2]) {
-        Py_BEGIN_ALLOW_THREADS
-        result = decode_channel(words.buf, nwords, start, xyz, bs, entry, out.buf);
-        Py_END_ALLOW_THREADS
+    if (out.ndim == 3 && out.itemsize == 4 * entry && (entry == 1 || entry == 2) &&
+        bs[0] > 0 && bs[1] > 0 && bs[2] > 0 && start >= 0) {
+        const Py_ssize_t *xyz = out.shape;
+        Py_ssize_t gx = (xyz[0] + bs[0] - 1) / bs[0], gy = (xyz[1] + bs[1] - 1) / bs[1],
+                   gz = (xyz[2] + bs[2] - 1) / bs[2];
+        if (start + 2 * gx * gy * gz <= nwords) {
+            Py_BEGIN_ALLOW_THREADS
+            result = decode_channel(words.buf, nwords, start, xyz, bs, entry, out.buf,
+                                    out.strides);
+            Py_END_ALLOW_THREADS
+        }
     }
     PyBuffer_Release(&words);
     PyBuffer_Release(&out);
@@ -176,6 +187,35 @@ typedef struct {
     uint32_t *index;                   /* every voxel's index into its table, x fastest */
 } Encoded;
 
+#if defined(__GNUC__) || defined(__clang__)
+#define PREFETCH(p) __builtin_prefetch(p)
+#else
+#define PREFETCH(p) ((void)(p))
+#endif
+
+/* Ask for the cache lines of the block at lo (clipped to the volume) ahead of its turn: a
+ * chunk cut out of a large array has its rows pages apart, which the hardware's prefetcher
+ * does not follow. One address per line along the axis of the smallest stride. */
+static void prefetch_block(const char *src, const Py_ssize_t *shape, const Py_ssize_t *strides,
+                           const Py_ssize_t *lo, const Py_ssize_t *bs) {
+    int f = 0;
+    for (int a = 1; a < 3; a++)
+        if (llabs((long long)strides[a]) < llabs((long long)strides[f]))
+            f = a;
+    int p = f == 0 ? 1 : 0, q = f == 2 ? 1 : 2; /* the other two axes */
+    Py_ssize_t sf = llabs((long long)strides[f]), step = sf >= 64 || sf == 0 ? 1 : 64 / sf;
+    Py_ssize_t hi[3];
+    for (int a = 0; a < 3; a++)
+        hi[a] = lo[a] + bs[a] < shape[a] ? lo[a] + bs[a] : shape[a];
+    for (Py_ssize_t i = lo[p]; i < hi[p]; i++)
+        for (Py_ssize_t j = lo[q]; j < hi[q]; j++) {
+            const char *row = src + i * strides[p] + j * strides[q];
+            for (Py_ssize_t k = lo[f]; k < hi[f]; k += step)
+                PREFETCH(row + k * strides[f]);
+            PREFETCH(row + (hi[f] - 1) * strides[f]);
+        }
+}
+
 /* Tables and indices of every block; 0, or -1 when out of memory. */
 static int tabulate(const char *src, const Py_ssize_t *shape, const Py_ssize_t *strides,
                     int itemsize, const Py_ssize_t *bs, Encoded *e) {
@@ -186,33 +226,51 @@ static int tabulate(const char *src, const Py_ssize_t *shape, const Py_ssize_t *
         slots <<= 1;
     uint64_t *values = malloc(bv * sizeof(uint64_t)), *keys = malloc(slots * sizeof(uint64_t));
     uint32_t *found = malloc(slots * sizeof(uint32_t));
-    if (!values || !keys || !found) {
-        free(values), free(keys), free(found);
+    Py_ssize_t *offsets = malloc((bx + by + bz) * sizeof(Py_ssize_t));
+    if (!values || !keys || !found || !offsets) {
+        free(values), free(keys), free(found), free(offsets);
         return -1;
     }
+    /* byte offsets of a block's voxels along each axis; the axis read innermost (f) */
+    Py_ssize_t *off[3] = {offsets, offsets + bx, offsets + bx + by};
+    const Py_ssize_t lstride[3] = {1, bx, bx * by};
+    int f = 0;
+    for (int a = 1; a < 3; a++)
+        if (llabs((long long)strides[a]) < llabs((long long)strides[f]))
+            f = a;
+    const int p = f == 2 ? 1 : 2, q = f == 0 ? 1 : 0; /* the others, outer and middle */
     Py_ssize_t used = 0;
     for (Py_ssize_t b = 0; b < e->nb; b++) {
         Py_ssize_t kx = b % gx, ky = b / gx % gy, kz = b / (gx * gy), l = 0;
         Py_ssize_t x0 = kx * bx, ex = shape[0] - x0 < bx ? shape[0] - x0 : bx;
-        for (Py_ssize_t lz = 0; lz < bz; lz++)
-            for (Py_ssize_t ly = 0; ly < by; ly++) {
-                /* past the edge: the nearest voxel inside (numpy's "edge" padding) */
-                Py_ssize_t y = ky * by + ly, z = kz * bz + lz;
-                y = y < shape[1] ? y : shape[1] - 1;
-                z = z < shape[2] ? z : shape[2] - 1;
-                const char *row = src + x0 * strides[0] + y * strides[1] + z * strides[2];
-                const Py_ssize_t sx = strides[0];
+        if (b + 1 < e->nb) {
+            Py_ssize_t next[3] = {(b + 1) % gx * bx, (b + 1) / gx % gy * by,
+                                  (b + 1) / (gx * gy) * bz};
+            prefetch_block(src, shape, strides, next, bs);
+        }
+        /* the block's voxels (x fastest in values), read with the axis of the smallest
+         * stride innermost: one cache line after the other (in a chunk cut out of a C-order
+         * volume, rows along x are pages apart and share a cache set) */
+        Py_ssize_t lo[3] = {kx * bx, ky * by, kz * bz};
+        for (int a = 0; a < 3; a++)
+            for (Py_ssize_t i = 0; i < bs[a]; i++) { /* past the edge: the nearest voxel */
+                Py_ssize_t c = lo[a] + i < shape[a] ? lo[a] + i : shape[a] - 1;
+                off[a][i] = c * strides[a];
+            }
+        for (Py_ssize_t i = 0; i < bs[p]; i++)
+            for (Py_ssize_t j = 0; j < bs[q]; j++) {
+                const char *row = src + off[p][i] + off[q][j];
+                uint64_t *into = values + i * lstride[p] + j * lstride[q];
+                const Py_ssize_t *of = off[f], ls = lstride[f], n = bs[f];
                 if (itemsize == 4)
-                    for (Py_ssize_t lx = 0; lx < ex; lx++, l++) {
+                    for (Py_ssize_t k = 0; k < n; k++) {
                         uint32_t v;
-                        memcpy(&v, row + lx * sx, 4);
-                        values[l] = v;
+                        memcpy(&v, row + of[k], 4);
+                        into[k * ls] = v;
                     }
                 else
-                    for (Py_ssize_t lx = 0; lx < ex; lx++, l++)
-                        memcpy(&values[l], row + lx * sx, 8);
-                for (Py_ssize_t lx = ex; lx < bx; lx++, l++)
-                    values[l] = values[l - 1];
+                    for (Py_ssize_t k = 0; k < n; k++)
+                        memcpy(&into[k * ls], row + of[k], 8);
             }
         uint64_t *table = e->tables + used;
         Py_ssize_t k = 0;
@@ -260,7 +318,7 @@ static int tabulate(const char *src, const Py_ssize_t *shape, const Py_ssize_t *
         e->tstart[b] = used;
         used += k;
     }
-    free(values), free(keys), free(found);
+    free(values), free(keys), free(found), free(offsets);
     return 0;
 }
 
@@ -295,29 +353,30 @@ static int share_tables(Encoded *e) {
     return 0;
 }
 
-/* The channel's words after ``lead`` free ones (headers, packed indices, tables), or 0 words
- * and *overflow set when its offsets do not fit in 24 bits. */
-static uint32_t *lay_out(Encoded *e, Py_ssize_t lead, Py_ssize_t *total, int *overflow) {
-    Py_ssize_t nb = e->nb, bv = e->bv, vend = 2 * nb, tend;
-    for (Py_ssize_t b = 0; b < nb; b++)
-        vend += (bv * bits_for(e->count[b]) + 31) / 32;
-    tend = vend;
-    for (Py_ssize_t b = 0; b < nb; b++)
+/* The channel's words (headers, packed indices, tables) into *total; 1 when its offsets do
+ * not fit in 24 bits. */
+static int measure(const Encoded *e, Py_ssize_t *total) {
+    Py_ssize_t nb = e->nb, bv = e->bv, tend = 2 * nb;
+    for (Py_ssize_t b = 0; b < nb; b++) {
+        tend += (bv * bits_for(e->count[b]) + 31) / 32;
         if (e->rep[b] == b)
             tend += e->count[b] * e->entry;
-    *overflow = tend >= (1 << 24);
-    *total = tend;
-    if (*overflow)
-        return NULL;
-    uint32_t *out = calloc(lead + tend, sizeof(uint32_t));
-    if (!out)
-        return NULL;
-    uint32_t *w = out + lead;
-    Py_ssize_t *toff = malloc(nb * sizeof(Py_ssize_t));
-    if (!toff) {
-        free(out);
-        return NULL;
     }
+    *total = tend;
+    return tend >= (1 << 24);
+}
+
+/* Write the channel's words (as many as measure() says) at out; 0, or -1 when out of
+ * memory. */
+static int lay_out(const Encoded *e, uint32_t *w) {
+    Py_ssize_t nb = e->nb, bv = e->bv, vend = 2 * nb;
+    for (Py_ssize_t b = 0; b < nb; b++)
+        vend += (bv * bits_for(e->count[b]) + 31) / 32;
+    /* the packed indices are or-ed in; headers and tables are written whole */
+    memset(w + 2 * nb, 0, (vend - 2 * nb) * sizeof(uint32_t));
+    Py_ssize_t *toff = malloc(nb * sizeof(Py_ssize_t));
+    if (!toff)
+        return -1;
     Py_ssize_t v = 2 * nb, t = vend;
     for (Py_ssize_t b = 0; b < nb; b++) {
         if (e->rep[b] == b) { /* the owner's table, in place */
@@ -344,22 +403,28 @@ static uint32_t *lay_out(Encoded *e, Py_ssize_t lead, Py_ssize_t *total, int *ov
         }
     }
     free(toff);
-    return out;
+    return 0;
 }
 
-/* cseg_encode(array (x, y, z) of uint32 or uint64, (bx, by, bz), lead) -> bytes, or None
- * when its offsets overflow 24 bits */
+/* cseg_encode(array (x, y, z) of uint32 or uint64, (bx, by, bz), head) -> head then the
+ * channel's words (bytes: head of whole words, one chunk's channel offset say), or None when
+ * its offsets overflow 24 bits */
 PyObject *cseg_encode(PyObject *self, PyObject *args) {
     PyObject *array;
-    Py_ssize_t bs[3], lead;
-    if (!PyArg_ParseTuple(args, "O(nnn)n", &array, &bs[0], &bs[1], &bs[2], &lead))
+    Py_ssize_t bs[3];
+    Py_buffer head;
+    if (!PyArg_ParseTuple(args, "O(nnn)y*", &array, &bs[0], &bs[1], &bs[2], &head))
         return NULL;
+    Py_ssize_t lead = head.len / 4;
     Py_buffer view;
-    if (PyObject_GetBuffer(array, &view, PyBUF_RECORDS_RO) < 0)
+    if (PyObject_GetBuffer(array, &view, PyBUF_RECORDS_RO) < 0) {
+        PyBuffer_Release(&head);
         return NULL;
+    }
     if (view.ndim != 3 || (view.itemsize != 4 && view.itemsize != 8) || bs[0] < 1 ||
-        bs[1] < 1 || bs[2] < 1 || lead < 0 || bs[0] * bs[1] * bs[2] > (1 << 24)) {
+        bs[1] < 1 || bs[2] < 1 || head.len % 4 || bs[0] * bs[1] * bs[2] > (1 << 24)) {
         PyBuffer_Release(&view);
+        PyBuffer_Release(&head);
         PyErr_SetString(PyExc_ValueError, "cseg_encode: arguments that do not fit");
         return NULL;
     }
@@ -373,7 +438,6 @@ PyObject *cseg_encode(PyObject *self, PyObject *args) {
         e.nb = 0;
     int failed = 0, overflow = 0;
     Py_ssize_t total = 0;
-    uint32_t *words = NULL;
     Py_BEGIN_ALLOW_THREADS
     e.count = malloc((e.nb + 1) * sizeof(Py_ssize_t));
     e.tstart = malloc((e.nb + 1) * sizeof(Py_ssize_t));
@@ -383,18 +447,28 @@ PyObject *cseg_encode(PyObject *self, PyObject *args) {
     failed = !e.count || !e.tstart || !e.rep || !e.tables || !e.index ||
              tabulate(view.buf, shape, view.strides, (int)view.itemsize, bs, &e) < 0 ||
              share_tables(&e) < 0;
-    if (!failed) {
-        words = lay_out(&e, lead, &total, &overflow);
-        failed = words == NULL && !overflow;
-    }
-    free(e.count), free(e.tstart), free(e.rep), free(e.tables), free(e.index);
+    if (!failed)
+        overflow = measure(&e, &total);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
-    if (failed)
+    PyObject *out = NULL;
+    if (!failed && !overflow) { /* laid out straight into the bytes returned */
+        out = PyBytes_FromStringAndSize(NULL, 4 * (lead + total));
+        if (out != NULL) {
+            uint32_t *words = (uint32_t *)PyBytes_AS_STRING(out);
+            memcpy(words, head.buf, 4 * lead);
+            Py_BEGIN_ALLOW_THREADS
+            failed = lay_out(&e, words + lead) < 0;
+            Py_END_ALLOW_THREADS
+        }
+    }
+    free(e.count), free(e.tstart), free(e.rep), free(e.tables), free(e.index);
+    PyBuffer_Release(&head);
+    if (failed) {
+        Py_XDECREF(out);
         return PyErr_NoMemory();
+    }
     if (overflow)
         Py_RETURN_NONE;
-    PyObject *out = PyBytes_FromStringAndSize((const char *)words, 4 * (lead + total));
-    free(words);
     return out;
 }

@@ -193,13 +193,15 @@ static PyMethodDef methods[] = {
      "fortran_bytes(array[, out]) -> bytes: the array's items in Fortran order (any strides); "
      "written into the buffer out (None returned) where given."},
     {"cseg_decode", cseg_decode, METH_VARARGS,
-     "cseg_decode(words, start, xyz, block, entry, out) -> -1, or a block indexing past its "
-     "table"},
+     "cseg_decode(words, start, block, entry, out) -> -1, or a block indexing past its "
+     "table; out: the (x, y, z) array decoded into, any strides"},
     {"cseg_encode", cseg_encode, METH_VARARGS,
-     "cseg_encode(array, block, lead) -> the channel's words after lead free ones (bytes), "
+     "cseg_encode(array, block, head) -> head, then the channel's words (bytes), "
      "or None if its offsets overflow 24 bits"},
     {"block_mean", block_mean, METH_VARARGS,
      "block_mean(array, block, out): out = array's block means, rounded half to even"},
+    {"block_mode", block_mode, METH_VARARGS,
+     "block_mode(array, block, out, sparse): out = array's block modes, the smallest on ties"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernels",

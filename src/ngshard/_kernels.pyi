@@ -9,14 +9,15 @@ def fortran_bytes(array: Any, /) -> bytes: ...
 @overload
 def fortran_bytes(array: Any, out: Any, /) -> None: ...
 
-def cseg_decode(words: Any, start: int, xyz: tuple[int, ...], block: tuple[int, int, int],
-                entry: int, out: Any, /) -> int:
-    """Decode one validated compressed_segmentation channel into ``out`` (C-contiguous
-    (z, y, x)); -1, or the first block whose index points past its table."""
+def cseg_decode(words: Any, start: int, block: tuple[int, int, int], entry: int, out: Any,
+                /) -> int:
+    """Decode one validated compressed_segmentation channel into ``out`` (a writable
+    (x, y, z) array of any strides); -1, or the first block whose index points past its
+    table."""
 
-def cseg_encode(array: Any, block: tuple[int, int, int], lead: int, /) -> bytes | None:
-    """One (x, y, z) channel's words after ``lead`` zero words; None if its offsets overflow
-    24 bits."""
+def cseg_encode(array: Any, block: tuple[int, int, int], head: Any, /) -> bytes | None:
+    """``head`` (whole words), then one (x, y, z) channel's words; None if its offsets
+    overflow 24 bits."""
 
 def block_mean(array: Any, block: tuple[int, int, int], out: Any, /) -> None:
     """``out`` = the means of ``array``'s blocks (4-d, integers of at most 32 bits, whole

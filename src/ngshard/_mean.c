@@ -14,8 +14,6 @@
 
 #include "_kernels.h"
 
-#define DIMS 4
-
 /* acc[o] += sum of row[(o * b + i) * s] over i < b, for o < n */
 #define SUM_ROW(T)                                                                        \
     do {                                                                                  \
@@ -48,31 +46,6 @@
         }                                                                                 \
     } while (0)
 
-/* M(the element type of `kind`) */
-#define BY_KIND(M)                                                                        \
-    do {                                                                                  \
-        switch (kind) {                                                                   \
-        case 1: M(uint8_t); break;                                                        \
-        case 2: M(uint16_t); break;                                                       \
-        case 4: M(uint32_t); break;                                                       \
-        case -1: M(int8_t); break;                                                        \
-        case -2: M(int16_t); break;                                                       \
-        default: M(int32_t); break;                                                       \
-        }                                                                                 \
-    } while (0)
-
-static int kind_of(const char *format, Py_ssize_t itemsize) {
-    /* 1..4: unsigned of 1, 2, 4 bytes; -1..-4 signed; 0: not handled */
-    char c = format ? format[0] : 'B';
-    if (c == '<' || c == '=' || c == '@')
-        c = format[1];
-    int u = c == 'B' || c == 'H' || c == 'I' || c == 'L' || c == 'Q';
-    int s = c == 'b' || c == 'h' || c == 'i' || c == 'l' || c == 'q';
-    if ((!u && !s) || (itemsize != 1 && itemsize != 2 && itemsize != 4))
-        return 0;
-    return u ? (int)itemsize : -(int)itemsize;
-}
-
 PyObject *block_mean(PyObject *self, PyObject *args) {
     PyObject *in_obj, *out_obj;
     Py_ssize_t block[3];
@@ -80,29 +53,15 @@ PyObject *block_mean(PyObject *self, PyObject *args) {
                           &out_obj))
         return NULL;
     Py_buffer in, out;
-    if (PyObject_GetBuffer(in_obj, &in, PyBUF_RECORDS_RO) < 0)
+    int kind = block_buffers(in_obj, out_obj, block, &in, &out, "block_mean", 4, PY_SSIZE_T_MAX);
+    if (kind == 0)
         return NULL;
-    if (PyObject_GetBuffer(out_obj, &out, PyBUF_RECORDS) < 0) {
-        PyBuffer_Release(&in);
-        return NULL;
-    }
-    int kind = kind_of(in.format, in.itemsize);
-    int ok = in.ndim == DIMS && out.ndim == DIMS && kind != 0 &&
-             kind == kind_of(out.format, out.itemsize);
-    for (int i = 0; ok && i < DIMS; i++) {
-        Py_ssize_t b = i < 3 ? block[i] : 1;
-        ok = b >= 1 && out.shape[i] * b == in.shape[i];
-    }
     Py_ssize_t n0 = out.shape[0];
-    int64_t *acc = ok ? malloc(sizeof(int64_t) * (n0 ? n0 : 1)) : NULL;
-    if (!ok || acc == NULL) {
+    int64_t *acc = malloc(sizeof(int64_t) * (n0 ? n0 : 1));
+    if (acc == NULL) {
         PyBuffer_Release(&in);
         PyBuffer_Release(&out);
-        if (ok)
-            return PyErr_NoMemory();
-        PyErr_SetString(PyExc_ValueError, "block_mean: 4-d integer arrays of at most 32 bits, "
-                                          "the output's shape the input's over the block");
-        return NULL;
+        return PyErr_NoMemory();
     }
     const Py_ssize_t b0 = block[0], b1 = block[1], b2 = block[2], s0 = in.strides[0],
                      d0 = out.strides[0];
@@ -118,11 +77,11 @@ PyObject *block_mean(PyObject *self, PyObject *args) {
                         const char *row = (const char *)in.buf + c * in.strides[3] +
                                           (z * b2 + k) * in.strides[2] +
                                           (y * b1 + j) * in.strides[1];
-                        BY_KIND(SUM_ROW);
+                        BY_INT_KIND(kind, SUM_ROW);
                     }
                 char *dst = (char *)out.buf + c * out.strides[3] + z * out.strides[2] +
                             y * out.strides[1];
-                BY_KIND(STORE_ROW);
+                BY_INT_KIND(kind, STORE_ROW);
             }
     Py_END_ALLOW_THREADS
     free(acc);

@@ -94,6 +94,13 @@ ITEMS_BATCH = 1 << 14
 #: with no copy between encoding and the file; past it, the next block (so memory beyond the
 #: staging budget stays bounded).
 STAGE_BLOCK_BYTES = 256 * MiB
+#: Chunks whose sizes are known only once encoded (compressed_segmentation, images, zarr
+#: codecs) are encoded a batch at a time in commit order and copied into staging blocks of
+#: up to this much address space (at most the raw size of the chunks being written; only
+#: what is written becomes memory, handed to the staging when the block is full, so memory
+#: beyond the staging budget stays bounded by it): a shard within one block is written as
+#: it lies. Large enough for a 512^3 uint64 segmentation shard (about 260 MiB).
+ENCODED_BLOCK_BYTES = 512 * MiB
 #: Bytes of values copied at a time when a spilled shard's data is put in order.
 SPILL_COPY_BYTES = 8 * MiB
 #: Bytes moved per step of a vectorized gather of many small values (a cache-sized window).
@@ -197,6 +204,9 @@ SEND_TIMEOUT, MIN_SEND_RATE = 60.0, 64 * KiB
 #: gets it after the 5 ms switch interval), 0.35x the requests/s of one at 256 connections
 #: (tools/bench_serve.py --servers loops1,loops2).
 SERVE_LOOPS = 1
+#: Processes serving a local folder by default (``ngshard serve``): one per core, at most
+#: this many (each is an interpreter of about 50 MiB).
+SERVE_PROCESSES = 8
 #: Threads for the server's blocking work: remote stores, decoding twins, listings.
 SERVE_THREADS = 8
 #: Local files the server keeps open between requests.

@@ -24,18 +24,23 @@ _leaves: ThreadPoolExecutor
 _jobs: ThreadPoolExecutor
 
 
-_where = threading.local()  # .leaf: this thread is one of the leaf pool's
+_where = threading.local()  # .leaf, .job: this thread is one of the leaf (job) pool's
 
 
 def _leaf_thread() -> None:
     _where.leaf = True
 
 
+def _job_thread() -> None:
+    _where.job = True
+
+
 def _new_pools() -> None:
     global _leaves, _jobs
     _leaves = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="ngshard",
                                  initializer=_leaf_thread)
-    _jobs = ThreadPoolExecutor(max_workers=2 * WORKERS, thread_name_prefix="ngshard-job")
+    _jobs = ThreadPoolExecutor(max_workers=2 * WORKERS, thread_name_prefix="ngshard-job",
+                               initializer=_job_thread)
 
 
 _new_pools()
@@ -91,3 +96,21 @@ def bounded_map(fn: Callable[[T], R], items: Iterable[T], in_flight: int = 2 * W
             yield pending.popleft().result()
     while pending:
         yield pending.popleft().result()
+
+
+def ahead(fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
+    """Results of ``fn`` over ``items`` in order, each computed on a job thread while the
+    caller works on the one before (the next started only once the one before is done: one
+    at a time, as ``fn`` may not be safe to run twice at once); the first on this thread.
+    On a pool's own thread all run on it (jobs never wait on jobs)."""
+    if getattr(_where, "job", False) or getattr(_where, "leaf", False):
+        yield from map(fn, items)
+        return
+    it = iter(items)
+    for first in it:
+        pending = fn(first)
+        for item in it:
+            future = _jobs.submit(fn, item)
+            yield pending
+            pending = future.result()
+        yield pending

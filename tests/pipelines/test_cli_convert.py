@@ -18,7 +18,7 @@ def one_error_line(capsys, *args: str, says: str) -> None:
 
 def test_wrong_path(tmp_path, capsys):
     one_error_line(capsys, str(tmp_path / "nothing"), str(tmp_path / "out"),
-                   says="not a zarr array or group")
+                   says="nothing: no such directory")
     assert not (tmp_path / "out").exists()
 
 

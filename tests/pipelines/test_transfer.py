@@ -143,6 +143,52 @@ def test_gzip_chunk_files_go_into_gzip_shards_as_stored(tmp_path, pool):
                                   ngshard.open_volume(src)[...])
 
 
+def _reshard_spec(minishard_bits: int) -> str:
+    return json.dumps({"@type": "neuroglancer_uint64_sharded_v1", "hash": "identity",
+                       "preshift_bits": 0, "minishard_bits": minishard_bits, "shard_bits": 1,
+                       "minishard_index_encoding": "gzip", "data_encoding": "gzip"})
+
+
+@pytest.fixture
+def gzip_shards(tmp_path, pool):
+    """A gzip-sharded layer whose chunks are cloud-volume's gzip streams (zlib's, not the
+    ones ngshard would write), and those streams."""
+    import shutil
+
+    src = tmp_path / "files"
+    shutil.copytree(FIXTURES / "raw_gzip", src)
+    ngshard.transfer(src, tmp_path / "sharded", sharding=_reshard_spec(0), executor=pool,
+                     progress=False)
+    return tmp_path / "sharded", [p.read_bytes() for p in (src / "8_8_40").glob("*.gz")]
+
+
+def test_gzip_shards_go_into_gzip_shards_as_stored(tmp_path, pool, gzip_shards):
+    """Re-sharding gzip shards: every chunk's stream is carried as stored, not inflated
+    and compressed again; tensorstore reads the result equal to the source."""
+    src, streams = gzip_shards
+    ngshard.transfer(src, tmp_path / "out", sharding=_reshard_spec(2), executor=pool,
+                     progress=False)
+    assert ngshard.open_volume(tmp_path / "out").scale.sharding.minishard_bits == 2
+    shards = b"".join(p.read_bytes() for p in (tmp_path / "out" / "8_8_40").iterdir())
+    assert streams and all(s in shards for s in streams)
+    np.testing.assert_array_equal(_ts(tmp_path / "out").read().result(timeout=PEER_TIMEOUT),
+                                  _ts(src).read().result(timeout=PEER_TIMEOUT))
+
+
+def test_a_damaged_gzip_chunk_in_a_shard_stops_the_carrying(tmp_path, pool, gzip_shards):
+    """A carried stream is checked (it inflates whole, to its CRC): a flipped byte in one
+    is a CorruptDataError naming its shard, not a damaged chunk copied on."""
+    src, streams = gzip_shards
+    shard = next(p for p in (src / "8_8_40").iterdir() if streams[0] in p.read_bytes())
+    data = bytearray(shard.read_bytes())
+    at = data.find(streams[0]) + len(streams[0]) - 12  # in the deflate data's last bytes
+    data[at] ^= 0x01
+    shard.write_bytes(bytes(data))
+    with pytest.raises(ngshard.CorruptDataError, match=shard.name):
+        ngshard.transfer(src, tmp_path / "out", sharding=_reshard_spec(2), executor=pool,
+                         progress=False)
+
+
 def test_a_damaged_gzip_chunk_file_stops_the_carrying(tmp_path, pool):
     import shutil
 

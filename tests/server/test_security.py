@@ -142,6 +142,8 @@ def test_header_and_url_sizes_are_bounded(server):
     (b"GET /data HTTP/1.1\r\nA: 1\r\n folded\r\n\r\n", 400),
     (b"GET /data HTTP/1.1\r\nA: \x01\r\n\r\n", 400),
     (b"GET /caf\xc3\xa9 HTTP/1.1\r\n\r\n", 400),  # a raw non-ASCII target
+    (b"GET /a\xa0b HTTP/1.1\r\n\r\n", 400),  # no-break space: not a separator, not ASCII
+    (b"GET /a\x85 HTTP/1.1\r\n\r\n", 400),
     (b"GET /%ff HTTP/1.1\r\n\r\n", 400),  # not UTF-8
     (b"GET /%zz HTTP/1.1\r\n\r\n", 400),
     (b"GET /data HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400),

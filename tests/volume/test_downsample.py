@@ -81,16 +81,30 @@ def test_equals_tensorstore(dtype, method, factor):
 
 
 @pytest.mark.parametrize("view", ["reversed", "transposed", "stepped"])
-def test_mean_of_any_strides_equals_tensorstore(view):
-    """Integer means run compiled over the array's own strides: views in any memory order
-    give tensorstore's values."""
+@pytest.mark.parametrize("method", ["mean", "mode"])
+def test_any_strides_equal_tensorstore(view, method):
+    """Integer means and modes run compiled over the array's own strides: views in any
+    memory order give tensorstore's values (modes: negative labels and ties too)."""
     rng = np.random.default_rng(3)
-    whole = rng.integers(-2**31, 2**31, (12, 14, 10, 2), dtype=np.int64).astype(np.int32)
+    whole = rng.integers(-2**31, 2**31, (12, 14, 10, 2), dtype=np.int64).astype(np.int32) \
+        if method == "mean" else rng.integers(-2, 2, (12, 14, 10, 2), dtype=np.int64)
     data = {"reversed": whole[::-1, :, ::-1], "transposed": whole.transpose(1, 0, 2, 3),
             "stepped": whole[1::2, ::3, 1:]}[view]
     want = ts.downsample(ts.array(np.ascontiguousarray(data))[ts.d[:].translate_to[1, 2, 3, 0]],
-                         [2, 3, 2, 1], "mean").read().result(timeout=PEER_TIMEOUT)
-    np.testing.assert_array_equal(downsample(data, (2, 3, 2), "mean", origin=(1, 2, 3)), want)
+                         [2, 3, 2, 1], method).read().result(timeout=PEER_TIMEOUT)
+    np.testing.assert_array_equal(downsample(data, (2, 3, 2), method, origin=(1, 2, 3)), want)
+
+
+def test_sparse_modes_of_large_blocks_equal_brute_force():
+    """Blocks of 64 voxels (the compiled modes' largest) and of 128 (numpy's), sparse and
+    not: a block of zeros and one label keeps the label unless it is all zeros."""
+    rng = np.random.default_rng(5)
+    data = np.where(rng.random((16, 16, 8, 1)) < 0.9, 0, rng.integers(1, 4, (16, 16, 8, 1)))
+    data[:4, :4, :4] = 0  # one block of background only
+    for factor in ((4, 4, 4), (8, 4, 4)):
+        for sparse in (False, True):
+            np.testing.assert_array_equal(downsample(data, factor, "mode", sparse=sparse),
+                                          _brute(data, factor, (0, 0, 0), "mode", sparse))
 
 
 def test_stride_equals_tensorstore_from_aligned_origin():

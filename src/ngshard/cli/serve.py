@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 
+from ..limits import SERVE_PROCESSES
 from ..server import Server, serve
 from ..server.protocol import Request
 from ..server.respond import Response
@@ -70,7 +71,8 @@ def run_until_interrupted(announce, close) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     server = serve(args.url, args.host, args.port, listing=args.listing,
                    storage_options=storage_options(args),
-                   log=_access_log if args.verbose else None)
+                   log=_access_log if args.verbose else None,
+                   processes=args.processes)
     return run_until_interrupted(lambda: print_sources(server, args.url), server.close)
 
 
@@ -109,6 +111,10 @@ def add_commands(command) -> None:
     p.add_argument("--listing", action="store_true",
                    help="answer requests for a folder with a list of its files (off: 404)")
     p.add_argument("-v", "--verbose", action="store_true", help="log each request to stderr")
+    p.add_argument("--processes", type=int, metavar="N",
+                   help="processes serving a local folder, as nginx's worker_processes "
+                        f"(default: one per core, at most {SERVE_PROCESSES}; a store that is "
+                        "not a local folder is served from one)")
     p = command("view", cmd_view, "serve a precomputed tree and a Neuroglancer viewer whose "
                 "state holds its layers; print (and open, when a browser is there) the viewer's "
                 "URL; Ctrl-C stops. Needs: pip install 'ngshard[view]'")

@@ -1,9 +1,10 @@
 """The fast path of a precomputed -> precomputed transfer: when the destination scale has the
 source's chunk grid (chunk size, and an origin a whole number of chunks away) and encoding,
 a chunk's encoded bytes are carried over as they are, never decoded; a sharded
-``data_encoding`` is undone on reading and redone on writing, except that a ``.gz`` chunk file
-of one gzip stream goes into a gzip-encoded shard as it is stored (checked: it inflates whole;
-compressing again costs 3-4 times the inflating). Only chunks cut by a bounding box are decoded,
+``data_encoding`` is undone on reading and redone on writing, except that a gzip stream (a
+``.gz`` chunk file of one, or a chunk of a gzip-encoded shard) goes into a gzip-encoded shard as
+it is stored (checked: it inflates whole, to its CRC; compressing again costs 3-4 times the
+inflating). Only chunks cut by a bounding box are decoded,
 cut and encoded again. Raw chunks are checked to have their size, so a damaged one stops
 the transfer rather than being copied.
 """
@@ -34,7 +35,7 @@ def fill_carried(task: Task) -> dict:
     shift = np.asarray(source.shift)
     src_positions = positions + shift // cs
     sharding = dst.scale.sharding
-    if sharding is not None and sharding.data_encoding == "gzip":  # .gz chunk files carried
+    if sharding is not None and sharding.data_encoding == "gzip":  # gzip streams carried
         blobs, gzipped = src.store.get_gzip(src_positions)
     else:
         blobs, gzipped = src.store.get(src_positions), [None] * len(src_positions)

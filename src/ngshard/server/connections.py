@@ -7,8 +7,13 @@ streams) over the same request handling; threads fight over the GIL at every sys
 ``sendfile``: page-cache work of microseconds). What may block - a remote store, decoding a
 compressed twin, a listing - runs on a few threads and comes back to the loop when done.
 
-An idle connection costs a descriptor and no thread, so thousands may be open. Every wait is
-bounded: a request head must arrive within :data:`HEAD_TIMEOUT` of its first byte, a
+With worker processes (``workers.py``), the loop of the parent hands each connection it
+accepts to the next process in turn over a Unix socket, and a worker's loop takes its
+connections from there instead of accepting them.
+
+An idle connection costs a descriptor and no thread, so thousands may be open (in each
+process). Every wait is bounded: a request head must arrive within :data:`HEAD_TIMEOUT` of
+its first byte, a
 connection may idle :data:`IDLE_TIMEOUT` between requests, and a response must be taken at
 :data:`MIN_SEND_RATE` after :data:`SEND_TIMEOUT` of grace, so a client trickling its reads
 holds its slot no longer than a silent one. Past :data:`MAX_CONNECTIONS`, the connection idle
@@ -30,7 +35,7 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from ..limits import (
@@ -57,9 +62,14 @@ class Connections:
 
     def __init__(self, files: Files, sock: socket.socket, *,
                  listing: bool = False, log: Log | None = None, base: str = "",
-                 only: frozenset[str] | None = None) -> None:
+                 only: frozenset[str] | None = None, workers: Sequence[socket.socket] = (),
+                 handed: bool = False) -> None:
         self.files, self.sock, self.listing, self.log = files, sock, listing, log
         self.base, self.only = base, only
+        # Connections are accepted from ``sock`` and handed in turn to this process and the
+        # ``workers`` (channels to worker processes); or, ``handed``, ``sock`` is a worker's
+        # channel, which hands it connections and whose end means stop.
+        self.workers, self.handed, self.turn = list(workers), handed, 0
         self.local = isinstance(files, LocalFiles)
         sock.setblocking(False)
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
@@ -70,6 +80,11 @@ class Connections:
     def open_count(self) -> int:
         """Connections open, over every loop."""
         return sum(len(loop.conns) for loop in self.loops)
+
+    def wait(self) -> None:
+        """Wait until the loops end (a worker's, when its channel ends)."""
+        for loop in self.loops:
+            loop.join()
 
     def close(self) -> None:
         """Stop accepting, end every open connection, and wait for the loops."""
@@ -106,6 +121,9 @@ class _Loop(Exchange):
         self._wake()
         self._thread.join()
 
+    def join(self) -> None:
+        self._thread.join()
+
     # --- the loop ------------------------------------------------------------------------
 
     def _loop(self) -> None:
@@ -115,7 +133,7 @@ class _Loop(Exchange):
                 for key, _ in self._selector.select(_SWEEP):
                     conn = key.data
                     if conn is None:
-                        self._accept()
+                        self._take() if self.front.handed else self._accept()
                     elif conn is _WAKE:
                         with contextlib.suppress(OSError):
                             self._wake_r.recv(4096)
@@ -214,19 +232,62 @@ class _Loop(Exchange):
                     self._selector.unregister(self.sock)
                     self._accepting = False
                 return
-            if self.front.open_count() >= min(MAX_CONNECTIONS, self.front.fd_room) and \
-                    not self._evict_idle():
-                self._reject(sock)
-                continue
+            if not self._hand_on(sock):
+                self._adopt(sock)
+
+    def _hand_on(self, sock: socket.socket) -> bool:
+        """Hand a new connection to the next worker process in turn (this process takes
+        its turn too: round robin, as a shared listening socket is raced for unevenly);
+        False when it is this process's turn, or the worker cannot take it."""
+        front = self.front
+        if not front.workers:
+            return False
+        front.turn = (front.turn + 1) % (len(front.workers) + 1)
+        if front.turn == 0:
+            return False
+        channel = front.workers[front.turn - 1]
+        try:
+            socket.send_fds(channel, [b"c"], [sock.fileno()])
+        except BlockingIOError:  # that worker is behind: keep this one
+            return False
+        except OSError:  # that worker is gone: hand it no more
+            front.workers.remove(channel)
+            return False
+        sock.close()
+        return True
+
+    def _take(self) -> None:
+        """A worker's: adopt the connections handed over its channel; at the channel's
+        end (the parent closed it, or died), stop."""
+        for _ in range(64):
             try:
-                sock.setblocking(False)
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                data, fds, _, _ = socket.recv_fds(self.sock, 1, 1)
+            except BlockingIOError:
+                return
             except OSError:
-                sock.close()
-                continue
-            conn = Conn(sock, time.monotonic())
-            self.conns[conn.fd] = conn
-            self._want(conn, READ)
+                data, fds = b"", []
+            for fd in fds:
+                self._adopt(socket.socket(fileno=fd))
+            if not data:
+                self._closed = True
+                return
+
+    def _adopt(self, sock: socket.socket) -> None:
+        """Serve a new connection: in a free slot, in the slot of the connection idle the
+        longest, or answered 503."""
+        if self.front.open_count() >= min(MAX_CONNECTIONS, self.front.fd_room) and \
+                not self._evict_idle():
+            self._reject(sock)
+            return
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            sock.close()
+            return
+        conn = Conn(sock, time.monotonic())
+        self.conns[conn.fd] = conn
+        self._want(conn, READ)
 
     def _evict_idle(self) -> bool:
         """Close the connection idle the longest between requests; False if none is."""

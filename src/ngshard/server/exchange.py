@@ -136,6 +136,8 @@ class Exchange:
             if conn.state != READING:
                 return
             buffer = conn.buffer
+            if not buffer:
+                return
             if buffer.startswith((b"\r", b"\n")):  # blank lines before a request (RFC 9112 2.2)
                 del buffer[:len(buffer) - len(buffer.lstrip(b"\r\n"))]
             request = None
@@ -146,7 +148,7 @@ class Exchange:
                         conn.head_started = True
                         conn.deadline = time.monotonic() + HEAD_TIMEOUT
                     return
-                head = bytes(buffer[:end])
+                head = buffer[:end]
                 del buffer[:end]
                 conn.head_started = False
                 request = parse_head(head)
@@ -335,7 +337,10 @@ def _body_size(request: Request) -> int:
     """The length of a request body, to be read and dropped (bodies mean nothing here)."""
     if "transfer-encoding" in request.headers:
         raise HttpError(400, "request bodies are not accepted", close=True)
-    value = request.headers.get("content-length", "0").strip()
+    value = request.headers.get("content-length")
+    if value is None:
+        return 0
+    value = value.strip()
     if not value.isdigit() or len(value) > 18:
         raise HttpError(400, "bad Content-Length", close=True)
     size = int(value)
@@ -353,7 +358,7 @@ def _plan(response: Response) -> tuple:
     """How a response goes out: (bytes to send first, file to ``sendfile`` or None, its
     start and end, pieces to pull or None, complete). Reads a small body (on a thread for
     remote files)."""
-    head = format_head(response.status, response.headers)
+    head = format_head(response.status, response.headers, response.fixed)
     file, length = response.file, response.length
     if response.stream is not None and response.send_body:
         return head, None, 0, 0, response.stream, True

@@ -41,6 +41,7 @@ class File:
     etag: str
     fileno: int | None = None
     last_modified: str | None = None  # the HTTP date of ``mtime``, made once (respond.py)
+    fields: bytes = b""  # its response fields, formatted once (respond.py)
 
     def read(self, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` (short only if the file shrank under us)."""
@@ -64,7 +65,12 @@ class LocalFile(File):
         fd = self.fileno
         if fd is None:
             raise ValueError("read of a closed file")
-        parts, offset = [], start
+        if end <= start:
+            return b""
+        first = os.pread(fd, end - start, start)
+        if len(first) == end - start or not first:  # all of it (as almost always), or none
+            return first
+        parts, offset = [first], start + len(first)
         while offset < end:
             piece = os.pread(fd, end - offset, offset)
             if not piece:

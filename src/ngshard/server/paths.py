@@ -3,6 +3,7 @@ leave the root, or reach a hidden file, is refused before any file system call i
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Collection
 from typing import NamedTuple
@@ -60,6 +61,22 @@ def parse_target(target: str, base: str = "",
         percent-encoding or UTF-8; 404 for a hidden name (see :func:`hidden`), or a path
         outside ``base``.
     """
+    if len(target) <= _CACHED_TARGET and (only is None or isinstance(only, frozenset)):
+        return _parse_cached(target, base, only)
+    return _parse(target, base, only)
+
+
+# Viewers ask for the same few hundred names over and over: their parses are kept (short
+# targets only, so a hostile client cannot make the kept ones large).
+_CACHED_TARGET = 512
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_cached(target: str, base: str, only: frozenset[str] | None) -> Target:
+    return _parse(target, base, only)
+
+
+def _parse(target: str, base: str, only: Collection[str] | None) -> Target:
     match = _ABSOLUTE_FORM.match(target)
     path = target[match.end():] or "/" if match else target
     path = path.split("#", 1)[0].split("?", 1)[0]

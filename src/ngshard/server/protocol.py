@@ -19,10 +19,14 @@ REASONS = {200: "OK", 204: "No Content", 206: "Partial Content", 304: "Not Modif
            501: "Not Implemented", 503: "Service Unavailable",
            505: "HTTP Version Not Supported"}
 
-_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-_REQUEST_LINE = re.compile(rb"([!#$%&'*+\-.^_`|~0-9A-Za-z]+) (\S+) HTTP/(\d)\.(\d)")
+# Patterns over the head decoded as latin-1 (one character per byte, as it came), ASCII
+# classes only.
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+", re.ASCII)
+_REQUEST_LINE = re.compile(r"([!#$%&'*+\-.^_`|~0-9A-Za-z]+) (\S+) HTTP/(\d)\.(\d)", re.ASCII)
 # Field values: visible ASCII, obs-text, spaces and tabs (no CR, LF, NUL or other controls).
-_VALUE = re.compile(rb"[\t\x20-\x7e\x80-\xff]*")
+_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
+# Every field line of a head at once (joined by LF): token, colon, value.
+_FIELDS = re.compile(r"(?:[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[\t\x20-\x7e\x80-\xff]*(?:\n|\Z))*")
 
 
 class HttpError(Exception):
@@ -47,7 +51,10 @@ class Request(NamedTuple):
     def keep_alive(self) -> bool:
         """Whether the connection stays open after the response (HTTP/1.1 unless "close";
         HTTP/1.0 only with "keep-alive")."""
-        tokens = {t.strip().lower() for t in self.headers.get("connection", "").split(",")}
+        value = self.headers.get("connection")
+        if value is None:
+            return self.version >= (1, 1)
+        tokens = {t.strip().lower() for t in value.split(",")}
         if self.version >= (1, 1):
             return "close" not in tokens
         return "keep-alive" in tokens
@@ -63,9 +70,8 @@ def head_end(buffer: bytes | bytearray) -> int:
         414 or 431 once the head is incomplete past its bounds.
     """
     crlf, lf = buffer.find(b"\r\n\r\n"), buffer.find(b"\n\n")
-    ends = [i + n for i, n in ((crlf, 4), (lf, 2)) if i >= 0]
-    if ends:
-        end = min(ends)
+    if crlf >= 0 or lf >= 0:
+        end = crlf + 4 if lf < 0 else lf + 2 if crlf < 0 else min(crlf + 4, lf + 2)
         if end > MAX_HEAD:
             raise HttpError(431, "request head too large", close=True)
         return end
@@ -76,7 +82,7 @@ def head_end(buffer: bytes | bytearray) -> int:
     return -1
 
 
-def parse_head(head: bytes) -> Request:
+def parse_head(head: bytes | bytearray) -> Request:
     """Parse a request head (the request line and header fields, with its blank line).
 
     Parameters
@@ -95,50 +101,66 @@ def parse_head(head: bytes) -> Request:
         control characters), 414 for a target past :data:`MAX_TARGET`, 431 for more than
         :data:`MAX_FIELDS` fields, 505 for an HTTP major version other than 1.
     """
-    lines = head.replace(b"\r\n", b"\n").split(b"\n")
+    lines = head.decode("latin-1").replace("\r\n", "\n").split("\n")
     while lines and not lines[-1]:
         lines.pop()
     if not lines:
         raise HttpError(400, "empty request", close=True)
-    first = lines[0].split(b" ")
+    first = lines[0].split(" ")
     if len(first) >= 2 and len(first[1]) > MAX_TARGET:
         raise HttpError(414, "request target too long", close=True)
     match = _REQUEST_LINE.fullmatch(lines[0])
     if match is None:
         raise HttpError(400, "malformed request line", close=True)
     method, target, major, minor = match.groups()
-    if int(major) != 1:
+    if major != "1":
         raise HttpError(505, "only HTTP/1.x is spoken here", close=True)
     if len(lines) - 1 > MAX_FIELDS:
         raise HttpError(431, f"more than {MAX_FIELDS} header fields", close=True)
+    fields = lines[1:]
+    if not _FIELDS.fullmatch("\n".join(fields)):  # one check of all, the reason per line
+        _refuse(fields)
     headers: dict[str, str] = {}
-    for line in lines[1:]:
-        name, colon, value = line.partition(b":")
+    for line in fields:
+        name, _, value = line.partition(":")
+        key, value = name.lower(), value.strip(" \t")
+        headers[key] = f"{headers[key]}, {value}" if key in headers else value
+    if not target.isascii():
+        raise HttpError(400, "request target is not ASCII", close=True)
+    return Request(method, target, (1, int(minor)), headers)
+
+
+def _refuse(fields: list[str]) -> None:
+    """Raise for the first malformed field line."""
+    for line in fields:
+        name, colon, value = line.partition(":")
         if not colon or not _TOKEN.fullmatch(name):
             raise HttpError(400, "malformed header field", close=True)
-        value = value.strip(b" \t")
-        if not _VALUE.fullmatch(value):
+        if not _VALUE.fullmatch(value.strip(" \t")):
             raise HttpError(400, "control character in a header field", close=True)
-        key = name.decode("ascii").lower()
-        text = value.decode("latin-1")
-        headers[key] = f"{headers[key]}, {text}" if key in headers else text
-    try:
-        target_text = target.decode("ascii")
-    except UnicodeDecodeError:
-        raise HttpError(400, "request target is not ASCII", close=True) from None
-    return Request(method.decode("ascii"), target_text, (int(major), int(minor)), headers)
+    raise HttpError(400, "malformed header field", close=True)
 
 
-_date = (0, "")  # (second, its IMF-fixdate): one formatdate per second, not per response
+_date = (0, b"")  # (second, its Date field): one formatdate per second, not per response
 
 
-def format_head(status: int, headers: list[tuple[str, str]]) -> bytes:
-    """The status line and header fields of a response, with its blank line; a Date field
-    is added (RFC 9110 section 6.6.1)."""
+def format_head(status: int, headers: list[tuple[str, str]], fixed: bytes = b"") -> bytes:
+    """The status line and header fields of a response, then the fields ``fixed`` (formatted
+    already by :func:`format_fields`), with its blank line; a Date field is added (RFC 9110
+    section 6.6.1)."""
     global _date
     now = int(time.time())
     if _date[0] != now:
-        _date = (now, formatdate(now, usegmt=True))
-    lines = [f"HTTP/1.1 {status} {REASONS.get(status, 'Unknown')}", f"Date: {_date[1]}"]
-    lines += [f"{name}: {value}" for name, value in headers]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        _date = (now, f"Date: {formatdate(now, usegmt=True)}\r\n".encode())
+    return b"".join((_STATUS_LINES.get(status) or
+                     f"HTTP/1.1 {status} {REASONS.get(status, 'Unknown')}\r\n".encode(),
+                     _date[1], format_fields(headers), fixed, b"\r\n"))
+
+
+def format_fields(headers: list[tuple[str, str]]) -> bytes:
+    """Header fields as sent, each line with its CRLF."""
+    return "".join([f"{name}: {value}\r\n" for name, value in headers]).encode("latin-1")
+
+
+_STATUS_LINES = {status: f"HTTP/1.1 {status} {reason}\r\n".encode()
+                 for status, reason in REASONS.items()}

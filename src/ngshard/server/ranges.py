@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+_SIMPLE = re.compile(r"bytes=(\d{1,18})-(\d{1,18})")
 _SPEC = re.compile(r"\s*(\d*)\s*-\s*(\d*)\s*")
 # Longer numbers are not parsed (Python refuses ints of 4300+ digits): they exceed any size.
 _MAX_DIGITS = 30
@@ -46,6 +47,13 @@ def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
     """
     if header is None:
         return None
+    if (simple := _SIMPLE.fullmatch(header)) is not None:  # what viewers send: bytes=a-b
+        start, last = int(simple.group(1)), int(simple.group(2))
+        if last < start:
+            raise Unsatisfiable(f"range {header!r} ends before it starts")
+        if start >= size:
+            raise Unsatisfiable(f"range starts at {start}, past the {size} bytes")
+        return start, min(last + 1, size)
     unit, eq, spec = header.partition("=")
     if not eq or unit.strip().lower() != "bytes":
         return None

@@ -16,7 +16,7 @@ from ..errors import CorruptDataError
 from .conditional import http_date, precondition, range_applies
 from .files import DIRECTORY, File, Files
 from .paths import parse_target
-from .protocol import REASONS, HttpError, Request
+from .protocol import REASONS, HttpError, Request, format_fields
 from .ranges import Unsatisfiable, byte_range
 from .twins import CODINGS, accepts, decoded, decoded_size, open_twin
 
@@ -48,6 +48,7 @@ class Response:
     stream: Iterator[bytes] | None = None
     chunked: bool = False
     expected: int | None = None  # the bytes a stream must give (its Content-Length)
+    fixed: bytes = b""  # more fields, formatted already (see protocol.format_fields)
 
     @property
     def length(self) -> int:
@@ -153,27 +154,24 @@ def _file(file: File, name: str, twin: str, request: Request) -> Response:
         coding = CODINGS.get(twin)
         decode = ranged or coding is None or not accepts(request.headers, coding)
         etag = decoded_tag if decode else f'{file.etag[:-1]}-{twin[1:]}"'
-    validators = [("ETag", etag)]
-    if file.mtime is not None:
-        if file.last_modified is None:
-            file.last_modified = http_date(file.mtime)
-        validators.append(("Last-Modified", file.last_modified))
-    headers = [*CORS, ("Accept-Ranges", "bytes"), *validators, ("Cache-Control", "no-cache"),
-               ("X-Content-Type-Options", "nosniff")]
     status = precondition(request.method, request.headers, etag, file.mtime)
     if status is not None:
         file.close()
         if status == 412:
-            return error_response(412, "precondition failed", extra=validators)
-        return Response(304, headers, send_body=False)
+            return error_response(412, "precondition failed", extra=_validators(file, etag))
+        return Response(304, _fields(file, etag), send_body=False)
     content_type = "application/json" if name.rsplit("/", 1)[-1] == "info" or \
         name.endswith(".json") else "application/octet-stream"
-    headers.append(("Content-Type", content_type))
     if twin:
-        headers.append(("Vary", "Accept-Encoding"))
+        headers = [*_fields(file, etag), ("Content-Type", content_type),
+                   ("Vary", "Accept-Encoding")]
         if decode:
-            return _decoded(file, name, twin, request, headers, validators, ranged)
+            return _decoded(file, name, twin, request, headers, _validators(file, etag),
+                            ranged)
         headers.append(("Content-Encoding", CODINGS[twin]))
+        fixed = b""
+    else:  # the fields of the file itself, formatted once per file kept open
+        headers, fixed = [], file.fields or _file_fields(file, content_type)
     size = file.size
     try:  # a twin sent encoded is sent whole (a range asked of it is decoded, above)
         rng = byte_range(request.headers.get("range"), size) if not (head or twin) and \
@@ -181,7 +179,8 @@ def _file(file: File, name: str, twin: str, request: Request) -> Response:
     except Unsatisfiable as e:
         file.close()
         return error_response(416, str(e), extra=[("Content-Range", f"bytes */{size}"),
-                                                  ("Accept-Ranges", "bytes"), *validators])
+                                                  ("Accept-Ranges", "bytes"),
+                                                  *_validators(file, etag)])
     start, end = rng if rng is not None else (0, size)
     status = 200 if rng is None else 206
     if rng is not None:
@@ -189,8 +188,28 @@ def _file(file: File, name: str, twin: str, request: Request) -> Response:
     headers.append(("Content-Length", str(end - start)))
     if head:
         file.close()
-        return Response(status, headers, send_body=False)
-    return Response(status, headers, file=file, start=start, end=end)
+        return Response(status, headers, send_body=False, fixed=fixed)
+    return Response(status, headers, file=file, start=start, end=end, fixed=fixed)
+
+
+def _validators(file: File, etag: str) -> list[tuple[str, str]]:
+    """ETag and (where known) Last-Modified of a representation of ``file``."""
+    if file.mtime is None:
+        return [("ETag", etag)]
+    if file.last_modified is None:
+        file.last_modified = http_date(file.mtime)
+    return [("ETag", etag), ("Last-Modified", file.last_modified)]
+
+
+def _fields(file: File, etag: str) -> list[tuple[str, str]]:
+    """The fields of every answer about a representation of ``file``."""
+    return [*CORS, ("Accept-Ranges", "bytes"), *_validators(file, etag),
+            ("Cache-Control", "no-cache"), ("X-Content-Type-Options", "nosniff")]
+
+
+def _file_fields(file: File, content_type: str) -> bytes:
+    file.fields = format_fields([*_fields(file, file.etag), ("Content-Type", content_type)])
+    return file.fields
 
 
 def _decoded(file: File, name: str, twin: str, request: Request,

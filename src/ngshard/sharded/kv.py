@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
+from dataclasses import replace
 from typing import Any, Literal, get_args, overload
 
 import numpy as np
@@ -67,6 +68,7 @@ class ShardedKV(MutableMapping):
         #: The reads, the index cache and the retry policy (``reader.cached_bytes``,
         #: ``reader.forget()``, ``reader.stats()``).
         self.reader = ShardReader(storage, spec, cache_bytes, max_value_bytes)
+        self._stored: ShardReader | None = None  # reads without the data_encoding undone
         #: ``unindexed(keys, values)``: lengths of the unindexed entries stored right before
         #: values, which rewrites and compactions keep.
         self.unindexed = unindexed
@@ -104,6 +106,17 @@ class ShardedKV(MutableMapping):
         if copy:
             out = {k: v if type(v) is bytes else bytes(v) for k, v in out.items()}
         return out
+
+    def get_many_stored(self, keys: Iterable[int] | np.ndarray) -> dict[int, Blob]:
+        """Committed values as stored, their ``data_encoding`` not undone (so a writer of the
+        same encoding may carry them), as {key: value}; absent keys left out, staged changes
+        not seen. A stored value is not checked here: decode it before trusting it."""
+        if self._stored is None:  # the same shards read without decoding, one index cache
+            self._stored = ShardReader(self.storage, replace(self.spec, data_encoding="raw"),
+                                       max_value_bytes=self.reader.max_value_bytes,
+                                       retry=self.reader.retry)
+            self._stored.cache = self.reader.cache
+        return self._stored.get_many(np.unique(as_key_array(keys)))
 
     def get_many_with_unindexed(self, keys: Iterable[int] | np.ndarray,
                                 span: Callable[[int, Blob], tuple[int, int]] | None = None

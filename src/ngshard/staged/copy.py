@@ -188,14 +188,16 @@ def _fancy(src: np.ndarray, dst: np.ndarray, plan: TransferPlan, rows: np.ndarra
         dst[tuple(dst_index)] = src[tuple(src_index)]
 
 
-def copy_from_chunks(read: Callable[[np.ndarray, Callable], None], positions_of: Callable,
+def copy_from_chunks(read: Callable[..., None], positions_of: Callable,
                      chunk: int, axis: int, fill: np.ndarray | None,
                      targets: Sequence[tuple[np.ndarray, TransferPlan]]) -> None:
     """Carry out each ``(dst, plan)`` of ``targets`` from the base slab, every chunk that
     any of them reads fetched and decoded once: ``read(positions, consume)`` fetches and
     decodes the chunks (``consume(i, array or None)``, on threads); the rows of chunk ``i``
     are copied there, into each destination, from ``fill`` where the chunk is absent
-    (``fill`` None: the destinations hold it already).
+    (``fill`` None: the destinations hold it already). ``read(positions, consume, into)``
+    may decode a chunk that one row reads whole straight into that row of its destination
+    (``into(i)``, see :meth:`ChunkSource.read`) rather than call ``consume``.
 
     Parameters
     ----------
@@ -237,6 +239,16 @@ def copy_from_chunks(read: Callable[[np.ndarray, Callable], None], positions_of:
                for a, b in zip(first[:-1], first[1:])]
     src_index = _slices(local.src_start, local.count, local.src_step)
     dst_index = _slices(local.dst_start, local.count, local.dst_step)
+    dst_stop = (local.dst_start + (local.count - 1) * local.dst_step + 1).tolist()
+    dst_start, dst_step = local.dst_start.tolist(), local.dst_step.tolist()
+
+    def into(i: int) -> np.ndarray | None:
+        """Where chunk ``i`` goes whole, if it is read by one row (of one destination):
+        the source may decode it straight there (if the row is all of the chunk)."""
+        if len(runs_of[i]) != 1 or runs_of[i][0][1] - runs_of[i][0][0] != 1:
+            return None
+        a, _, d = runs_of[i][0]
+        return dsts[d][tuple(map(slice, dst_start[a], dst_stop[a], dst_step[a]))]
 
     def consume(i: int, array: np.ndarray | None) -> None:
         src = fill if array is None else array
@@ -257,4 +269,4 @@ def copy_from_chunks(read: Callable[[np.ndarray, Callable], None], positions_of:
                 else:  # a single point
                     dst[dst_index[row]] = src[src_index[row]]
 
-    read(positions_of(ids[heads]), consume)
+    read(positions_of(ids[heads]), consume, into)

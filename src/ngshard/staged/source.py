@@ -51,11 +51,14 @@ class ChunkSource:
         nbytes = math.prod(self.geometry.chunks) * np.dtype(self.dtype).itemsize
         return max(1, min(CHUNK_BATCH, CHUNK_BATCH_BYTES // max(1, nbytes)))
 
-    def read(self, positions: np.ndarray,
-             consume: Callable[[int, np.ndarray | None], None]) -> None:
+    def read(self, positions: np.ndarray, consume: Callable[[int, np.ndarray | None], None],
+             into: Callable[[int], np.ndarray | None] | None = None) -> None:
         """Fetch and decode the chunks at ``positions`` (in batches, decoding on threads) and
         call ``consume(i, chunk)`` for each, None for an absent one. ``consume`` may run on
-        any thread; the chunk is only valid during the call."""
+        any thread; the chunk is only valid during the call. ``into(i)``: where the caller
+        wants chunk ``i`` whole (an array of any strides) or None; a source may decode a
+        present chunk of that shape straight into it, and then does not call ``consume``
+        for it (on bad bytes the array may hold part of the chunk)."""
         raise NotImplementedError
 
     def write(self, positions: np.ndarray, chunks: Sequence[np.ndarray], *,
@@ -108,7 +111,7 @@ class MemoryChunks(ChunkSource):
         self.reads = 0  # chunks read, for tests
         self.writes = 0  # chunks written, for tests
 
-    def read(self, positions, consume) -> None:
+    def read(self, positions, consume, into=None) -> None:
         for i, key in enumerate(map(tuple, positions.tolist())):
             self.reads += 1
             consume(i, self._staged[key] if key in self._staged else self.stored.get(key))
@@ -174,6 +177,6 @@ class WindowSource(ChunkSource):
     def batch(self) -> int:
         return self.source.batch
 
-    def read(self, positions: np.ndarray,
-             consume: Callable[[int, np.ndarray | None], None]) -> None:
-        self.source.read(np.asarray(positions, np.int64) + self.origin, consume)
+    def read(self, positions: np.ndarray, consume: Callable[[int, np.ndarray | None], None],
+             into: Callable[[int], np.ndarray | None] | None = None) -> None:
+        self.source.read(np.asarray(positions, np.int64) + self.origin, consume, into)

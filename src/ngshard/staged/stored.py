@@ -21,9 +21,9 @@ import numpy as np
 from ..chunkstore import Blob, ChunkStore
 from ..commitplan import CommitPlan
 from ..errors import NotFoundError
-from ..limits import STAGE_BLOCK_BYTES
+from ..limits import ENCODED_BLOCK_BYTES, STAGE_BLOCK_BYTES
 from ..progress import progress_bar
-from ..threads import pmap
+from ..threads import ahead, pmap
 from ..types import MemoryOrder, Place
 from .geometry import Geometry
 from .source import ChunkSource
@@ -46,13 +46,18 @@ class ChunkCodec:
     order: MemoryOrder = "C"
     fill_value: Any = 0
     inner: tuple[int, ...] = ()
+    #: :meth:`decode` takes ``out`` and decodes straight into it (no copy afterwards).
+    decodes_into: bool = False
 
-    def decode(self, blob: Blob, extent: Sequence[int], where: Place) -> np.ndarray:
+    def decode(self, blob: Blob, extent: Sequence[int], where: Place,
+               out: np.ndarray | None = None) -> np.ndarray:
         """The values of the chunk of shape ``extent`` (clipped at the array's edge) that
         ``blob`` holds (a whole chunk where the format stores edge chunks whole); they may
         lie in a buffer that this thread's next decode overwrites, for callers that copy
         them out at once. CorruptDataError naming ``where`` (a str, or a :class:`Where`
-        whose str() is made only then) if it does not decode."""
+        whose str() is made only then) if it does not decode. ``out`` (only where
+        :attr:`decodes_into`): an array of shape ``extent``, any strides, decoded into and
+        returned."""
         raise NotImplementedError
 
     def encode(self, chunk: np.ndarray, copy: bool = True) -> Blob | None:
@@ -120,12 +125,16 @@ class StoredChunks(ChunkSource):
 
     # --- chunks ----------------------------------------------------------------------------
 
-    def read(self, positions: np.ndarray,
-             consume: Callable[[int, np.ndarray | None], None]) -> None:
+    def read(self, positions: np.ndarray, consume: Callable[[int, np.ndarray | None], None],
+             into: Callable[[int], np.ndarray | None] | None = None) -> None:
         codec, store, n, batch = self.codec, self.store, self.ndim, self.batch
-        for first in self._bar(len(positions), "reading chunks"):
+        if not codec.decodes_into:
+            into = None
+        starts = self._bar(len(positions), "reading chunks")
+        # the next batch is fetched while this one is decoded (the cores are busy with both)
+        fetched = ahead(lambda first: store.get(positions[first:first + batch, :n]), starts)
+        for first, blobs in zip(range(0, len(positions), batch), fetched):
             part = positions[first:first + batch]
-            blobs = store.get(part[:, :n])
             absent = [i for i, blob in enumerate(blobs) if blob is None]
             if absent and getattr(self._reads, "strict", False):
                 self._missing(part, absent)
@@ -139,6 +148,11 @@ class StoredChunks(ChunkSource):
             def one(j: int, first=first, part=part, blobs=blobs, present=present,
                     extents=extents) -> None:
                 i = present[j]
+                out = into(first + i) if into is not None else None
+                if out is not None and out.shape == tuple(extents[j]) and \
+                        out.dtype == self.dtype:  # straight into it
+                    codec.decode(blobs[i], extents[j], Where(store, part[i, :n]), out)
+                    return
                 consume(first + i, codec.decode(blobs[i], extents[j],
                                                 Where(store, part[i, :n])))
 
@@ -164,21 +178,14 @@ class StoredChunks(ChunkSource):
 
     def write(self, positions: np.ndarray, chunks: Sequence[np.ndarray], *,
               stable: bool = False) -> None:
-        sizes = self.codec.encoded_sizes(self.geometry.extents(positions))
+        extents = self.geometry.extents(positions)
+        sizes = self.codec.encoded_sizes(extents)
         positions = positions[:, :self.ndim]
         if sizes is not None:
             self._write_blocks(positions, chunks, sizes)
             return
-        encode, batch = self.codec.encode, self.batch
-        done, blobs = 0, []
-        for first in self._bar(len(positions), "writing chunks"):
-            blobs += pmap(lambda c: encode(c, not stable), chunks[first:first + batch],
-                          min_items=2)
-            # stable chunks may be views of memory that stays: staged all at once, the store
-            # lays them out in the order its commit writes them (one run per shard)
-            if not stable or first + batch >= len(positions):
-                self._stage(positions[done:first + batch], blobs)
-                done, blobs = first + batch, []
+        self._write_encoded(positions, chunks, np.prod(extents, axis=1) * self.dtype.itemsize,
+                            stable)
 
     def _write_blocks(self, positions: np.ndarray, chunks: Sequence[np.ndarray],
                       sizes: np.ndarray) -> None:
@@ -210,14 +217,51 @@ class StoredChunks(ChunkSource):
         if end:
             self.store.put_block(positions[order[start:end]], sizes[start:end], block)
 
-    def _stage(self, positions: np.ndarray, blobs: list[Blob | None]) -> None:
-        gone = np.fromiter((b is None for b in blobs), bool, len(blobs))
-        if gone.any():
-            self.store.delete(positions[gone])
-            positions = positions[~gone]
-        kept = [b for b in blobs if b is not None]
-        if kept:
-            self.store.put(positions, kept)
+    def _write_encoded(self, positions: np.ndarray, chunks: Sequence[np.ndarray],
+                       raw: np.ndarray, stable: bool) -> None:
+        """Encode chunks of sizes known only once encoded, a batch at a time on threads in
+        the order the store's commit writes them, and copy each batch (on threads) behind
+        the last in a block that the store keeps: a shard's chunks are then one run of one
+        block, written as it lies (no copy at commit). A block has the address space of
+        the raw chunks left to write, up to ``ENCODED_BLOCK_BYTES`` (only what is written
+        becomes memory); a batch that does not fit starts the next. ``raw``: each chunk's
+        bytes unencoded."""
+        order = self.store.write_order(positions)
+        left = np.cumsum(raw[order][::-1])[::-1].tolist()  # raw bytes from each on
+        encode, batch, n = self.codec.encode, self.batch, len(positions)
+        block, used, staged = np.zeros(0, np.uint8), 0, []  # staged: (positions, sizes)
+
+        def flush() -> None:
+            if staged:
+                where, sizes = (np.concatenate(p) for p in zip(*staged))
+                self.store.put_block(where, sizes, block[:used])
+                staged.clear()
+
+        for first in self._bar(n, "writing chunks"):
+            picks = order[first:first + batch]
+            blobs = pmap(lambda j: encode(chunks[j], not stable), picks.tolist(), min_items=2)
+            gone = np.fromiter((b is None for b in blobs), bool, len(blobs))
+            if gone.any():  # not stored (a zarr chunk of only the fill value)
+                self.store.delete(positions[picks[gone]])
+            kept = [b for b in blobs if b is not None]
+            if not kept:
+                continue
+            sizes = np.fromiter(map(len, kept), np.int64, len(kept))
+            total = int(sizes.sum())
+            if used + total > len(block):
+                flush()
+                block = np.empty(max(total, min(ENCODED_BLOCK_BYTES, left[first])), np.uint8)
+                used = 0
+            ends = (used + np.cumsum(sizes)).tolist()
+
+            def put(j: int, ends=ends, kept=kept, sizes=sizes, block=block) -> None:
+                # numpy copies without the GIL, so the batch's copies run side by side
+                block[ends[j] - int(sizes[j]):ends[j]] = np.frombuffer(kept[j], np.uint8)
+
+            pmap(put, range(len(kept)), min_items=2)
+            used = ends[-1]
+            staged.append((positions[picks[~gone]], sizes))
+        flush()
 
     def delete(self, positions: np.ndarray) -> None:
         self.store.delete(positions[:, :self.ndim])

@@ -9,7 +9,9 @@ frequent value, the smallest on ties), ``min``, ``max``, ``stride`` (a block's f
 holds nothing else, so one-voxel neurites survive.
 
 Integer means of up to 32 bits run compiled (``_mean.c``: one pass, 4-5x numpy's strided
-views; they were a fifth of an image pyramid task), the rest in numpy. tinybrain (igneous'
+views; they were a fifth of an image pyramid task), and so do integer modes of blocks up to
+64 voxels (``_mode.c``: they were half of a segmentation pyramid task); the rest in numpy
+(whose modes are the compiled ones' oracle in the tests). tinybrain (igneous'
 kernels) is not used: its integer means truncate where tensorstore rounds half to even (a
 third of the voxels differ by one) and its mode breaks ties otherwise; its sparse mode is the
 oracle of this one in the tests.
@@ -22,10 +24,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .._kernels import block_mean
+from .._kernels import block_mean, block_mode
 from ..errors import SpecError
 
 METHODS = ("mean", "mode", "min", "max", "stride")
+#: The largest block (voxels) whose integer modes run compiled (``_mode.c``).
+MODE_BLOCK = 64
 
 
 def check_method(method: str, sparse: bool = False) -> str:
@@ -74,6 +78,9 @@ def downsample(data: np.ndarray, factor: Sequence[int], method: str = "mean", *,
                 at, out = at + length, out + length // block
         parts.append(pieces)
     shape = tuple(p[-1][2].stop for p in parts) + data.shape[3:]
+    if all(len(p) == 1 for p in parts):  # whole blocks only: the reduction is the result
+        (sx, bx, _), (sy, by, _), (sz, bz, _) = (p[0] for p in parts)
+        return np.asfortranarray(_reduce(data[sx, sy, sz], (bx, by, bz), method, sparse))
     result = np.empty(shape, data.dtype, order="F")
     for (sx, bx, ox), (sy, by, oy), (sz, bz, oz) in itertools.product(*parts):
         result[ox, oy, oz] = _reduce(data[sx, sy, sz], (bx, by, bz), method, sparse)
@@ -95,17 +102,20 @@ def _reduce(data: np.ndarray, block: tuple[int, int, int], method: str, sparse: 
         return np.maximum.reduce(views)
     if method == "mean":
         if data.dtype.kind in "iu" and data.dtype.itemsize <= 4:
-            return _block_mean(data, block)
+            return _compiled(block_mean, data, block)
         return _mean(views, data.dtype)
+    if data.dtype.kind in "iu" and len(views) <= MODE_BLOCK:
+        return _compiled(block_mode, data, block, sparse)
     return _mode(views, sparse)
 
 
-def _block_mean(data: np.ndarray, block: tuple[int, int, int]) -> np.ndarray:
-    """Integer block means, rounded half to even, in one compiled pass (``_mean.c``)."""
+def _compiled(kernel, data: np.ndarray, block: tuple[int, int, int], *flags) -> np.ndarray:
+    """A block reduction by one compiled pass: integer means rounded half to even
+    (``_mean.c``), or modes (``_mode.c``)."""
     whole = data.reshape(data.shape[:3] + (-1,)) if data.ndim != 4 else data
     out = np.empty(tuple(n // b for n, b in zip(whole.shape, block)) + whole.shape[3:],
                    data.dtype, order="F")
-    block_mean(whole, block, out)
+    kernel(whole, block, out, *flags)
     return out.reshape(out.shape[:3] + data.shape[3:])
 
 

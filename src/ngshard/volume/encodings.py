@@ -81,28 +81,39 @@ def check_encoding(encoding: str, dtype, num_channels: int | None = None) -> np.
 
 def decode_chunk(data: Blob, encoding: str, shape: tuple[int, int, int, int],
                  dtype, *, block_size: Sequence[int] | None = None, where: Place = "",
-                 reuse: bool = False) -> np.ndarray:
+                 reuse: bool = False, out: np.ndarray | None = None) -> np.ndarray:
     """Decode one chunk to an array of ``shape`` (x, y, z, channels: the clipped chunk shape).
 
     ``block_size`` is the scale's ``compressed_segmentation_block_size``. The result may be a
     read-only view of ``data`` (raw) and need not be contiguous. With ``reuse`` it may also
     live in a buffer that this thread's next decode overwrites: for callers that copy it out
-    at once.
+    at once. ``out``: a writable array of ``shape`` and ``dtype`` (any strides, a slice of a
+    larger array say) that receives the chunk and is returned (compressed_segmentation
+    decodes straight into it; the other encodings decode, then copy); on bad bytes it may
+    hold part of the chunk. ValueError if ``out`` has another shape or dtype.
     """
     try:
         shape = _shape(shape)
         dt = check_encoding(encoding, dtype, shape[3])
-        if encoding == "raw":
-            return _decode_raw(data, shape, dt)
         if encoding == "compressed_segmentation":
-            return cseg.decode(data, shape, dt, _block_size(block_size), reuse=reuse)
-        if encoding in label_codecs.ENCODINGS:
-            return label_codecs.decode_labels(data, encoding, shape, dt)
-        if encoding == "jxl":
-            return jxl.decode_jxl(data, shape, images.decode_jpeg)
-        return decode_image(data, encoding, shape, dt)
+            return cseg.decode(data, shape, dt, _block_size(block_size), reuse=reuse, out=out)
+        if encoding == "raw":
+            array = _decode_raw(data, shape, dt)
+        elif encoding in label_codecs.ENCODINGS:
+            array = label_codecs.decode_labels(data, encoding, shape, dt)
+        elif encoding == "jxl":
+            array = jxl.decode_jxl(data, shape, images.decode_jpeg)
+        else:
+            array = decode_image(data, encoding, shape, dt)
     except (SpecError, Corrupt, CorruptDataError) as e:
         raise CorruptDataError(f"{where}: {e}" if where else str(e)) from None
+    if out is None:
+        return array
+    if out.shape != array.shape or out.dtype != array.dtype:
+        raise ValueError(f"cannot decode a {array.shape} {array.dtype.name} chunk into a "
+                         f"{out.shape} {out.dtype.name} array")
+    out[...] = array
+    return out
 
 
 def encode_chunk(array: np.ndarray, encoding: str, *, block_size: Sequence[int] | None = None,

@@ -67,10 +67,13 @@ class ScaleCodec(ChunkCodec):
     def __init__(self, scale: Scale, dtype: np.dtype, channels: int) -> None:
         self.encoding, self.dtype, self.inner = scale.encoding, dtype, (channels,)
         self.block = scale.compressed_segmentation_block_size
+        # the kernel writes any strides: a read's chunks go straight into its result
+        self.decodes_into = self.encoding == "compressed_segmentation"
 
-    def decode(self, blob: Blob, extent, where: Place) -> np.ndarray:
+    def decode(self, blob: Blob, extent, where: Place, out: np.ndarray | None = None
+               ) -> np.ndarray:
         return decode_chunk(blob, self.encoding, extent, self.dtype, block_size=self.block,
-                            where=where, reuse=True)
+                            where=where, reuse=True, out=out)
 
     def encode(self, chunk: np.ndarray, copy: bool = True) -> Blob:
         if self.encoding not in ("raw", "compressed_segmentation") and not (

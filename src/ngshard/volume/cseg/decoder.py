@@ -17,11 +17,15 @@ _VALID_BITS[[0, 1, 2, 4, 8, 16, 32]] = True
 
 
 def decode(data: Blob, shape: tuple[int, ...], dt: np.dtype,
-           bs: tuple[int, int, int], *, reuse: bool = False) -> np.ndarray:
+           bs: tuple[int, int, int], *, reuse: bool = False,
+           out: np.ndarray | None = None) -> np.ndarray:
     """An (x, y, z, channels) array of ``dt`` from a chunk; CorruptDataError on bad bytes.
 
     ``reuse``: the result may live in a buffer this thread reuses on its next decode, for
-    callers that copy it out at once (saves the page faults of a fresh array).
+    callers that copy it out at once (saves the page faults of a fresh array). ``out``: a
+    writable array of ``shape`` and ``dt``, of any strides (a slice of the caller's result,
+    say), decoded into and returned: no copy afterwards. On bad bytes it may hold part of
+    the chunk.
     """
     if len(data) % 4:
         raise CorruptDataError(f"compressed_segmentation chunk of {len(data)} bytes, not whole "
@@ -35,21 +39,27 @@ def decode(data: Blob, shape: tuple[int, ...], dt: np.dtype,
     if (offsets > words.size).any():
         raise CorruptDataError(f"compressed_segmentation channel offsets {offsets.tolist()} "
                                f"past the end ({words.size} words)")
+    if out is not None and (out.shape != tuple(shape) or out.dtype != dt):
+        raise ValueError(f"cannot decode a {tuple(shape)} {dt.name} chunk into a "
+                         f"{out.shape} {out.dtype.name} array")
     if min(shape) == 0:
-        return np.zeros(shape, dt, order="F")
-    if c == 1:
-        return _decode_channel(words, int(offsets[0]), xyz, bs, dt, 0, reuse)[..., None]
-    out = np.empty(shape, dt, order="F")
+        return np.zeros(shape, dt, order="F") if out is None else out
+    if out is None and c == 1:
+        channel = scratch("labels", xyz[::-1], dt).T if reuse else np.empty(xyz, dt, order="F")
+        return _decode_channel(words, int(offsets[0]), bs, 0, channel)[..., None]
+    if out is None:
+        out = np.empty(shape, dt, order="F")
     for ch, start in enumerate(offsets.tolist()):
-        out[..., ch] = _decode_channel(words, start, xyz, bs, dt, ch, True)
+        _decode_channel(words, start, bs, ch, out[..., ch])
     return out
 
 
-def _decode_channel(words: np.ndarray, start: int, xyz: tuple[int, ...],
-                    bs: tuple[int, int, int], dt: np.dtype, ch: int, reuse: bool
-                    ) -> np.ndarray:
-    """Validate one channel's block headers as tensorstore does, then decode it; the voxels
-    past the volume's edge are not decoded (their indices may point anywhere)."""
+def _decode_channel(words: np.ndarray, start: int, bs: tuple[int, int, int], ch: int,
+                    out: np.ndarray) -> np.ndarray:
+    """Validate one channel's block headers as tensorstore does, then decode it into ``out``
+    ((x, y, z), any strides); the voxels past the volume's edge are not decoded (their
+    indices may point anywhere)."""
+    xyz, dt = out.shape, out.dtype
     n = words.size - start  # the channel's words: from its offset to the end of the buffer
     grid = [-(-v // b) for v, b in zip(xyz, bs)]
     nblocks = grid[0] * grid[1] * grid[2]
@@ -72,8 +82,7 @@ def _decode_channel(words: np.ndarray, start: int, xyz: tuple[int, ...],
         raise CorruptDataError(f"compressed_segmentation channel {ch}: bad header of block {i} "
                                f"(table offset {table[i]}, {bits[i]} bits, values at {values[i]}; "
                                f"channel has {n} words)")
-    out = scratch("labels", xyz[::-1], dt).T if reuse else np.empty(xyz, dt, order="F")
-    block = cseg_decode(words, start, xyz, bs, entry, out.T)  # .T: C-contiguous, same memory
+    block = cseg_decode(words, start, bs, entry, out)
     if block >= 0:  # only voxels past the volume's edge may point anywhere
         raise CorruptDataError(f"compressed_segmentation channel {ch}: block {block} indexes "
                                f"past its table of {table_size[block]} entries")

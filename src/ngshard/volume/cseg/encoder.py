@@ -14,8 +14,8 @@ from ...errors import SpecError
 def encode(array: np.ndarray, bs: tuple[int, int, int]) -> bytes:
     """Encode an (x, y, z, channels) uint32 or uint64 array with block size ``bs``."""
     array = np.asarray(array, array.dtype.newbyteorder("="))
-    if array.shape[3] == 1:  # the common case: one channel, at word 1
-        return b"\x01\x00\x00\x00" + _encode_channel(array[..., 0], bs)
+    if array.shape[3] == 1:  # the common case: one channel, at word 1 (written by the kernel)
+        return _encode_channel(array[..., 0], bs, b"\x01\x00\x00\x00")
     channels = [_encode_channel(array[..., ch], bs) for ch in range(array.shape[3])]
     sizes = np.array([len(w) // 4 for w in channels], np.int64)
     offsets = len(channels) + np.cumsum(sizes) - sizes
@@ -24,9 +24,10 @@ def encode(array: np.ndarray, bs: tuple[int, int, int]) -> bytes:
     return b"".join([offsets.astype("<u4").tobytes(), *channels])
 
 
-def _encode_channel(vol: np.ndarray, bs: tuple[int, int, int]) -> bytes:
-    """One (x, y, z) channel -> its words: block headers, packed indices, tables."""
-    words = cseg_encode(vol, (int(bs[0]), int(bs[1]), int(bs[2])), 0)
+def _encode_channel(vol: np.ndarray, bs: tuple[int, int, int], head: bytes = b"") -> bytes:
+    """One (x, y, z) channel -> ``head``, then its words: block headers, packed indices,
+    tables."""
+    words = cseg_encode(vol, (int(bs[0]), int(bs[1]), int(bs[2])), head)
     if words is None:
         raise SpecError(f"compressed_segmentation cannot encode this {vol.dtype.name} chunk "
                         f"with block size {tuple(bs)}: its offsets overflow 24 bits")
