@@ -90,6 +90,9 @@ def occupant(storage: Storage, into: Sequence[Storage] = ()) -> tuple[Storage, s
         Folders the new layer writes into (its scales): chunk, shard or zarr files in them
         that no info describes would be mixed with the new ones.
     """
+    inside = all(f.url.startswith(storage.url.rstrip("/") + "/") for f in into)
+    if storage.supports_listing and inside and not storage.list(dirs=True):
+        return None  # nothing there (one listing, not a request per name looked for)
     raw, doc, kind = _info(storage)
     if raw is not None:
         return storage, describe(kind, doc) if kind else \

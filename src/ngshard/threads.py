@@ -49,6 +49,24 @@ _new_pools()
 os.register_at_fork(after_in_child=_new_pools)
 
 
+def park() -> bool:
+    """Stop the pools' idle threads (new ones start when work comes) if they are the only
+    threads but the caller's, so that the process may fork (see
+    :func:`ngshard.pipelines.executors.forkable`); returns whether it did. Work running on
+    them is finished first."""
+    global _leaves, _jobs
+    others = [t for t in threading.enumerate() if t is not threading.current_thread()]
+    if not others or not all(t.name.startswith(_PREFIXES) for t in others):
+        return False
+    _jobs.shutdown()  # first: a job may give work to the leaves
+    _leaves.shutdown()
+    _new_pools()
+    return True
+
+
+_PREFIXES = ("ngshard_", "ngshard-job_")  # ThreadPoolExecutor's names: prefix_N
+
+
 def pool() -> ThreadPoolExecutor:
     """The leaf executor (never shut down: it lives as long as the process)."""
     return _leaves

@@ -44,7 +44,8 @@ def test_kill_9_of_convert_kills_its_workers(tmp_path):
     ngshard = os.path.join(os.path.dirname(sys.executable), "ngshard")
     parent = subprocess.Popen([ngshard, "convert", str(src), str(tmp_path / "out"),
                                "--workers", "2", "--chunk-size", "16,16,16", "--sharding",
-                               "none", "-q"], stdout=subprocess.DEVNULL)
+                               "none", "--task-bytes", str(16 * 64 * 64), "-q"],
+                              stdout=subprocess.DEVNULL)  # tasks for a pool: not one
     try:
         end = time.monotonic() + PEER_TIMEOUT
         while len(workers := children(parent.pid)) < 2 and time.monotonic() < end:

@@ -280,3 +280,20 @@ def test_serve_gives_the_object_as_it_is_now_after_another_writer_grew_it(s3_ser
         grown = b'{"grown": "' + b"x" * 8000 + b'"}'
         open_storage(url, storage_options=s3_server.options).write("info", [grown])
         assert requests.get(f"{server.url}/info", timeout=PEER_TIMEOUT).content == grown
+
+
+def test_a_fresh_destination_is_claimed_in_one_request(s3_server):
+    # every round trip before a conversion's first task is latency on a distant bucket
+    from ngshard.destination import claim
+
+    with FaultProxy(s3_server.endpoint) as proxy:
+        options = s3_server.through(proxy.endpoint)
+        fresh = open_storage(s3_server.url(), storage_options=options)
+        claim(fresh, overwrite=False, into=[fresh.child("1_1_1")])
+        assert proxy.counts["requests"] == 1
+        vol = ngshard.create_volume(fresh.url, shape=(8, 8, 8), dtype="uint8",
+                                    storage_options=options)
+        vol[...] = 1
+        vol.commit()
+        with pytest.raises(ngshard.ExistsError, match="precomputed image"):
+            claim(open_storage(fresh.url, storage_options=options), overwrite=False)

@@ -9,28 +9,42 @@ import os
 import signal
 import sys
 import threading
-from concurrent.futures import Executor, ProcessPoolExecutor
+import time
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from multiprocessing.context import BaseContext
 
 from tqdm import tqdm
 
+from .. import threads
 from ..cpus import available_cpus
 from ..errors import MissingDependencyError
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
+def local_executor(workers: int | None, tasks: int) -> Executor:
+    """Where a job of ``tasks`` tasks runs when the caller gives no executor: a job of one
+    task on a thread of this process (in a pool it keeps one worker busy and the others
+    idle, the task fans its chunks out to threads either way, and a pool's start and the
+    worker's opening of the storage again would cost more), else :func:`local_pool`. A
+    Ctrl-C stops a one-task job once its task ends (a thread cannot be killed)."""
+    if tasks <= 1:
+        return ThreadPoolExecutor(1, thread_name_prefix="ngshard-task")
+    return local_pool(workers)
+
+
 def local_pool(workers: int | None = None) -> ProcessPoolExecutor:
     """A process pool of ``workers`` (default: the CPUs this process may use, see
-    :func:`ngshard.cpus.available_cpus`). Workers are forked while this process has one
-    thread (they start at once); otherwise they come from a forkserver, so none inherits a
-    lock another thread held (it costs a new interpreter, about 0.5 s). Workers ignore
+    :func:`ngshard.cpus.available_cpus`). Workers are forked when this process runs one
+    thread once OpenBLAS's idle threads are stopped (see :func:`forkable`; they start at
+    once); otherwise they come from a forkserver, so none inherits a lock another thread
+    held (it costs a new interpreter, about 0.5 s, once per process). Workers ignore
     SIGINT: a Ctrl-C in the terminal reaches the whole process group, and only this process
     decides what stops (:func:`stop_pool`). On Linux each worker is killed when its parent
     dies (``kill -9`` of the client leaves no worker behind)."""
     context: BaseContext
     parent: int | None
-    if "fork" in multiprocessing.get_all_start_methods() and _one_thread():
+    if forkable():
         context = multiprocessing.get_context("fork")
         parent = os.getpid()
     else:
@@ -66,13 +80,63 @@ def _start_worker(parent: int | None) -> None:
     tqdm.set_lock(threading.RLock())
 
 
-def _one_thread() -> bool:
-    """Whether this process runs one thread: Python's and native ones (an object store's
-    runtime), which a forked child would inherit stopped, with whatever locks they held."""
+def forkable() -> bool:
+    """Whether this process may fork: it runs one thread, Python's and native ones (an
+    object store's runtime, tensorstore's pools), which a forked child would inherit
+    stopped, with whatever locks they held. Two kinds of idle threads are stopped first
+    (they start again when next needed): ngshard's own thread pools' (when no other Python
+    thread runs, see :func:`ngshard.threads.park`), and numpy's OpenBLAS's, kept from its
+    import on (as OpenBLAS's own fork handler does). A thread Python has joined may stay a
+    moment in the kernel on its way out (at load, tens of milliseconds): while every other
+    thread is running, they are waited for, up to a fraction of a second."""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return False
+    if threading.active_count() > 1 and not threads.park():
+        return False
+    if not os.path.isdir("/proc/self/task"):  # no /proc: Python's threads only
+        return True
+    if _other_threads():
+        _stop_blas_threads()
+    deadline = time.monotonic() + _LINGER
+    while states := _other_threads():
+        if not set(states) <= _EXITING or time.monotonic() > deadline:
+            return False  # a thread waiting for work (or a lock): it stays
+        time.sleep(0.001)
+    return True
+
+
+#: How long threads on their way out are waited for, and their states (running, dead)
+_LINGER = 0.25
+_EXITING = {"R", "X", "Z"}
+
+
+def _other_threads() -> list[str]:
+    """The states (/proc's R, S, D, ...) of this process's native threads but the caller."""
+    me = str(threading.get_native_id())
+    states = []
+    for tid in os.listdir("/proc/self/task"):
+        if tid != me:
+            try:
+                with open(f"/proc/self/task/{tid}/stat") as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except (OSError, IndexError):  # gone meanwhile
+                continue
+    return states
+
+
+def _stop_blas_threads() -> None:
+    """Stop the idle thread pool of every OpenBLAS this process loaded (numpy's, scipy's)."""
     try:
-        return len(os.listdir("/proc/self/task")) == 1
-    except OSError:  # no /proc: Python's threads only
-        return threading.active_count() == 1
+        with open("/proc/self/maps") as f:
+            paths = {line.split(None, 5)[5].strip() for line in f
+                     if "openblas" in line.lower() and line.count(" ") >= 5}
+    except OSError:
+        return
+    for path in paths:
+        try:
+            ctypes.CDLL(path).blas_thread_shutdown_()
+        except (OSError, AttributeError):  # not a library, or an OpenBLAS without it
+            continue
 
 
 def die_with_parent(parent: int | None = None) -> None:
@@ -94,11 +158,14 @@ def stop_pool(executor: ProcessPoolExecutor) -> None:
     half-written becomes visible (every write is a temporary renamed into place); a killed
     task's temporaries are removed when the job is run again."""
     processes = list((getattr(executor, "_processes", None) or {}).values())
+    manager = getattr(executor, "_executor_manager_thread", None)
     executor.shutdown(wait=False, cancel_futures=True)
     for process in processes:
         process.terminate()
     for process in processes:
         process.join(1)
+    if manager is not None:  # it sees the workers gone and ends: a next pool may fork
+        manager.join(1)
 
 
 def dask_client(address: str):

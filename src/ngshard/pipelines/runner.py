@@ -38,7 +38,7 @@ from ..storage import Storage, open_storage, remove_stale
 from ..volume.handle import write_volume_info
 from ..volume.info import VolumeInfo
 from . import resume as records
-from .executors import in_flight, local_pool, stop_pool
+from .executors import in_flight, local_executor, stop_pool
 from .plan import TaskList
 from .tasks import probe, run_task
 
@@ -121,7 +121,7 @@ def run_plan(plan: Plan, *, executor: Executor | None = None, workers: int | Non
         return (f"{finished} of {total} tasks of {what} to {dst} are done, "
                 f"{total - finished} left")
 
-    with running(executor, workers, what, dst, left) as pool:
+    with running(executor, workers, what, dst, left, total) as pool:
         _preflight(pool, plan)
         if not records.recorded(storage, record):  # not an unfinished run of this job
             if plan.claim is not None:
@@ -153,14 +153,15 @@ def run_plan(plan: Plan, *, executor: Executor | None = None, workers: int | Non
 
 @contextmanager
 def running(executor: Executor | None, workers: int | None, what: str, dst: str,
-            left: Callable[[], str]) -> Iterator[Executor]:
-    """``executor``, or a local pool of ``workers`` shut down at the end; a Ctrl-C stops
-    that pool at once (running tasks killed, not waited for) and raises
+            left: Callable[[], str], tasks: int = 2) -> Iterator[Executor]:
+    """``executor``, or a local one for ``tasks`` tasks (a pool of ``workers``, see
+    :func:`~ngshard.pipelines.executors.local_executor`) shut down at the end; a Ctrl-C
+    stops a local pool at once (running tasks killed, not waited for) and raises
     :class:`~ngshard.errors.Interrupted` saying what is ``left`` and how to resume."""
     own = executor is None
     pool: Executor | None = executor
     try:  # a Ctrl-C while the pool starts stops the job as well as one while it runs
-        pool = local_pool(workers) if executor is None else executor
+        pool = local_executor(workers, tasks) if executor is None else executor
         yield pool
     except KeyboardInterrupt:
         if own and pool is not None:

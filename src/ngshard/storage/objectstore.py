@@ -54,10 +54,16 @@ class _Shared:
 
     def __init__(self, store: Any, options: dict[str, Any], retry: RetryPolicy) -> None:
         self.store, self.options, self.retry = store, options, retry
-        self.loop = fsspec.asyn.get_loop()
         self._gate: asyncio.Semaphore | None = None
         #: Web servers (:mod:`.http`): the server was seen to ignore Range requests.
         self.ranges_ignored = False
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """fsspec's event loop, in its thread: started at the first request, not at opening
+        (a process that made none may fork its workers: see
+        :func:`ngshard.pipelines.executors.forkable`)."""
+        return fsspec.asyn.get_loop()
 
     @property
     def gate(self) -> asyncio.Semaphore:
