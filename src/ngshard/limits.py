@@ -222,6 +222,8 @@ SERVE_LOOPS = 1
 SERVE_PROCESSES = 8
 #: Threads for the server's blocking work: remote stores, decoding twins, listings.
 SERVE_THREADS = 8
+#: Seconds a process pool about to fork waits for threads on their way out.
+THREAD_EXIT_SECONDS = 0.25
 #: Viewers ask for the same few hundred names over and over: the parses of this many
 #: request targets are kept, of targets up to this long (so a hostile client cannot make
 #: the kept ones large).

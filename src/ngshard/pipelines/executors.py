@@ -18,6 +18,7 @@ from tqdm import tqdm
 from .. import threads
 from ..cpus import available_cpus
 from ..errors import MissingDependencyError
+from ..limits import THREAD_EXIT_SECONDS
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -97,7 +98,7 @@ def forkable() -> bool:
         return True
     if _other_threads():
         _stop_blas_threads()
-    deadline = time.monotonic() + _LINGER
+    deadline = time.monotonic() + THREAD_EXIT_SECONDS
     while states := _other_threads():
         if not set(states) <= _EXITING or time.monotonic() > deadline:
             return False  # a thread waiting for work (or a lock): it stays
@@ -105,8 +106,7 @@ def forkable() -> bool:
     return True
 
 
-#: How long threads on their way out are waited for, and their states (running, dead)
-_LINGER = 0.25
+#: The states of threads on their way out (running, dead)
 _EXITING = {"R", "X", "Z"}
 
 
