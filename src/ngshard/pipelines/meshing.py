@@ -80,12 +80,23 @@ def _zmesh():
     return optional_module("zmesh", "meshing needs", "meshing")
 
 
+#: Mesher.simplify packs coordinates in 21 bits a axis, one of them for half units: a mesh
+#: spanning more goes in coarser units.
+_SIMPLIFIER_SPAN = 2**19
+
+
 def _simplified(mesher: Any, mesh: Any, reduction: int, max_error: float) -> Any:
-    """zmesh's simplification of ``mesh``; the mesh itself where there is too little to
-    simplify, or where what comes back is not a mesh of its vertices."""
+    """zmesh's simplification of ``mesh`` (its units those of ``max_error``); the mesh itself
+    where there is too little to simplify, or where what comes back is not a mesh of its
+    vertices. ``Mesher((1, 1, 1)).simplify`` gives its simplifier the coordinates twice over,
+    as ``Mesher.get`` gives it marching cubes' (in half voxels times the resolution: twice
+    the nm), and the error divided by the resolution's norm, sqrt(3), and rounded down: it
+    gets the error times sqrt(3), so the simplifier sees ``max_error`` itself, as from
+    ``Mesher.get`` (to the whole unit nearest to it)."""
     if len(mesh.faces) < 16 or reduction <= 1:
         return mesh
-    out = mesher.simplify(mesh, reduction_factor=reduction, max_error=max_error,
+    out = mesher.simplify(mesh, reduction_factor=reduction,
+                          max_error=(round(max_error) + 0.5) * np.sqrt(3),
                           compute_normals=False)
     if not len(out.faces) or int(out.faces.max()) >= len(out.vertices) or \
             not np.isfinite(out.vertices).all():
@@ -93,17 +104,36 @@ def _simplified(mesher: Any, mesh: Any, reduction: int, max_error: float) -> Any
     return out
 
 
-def levels_of_detail(mesher: Any, full: Any, levels: list[tuple[int, float]]) -> list:
-    """``full`` simplified to each of ``levels`` (see :func:`lod_levels`), each from
-    ``full`` itself: zmesh's simplifier can loop forever on a mesh it simplified already."""
-    return [_simplified(mesher, full, r, e) for r, e in levels]
+def levels_of_detail(vertices: np.ndarray, faces: np.ndarray,
+                     levels: list[tuple[int, float]]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """A mesh (``vertices`` in nm) simplified to each of ``levels`` (see :func:`lod_levels`),
+    each from the mesh itself (zmesh's simplifier can loop forever on a mesh it simplified
+    already), by the rule of :func:`label_levels`: zmesh's simplifier sees the mesh as
+    ``Mesher.get`` gives it a label's, and ``max_error`` in nm as ``Mesher.get`` takes it.
+    A mesh spanning more than 2**19 nm (the simplifier's range) goes in coarser units, its
+    errors with it. Returns (vertices in nm, faces) of each level."""
+    zmesh = _zmesh()
+    vertices = np.asarray(vertices, np.float64)
+    shift = vertices.min(axis=0) if len(vertices) else np.zeros(3)
+    unit = max(1.0, float((vertices.max(axis=0) - shift).max()) / _SIMPLIFIER_SPAN
+               if len(vertices) else 1.0)
+    full = zmesh.Mesh(((vertices - shift) / unit).astype(np.float32),
+                      np.asarray(faces, np.uint32), None)
+    mesher = zmesh.Mesher((1, 1, 1))
+    out = []
+    for reduction, max_error in levels:
+        mesh = _simplified(mesher, full, reduction, max_error / unit)
+        out.append((vertices, faces) if mesh is full else
+                   (np.asarray(mesh.vertices, np.float64) * unit + shift, mesh.faces))
+    return out
 
 
 def label_levels(mesher: Any, label: int, levels: list[tuple[int, float]]) -> list:
     """The mesh of ``label`` (meshed by ``mesher``) at each of ``levels``, each simplified
     by zmesh from the label's marching-cubes triangles (``Mesher.get``, as igneous' forge
-    does: ``max_error`` in nm of the mesher's resolution; ``Mesher.simplify`` would take
-    it in half voxels, rounded down, and pack the triangles in Python first)."""
+    does: ``max_error`` in nm of the mesher's resolution; ``Mesher.simplify``, which
+    :func:`levels_of_detail` needs for meshes without their labels, packs the triangles in
+    Python first)."""
     full, out = None, []
     for reduction, max_error in levels:
         if reduction > 1:

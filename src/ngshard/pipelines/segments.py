@@ -169,17 +169,11 @@ def _legacy(mesh: Any, copy: SegmentCopy) -> tuple[bytes, bytes]:
     vertices, faces = weld(np.asarray(mesh.vertices, np.float32), mesh.faces)
     levels: list = [(vertices, faces)]
     if copy.lods > 1 and len(faces):
-        import zmesh
-
+        # the levels' errors in nm from the mesh's median edge, as ngshard mesh's from its
+        # voxel
         edges = np.linalg.norm(vertices[faces] - vertices[np.roll(faces, 1, axis=1)], axis=2)
-        # zmesh's simplifier holds coordinates within 2**20 of each other: simplify in
-        # units that fit (a neuron may span millimetres of nm)
-        shift = vertices.min(axis=0)
-        unit = max(1.0, float((vertices.max(axis=0) - shift).max()) / 2**19)
-        full = zmesh.Mesh((vertices - shift) / unit, faces.astype(np.uint32), None)
-        simpler = levels_of_detail(zmesh.Mesher((1, 1, 1)), full, lod_levels(
-            copy.lods, copy.reduction, float(np.median(edges)) / unit))[1:]
-        levels += [(m.vertices * unit + shift, m.faces) for m in simpler]
+        levels += levels_of_detail(vertices, faces, lod_levels(
+            copy.lods, copy.reduction, float(np.median(edges))))[1:]
     manifest, blobs = encode_mesh([(np.asarray(v, np.float64), f) for v, f in levels],
                                   copy.bits)
     return manifest.to_bytes(), b"".join(blobs)
