@@ -127,6 +127,31 @@ def test_auto_sharding_bits():
     assert (spec.preshift_bits, spec.minishard_bits, spec.shard_bits) == (0, 0, 18)
 
 
+@pytest.mark.parametrize("encoding,data_encoding", [
+    ("raw", "gzip"), ("compressed_segmentation", "gzip"), ("compresso", "gzip"),
+    ("crackle", "gzip"), ("jpeg", "raw"), ("png", "raw"), ("jxl", "raw")])
+def test_auto_sharding_gzips_as_igneous(encoding, data_encoding):
+    """Shards hold gzip'd chunks unless the chunk encoding is an image codec, as igneous
+    chooses (compressed_segmentation shrinks several times more under gzip)."""
+    spec = ngshard.volume.auto_sharding((256,) * 3, (64,) * 3, 8 * 64**3, encoding=encoding)
+    assert spec.data_encoding == data_encoding
+
+
+def test_auto_sharded_compressed_segmentation_is_gzipd_and_tensorstore_reads_it(tmp_path):
+    labels = (np.arange(96 * 80 * 40, dtype=np.uint64).reshape(96, 80, 40) // 1000) << 33
+    vol = create_volume(tmp_path, shape=labels.shape, dtype="uint64", chunk_size=(32, 32, 16),
+                        encoding="compressed_segmentation", layer_type="segmentation",
+                        sharding="auto")
+    vol[:] = labels
+    vol.commit()
+    assert json.loads((tmp_path / "info").read_text())["scales"][0]["sharding"][
+        "data_encoding"] == "gzip"
+    store = ts.open({"driver": "neuroglancer_precomputed", "kvstore": f"file://{tmp_path}/"}
+                    ).result(timeout=PEER_TIMEOUT)
+    np.testing.assert_array_equal(store.read().result(timeout=PEER_TIMEOUT)[..., 0], labels)
+    np.testing.assert_array_equal(open_volume(tmp_path)[..., 0], labels)
+
+
 def test_several_scales_by_index_and_key(tmp_path):
     create_volume(tmp_path, dtype="uint8", shape=SIZE, chunk_size=CHUNK)
     info = json.loads((tmp_path / "info").read_text())

@@ -49,7 +49,9 @@ def _write_level(handle: ScaleHandle, unit: np.ndarray, units: np.ndarray, data:
         starts, stops = grid.bounds(positions)
         views = [data[a[0]:b[0], a[1]:b[1], a[2]:b[2]] for a, b in
                  zip((starts - at).tolist(), (stops - at).tolist())]
-        keep = np.array([v.any() for v in views], bool)
+        # a chunk of nothing but zeros is not written; one whose first voxel is set (most
+        # are) is known to hold something without a pass over all of it
+        keep = np.array([bool(v[0, 0, 0].any()) or bool(v.any()) for v in views], bool)
         blobs = pmap(lambda v: encode_chunk(
             v, scale.encoding, block_size=scale.compressed_segmentation_block_size),
             [v for v, k in zip(views, keep) if k], min_items=2)

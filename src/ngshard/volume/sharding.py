@@ -9,6 +9,12 @@ from ..sharded.spec import ShardingSpec
 from .grid import ChunkGrid
 from .vectors import xyz
 
+#: Chunk encodings already entropy-coded: a gzip data encoding would only add its frame.
+#: Every other (raw, compressed_segmentation, compresso, crackle) is gzipped in shards, as
+#: igneous shards them (cloud-volume's ``create_sharded_image_info``): compressed_segmentation
+#: of label fields shrinks several times more.
+ENTROPY_CODED = frozenset({"jpeg", "png", "jxl"})
+
 
 def auto_sharding(size: Sequence[int], chunk_size: Sequence[int], chunk_bytes: int,
                   shard_bytes: int = DEFAULT_VOLUME_SHARD_BYTES, encoding: str = "raw"
@@ -23,6 +29,8 @@ def auto_sharding(size: Sequence[int], chunk_size: Sequence[int], chunk_bytes: i
     igneous (cloud-volume's rule) picks the same shards for power-of-two chunk sizes (it
     targets 3.5e9 bytes) but puts every chunk of a shard in one minishard up to 4000 chunks,
     so each chunk read fetches a 12-50 KB minishard index (``tools/compare_auto_sharding.py``).
+    The data encoding is gzip unless the chunk ``encoding`` is an image codec
+    (:data:`ENTROPY_CODED`), as igneous chooses it.
     """
     grid = ChunkGrid(xyz(size), xyz(chunk_size))
     chunks_per_shard = max(1, shard_bytes // max(1, chunk_bytes))
@@ -50,4 +58,4 @@ def _box_spec(grid: ChunkGrid, per_shard: int, encoding: str) -> ShardingSpec:
     return ShardingSpec(hash="identity", preshift_bits=preshift,
                         minishard_bits=per_shard - preshift, shard_bits=total_bits - per_shard,
                         minishard_index_encoding="gzip",
-                        data_encoding="gzip" if encoding == "raw" else "raw")
+                        data_encoding="raw" if encoding in ENTROPY_CODED else "gzip")
