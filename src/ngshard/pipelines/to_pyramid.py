@@ -3,9 +3,11 @@ and write each level's shards (or chunk files) of the box whole."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
-from ..threads import pmap
+from ..threads import bounded_map, pmap
 from ..volume.downsample import downsample
 from ..volume.encodings import encode_chunk
 from ..volume.handle import ScaleHandle
@@ -15,21 +17,33 @@ from .to_precomputed import write_chunks
 
 
 def fill_pyramid(task: PyramidTask) -> dict:
-    """Make every level of ``task``'s box; returns ``chunks`` and ``bytes`` written."""
+    """Make every level of ``task``'s box; returns ``chunks`` and ``bytes`` written. Each
+    level is written (encoded, compressed, fsynced) on a job thread while the next ones
+    are reduced from it: the writes' waits on the disk overlap the reductions, and each
+    other. The levels held meanwhile are at most a third of the source box, which is let go
+    once the first is made."""
     source = open_planned_scale(task.url, task.info, task.source)
     box = tuple(slice(a, b) for a, b in zip(task.lo, task.hi))
-    data = voxels(source)[box]
-    origin = np.asarray(task.lo) + np.asarray(source.scale.voxel_offset)
+
+    def levels() -> Iterator[tuple]:
+        data = voxels(source)[box]
+        origin = np.asarray(task.lo) + np.asarray(source.scale.voxel_offset)
+        for key, factor, shape, units in zip(task.levels, task.factors, task.unit_shapes,
+                                             task.units):
+            data = downsample(data, factor, task.method, origin=origin, sparse=task.sparse)
+            origin = origin // np.asarray(factor)
+            if len(units):
+                yield key, np.asarray(shape), units, data, origin
+
+    def write(level: tuple) -> dict:
+        key, shape, units, data, origin = level
+        return _write_level(open_planned_scale(task.url, task.info, key), shape, units, data,
+                            origin)
+
     stats = {"chunks": 0, "bytes": 0}
-    for key, factor, shape, units in zip(task.levels, task.factors, task.unit_shapes,
-                                         task.units):
-        data = downsample(data, factor, task.method, origin=origin, sparse=task.sparse)
-        origin = origin // np.asarray(factor)
-        if len(units):
-            level = open_planned_scale(task.url, task.info, key)
-            written = _write_level(level, np.asarray(shape), units, data, origin)
-            stats["chunks"] += written["chunks"]
-            stats["bytes"] += written["bytes"]
+    for written in bounded_map(write, levels(), in_flight=max(1, len(task.levels))):
+        stats["chunks"] += written["chunks"]
+        stats["bytes"] += written["bytes"]
     return stats
 
 
