@@ -75,8 +75,6 @@ def pool() -> ThreadPoolExecutor:
 def pmap(fn: Callable[[T], R], items: Iterable[T], *, min_items: int = 64) -> list[R]:
     """``list(map(fn, items))`` on the leaf pool when there are enough items to pay off
     (and on this thread when it is a leaf itself: leaves never wait on leaves)."""
-    # A thread pool ignores map's chunksize: one future per item costs more than small items
-    # (a skeleton's gunzip, a mesh fragment) take, so items go to the pool in 4 runs a thread.
     return pstart(fn, items, min_items=min_items)()
 
 
@@ -84,15 +82,38 @@ def pstart(fn: Callable[[T], R], items: Iterable[T], *, min_items: int = 64
            ) -> Callable[[], list[R]]:
     """:func:`pmap` begun now and finished by the function it returns (which waits and gives
     the results): the caller goes on with other work meanwhile (reading the next items, say).
-    Few items, or a leaf thread: run here and now."""
+    Few items, or a leaf thread: run here and now.
+
+    A task per leaf thread, each taking the next item whenever it is free: the threads end
+    together however unequal the items (fixed runs left one thread idle for up to a run's
+    work at the end), and there is no future per item (which costs more than a small item,
+    a skeleton's gunzip, say). After a failure the tasks take no more items."""
     items = list(items)
     if len(items) < min_items or getattr(_where, "leaf", False):
         done = list(map(fn, items))
         return lambda: done
-    size = -(-len(items) // (4 * WORKERS))
-    futures = [_leaves.submit(lambda run: list(map(fn, run)), items[i:i + size])
-               for i in range(0, len(items), size)]
-    return lambda: [r for f in futures for r in f.result()]
+    results: list = [None] * len(items)
+    claim = iter(range(len(items)))  # shared: next() on it is atomic under the GIL
+    failed: list[bool] = []
+
+    def task() -> None:
+        for i in claim:
+            if failed:
+                return
+            try:
+                results[i] = fn(items[i])
+            except BaseException:
+                failed.append(True)
+                raise
+
+    futures = [_leaves.submit(task) for _ in range(min(WORKERS, len(items)))]
+
+    def wait() -> list[R]:
+        for f in futures:
+            f.result()
+        return results
+
+    return wait
 
 
 def bounded_map(fn: Callable[[T], R], items: Iterable[T], in_flight: int = 2 * WORKERS
