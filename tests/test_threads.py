@@ -68,17 +68,17 @@ def test_ahead_inside_jobs_finishes():
     assert done == [[i * 45 for i in range(8 * WORKERS)]]
 
 
-def test_pmap_gives_each_item_to_whichever_thread_is_free():
-    # item 0 waits for item 1: were the items bound to runs made beforehand (0 and 1 in one
-    # run, on one thread), item 1 could not start until item 0 ended
-    second = threading.Event()
+def test_pmap_gives_the_last_items_to_whichever_thread_is_free():
+    # the next-to-last item waits for the last: were the items bound to runs made beforehand
+    # (both in the last run, on one thread), the last could not start until the other ended
+    n = 16 * WORKERS  # runs of 4 items, had they been made beforehand
+    last = threading.Event()
 
     def fn(i: int) -> bool:
-        if i == 1:
-            second.set()
-        return second.wait(10) if i == 0 else True
+        if i == n - 1:
+            last.set()
+        return last.wait(10) if i == n - 2 else True
 
-    n = 16 * WORKERS  # runs of 4 items, had they been made beforehand
     assert pmap(fn, range(n), min_items=2) == [True] * n
 
 

@@ -84,29 +84,36 @@ def pstart(fn: Callable[[T], R], items: Iterable[T], *, min_items: int = 64
     the results): the caller goes on with other work meanwhile (reading the next items, say).
     Few items, or a leaf thread: run here and now.
 
-    A task per leaf thread, each taking the next item whenever it is free: the threads end
-    together however unequal the items (fixed runs left one thread idle for up to a run's
-    work at the end), and there is no future per item (which costs more than a small item,
-    a skeleton's gunzip, say). After a failure the tasks take no more items."""
+    A task per leaf thread, each taking the next run of items whenever it is free, a run
+    being a share of what is left (guided scheduling): long runs of neighbouring items
+    first (a thread writes its own part of an output, not pages the other is faulting in),
+    single items at the end, so the threads end together however unequal the items (runs
+    fixed beforehand left one idle for up to a run's work). After a failure no run is
+    taken."""
     items = list(items)
-    if len(items) < min_items or getattr(_where, "leaf", False):
+    n = len(items)
+    if n < min_items or getattr(_where, "leaf", False):
         done = list(map(fn, items))
         return lambda: done
-    results: list = [None] * len(items)
-    claim = iter(range(len(items)))  # shared: next() on it is atomic under the GIL
-    failed: list[bool] = []
+    results: list = [None] * n
+    lock = threading.Lock()
+    state = [0, False]  # the next item, a failure
 
     def task() -> None:
-        for i in claim:
-            if failed:
-                return
+        while True:
+            with lock:
+                first = state[0]
+                if first >= n or state[1]:
+                    return
+                last = state[0] = first + -(-(n - first) // (2 * WORKERS))
             try:
-                results[i] = fn(items[i])
+                for i in range(first, last):
+                    results[i] = fn(items[i])
             except BaseException:
-                failed.append(True)
+                state[1] = True
                 raise
 
-    futures = [_leaves.submit(task) for _ in range(min(WORKERS, len(items)))]
+    futures = [_leaves.submit(task) for _ in range(min(WORKERS, n))]
 
     def wait() -> list[R]:
         for f in futures:
