@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import tensorstore as ts
 from isal import isal_zlib
+from peers import PEER_TIMEOUT
 
 import ngshard
 from ngshard import compression
@@ -84,8 +85,8 @@ def test_with_and_without_isal_every_reader_decodes_the_same_bytes(tmp_path):
         spec = ngshard.open_volume(path).scale.sharding
         assert spec.data_encoding == "gzip"
         store = ts.open({"driver": "neuroglancer_precomputed", "kvstore": f"file://{path}/"}
-                        ).result()
-        assert np.array_equal(store.read().result()[..., 0], data)
+                        ).result(timeout=PEER_TIMEOUT)
+        assert np.array_equal(store.read().result(timeout=PEER_TIMEOUT)[..., 0], data)
         assert np.array_equal(ngshard.open_volume(path)[:][..., 0], data)
     for side in ("with", "without"):
         path = str(tmp_path / side / "files")
