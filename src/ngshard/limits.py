@@ -44,6 +44,13 @@ MAX_GAP, REMOTE_MAX_GAP = 4 * KiB, 128 * KiB
 #: Ranges up to this size out of a merged read of bytes come back as bytes, not views: the
 #: copy costs less than a view a caller copies later (10,000 1 KiB values, bench_kv.py).
 SLICED_BYTES = 4 * KiB
+#: Whether large new arrays (read results, staged slabs, staging blocks: ``_arrays.fresh``)
+#: ask the system for huge pages. No: their first writes then cost 2-4x the system time
+#: of small pages where freed memory goes back to a hypervisor (1 GiB written by 2 threads:
+#: 1.1-2.8 s in huge pages, 0.5-0.6 s in small ones, on the 2-core VM of the benchmarks),
+#: and save little elsewhere (one fault per 2 MiB, but the same zeroing). Where transparent
+#: huge pages are "always", the system's choice stands either way.
+HUGE_PAGES = False
 #: Large local reads go in pieces of this size over threads (page faults on every core).
 READ_PIECE_BYTES = 4 * MiB
 #: A local batch of reads holding this many ranges reads its files on threads (one pread

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from .._arrays import fresh
 from ..chunkstore import Blob, ChunkStore
 from ..commitplan import CommitPlan
 from ..errors import NotFoundError
@@ -284,7 +285,7 @@ class StoredChunks(ChunkSource):
                 while end < n and offsets[end] - offsets[start] < STAGE_BLOCK_BYTES:
                     end += batch
                 end = min(end, n)
-                block = np.empty(offsets[end] - offsets[start], np.uint8)
+                block = fresh((offsets[end] - offsets[start],), np.uint8)
             view, base = block.data, offsets[start]
 
             def one(j: int, view=view, base=base) -> None:
@@ -328,7 +329,7 @@ class StoredChunks(ChunkSource):
             total = int(sizes.sum())
             if used + total > len(block):
                 flush()
-                block = np.empty(max(total, min(ENCODED_BLOCK_BYTES, left[first])), np.uint8)
+                block = fresh((max(total, min(ENCODED_BLOCK_BYTES, left[first])),), np.uint8)
                 used = 0
             ends = (used + np.cumsum(sizes)).tolist()
 
