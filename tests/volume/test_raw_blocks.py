@@ -13,6 +13,7 @@ from peers import PEER_TIMEOUT
 
 import ngshard.staged.source
 import ngshard.staged.stored
+import ngshard.volume.handle
 from ngshard import create_volume
 from ngshard.volume.encodings import encode_chunk
 
@@ -118,6 +119,35 @@ def test_a_compressed_segmentation_volume_is_written_as_its_chunks_encoded_one_b
     blocks, chunks = write_both(tmp_path, data, staged_bytes, CS)
     same_shards_read_by_tensorstore(blocks, chunks, labels)
     np.testing.assert_array_equal(ngshard.open_volume(blocks)[:], labels)
+
+
+def test_a_large_compressed_segmentation_write_goes_to_its_shard_files_as_it_is_encoded(
+        tmp_path, monkeypatch):
+    """Past WRITE_BEHIND_BYTES (here: any write), the batches encoded so far are in the
+    files that become the shards while later batches are encoded (with a staging budget
+    that would hold them all); the commit makes those files the shards, byte for byte as
+    written chunk by chunk."""
+    monkeypatch.setattr(ngshard.staged.stored, "WRITE_BEHIND_BYTES", 0, raising=False)
+    monkeypatch.setattr(ngshard.staged.source, "CHUNK_BATCH", 7)  # many batches
+    folder = tmp_path / "behind"
+    on_disk = []  # bytes in spill files as each chunk is encoded
+
+    def encode(*args, **kwargs):
+        on_disk.append(sum(p.stat().st_size for p in folder.rglob("*.spill")))
+        return encode_chunk(*args, **kwargs)
+
+    monkeypatch.setattr(ngshard.volume.handle, "encode_chunk", encode)
+    rng = np.random.default_rng(6)
+    labels = rng.integers(0, 2**40, 30, dtype=np.uint64)[rng.integers(0, 30, (*SHAPE, 1))]
+    kwargs = dict(dtype="uint64", shape=SHAPE, chunk_size=CHUNK, sharding=SPEC, encoding=CS,
+                  compressed_segmentation_block_size=BLOCK)
+    with create_volume(folder, **kwargs) as vol:
+        vol[:] = labels
+    assert max(on_disk) > labels.nbytes // 10  # the last batches: most data written already
+    assert not list(folder.rglob("*.spill"))  # taken over as the shards, or removed
+    monkeypatch.undo()
+    _, chunks = write_both(tmp_path, labels, 1 << 30, CS)
+    same_shards_read_by_tensorstore(folder, chunks, labels)
 
 
 def test_a_partial_raw_write_keeps_the_rest(tmp_path):
