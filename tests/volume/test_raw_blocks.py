@@ -6,6 +6,8 @@ tensorstore reads them back."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import tensorstore as ts
@@ -15,6 +17,7 @@ import ngshard.staged.source
 import ngshard.staged.stored
 import ngshard.volume.handle
 from ngshard import create_volume
+from ngshard.storage import open_storage
 from ngshard.volume.encodings import encode_chunk
 
 SHAPE, CHUNK = (45, 38, 21), (8, 8, 4)  # clipped edge chunks on every axis
@@ -148,6 +151,36 @@ def test_a_large_compressed_segmentation_write_goes_to_its_shard_files_as_it_is_
     monkeypatch.undo()
     _, chunks = write_both(tmp_path, labels, 1 << 30, CS)
     same_shards_read_by_tensorstore(folder, chunks, labels)
+
+
+def test_a_durable_write_behind_flushes_its_batches_to_disk_as_it_goes(tmp_path, monkeypatch):
+    """Durable storage: each batch written behind is flushed to the disk (fdatasync, on a job
+    thread) while later ones are encoded, not all of it by the fsync at the commit."""
+    monkeypatch.setattr(ngshard.staged.stored, "WRITE_BEHIND_BYTES", 0, raising=False)
+    monkeypatch.setattr(ngshard.staged.source, "CHUNK_BATCH", 40)  # 5 batches, 4 shards
+    flushed, seen = [], []  # spill files flushed; how many when each chunk is encoded
+    sync = getattr(os, "fdatasync", os.fsync)
+
+    def recording(fd):
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".spill"):
+            flushed.append(fd)
+        return sync(fd)
+
+    def encode(*args, **kwargs):
+        seen.append(len(flushed))
+        return encode_chunk(*args, **kwargs)
+
+    monkeypatch.setattr(os, "fdatasync" if hasattr(os, "fdatasync") else "fsync", recording)
+    monkeypatch.setattr(ngshard.volume.handle, "encode_chunk", encode)
+    rng = np.random.default_rng(7)
+    labels = rng.integers(0, 2**40, 30, dtype=np.uint64)[rng.integers(0, 30, (*SHAPE, 1))]
+    with create_volume(open_storage(tmp_path, durable=True), dtype="uint64", shape=SHAPE,
+                       chunk_size=CHUNK, sharding=SPEC, encoding=CS,
+                       compressed_segmentation_block_size=BLOCK) as vol:
+        vol[:] = labels
+    monkeypatch.undo()
+    assert max(seen) > 1  # batches on the disk before the last was encoded
+    np.testing.assert_array_equal(ngshard.open_volume(tmp_path)[:], labels)
 
 
 def test_a_partial_raw_write_keeps_the_rest(tmp_path):
