@@ -68,8 +68,15 @@ static inline uint32_t word_at(const char *w, Py_ssize_t i) {
 
 /* Decode one channel whose headers were validated: returns -1 on success, else the block
  * whose index points past its table inside the volume. */
-static Py_ssize_t decode_channel(const char *w, Py_ssize_t nwords, Py_ssize_t start,
-                                 const Py_ssize_t *xyz, const Py_ssize_t *bs, int entry,
+#if defined(__GNUC__) || defined(__clang__)
+#define INLINE static inline __attribute__((always_inline))
+#else
+#define INLINE static inline
+#endif
+
+/* (inlined where entry is a constant: a loop per width and entry size) */
+INLINE Py_ssize_t decode_channel(const char *w, Py_ssize_t nwords, Py_ssize_t start,
+                                 const Py_ssize_t *xyz, const Py_ssize_t *bs, const int entry,
                                  char *out, const Py_ssize_t *strides) {
     Py_ssize_t n = nwords - start, X = xyz[0], Y = xyz[1], Z = xyz[2];
     Py_ssize_t sx = strides[0], sy = strides[1], sz = strides[2];
@@ -125,8 +132,10 @@ PyObject *cseg_decode(PyObject *self, PyObject *args) {
                    gz = (xyz[2] + bs[2] - 1) / bs[2];
         if (start + 2 * gx * gy * gz <= nwords) {
             Py_BEGIN_ALLOW_THREADS
-            result = decode_channel(words.buf, nwords, start, xyz, bs, entry, out.buf,
-                                    out.strides);
+            result = entry == 1 ? decode_channel(words.buf, nwords, start, xyz, bs, 1,
+                                                 out.buf, out.strides)
+                                : decode_channel(words.buf, nwords, start, xyz, bs, 2,
+                                                 out.buf, out.strides);
             Py_END_ALLOW_THREADS
         }
     }
