@@ -124,6 +124,10 @@ ENCODED_BLOCK_BYTES = 512 * MiB
 #: one thread, with the other cores idle): 512^3 uint64 labels, 195 MB encoded, took 0.3-0.45
 #: s of one core to write into the page cache after 0.9 s of encoding on two.
 WRITE_BEHIND_BYTES = 256 * MiB
+#: A spilled run of at least this many bytes beside durable shards (a batch written behind)
+#: is flushed to the disk as it is spilled; smaller runs (updates of many small keys, which
+#: are merged into their shards rather than becoming them) wait for the commit.
+FLUSH_RUN_BYTES = 1 * MiB
 #: Bytes of values copied at a time when a spilled shard's data is put in order.
 SPILL_COPY_BYTES = 8 * MiB
 #: Bytes moved per step of a vectorized gather of many small values (a cache-sized window).

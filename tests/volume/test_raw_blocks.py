@@ -13,6 +13,7 @@ import pytest
 import tensorstore as ts
 from peers import PEER_TIMEOUT
 
+import ngshard.sharded.spill
 import ngshard.staged.source
 import ngshard.staged.stored
 import ngshard.volume.handle
@@ -158,6 +159,7 @@ def test_a_durable_write_behind_flushes_its_batches_to_disk_as_it_goes(tmp_path,
     thread) while later ones are encoded, not all of it by the fsync at the commit."""
     monkeypatch.setattr(ngshard.staged.stored, "WRITE_BEHIND_BYTES", 0, raising=False)
     monkeypatch.setattr(ngshard.staged.source, "CHUNK_BATCH", 40)  # 5 batches, 4 shards
+    monkeypatch.setattr(ngshard.sharded.spill, "FLUSH_RUN_BYTES", 0, raising=False)
     flushed, seen = [], []  # spill files flushed; how many when each chunk is encoded
     sync = getattr(os, "fdatasync", os.fsync)
 

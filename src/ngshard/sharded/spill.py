@@ -25,7 +25,7 @@ import numpy as np
 
 from .._arrays import gather, member, views
 from ..compression import encode
-from ..limits import SPILL_COPY_BYTES
+from ..limits import FLUSH_RUN_BYTES, SPILL_COPY_BYTES
 from ..storage import SPILL_PREFIX, FileSlice, coalesce, owner_tag, write_buffers
 from ..threads import pmap, start_job
 from .changes import DELETED, ShardChanges
@@ -39,16 +39,18 @@ class SpillFiles:
     """The spill files of one staging, in a temporary directory made on first use.
 
     ``durable``: the values files may become durable shards (beside them, taken over by a
-    rename, then fsynced): each run appended is then flushed to the disk on a job thread
-    while the caller goes on (encoding the next batch, say), rather than all of it by the
-    fsync at the commit. A failed flush is raised when the shard's data is taken."""
+    rename, then fsynced): a run of ``FLUSH_RUN_BYTES`` or more is then flushed to the disk
+    on a job thread while the caller goes on (encoding the next batch, say), rather than
+    all of it by the fsync at the commit; one flush at a time a file (each takes whatever
+    was written before it). A failed flush is raised by the next run's or when the shard's
+    data is taken."""
 
     def __init__(self, spec: ShardingSpec, parent: str | None, durable: bool = False) -> None:
         self.spec, self.parent, self.header = spec, parent, spec.shard_index_size
         self.durable = durable
         self.dir: str | None = None
         self._ends: dict[int, int] = {}  # shard -> size of its values file
-        self._flushes: dict[int, list[Future]] = {}  # shard -> its flushes under way
+        self._flushes: dict[int, Future] = {}  # shard -> its last flush
 
     def __bool__(self) -> bool:
         return bool(self._ends)
@@ -76,9 +78,13 @@ class SpillFiles:
         _append(self._path(shard, "spill"), data)
         _append(self._path(shard, "keys"), records.view(np.uint8))
         self._ends[shard] = end + len(data)
-        if self.durable:
-            path = self._path(shard, "spill")
-            self._flushes.setdefault(shard, []).append(start_job(lambda: _flush(path)))
+        if self.durable and len(data) >= FLUSH_RUN_BYTES:
+            flushing = self._flushes.get(shard)
+            if flushing is None or flushing.done():  # one at a time: it takes all written
+                if flushing is not None:
+                    flushing.result()
+                path = self._path(shard, "spill")
+                self._flushes[shard] = start_job(lambda: _flush(path))
 
     def changes(self, shard: int, only: np.ndarray | None = None) -> ShardChanges:
         """The net spilled changes of one shard (of the sorted keys ``only``, if given)."""
@@ -129,8 +135,9 @@ class SpillFiles:
         return out_sizes, [FileSlice(out_path, self.header, int(out_sizes.sum()), owned=True)]
 
     def _settle(self, shard: int, check: bool = True) -> None:
-        """Wait for the flushes of one shard's values file (raising the first failure)."""
-        for flush in self._flushes.pop(shard, []):
+        """Wait for the last flush of one shard's values file (raising its failure)."""
+        flush = self._flushes.pop(shard, None)
+        if flush is not None:
             if check:
                 flush.result()
             else:
