@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import mmap
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -24,7 +24,7 @@ def member(values: np.ndarray, sorted_ref: np.ndarray) -> np.ndarray:
     return sorted_ref[pos] == values
 
 
-def fresh(shape: tuple[int, ...], dtype: Any, order: str = "C", *,
+def fresh(shape: tuple[int, ...], dtype: Any, order: Literal["C", "F"] = "C", *,
           zeros: bool = False) -> np.ndarray:
     """A new array, uninitialised or all ``zeros``. A large one is an anonymous private
     mapping of its own: its pages come zeroed from the system as they are first written (by
