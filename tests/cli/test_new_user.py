@@ -256,3 +256,16 @@ def test_a_missing_folder_or_a_plain_file_is_named_as_such(tmp_path, capsys, com
     err = one_error_line(capsys)
     assert "notes.txt: " in err and ("a file, not a layer" in err or "convert reads" in err)
     assert "Not a directory" not in err and "zarr.json" not in err
+
+
+@pytest.mark.parametrize("command", [["info"], ["get", "1"], ["ls"], ["verify"], ["serve"]])
+def test_every_command_names_a_plain_file_given_for_a_folder(tmp_path, capsys, command):
+    """Not "notes.txt/info: Not a directory" (info, get) nor "no such folder" (serve): the
+    path, and that it is a file where a folder was expected."""
+    plain = tmp_path / "notes.txt"
+    plain.write_text("hi")
+    assert main([command[0], str(plain), *command[1:]]) == 1
+    err = one_error_line(capsys)
+    assert f"{plain}: a file, not " in err and "Not a directory" not in err, err
+    assert main([command[0], str(tmp_path / "nope"), *command[1:]]) == 1
+    assert f"{tmp_path / 'nope'}: no such directory" in one_error_line(capsys)

@@ -131,7 +131,7 @@ def test_demo_writes_then_views_and_stops_cleanly(demo, tmp_path):
 def test_failures_to_start_are_one_line(tmp_path, capsys):
     assert main(["serve", str(tmp_path / "missing")]) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "no such folder" in err
+    assert err.count("\n") == 1 and "missing: no such directory" in err
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()

@@ -32,6 +32,7 @@ def typed_layer(args: argparse.Namespace) -> tuple[Storage, dict | None, str] | 
     if getattr(args, "spec", None) is not None:
         return None
     storage = url_storage(args)
+    storage.require_folder(missing_ok=True)  # a missing one is for the volume reader to name
     doc = read_info(storage)
     if doc is not None and kind_of(doc) not in LAYER_TYPES:
         return None

@@ -54,9 +54,7 @@ def volume_at(args: argparse.Namespace) -> tuple[Storage, VolumeInfo | None]:
     resolved once per command."""
     if getattr(args, "resolved", None) is None:
         storage = url_storage(args)
-        root = storage.local_root
-        if root is not None and os.path.isfile(root):
-            raise NotFoundError(f"{root}: a file, not a store's or layer's directory")
+        storage.require_folder(missing_ok=True)
         doc = None if args.spec is not None else read_info(storage)
         args.resolved = (storage, _volume(storage, doc))
         if doc is not None and "sharding" in doc:  # the store's own spec: no second read

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..errors import NotFoundError, SpecError
+from ..errors import SpecError
 from ..kinds import (
     INFO,
     LEGACY_MESHES,
@@ -54,14 +54,9 @@ def existing_source(url: str | os.PathLike | dict | Storage,
     plain file says so, not that its metadata is missing (``seg.h5/info: Not a
     directory``)."""
     storage, source = checked_source(url, storage_options)
-    root = getattr(storage, "local_root", None)
-    if root is not None and not os.path.isdir(root):
-        if os.path.exists(root):
-            raise SpecError(f"{root}: a file, not a layer: name a folder holding a "
-                            f"precomputed layer (an info file) or a zarr array or group")
-        raise NotFoundError(f"{root}: no such directory")
+    storage.require_folder("a layer: name a folder holding a precomputed layer (an info "
+                           "file) or a zarr array or group")
     return storage, source
-
 
 
 def unindexed_sizes(doc: dict | None) -> UnindexedSizes | None:

@@ -12,7 +12,7 @@ from collections.abc import Collection
 from urllib.parse import quote
 
 from ..cpus import available_cpus
-from ..errors import NotFoundError, SpecError
+from ..errors import SpecError
 from ..limits import SERVE_PROCESSES
 from ..storage import Location, Storage, StorageOptions, open_storage
 from .connections import Connections, Log
@@ -29,8 +29,7 @@ class Server:
     def __init__(self, storage: Storage, host: str, port: int, *, listing: bool = False,
                  log: Log | None = None, base: str = "",
                  only: Collection[str] | None = None, processes: int | None = 1) -> None:
-        if storage.local_root is not None and not os.path.isdir(storage.local_root):
-            raise NotFoundError(f"{storage.local_root}: no such folder")
+        storage.require_folder("a folder of layers to serve")
         if base and ("/" in base or base in (".", "..") or hidden(base)):
             raise SpecError(f"base must be one folder name that is not hidden, not {base!r}")
         if processes is None:

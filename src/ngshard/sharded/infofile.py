@@ -7,8 +7,6 @@ Stores written by ngshard carry at least ``{"sharding": spec}``, so the next ope
 
 from __future__ import annotations
 
-import os
-
 from ..errors import NotFoundError, SpecError, SpecMissingError
 from ..jsondoc import dump_json
 from ..kinds import INFO, parse_info, stores
@@ -55,11 +53,7 @@ def spec_from_info(storage: Storage) -> ShardingSpec:
     NotFoundError
         No directory there.
     """
-    root = storage.local_root
-    if root is not None and not os.path.isdir(root):
-        raise NotFoundError(f"{storage.url}: " + ("a file, not a store's directory"
-                                                  if os.path.exists(root) else
-                                                  "no such directory"))
+    storage.require_folder("a store's directory")
     info = read_info(storage)
     where = storage.path(INFO)
     if info is not None:

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..errors import ConflictError, SpecError
+from ..errors import ConflictError, NotFoundError, SpecError
 from ..limits import MAX_GAP, SLICED_BYTES
 from ..threads import pmap
 from ..types import Blob
@@ -148,6 +148,18 @@ class Storage:
     #: find objects another way (probing known names with :meth:`stat_many`) ask this first.
     supports_listing = True
     _retry: RetryPolicy | None = None
+
+    def require_folder(self, what: str = "a store's or layer's directory", *,
+                       missing_ok: bool = False) -> None:
+        """Raise NotFoundError when this store is local and its directory is a plain file or
+        (unless ``missing_ok``: a store about to be made) missing, naming the path and which
+        (``what`` says what was expected), rather than the first file read under it
+        (``seg.h5/info: Not a directory``)."""
+        root = self.local_root
+        if root is None or os.path.isdir(root) or missing_ok and not os.path.exists(root):
+            return
+        raise NotFoundError(f"{root}: " + (f"a file, not {what}" if os.path.exists(root)
+                                           else "no such directory"))
 
     @property
     def retry(self) -> RetryPolicy:
