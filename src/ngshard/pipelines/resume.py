@@ -67,12 +67,17 @@ def start(root: str | Storage, job: dict, resume: bool, *, known: bool | None = 
 
 class Recorder:
     """Records finished tasks a batch at a time (every ``RECORD_TASKS`` tasks or
-    ``RECORD_SECONDS``, and what is left when the context ends, even by an error)."""
+    ``RECORD_SECONDS``, and what is left when the context ends, even by an error).
 
-    def __init__(self, root: str | Storage) -> None:
+    ``last``: the number of tasks whose records are removed (:func:`clear`) as soon as that
+    many were added, the job being done: the records of the last batch are then not written
+    (an interruption before the removal redoes at most those tasks)."""
+
+    def __init__(self, root: str | Storage, last: int | None = None) -> None:
         self.records = _records(root)
         self.names: list[str] = []
         self.since = time.monotonic()
+        self.left = last
         self.finished = False
         #: The names of the records written.
         self.written: list[str] = []
@@ -80,6 +85,11 @@ class Recorder:
     def add(self, name: str) -> None:
         """Task ``name`` is finished (its output stored)."""
         self.names.append(name)
+        if self.left is not None:
+            self.left -= 1
+            self.finished = self.left <= 0
+        if self.finished:
+            return
         if len(self.names) >= RECORD_TASKS or time.monotonic() - self.since > RECORD_SECONDS:
             self.flush()
 
@@ -91,12 +101,6 @@ class Recorder:
             self.written.append(name)
             self.names = []
         self.since = time.monotonic()
-
-    def finish(self) -> None:
-        """Every task of the job is done, and its records are about to be removed
-        (:func:`clear`): the last ones are not written (an interruption before the removal
-        redoes at most those tasks)."""
-        self.finished = True
 
     def __enter__(self) -> Recorder:
         return self

@@ -139,7 +139,9 @@ def run_plan(plan: Plan, *, executor: Executor | None = None, workers: int | Non
         if not done:
             plan.prepare(empty)
         job = hashlib.sha256(json.dumps(plan.job, sort_keys=True).encode()).hexdigest()[:16]
-        with records.Recorder(storage) as recorder:
+        # with nothing to do after the tasks, their records are removed once they are done
+        last = total - len(done) if plan.finish is None else None
+        with records.Recorder(storage, last) as recorder:
             results = (r for stage in plan.stages for r in completed(
                 pool, (t for tasks in stage for t in tasks if t.name not in done),
                 run_task, job, plan.roots, record=lambda r: recorder.add(r[0])))
@@ -148,8 +150,6 @@ def run_plan(plan: Plan, *, executor: Executor | None = None, workers: int | Non
                 stats["run"] += 1
                 stats["chunks"] += result["chunks"]
                 stats["bytes"] += result["bytes"]
-            if plan.finish is None:  # nothing left to do but remove the records
-                recorder.finish()
     if plan.finish is not None:
         plan.finish()
     # records of this run only (the place was empty): removed without listing them
