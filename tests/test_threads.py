@@ -5,6 +5,7 @@ next item while the caller works on one, and runs inline on a pool's own thread.
 from __future__ import annotations
 
 import threading
+import time
 
 from ngshard.threads import WORKERS, ahead, bounded_map, pmap
 
@@ -65,3 +66,38 @@ def test_ahead_inside_jobs_finishes():
     thread.start()
     thread.join(timeout=60)
     assert done == [[i * 45 for i in range(8 * WORKERS)]]
+
+
+def test_pmap_gives_the_last_items_to_whichever_thread_is_free():
+    # the next-to-last item waits for the last: were the items bound to runs made beforehand
+    # (both in the last run, on one thread), the last could not start until the other ended
+    n = 16 * WORKERS  # runs of 4 items, had they been made beforehand
+    last = threading.Event()
+
+    def fn(i: int) -> bool:
+        if i == n - 1:
+            last.set()
+        return last.wait(10) if i == n - 2 else True
+
+    assert pmap(fn, range(n), min_items=2) == [True] * n
+
+
+def test_pmap_stops_taking_items_after_a_failure():
+    ran: list[int] = []
+    n = 200
+
+    def fn(i: int) -> int:
+        ran.append(i)
+        if i == 0:
+            raise ValueError("item 0")
+        time.sleep(0.001)
+        return i
+
+    try:
+        pmap(fn, range(n), min_items=2)
+    except ValueError as e:
+        assert str(e) == "item 0"
+    else:
+        raise AssertionError("the failure was lost")
+    time.sleep(0.5)  # time enough for the rest, had the other threads gone on
+    assert len(ran) < n // 2  # they stopped soon after

@@ -11,9 +11,11 @@ import numpy as np
 import pytest
 import tensorstore as ts
 import zarr
+import zstandard
 from peers import PEER_TIMEOUT
 
 from ngshard import CorruptDataError
+from ngshard.threads import WORKERS
 from ngshard.zarr import open_array
 
 SHAPE, SHARD, INNER, FILL = (21, 17, 13), [8, 8, 8], [4, 4, 4], 7
@@ -117,3 +119,21 @@ def test_a_bad_index_raises_before_reading(written):
     path, _ = written
     with pytest.raises(IndexError):
         open_array(path).read_many([(slice(0, 2),) * 3, (30, 0, 0)])
+
+
+def test_decoding_reuses_a_zstd_decompressor_per_thread(written, monkeypatch):
+    # a new decompressor allocates and warms its context: about a tenth of a large chunk's
+    # decoding; each thread keeps one (the pool's threads may hold theirs from before)
+    path, expected = written
+    made = []
+    real = zstandard.ZstdDecompressor
+
+    def counted(*args, **kwargs):
+        made.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(zstandard, "ZstdDecompressor", counted)
+    array = open_array(path, chunk_cache_bytes=0)
+    for _ in range(3):
+        np.testing.assert_array_equal(array[...], expected)
+    assert len(made) <= WORKERS + 1  # the pool's threads and this one, once each
