@@ -88,7 +88,8 @@ def shard_chain(reader: ShardReader, name: str, keys: np.ndarray, minishards: np
         else (np.zeros((0, 2), np.int64), [])
     if missing:
         ranges = shard.ranges[missing].astype(np.int64)
-        inside, chunks = held_ranges(*held, ranges)
+        inside, found = held_ranges(*held, ranges)
+        chunks: list[Blob] = [c for c in found if c is not None]
         if not inside.all():  # read as nearby spans
             gap = reader.storage.max_gap
             spans, assignment = coalesce(with_lead(shard, ranges, gap, size), gap)
