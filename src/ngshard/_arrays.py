@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import math
+import mmap
+from typing import Any, Literal
+
 import numpy as np
 
-from .limits import GATHER_BYTES
+from .limits import GATHER_BYTES, HUGE_PAGES
+
+# Arrays of at least this many bytes (a huge page) are mapped fresh from the system (see
+# :func:`fresh`); smaller ones come from numpy: a mapping of their own costs more than it saves.
+MAPPED_BYTES = 2 << 20
 
 
 def member(values: np.ndarray, sorted_ref: np.ndarray) -> np.ndarray:
@@ -14,6 +22,24 @@ def member(values: np.ndarray, sorted_ref: np.ndarray) -> np.ndarray:
         return np.zeros(np.shape(values), bool)
     pos = np.minimum(np.searchsorted(sorted_ref, values), len(sorted_ref) - 1)
     return sorted_ref[pos] == values
+
+
+def fresh(shape: tuple[int, ...], dtype: Any, order: Literal["C", "F"] = "C", *,
+          zeros: bool = False) -> np.ndarray:
+    """A new array, uninitialised or all ``zeros``. A large one is an anonymous private
+    mapping of its own: its pages come zeroed from the system as they are first written (by
+    whichever thread writes them: decoding threads fault their own pages in; and zeros cost
+    no pass over the memory), and go back to it when the array is dropped. Huge pages are
+    asked for only where ``limits.HUGE_PAGES`` says (``np.empty`` asks for them for every
+    array of 4 MiB and more); the system's default stands otherwise."""
+    nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+    if nbytes < MAPPED_BYTES or not hasattr(mmap, "MAP_ANONYMOUS"):
+        return np.zeros(shape, dtype, order=order) if zeros else \
+            np.empty(shape, dtype, order=order)
+    memory = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if HUGE_PAGES and hasattr(mmap, "MADV_HUGEPAGE"):
+        memory.madvise(mmap.MADV_HUGEPAGE)
+    return np.ndarray(shape, dtype, buffer=memory, order=order)
 
 
 def uint_dtype(bound: int) -> np.dtype:

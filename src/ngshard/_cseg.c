@@ -18,39 +18,65 @@ static inline uint32_t word_at(const char *w, Py_ssize_t i) {
     return v;
 }
 
+/* Index l of a block's indices of B bits (B divides 32: none straddles a word). */
+#define INDEX(B, l)                                                                        \
+    ((B) ? (word_at(cw, values + (((l) * (B)) >> 5)) >> (((l) * (B)) & 31)) &              \
+               (uint32_t)((1ull << (B)) - 1)                                               \
+         : 0u)
+
+/* Store table entry idx at o (the table's words are little endian: an 8-byte entry is its
+ * two words as they lie). */
+#define STORE(o, idx)                                                                      \
+    do {                                                                                   \
+        if (entry == 1)                                                                    \
+            memcpy((o), cw + 4 * (table + (Py_ssize_t)(idx)), 4);                          \
+        else                                                                               \
+            memcpy((o), cw + 4 * (table + 2 * (Py_ssize_t)(idx)), 8);                      \
+    } while (0)
+
 /* One block's voxels inside the volume, indices of B bits, each written at its byte offset
- * in the output (any strides): bad = the block if one points past its table. */
+ * in the output (any strides): bad = the block if one points past its table. A table that
+ * reaches 2^B entries (to the end of the channel, as the tables an encoder writes last
+ * mostly do) cannot be indexed past: no voxel needs its check then. */
 #define DECODE_BLOCK(B)                                                                    \
-    for (Py_ssize_t lz = 0; lz < ez && bad < 0; lz++)                                      \
-        for (Py_ssize_t ly = 0; ly < ey && bad < 0; ly++) {                               \
-            Py_ssize_t l = bx * (ly + by * lz);                                            \
-            char *o = out + kx * bx * sx + (ky * by + ly) * sy + (kz * bz + lz) * sz;      \
-            for (Py_ssize_t lx = 0; lx < ex; lx++, l++, o += sx) {                         \
-                uint32_t idx = 0;                                                          \
-                if (B) {                                                                   \
-                    Py_ssize_t bit = l * B;                                                \
-                    idx = (word_at(cw, values + (bit >> 5)) >> (bit & 31)) &               \
-                          (uint32_t)((1ull << B) - 1);                                     \
-                }                                                                          \
-                if (idx >= (uint64_t)tsize) {                                              \
-                    bad = block;                                                           \
-                    break;                                                                 \
-                }                                                                          \
-                if (entry == 1) {                                                          \
-                    uint32_t v = word_at(cw, table + idx);                                 \
-                    memcpy(o, &v, 4);                                                      \
+    do {                                                                                   \
+        const int check = (B) == 32 || tsize < ((Py_ssize_t)1 << ((B) & 31));              \
+        for (Py_ssize_t lz = 0; lz < ez && bad < 0; lz++)                                  \
+            for (Py_ssize_t ly = 0; ly < ey; ly++) {                                       \
+                Py_ssize_t l = bx * (ly + by * lz);                                        \
+                char *o = out + kx * bx * sx + (ky * by + ly) * sy + (kz * bz + lz) * sz;  \
+                if (check) {                                                               \
+                    for (Py_ssize_t lx = 0; lx < ex; lx++, l++, o += sx) {                 \
+                        uint32_t idx = INDEX(B, l);                                        \
+                        if (idx >= (uint64_t)tsize) {                                      \
+                            bad = block;                                                   \
+                            break;                                                         \
+                        }                                                                  \
+                        STORE(o, idx);                                                     \
+                    }                                                                      \
+                    if (bad >= 0)                                                          \
+                        break;                                                             \
+                } else if (sx == 4 * entry) { /* a row of the output: one pointer */       \
+                    for (Py_ssize_t lx = 0; lx < ex; lx++, l++)                            \
+                        STORE(o + 4 * entry * lx, INDEX(B, l));                            \
                 } else {                                                                   \
-                    uint64_t v = word_at(cw, table + 2 * (Py_ssize_t)idx) |                \
-                                 (uint64_t)word_at(cw, table + 2 * (Py_ssize_t)idx + 1) << 32; \
-                    memcpy(o, &v, 8);                                                      \
+                    for (Py_ssize_t lx = 0; lx < ex; lx++, l++, o += sx)                   \
+                        STORE(o, INDEX(B, l));                                             \
                 }                                                                          \
             }                                                                              \
-        }
+    } while (0)
 
 /* Decode one channel whose headers were validated: returns -1 on success, else the block
  * whose index points past its table inside the volume. */
-static Py_ssize_t decode_channel(const char *w, Py_ssize_t nwords, Py_ssize_t start,
-                                 const Py_ssize_t *xyz, const Py_ssize_t *bs, int entry,
+#if defined(__GNUC__) || defined(__clang__)
+#define INLINE static inline __attribute__((always_inline))
+#else
+#define INLINE static inline
+#endif
+
+/* (inlined where entry is a constant: a loop per width and entry size) */
+INLINE Py_ssize_t decode_channel(const char *w, Py_ssize_t nwords, Py_ssize_t start,
+                                 const Py_ssize_t *xyz, const Py_ssize_t *bs, const int entry,
                                  char *out, const Py_ssize_t *strides) {
     Py_ssize_t n = nwords - start, X = xyz[0], Y = xyz[1], Z = xyz[2];
     Py_ssize_t sx = strides[0], sy = strides[1], sz = strides[2];
@@ -106,8 +132,10 @@ PyObject *cseg_decode(PyObject *self, PyObject *args) {
                    gz = (xyz[2] + bs[2] - 1) / bs[2];
         if (start + 2 * gx * gy * gz <= nwords) {
             Py_BEGIN_ALLOW_THREADS
-            result = decode_channel(words.buf, nwords, start, xyz, bs, entry, out.buf,
-                                    out.strides);
+            result = entry == 1 ? decode_channel(words.buf, nwords, start, xyz, bs, 1,
+                                                 out.buf, out.strides)
+                                : decode_channel(words.buf, nwords, start, xyz, bs, 2,
+                                                 out.buf, out.strides);
             Py_END_ALLOW_THREADS
         }
     }
@@ -220,17 +248,22 @@ static void prefetch_block(const char *src, const Py_ssize_t *shape, const Py_ss
 static int tabulate(const char *src, const Py_ssize_t *shape, const Py_ssize_t *strides,
                     int itemsize, const Py_ssize_t *bs, Encoded *e) {
     Py_ssize_t bx = bs[0], by = bs[1], bz = bs[2], bv = e->bv;
-    Py_ssize_t gx = (shape[0] + bx - 1) / bx, gy = (shape[1] + by - 1) / by;
+    const Py_ssize_t grid[3] = {(shape[0] + bx - 1) / bx, (shape[1] + by - 1) / by,
+                                (shape[2] + bz - 1) / bz};
     Py_ssize_t slots = 1;
     while (slots < 2 * bv)
         slots <<= 1;
     uint64_t *values = malloc(bv * sizeof(uint64_t)), *keys = malloc(slots * sizeof(uint64_t));
-    uint32_t *found = malloc(slots * sizeof(uint32_t));
+    /* found: each slot's rank (empty: all ones); slot: each voxel's slot; taken: the
+     * slots of a block's distinct values */
+    uint32_t *found = malloc(slots * sizeof(uint32_t)), *slot = malloc(bv * sizeof(uint32_t)),
+             *taken = malloc(bv * sizeof(uint32_t));
     Py_ssize_t *offsets = malloc((bx + by + bz) * sizeof(Py_ssize_t));
-    if (!values || !keys || !found || !offsets) {
-        free(values), free(keys), free(found), free(offsets);
+    if (!values || !keys || !found || !slot || !taken || !offsets) {
+        free(values), free(keys), free(found), free(slot), free(taken), free(offsets);
         return -1;
     }
+    memset(found, 0xFF, slots * sizeof(uint32_t));
     /* byte offsets of a block's voxels along each axis; the axis read innermost (f) */
     Py_ssize_t *off[3] = {offsets, offsets + bx, offsets + bx + by};
     const Py_ssize_t lstride[3] = {1, bx, bx * by};
@@ -240,18 +273,26 @@ static int tabulate(const char *src, const Py_ssize_t *shape, const Py_ssize_t *
             f = a;
     const int p = f == 2 ? 1 : 2, q = f == 0 ? 1 : 0; /* the others, outer and middle */
     Py_ssize_t used = 0;
-    for (Py_ssize_t b = 0; b < e->nb; b++) {
-        Py_ssize_t kx = b % gx, ky = b / gx % gy, kz = b / (gx * gy), l = 0;
-        Py_ssize_t x0 = kx * bx, ex = shape[0] - x0 < bx ? shape[0] - x0 : bx;
-        if (b + 1 < e->nb) {
-            Py_ssize_t next[3] = {(b + 1) % gx * bx, (b + 1) / gx % gy * by,
-                                  (b + 1) / (gx * gy) * bz};
+    /* Blocks are tabulated with the grid axis of the smallest stride fastest (their tables
+     * and indices are kept by block number, so any order will do): the next block then
+     * continues the rows of this one, in pages already mapped, as the prefetcher expects;
+     * in block-number order (x fastest), a chunk of a C-order volume jumps a plane of it
+     * from block to block (46% of the time went in waiting for those reads). */
+    for (Py_ssize_t t = 0; t < e->nb; t++) {
+        Py_ssize_t lo[3], next[3], r = t + 1;
+        lo[f] = t % grid[f] * bs[f];
+        lo[q] = t / grid[f] % grid[q] * bs[q];
+        lo[p] = t / (grid[f] * grid[q]) * bs[p];
+        Py_ssize_t b = lo[0] / bx + grid[0] * (lo[1] / by + grid[1] * (lo[2] / bz));
+        if (r < e->nb) {
+            next[f] = r % grid[f] * bs[f];
+            next[q] = r / grid[f] % grid[q] * bs[q];
+            next[p] = r / (grid[f] * grid[q]) * bs[p];
             prefetch_block(src, shape, strides, next, bs);
         }
         /* the block's voxels (x fastest in values), read with the axis of the smallest
          * stride innermost: one cache line after the other (in a chunk cut out of a C-order
          * volume, rows along x are pages apart and share a cache set) */
-        Py_ssize_t lo[3] = {kx * bx, ky * by, kz * bz};
         for (int a = 0; a < 3; a++)
             for (Py_ssize_t i = 0; i < bs[a]; i++) { /* past the edge: the nearest voxel */
                 Py_ssize_t c = lo[a] + i < shape[a] ? lo[a] + i : shape[a] - 1;
@@ -282,7 +323,8 @@ static int tabulate(const char *src, const Py_ssize_t *shape, const Py_ssize_t *
             memset(e->index + b * bv, 0, bv * sizeof(uint32_t));
         } else { /* distinct values by hashing, sorted, then each voxel's rank; a voxel
                   * equal to the one before it (runs along x) skips the hashing */
-            memset(found, 0xFF, slots * sizeof(uint32_t));
+            /* found[] is all empty between blocks: only the slots a block took are
+             * emptied after it (k of them), not the whole table (4 KiB a block) */
             for (Py_ssize_t i = 0; i < bv; i++) {
                 if (i && values[i] == values[i - 1])
                     continue;
@@ -292,8 +334,10 @@ static int tabulate(const char *src, const Py_ssize_t *shape, const Py_ssize_t *
                 if (found[s] == 0xFFFFFFFFu) {
                     keys[s] = values[i];
                     found[s] = 0;
+                    taken[k] = (uint32_t)s;
                     table[k++] = values[i];
                 }
+                slot[i] = (uint32_t)s;
             }
             sort_u64(table, k);
             for (Py_ssize_t i = 0; i < k; i++) {
@@ -303,22 +347,16 @@ static int tabulate(const char *src, const Py_ssize_t *shape, const Py_ssize_t *
                 found[s] = (uint32_t)i;
             }
             uint32_t *index = e->index + b * bv;
-            for (Py_ssize_t i = 0; i < bv; i++) {
-                if (i && values[i] == values[i - 1]) {
-                    index[i] = index[i - 1];
-                    continue;
-                }
-                Py_ssize_t s = mix64(values[i]) & (slots - 1);
-                while (keys[s] != values[i])
-                    s = (s + 1) & (slots - 1);
-                index[i] = found[s];
-            }
+            for (Py_ssize_t i = 0; i < bv; i++)
+                index[i] = i && values[i] == values[i - 1] ? index[i - 1] : found[slot[i]];
+            for (Py_ssize_t i = 0; i < k; i++)
+                found[taken[i]] = 0xFFFFFFFFu;
         }
         e->count[b] = k;
         e->tstart[b] = used;
         used += k;
     }
-    free(values), free(keys), free(found), free(offsets);
+    free(values), free(keys), free(found), free(slot), free(taken), free(offsets);
     return 0;
 }
 
@@ -366,6 +404,16 @@ static int measure(const Encoded *e, Py_ssize_t *total) {
     return tend >= (1 << 24);
 }
 
+/* A block's indices of B bits (B divides 32) packed into its words from w[v] on, LSB first,
+ * each word or-ed whole from the indices it holds. */
+#define PACK(B)                                                                            \
+    for (Py_ssize_t i = 0, j = 0; i < bv; j++) {                                           \
+        uint32_t word = 0;                                                                 \
+        for (int t = 0; t < 32 / (B) && i < bv; t++, i++)                                  \
+            word |= idx[i] << (t * (B) & 31);                                              \
+        w[v + j] |= word;                                                                  \
+    }
+
 /* Write the channel's words (as many as measure() says) at out; 0, or -1 when out of
  * memory. */
 static int lay_out(const Encoded *e, uint32_t *w) {
@@ -395,9 +443,13 @@ static int lay_out(const Encoded *e, uint32_t *w) {
         w[2 * b + 1] = (uint32_t)v;
         if (bits) {
             const uint32_t *idx = e->index + b * bv;
-            for (Py_ssize_t i = 0; i < bv; i++) {
-                Py_ssize_t bit = i * bits;
-                w[v + (bit >> 5)] |= idx[i] << (bit & 31);
+            switch (bits) { /* a loop per width: shifts of constants */
+            case 1: PACK(1); break;
+            case 2: PACK(2); break;
+            case 4: PACK(4); break;
+            case 8: PACK(8); break;
+            case 16: PACK(16); break;
+            default: PACK(32); break;
             }
             v += (bv * bits + 31) / 32;
         }

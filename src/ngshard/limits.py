@@ -44,6 +44,13 @@ MAX_GAP, REMOTE_MAX_GAP = 4 * KiB, 128 * KiB
 #: Ranges up to this size out of a merged read of bytes come back as bytes, not views: the
 #: copy costs less than a view a caller copies later (10,000 1 KiB values, bench_kv.py).
 SLICED_BYTES = 4 * KiB
+#: Whether large new arrays (read results, staged slabs, staging blocks: ``_arrays.fresh``)
+#: ask the system for huge pages. No: their first writes then cost 2-4x the system time
+#: of small pages where freed memory goes back to a hypervisor (1 GiB written by 2 threads:
+#: 1.1-2.8 s in huge pages, 0.5-0.6 s in small ones, on the 2-core VM of the benchmarks),
+#: and save little elsewhere (one fault per 2 MiB, but the same zeroing). Where transparent
+#: huge pages are "always", the system's choice stands either way.
+HUGE_PAGES = False
 #: Large local reads go in pieces of this size over threads (page faults on every core).
 READ_PIECE_BYTES = 4 * MiB
 #: A local batch of reads holding this many ranges reads its files on threads (one pread
@@ -111,6 +118,16 @@ STAGE_BLOCK_BYTES = 256 * MiB
 #: beyond the staging budget stays bounded by it): a shard within one block is written as
 #: it lies. Large enough for a 512^3 uint64 segmentation shard (about 260 MiB).
 ENCODED_BLOCK_BYTES = 512 * MiB
+#: A write of encoded chunks (sizes known only once encoded) of at least this many raw bytes
+#: spills each batch to the files that become its shards while the next batch is encoded, so
+#: that writing the files overlaps the encoding rather than following it (at the commit, on
+#: one thread, with the other cores idle): 512^3 uint64 labels, 195 MB encoded, took 0.3-0.45
+#: s of one core to write into the page cache after 0.9 s of encoding on two.
+WRITE_BEHIND_BYTES = 256 * MiB
+#: A spilled run of at least this many bytes beside durable shards (a batch written behind)
+#: is flushed to the disk as it is spilled; smaller runs (updates of many small keys, which
+#: are merged into their shards rather than becoming them) wait for the commit.
+FLUSH_RUN_BYTES = 1 * MiB
 #: Bytes of values copied at a time when a spilled shard's data is put in order.
 SPILL_COPY_BYTES = 8 * MiB
 #: Bytes moved per step of a vectorized gather of many small values (a cache-sized window).

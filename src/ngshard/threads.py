@@ -8,7 +8,7 @@ import os
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
 from .cpus import available_cpus
@@ -125,6 +125,11 @@ def pstart(fn: Callable[[T], R], items: Iterable[T], *, min_items: int = 64
         return results
 
     return wait
+
+
+def start_job(fn: Callable[[], R]) -> Future:
+    """``fn()`` begun on a job thread (it must wait on no job itself); its future."""
+    return _jobs.submit(fn)
 
 
 def bounded_map(fn: Callable[[T], R], items: Iterable[T], in_flight: int = 2 * WORKERS

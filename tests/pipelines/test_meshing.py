@@ -7,11 +7,14 @@ refused with nothing half-written."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 from convert_helpers import Interrupting
+from peers import PEER_TIMEOUT
 from segment_helpers import (
     CORE,
     CUBE,
@@ -224,3 +227,31 @@ def test_simplification_is_igneous_forges(seg, labels, tmp_path):
     a, v, o = measures(ours.vertices, ours.faces)
     a1, v1, _ = measures(forge.vertices, forge.faces)
     assert o == 0 and abs(a - a1) <= 1e-3 * a1 and abs(v - v1) <= 1e-3 * v1
+
+
+IMPORTS = """
+import json, sys
+import ngshard
+MODULES = ("zmesh", "DracoPy", "kimimaro")
+def loaded():
+    return [m for m in MODULES if m in sys.modules]
+if __name__ == "__main__":
+    seg, dst = sys.argv[1:3]
+    steps = [loaded()]
+    ngshard.mesh(seg, dst + "/mesh", box=48, lods=1, workers=2, progress=False)
+    steps.append(loaded())
+    ngshard.skeletonize(seg, dst + "/skeletons", box=48, workers=2, progress=False)
+    print(json.dumps(steps + [loaded()]))
+"""
+
+
+def test_a_local_pool_imports_zmesh_and_kimimaro_once(seg, tmp_path):
+    """``import ngshard`` loads neither zmesh, DracoPy nor kimimaro; a job of meshes (of
+    skeletons) on a local pool imports zmesh and DracoPy (kimimaro) in this process before
+    the workers fork, so that no worker imports them again (kimimaro: about a CPU second
+    each)."""
+    out = subprocess.run([sys.executable, "-c", IMPORTS, str(seg), str(tmp_path)],
+                         capture_output=True, text=True, timeout=PEER_TIMEOUT)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [
+        [], ["zmesh", "DracoPy"], ["zmesh", "DracoPy", "kimimaro"]]

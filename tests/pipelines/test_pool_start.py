@@ -143,3 +143,33 @@ def test_a_one_task_job_runs_in_this_process(tmp_path):
         assert (tmp_path / "one" / name).read_bytes() == \
             (tmp_path / "workers" / name).read_bytes()
     np.testing.assert_array_equal(ngshard.open_volume(tmp_path / "one")[..., 0], data.T)
+
+
+PRELOAD = """
+import json, sys, threading, time
+from ngshard.pipelines.executors import local_pool
+
+if __name__ == "__main__":
+    {setup}
+    pool = local_pool(2, preload=("colorsys", "no_such_module_of_ngshard"))
+    here = "colorsys" in sys.modules
+    # (a function of this script would not reach a forkserver's workers)
+    asked = [pool.submit(eval, "'colorsys' in __import__('sys').modules") for _ in range(4)]
+    print(json.dumps({{"here": here, "workers": [f.result() for f in asked]}}))
+    pool.shutdown()
+"""
+
+
+@pytest.mark.parametrize("setup, forked", [
+    ("pass", True),
+    ("threading.Thread(target=time.sleep, args=(60,), daemon=True).start()", False),
+], ids=["forked", "forkserver"])
+def test_modules_preloaded_before_the_workers_start(setup, forked):
+    """What the tasks import (kimimaro, zmesh: about a CPU second) is imported once, before
+    the workers are forked (in this process, or in the forkserver), not by each worker; a
+    module that is not installed is left to the task that needs it."""
+    out = subprocess.run([sys.executable, "-c", PRELOAD.format(setup=setup)],
+                         capture_output=True, text=True, timeout=PEER_TIMEOUT)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result == {"here": forked, "workers": [True] * 4}

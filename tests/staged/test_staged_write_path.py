@@ -18,7 +18,7 @@ from ngshard.sharded.inputs import value_arrays
 from ngshard.sharded.staging import LARGE_VALUE, Staging
 from ngshard.staged import MemoryChunks, StagedChangesArray, normalize
 from ngshard.staged.copy import copy_runs
-from ngshard.staged.geometry import Geometry, box_indices, columns, zeroed
+from ngshard.staged.geometry import Geometry, box_indices, columns
 from ngshard.staged.mapper import IndexChunkMapper
 from ngshard.staged.slabmap import SlabMap
 from ngshard.volume import create_volume, open_volume
@@ -196,7 +196,7 @@ def test_columns_and_box_indices_match_numpy():
 @pytest.mark.parametrize("order", "CF")
 def test_zeroed_slabs_small_and_mapped_are_writable_zeros_in_their_order(order):
     for shape in [(4, 5, 6), (64, 64, 64, 9)]:  # np.zeros; a fresh mapping (> 2 MiB)
-        a = zeroed(shape, np.dtype("uint16"), order)
+        a = Geometry(shape, shape, order).new_slab(1, np.dtype("uint16"), zeros=True)
         assert a.shape == shape and a.dtype == np.uint16 and not a.any()
         assert a.flags.c_contiguous if order == "C" else a.flags.f_contiguous
         a[(1,) * a.ndim] = 7

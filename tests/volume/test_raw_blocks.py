@@ -6,14 +6,19 @@ tensorstore reads them back."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import tensorstore as ts
 from peers import PEER_TIMEOUT
 
+import ngshard.sharded.spill
 import ngshard.staged.source
 import ngshard.staged.stored
+import ngshard.volume.handle
 from ngshard import create_volume
+from ngshard.storage import open_storage
 from ngshard.volume.encodings import encode_chunk
 
 SHAPE, CHUNK = (45, 38, 21), (8, 8, 4)  # clipped edge chunks on every axis
@@ -118,6 +123,66 @@ def test_a_compressed_segmentation_volume_is_written_as_its_chunks_encoded_one_b
     blocks, chunks = write_both(tmp_path, data, staged_bytes, CS)
     same_shards_read_by_tensorstore(blocks, chunks, labels)
     np.testing.assert_array_equal(ngshard.open_volume(blocks)[:], labels)
+
+
+def test_a_large_compressed_segmentation_write_goes_to_its_shard_files_as_it_is_encoded(
+        tmp_path, monkeypatch):
+    """Past WRITE_BEHIND_BYTES (here: any write), the batches encoded so far are in the
+    files that become the shards while later batches are encoded (with a staging budget
+    that would hold them all); the commit makes those files the shards, byte for byte as
+    written chunk by chunk."""
+    monkeypatch.setattr(ngshard.staged.stored, "WRITE_BEHIND_BYTES", 0, raising=False)
+    monkeypatch.setattr(ngshard.staged.source, "CHUNK_BATCH", 7)  # many batches
+    folder = tmp_path / "behind"
+    on_disk = []  # bytes in spill files as each chunk is encoded
+
+    def encode(*args, **kwargs):
+        on_disk.append(sum(p.stat().st_size for p in folder.rglob("*.spill")))
+        return encode_chunk(*args, **kwargs)
+
+    monkeypatch.setattr(ngshard.volume.handle, "encode_chunk", encode)
+    rng = np.random.default_rng(6)
+    labels = rng.integers(0, 2**40, 30, dtype=np.uint64)[rng.integers(0, 30, (*SHAPE, 1))]
+    kwargs = dict(dtype="uint64", shape=SHAPE, chunk_size=CHUNK, sharding=SPEC, encoding=CS,
+                  compressed_segmentation_block_size=BLOCK)
+    with create_volume(folder, **kwargs) as vol:
+        vol[:] = labels
+    assert max(on_disk) > labels.nbytes // 10  # the last batches: most data written already
+    assert not list(folder.rglob("*.spill"))  # taken over as the shards, or removed
+    monkeypatch.undo()
+    _, chunks = write_both(tmp_path, labels, 1 << 30, CS)
+    same_shards_read_by_tensorstore(folder, chunks, labels)
+
+
+def test_a_durable_write_behind_flushes_its_batches_to_disk_as_it_goes(tmp_path, monkeypatch):
+    """Durable storage: each batch written behind is flushed to the disk (fdatasync, on a job
+    thread) while later ones are encoded, not all of it by the fsync at the commit."""
+    monkeypatch.setattr(ngshard.staged.stored, "WRITE_BEHIND_BYTES", 0, raising=False)
+    monkeypatch.setattr(ngshard.staged.source, "CHUNK_BATCH", 40)  # 5 batches, 4 shards
+    monkeypatch.setattr(ngshard.sharded.spill, "FLUSH_RUN_BYTES", 0, raising=False)
+    flushed, seen = [], []  # spill files flushed; how many when each chunk is encoded
+    sync = getattr(os, "fdatasync", os.fsync)
+
+    def recording(fd):
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".spill"):
+            flushed.append(fd)
+        return sync(fd)
+
+    def encode(*args, **kwargs):
+        seen.append(len(flushed))
+        return encode_chunk(*args, **kwargs)
+
+    monkeypatch.setattr(os, "fdatasync" if hasattr(os, "fdatasync") else "fsync", recording)
+    monkeypatch.setattr(ngshard.volume.handle, "encode_chunk", encode)
+    rng = np.random.default_rng(7)
+    labels = rng.integers(0, 2**40, 30, dtype=np.uint64)[rng.integers(0, 30, (*SHAPE, 1))]
+    with create_volume(open_storage(tmp_path, durable=True), dtype="uint64", shape=SHAPE,
+                       chunk_size=CHUNK, sharding=SPEC, encoding=CS,
+                       compressed_segmentation_block_size=BLOCK) as vol:
+        vol[:] = labels
+    monkeypatch.undo()
+    assert max(seen) > 1  # batches on the disk before the last was encoded
+    np.testing.assert_array_equal(ngshard.open_volume(tmp_path)[:], labels)
 
 
 def test_a_partial_raw_write_keeps_the_rest(tmp_path):

@@ -64,11 +64,17 @@ def _split(vertices: np.ndarray, faces: np.ndarray, axis: int, planes: np.ndarra
                            np.stack([b[on_plane], c[on_plane]], 1)])
     edge_planes = np.concatenate([planes[two], planes[two], planes[on_plane]])
     lo, hi = ends.min(axis=1), ends.max(axis=1)
-    keys = np.stack([lo, hi, edge_planes.view(np.int64)], axis=1)
-    unique, inverse = np.unique(keys, axis=0, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    u_lo, u_hi = unique[:, 0], unique[:, 1]
-    u_plane = unique[:, 2].copy().view(np.float64)
+    # each cut edge once (np.unique(axis=0)'s order, sorted as three int64 columns)
+    plane_bits = edge_planes.view(np.int64)
+    order = np.lexsort((plane_bits, hi, lo))
+    s_lo, s_hi, s_plane = lo[order], hi[order], plane_bits[order]
+    first = np.ones(len(order), bool)
+    first[1:] = (s_lo[1:] != s_lo[:-1]) | (s_hi[1:] != s_hi[:-1]) | \
+        (s_plane[1:] != s_plane[:-1])
+    inverse = np.empty(len(order), np.int64)
+    inverse[order] = np.cumsum(first) - 1
+    u_lo, u_hi = s_lo[first], s_hi[first]
+    u_plane = s_plane[first].view(np.float64)
     d_lo = vertices[u_lo, axis] - u_plane
     d_hi = vertices[u_hi, axis] - u_plane
     t = d_lo / (d_lo - d_hi)
@@ -91,7 +97,7 @@ def zorder(positions: np.ndarray) -> np.ndarray:
     p = np.asarray(positions, np.uint64)
     code = np.zeros(len(p), np.uint64)
     one = np.uint64(1)
-    for bit in range(21):
+    for bit in range(min(21, int(p.max()).bit_length()) if p.size else 0):
         for axis in range(3):
             code |= ((p[:, axis] >> np.uint64(bit)) & one) << np.uint64(3 * bit + axis)
     return code
@@ -105,18 +111,28 @@ def fragments(vertices: np.ndarray, faces: np.ndarray, origin: np.ndarray,
     v, f = split_at_grid(vertices, faces, origin, cut_size)
     if not len(f):
         return np.zeros((0, 3), np.uint32), []
-    centroid = v[f].mean(axis=1)
+    corners = v[f]
+    centroid = (corners[:, 0] + corners[:, 1] + corners[:, 2]) / 3  # = mean, in that order
     node = np.maximum(np.floor((centroid - origin) / node_size), 0).astype(np.int64)
     if (node == node[0]).all():  # one node (a box's piece, a small segment): in order
-        code = np.zeros(len(f), np.uint64)
+        starts, rank = np.zeros(1, np.int64), np.zeros(len(f), np.int64)
     else:
         code = zorder(node)
         order = np.argsort(code, kind="stable")
         f, node, code = f[order], node[order], code[order]
-    starts = np.flatnonzero(np.r_[True, code[1:] != code[:-1]])
-    rank = np.cumsum(np.r_[False, code[1:] != code[:-1]])  # node number of each triangle
+        new = code[1:] != code[:-1]
+        starts = np.concatenate([[0], np.flatnonzero(new) + 1])
+        rank = np.concatenate([[0], np.cumsum(new)])  # node number of each triangle
+    # the vertices each node uses, ascending by (node, vertex): marked in a table of
+    # (node, vertex) pairs where that is small, else sorted
     corner_keys = (rank[:, None] * len(v) + f).reshape(-1)
-    keys, local = np.unique(corner_keys, return_inverse=True)
+    if len(starts) * len(v) <= max(1 << 20, 8 * corner_keys.size):
+        used = np.zeros(len(starts) * len(v), bool)
+        used[corner_keys] = True
+        keys = np.flatnonzero(used)
+        local = (np.cumsum(used) - 1)[corner_keys]
+    else:
+        keys, local = np.unique(corner_keys, return_inverse=True)
     owner = keys // len(v)
     first_key = np.searchsorted(owner, np.arange(len(starts)))
     local = local.reshape(-1, 3) - first_key[rank][:, None]
@@ -125,12 +141,15 @@ def fragments(vertices: np.ndarray, faces: np.ndarray, origin: np.ndarray,
     q = (v[keys % len(v)] - origin - vert_node * node_size) / node_size * top
     q = np.clip(np.rint(q), 0, top)
     # Triangles whose corners round to the same grid point have no area at this resolution
-    # (Draco refuses a fragment of nothing else): they are dropped.
-    corners = q[local + first_key[rank][:, None]]
-    flat = ((corners[:, 0] == corners[:, 1]).all(axis=1) | (corners[:, 1] == corners[:, 2])
-            .all(axis=1) | (corners[:, 0] == corners[:, 2]).all(axis=1))
-    bounds_v = np.r_[first_key, len(keys)]
-    bounds_f = np.r_[starts, len(f)]
+    # (Draco refuses a fragment of nothing else): they are dropped. (A grid point as one
+    # integer: bits <= 16.)
+    point = (q[:, 0].astype(np.int64) << 2 * bits) | (q[:, 1].astype(np.int64) << bits) | \
+        q[:, 2].astype(np.int64)
+    corner = point[local + first_key[rank][:, None]]
+    flat = (corner[:, 0] == corner[:, 1]) | (corner[:, 1] == corner[:, 2]) | \
+        (corner[:, 0] == corner[:, 2])
+    bounds_v = np.append(first_key, len(keys))
+    bounds_f = np.append(starts, len(f))
     out = [(q[bounds_v[i]:bounds_v[i + 1]],
             local[bounds_f[i]:bounds_f[i + 1]][~flat[bounds_f[i]:bounds_f[i + 1]]])
            for i in range(len(starts))]

@@ -4,12 +4,14 @@ whose workers die with it; on a cluster, a Dask ``distributed.Client``'s executo
 from __future__ import annotations
 
 import ctypes
+import importlib
 import multiprocessing
 import os
 import signal
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from multiprocessing.context import BaseContext
 
@@ -23,34 +25,44 @@ from ..limits import THREAD_EXIT_SECONDS
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
-def local_executor(workers: int | None, tasks: int) -> Executor:
+def local_executor(workers: int | None, tasks: int, preload: Sequence[str] = ()
+                   ) -> Executor:
     """Where a job of ``tasks`` tasks runs when the caller gives no executor: a job of one
     task on a thread of this process (in a pool it keeps one worker busy and the others
     idle, the task fans its chunks out to threads either way, and a pool's start and the
-    worker's opening of the storage again would cost more), else :func:`local_pool`. A
-    Ctrl-C stops a one-task job once its task ends (a thread cannot be killed)."""
+    worker's opening of the storage again would cost more), else :func:`local_pool` (with
+    the modules its tasks ``preload``). A Ctrl-C stops a one-task job once its task ends
+    (a thread cannot be killed)."""
     if tasks <= 1:
         return ThreadPoolExecutor(1, thread_name_prefix="ngshard-task")
-    return local_pool(workers)
+    return local_pool(workers, preload)
 
 
-def local_pool(workers: int | None = None) -> ProcessPoolExecutor:
+def local_pool(workers: int | None = None, preload: Sequence[str] = ()
+               ) -> ProcessPoolExecutor:
     """A process pool of ``workers`` (default: the CPUs this process may use, see
     :func:`ngshard.cpus.available_cpus`). Workers are forked when this process runs one
     thread once OpenBLAS's idle threads are stopped (see :func:`forkable`; they start at
     once); otherwise they come from a forkserver, so none inherits a lock another thread
-    held (it costs a new interpreter, about 0.5 s, once per process). Workers ignore
+    held (it costs a new interpreter, about 0.5 s, once per process). The modules named in
+    ``preload`` (what the tasks import: kimimaro takes about a CPU second) are imported
+    once, before the workers fork (here, or in the forkserver), rather than by each worker;
+    one that is not installed is left to the task to report. Workers ignore
     SIGINT: a Ctrl-C in the terminal reaches the whole process group, and only this process
     decides what stops (:func:`stop_pool`). On Linux each worker is killed when its parent
     dies (``kill -9`` of the client leaves no worker behind)."""
     context: BaseContext
     parent: int | None
-    if forkable():
+    forked = forkable()
+    if forked and preload:
+        _preload(preload)
+        forked = forkable()  # an import may have started a thread
+    if forked:
         context = multiprocessing.get_context("fork")
         parent = os.getpid()
     else:
         server = multiprocessing.get_context("forkserver")
-        server.set_forkserver_preload(["ngshard.pipelines.tasks"])
+        server.set_forkserver_preload(["ngshard.pipelines.tasks", *preload])
         context = server
         parent = None  # the forkserver, which exits when this process does
     pool = ProcessPoolExecutor(max_workers=workers or available_cpus(), mp_context=context,
@@ -59,7 +71,6 @@ def local_pool(workers: int | None = None) -> ProcessPoolExecutor:
     # swallowed there ("Exception ignored") and the job would run on: forked workers start
     # now, with SIGINT held back until they are up (a forkserver forks in its own process:
     # a Ctrl-C is taken at once). Either way a Ctrl-C meanwhile stops the pool.
-    forked = parent is not None
     held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if forked else None
     try:
         try:
@@ -71,6 +82,15 @@ def local_pool(workers: int | None = None) -> ProcessPoolExecutor:
         stop_pool(pool)
         raise
     return pool
+
+
+def _preload(modules: Sequence[str]) -> None:
+    """Import ``modules``; one not installed is skipped (the task that needs it says so)."""
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            continue
 
 
 def _start_worker(parent: int | None) -> None:

@@ -297,7 +297,7 @@ def mesh(seg: str | os.PathLike, dst: str | os.PathLike | None = None, *,
     ExistsError
         ``dst`` holds a layer, and not ``overwrite``.
     """
-    require_module("zmesh", "meshing needs", "meshing")  # loaded by the workers only
+    require_module("zmesh", "meshing needs", "meshing")  # imported where the tasks run
     if vertex_quantization_bits not in (10, 16):
         raise SpecError(f"vertex_quantization_bits must be 10 or 16, got "
                         f"{vertex_quantization_bits}")
@@ -344,7 +344,8 @@ def mesh(seg: str | os.PathLike, dst: str | os.PathLike | None = None, *,
            "options": [options.lods, options.reduction, options.bits, options.legacy,
                        options.simplify, options.max_error],
            "sharding": sharding}
-    stats = run_job(Job("meshing", dst, doc, forge, merge, choose, finish),
+    preload = ("zmesh",) if legacy else ("zmesh", "DracoPy")
+    stats = run_job(Job("meshing", dst, doc, forge, merge, choose, finish, preload),
                     executor=executor, workers=workers, progress=progress, resume=resume,
                     overwrite=overwrite)
     return {**stats, "attached": int(link is not None)}

@@ -59,7 +59,8 @@ class Job:
     """A two-phase job writing the layer at ``dst``: ``doc`` identifies it (a resumed job
     must be the same job), ``forge`` are its box tasks, ``merge(spec, requests)`` makes the
     task of one shard from the pieces it joins, ``sharding(count, mean_bytes)`` chooses the
-    spec once the labels are known, and ``finish(spec, count)`` writes the infos."""
+    spec once the labels are known, and ``finish(spec, count)`` writes the infos. A local
+    pool imports the modules of ``preload`` (those its tasks use) once, before it forks."""
 
     what: str  # "meshing" or "skeletonizing", for messages
     dst: str
@@ -68,6 +69,7 @@ class Job:
     merge: Callable[[ShardingSpec, int, list], Step]
     sharding: Callable[[int, float | None], ShardingSpec]
     finish: Callable[[ShardingSpec, int], None]
+    preload: tuple[str, ...] = ()
 
 
 def shard_spec(sharding: Any, count: int, mean: float | None, **kw: Any) -> ShardingSpec:
@@ -127,7 +129,8 @@ def run_job(job: Job, *, executor: Executor | None = None, workers: int | None =
         return (f"{finished} of {total} tasks of {job.what} into {job.dst} are done, "
                 f"{total - finished} left{later}")
 
-    with running(executor, workers, job.what, job.dst, left) as pool:
+    with running(executor, workers, job.what, job.dst, left,
+                 preload=job.preload) as pool:
         if not records.recorded(storage, record):  # not an unfinished run of this job
             claim(storage, overwrite=overwrite)
             _clear_bundles(storage)

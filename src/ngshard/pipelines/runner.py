@@ -18,7 +18,7 @@ import itertools
 import json
 import queue
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import (
     Executor,
     Future,
@@ -162,15 +162,17 @@ def run_plan(plan: Plan, *, executor: Executor | None = None, workers: int | Non
 
 @contextmanager
 def running(executor: Executor | None, workers: int | None, what: str, dst: str,
-            left: Callable[[], str], tasks: int = 2) -> Iterator[Executor]:
-    """``executor``, or a local one for ``tasks`` tasks (a pool of ``workers``, see
+            left: Callable[[], str], tasks: int = 2, preload: Sequence[str] = ()
+            ) -> Iterator[Executor]:
+    """``executor``, or a local one for ``tasks`` tasks (a pool of ``workers``, the modules
+    of ``preload`` imported before it forks, see
     :func:`~ngshard.pipelines.executors.local_executor`) shut down at the end; a Ctrl-C
     stops a local pool at once (running tasks killed, not waited for) and raises
     :class:`~ngshard.errors.Interrupted` saying what is ``left`` and how to resume."""
     own = executor is None
     pool: Executor | None = executor
     try:  # a Ctrl-C while the pool starts stops the job as well as one while it runs
-        pool = local_executor(workers, tasks) if executor is None else executor
+        pool = local_executor(workers, tasks, preload) if executor is None else executor
         yield pool
     except KeyboardInterrupt:
         if own and pool is not None:

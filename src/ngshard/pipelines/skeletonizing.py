@@ -190,7 +190,7 @@ def skeletonize(seg: str | os.PathLike, dst: str | os.PathLike | None = None, *,
     ExistsError
         ``dst`` holds a layer, and not ``overwrite``.
     """
-    require_module("kimimaro", "skeletonizing needs", "meshing")  # loaded by the workers only
+    require_module("kimimaro", "skeletonizing needs", "meshing")  # imported where the tasks run
     params = {**TEASAR, **(teasar or {})}
     unknown = set(params) - set(TEASAR)
     if unknown:
@@ -226,7 +226,7 @@ def skeletonize(seg: str | os.PathLike, dst: str | os.PathLike | None = None, *,
            "sharding": sharding}
     stats = run_job(Job("skeletonizing", dst, doc, forge, merge,
                         lambda count, mean: shard_spec(sharding, count, mean),
-                        finish),
+                        finish, preload=("kimimaro",)),
                     executor=executor, workers=workers, progress=progress, resume=resume,
                     overwrite=overwrite)
     return {**stats, "attached": int(link is not None)}

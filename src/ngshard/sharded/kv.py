@@ -81,7 +81,10 @@ class ShardedKV(MutableMapping):
         if mode != "r":  # what killed writers left behind
             for folder in {f for f in (spill_dir, local) if f is not None}:
                 remove_stale(folder)
-        self._staging = None if mode == "r" else Staging(spec, staged_bytes, spill_dir)
+        # spill files beside durable shards become shards: written to disk as they are spilled
+        durable = getattr(storage, "durable", False) and spill_dir == local
+        self._staging = None if mode == "r" else Staging(spec, staged_bytes, spill_dir,
+                                                         durable)
 
     def __repr__(self) -> str:
         return f"ShardedKV({self.storage.url!r}, mode={self.mode!r})"

@@ -19,14 +19,15 @@ import contextlib
 import os
 import shutil
 import tempfile
+from concurrent.futures import Future, wait
 
 import numpy as np
 
 from .._arrays import gather, member, views
 from ..compression import encode
-from ..limits import SPILL_COPY_BYTES
+from ..limits import FLUSH_RUN_BYTES, SPILL_COPY_BYTES
 from ..storage import SPILL_PREFIX, FileSlice, coalesce, owner_tag, write_buffers
-from ..threads import pmap
+from ..threads import pmap, start_job
 from .changes import DELETED, ShardChanges
 from .shard_writer import newest_in_index_order
 from .spec import ShardingSpec
@@ -35,12 +36,21 @@ RECORD = np.dtype([("key", "<u8"), ("length", "<i8")])
 
 
 class SpillFiles:
-    """The spill files of one staging, in a temporary directory made on first use."""
+    """The spill files of one staging, in a temporary directory made on first use.
 
-    def __init__(self, spec: ShardingSpec, parent: str | None) -> None:
+    ``durable``: the values files may become durable shards (beside them, taken over by a
+    rename, then fsynced): a run of ``FLUSH_RUN_BYTES`` or more is then flushed to the disk
+    on a job thread while the caller goes on (encoding the next batch, say), rather than
+    all of it by the fsync at the commit; one flush at a time a file (each takes whatever
+    was written before it). A failed flush is raised by the next run's or when the shard's
+    data is taken."""
+
+    def __init__(self, spec: ShardingSpec, parent: str | None, durable: bool = False) -> None:
         self.spec, self.parent, self.header = spec, parent, spec.shard_index_size
+        self.durable = durable
         self.dir: str | None = None
         self._ends: dict[int, int] = {}  # shard -> size of its values file
+        self._flushes: dict[int, Future] = {}  # shard -> its last flush
 
     def __bool__(self) -> bool:
         return bool(self._ends)
@@ -68,6 +78,13 @@ class SpillFiles:
         _append(self._path(shard, "spill"), data)
         _append(self._path(shard, "keys"), records.view(np.uint8))
         self._ends[shard] = end + len(data)
+        if self.durable and len(data) >= FLUSH_RUN_BYTES:
+            flushing = self._flushes.get(shard)
+            if flushing is None or flushing.done():  # one at a time: it takes all written
+                if flushing is not None:
+                    flushing.result()
+                path = self._path(shard, "spill")
+                self._flushes[shard] = start_job(lambda: _flush(path))
 
     def changes(self, shard: int, only: np.ndarray | None = None) -> ShardChanges:
         """The net spilled changes of one shard (of the sorted keys ``only``, if given)."""
@@ -90,6 +107,7 @@ class SpillFiles:
         take the file over)."""
         shard, source = changes.shard, changes.source
         assert source is not None and changes.offsets is not None, "changes not spilled"
+        self._settle(shard)
         is_set = changes.lengths != DELETED
         sizes, offsets = changes.lengths[is_set], changes.offsets[is_set]
         total = int(sizes.sum())
@@ -116,14 +134,26 @@ class SpillFiles:
         os.unlink(source)  # copied: only the new file is needed now
         return out_sizes, [FileSlice(out_path, self.header, int(out_sizes.sum()), owned=True)]
 
+    def _settle(self, shard: int, check: bool = True) -> None:
+        """Wait for the last flush of one shard's values file (raising its failure)."""
+        flush = self._flushes.pop(shard, None)
+        if flush is not None:
+            if check:
+                flush.result()
+            else:
+                wait([flush])
+
     def discard(self, shard: int) -> None:
         """Remove what is left of one shard's spill files (its changes are committed)."""
+        self._settle(shard, check=False)
         if self._ends.pop(shard, None) is not None:
             for kind in ("spill", "keys", "net"):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(self._path(shard, kind))
 
     def clear(self) -> None:
+        for shard in list(self._flushes):
+            self._settle(shard, check=False)
         self._ends.clear()
         if self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
@@ -134,6 +164,15 @@ def _append(path: str, data: np.ndarray) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         write_buffers(fd, [data.data])
+    finally:
+        os.close(fd)
+
+
+def _flush(path: str) -> None:
+    """Write a file's data to the disk (fdatasync where there is one)."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        getattr(os, "fdatasync", os.fsync)(fd)
     finally:
         os.close(fd)
 

@@ -55,14 +55,15 @@ def _lengths(values: Sequence) -> np.ndarray:
 class Staging:
     """Staged key changes; ``limit_bytes`` bounds what is held in memory."""
 
-    def __init__(self, spec: ShardingSpec, limit_bytes: int, spill_dir: str | None = None):
+    def __init__(self, spec: ShardingSpec, limit_bytes: int, spill_dir: str | None = None,
+                 durable: bool = False):
         self.spec, self.limit_bytes = spec, limit_bytes
         self._dict: dict[int, Blob | None] = {}
         self._keys: list[np.ndarray] = []
         self._lengths: list[np.ndarray] = []
         self._blocks: list[np.ndarray] = []  # the values of the batches, back to back (uint8)
         self._mem_bytes = 0
-        self.spilled_files = SpillFiles(spec, spill_dir)
+        self.spilled_files = SpillFiles(spec, spill_dir, durable)
         self.version = 0  # counts changes, so a plan can tell it still fits
 
     # --- changes ---------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from .._arrays import fresh
 from ..commitplan import CommitPlan
 from ..errors import SpecError
 from ..limits import DEFAULT_STAGED_BYTES
@@ -164,11 +165,11 @@ class StagedChangesArray:
             self.slabs.append(new)
             self.orders.append(order)
             self._staged_nbytes += new.nbytes
-        fresh = {slab for slab, _ in plan.appends} if zero_fill else set()
+        zeroed_slabs = {slab for slab, _ in plan.appends} if zero_fill else set()
         for transfer in plan.transfers:
-            if transfer.src == FULL and transfer.dst in fresh:
+            if transfer.src == FULL and transfer.dst in zeroed_slabs:
                 continue
-            self._transfer(transfer, value, out, transfer.dst in fresh)
+            self._transfer(transfer, value, out, transfer.dst in zeroed_slabs)
         if isinstance(plan, SetItemPlan) and plan.through is not None:
             positions, start, count = plan.through
             whole = self._array(VALUE, value, out)
@@ -213,7 +214,7 @@ class StagedChangesArray:
         if self._boxes_only([selection]):
             return self._read_boxes([selection])[0]
         plan = GetItemPlan(self.geometry, self.map, selection, self.orders)
-        out = np.empty(selection.shape, self.dtype, order=self.geometry.order)
+        out = fresh(selection.shape, self.dtype, self.geometry.order)
         self._run(plan, out=out)
         return selection.finish(out)
 
@@ -235,7 +236,7 @@ class StagedChangesArray:
         outs, base = [], []
         for selection in selections:
             plan = GetItemPlan(self.geometry, self.map, selection, self.orders)
-            out = np.empty(selection.shape, self.dtype, order=self.geometry.order)
+            out = fresh(selection.shape, self.dtype, self.geometry.order)
             for t in plan.transfers:  # the base slab's rows wait for the one batch
                 if t.src == BASE:
                     base.append((out, t))
@@ -257,7 +258,7 @@ class StagedChangesArray:
         """Boxes from the base slab, every box's rows planned in one numpy pass
         (``boxes.py``) rather than a GetItemPlan each."""
         g = self.geometry
-        outs = [np.empty(s.shape, self.dtype, order=g.order) for s in selections]
+        outs = [fresh(s.shape, self.dtype, g.order) for s in selections]
         rows, box = box_rows(g, selections)
         copy_rows_from_chunks(self.source.read, g.positions, g.chunks[g.axis], g.axis,
                               self._array(FULL), outs, rows, box)
@@ -284,7 +285,7 @@ class StagedChangesArray:
             raise SpecError(f"a selection of {selection.shape} points spans too many chunks "
                             f"of an array of shape {g.shape} to read at once")
         moved = Selection(tuple(axes))
-        out = np.empty(moved.shape, self.dtype, order=g.order)
+        out = fresh(moved.shape, self.dtype, g.order)
         window._run(GetItemPlan(window.geometry, window.map, moved, window.orders), out=out)
         return moved.finish(out)
 

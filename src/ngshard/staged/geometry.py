@@ -16,38 +16,18 @@ stored chunks) is virtual, and a stored chunk lies on it at offset ``id * chunk[
 from __future__ import annotations
 
 import math
-import mmap
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
 
+from .._arrays import fresh
 from ..errors import SpecError
 from ..types import MemoryOrder
 
 FULL = 0  # the slab of the fill value: one read-only chunk, broadcast
 BASE = 1  # the stored chunks, read on demand through the chunk source
 FIRST_STAGED = 2  # staged slabs: writable numpy arrays of decoded chunks
-
-# Zeroed slabs of at least this many bytes (a huge page) are mapped fresh from the system,
-# backed by huge pages (see :func:`zeroed`).
-MAPPED_BYTES = 2 << 20
-
-
-def zeroed(shape: tuple[int, ...], dtype: np.dtype, order: MemoryOrder) -> np.ndarray:
-    """An array of zeros. A large one is an anonymous private mapping of its own, asked to
-    be backed by huge pages: its pages come zeroed from the system as they are first written,
-    and go back to it when the array is dropped. (``np.zeros`` takes such memory from the C
-    heap once the heap has grown, as after the slabs of a commit were freed, and then zeroes
-    every page up front, in small pages: two to four times slower to fill.) Small ones come
-    from ``np.zeros``: a fresh mapping of its own costs more than it saves there."""
-    nbytes = math.prod(shape) * np.dtype(dtype).itemsize
-    if nbytes < MAPPED_BYTES or not hasattr(mmap, "MAP_ANONYMOUS"):
-        return np.zeros(shape, dtype, order=order)
-    memory = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    if hasattr(mmap, "MADV_HUGEPAGE"):
-        memory.madvise(mmap.MADV_HUGEPAGE)
-    return np.ndarray(shape, dtype, buffer=memory, order=order)
 
 
 @lru_cache(maxsize=256)
@@ -150,11 +130,9 @@ class Geometry:
     def new_slab(self, n: int, dtype: np.dtype, zeros: bool = False,
                  order: MemoryOrder | None = None) -> np.ndarray:
         """A slab of ``n`` chunks, uninitialised or all zeros (which costs nothing more for
-        large slabs: the pages come zeroed from the system, see :func:`zeroed`)."""
+        large slabs: the pages come zeroed from the system, see :func:`~ngshard._arrays.fresh`)."""
         order = order or self.order
-        if zeros:
-            return zeroed(self.slab_shape(n, order), dtype, order)
-        return np.empty(self.slab_shape(n, order), dtype, order=order)
+        return fresh(self.slab_shape(n, order), dtype, order, zeros=zeros)
 
     def chunk_view(self, slab: np.ndarray, offset: int, extent, axis: int) -> np.ndarray:
         """The part inside the array (``extent``) of the chunk at ``offset`` of ``slab``,

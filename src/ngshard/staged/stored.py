@@ -20,10 +20,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from .._arrays import fresh
 from ..chunkstore import Blob, ChunkStore
 from ..commitplan import CommitPlan
 from ..errors import NotFoundError
-from ..limits import CACHED_READ, ENCODED_BLOCK_BYTES, STAGE_BLOCK_BYTES
+from ..limits import CACHED_READ, ENCODED_BLOCK_BYTES, STAGE_BLOCK_BYTES, WRITE_BEHIND_BYTES
 from ..progress import progress_bar
 from ..storage.index_cache import IndexCache
 from ..threads import ahead, pmap, pstart
@@ -284,7 +285,7 @@ class StoredChunks(ChunkSource):
                 while end < n and offsets[end] - offsets[start] < STAGE_BLOCK_BYTES:
                     end += batch
                 end = min(end, n)
-                block = np.empty(offsets[end] - offsets[start], np.uint8)
+                block = fresh((offsets[end] - offsets[start],), np.uint8)
             view, base = block.data, offsets[start]
 
             def one(j: int, view=view, base=base) -> None:
@@ -302,7 +303,12 @@ class StoredChunks(ChunkSource):
         block, written as it lies (no copy at commit). A block has the address space of
         the raw chunks left to write, up to ``ENCODED_BLOCK_BYTES`` (only what is written
         becomes memory); a batch that does not fit starts the next. ``raw``: each chunk's
-        bytes unencoded."""
+        bytes unencoded.
+
+        A write of ``WRITE_BEHIND_BYTES`` raw bytes or more hands each batch over as its own
+        block and has the store spill it (write it to the files that become its shards)
+        while the threads encode the next: the file writes overlap the encoding instead of
+        following it at the commit, which then writes only the shard indices."""
         order = self.store.write_order(positions)
         left = np.cumsum(raw[order][::-1])[::-1].tolist()  # raw bytes from each on
         encode, batch, n = self.codec.encode, self.batch, len(positions)
@@ -315,9 +321,16 @@ class StoredChunks(ChunkSource):
                 self.store.put_block(where, sizes, block[:used])
                 staged.clear()
 
+        behind = bool(n) and left[0] >= WRITE_BEHIND_BYTES
         for first in self._bar(n, "writing chunks"):
             picks = order[first:first + batch]
-            blobs = pmap(lambda j: encode(chunks[j], not stable), picks.tolist(), min_items=2)
+            encoded = pstart(lambda j: encode(chunks[j], not stable), picks.tolist(),
+                             min_items=2)
+            if behind:  # the batch before goes to the files while this one is encoded
+                flush()
+                block, used = np.zeros(0, np.uint8), 0
+                self.store.spill()
+            blobs = encoded()
             gone = np.fromiter((b is None for b in blobs), bool, len(blobs))
             if gone.any():  # not stored (a zarr chunk of only the fill value)
                 self.store.delete(positions[picks[gone]])
@@ -328,7 +341,8 @@ class StoredChunks(ChunkSource):
             total = int(sizes.sum())
             if used + total > len(block):
                 flush()
-                block = np.empty(max(total, min(ENCODED_BLOCK_BYTES, left[first])), np.uint8)
+                room = total if behind else max(total, min(ENCODED_BLOCK_BYTES, left[first]))
+                block = fresh((room,), np.uint8)
                 used = 0
             ends = (used + np.cumsum(sizes)).tolist()
 
@@ -340,6 +354,8 @@ class StoredChunks(ChunkSource):
             used = ends[-1]
             staged.append((positions[picks[~gone]], sizes))
         flush()
+        if behind:
+            self.store.spill()
 
     def delete(self, positions: np.ndarray) -> None:
         self.store.delete(positions[:, :self.ndim])

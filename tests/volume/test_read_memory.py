@@ -1,0 +1,43 @@
+"""A large read's result is memory that the threads decoding into it fault in as they write
+it, in pages of the system's default size: not asked to be huge pages (as ``np.empty`` asks
+for any array of 4 MiB and more), whose first writes cost 2-4x the system time on a virtual
+machine that gives freed memory back to its host (``limits.HUGE_PAGES``)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import ngshard
+
+
+def vm_flags(address: int) -> list[str]:
+    """The VmFlags of this process's mapping that holds ``address``."""
+    with open("/proc/self/smaps") as f:
+        inside = False
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and head == "VmFlags:":
+                return line.split()[1:]
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs Linux's smaps")
+@pytest.mark.parametrize("encoding", ["compressed_segmentation", "raw"])
+def test_a_large_read_is_not_asked_to_be_huge_pages(tmp_path, encoding):
+    rng = np.random.default_rng(1)
+    labels = rng.integers(0, 2**40, 50, dtype=np.uint64)[rng.integers(0, 50, (128, 128, 64, 1))]
+    with ngshard.create_volume(tmp_path, dtype="uint64", shape=labels.shape[:3],
+                               chunk_size=(32, 32, 32), encoding=encoding,
+                               sharding="auto") as vol:
+        vol[:] = labels
+    for read in (lambda v: v[:], lambda v: v[:, :, 1:]):  # 8 MiB
+        out = read(ngshard.open_volume(tmp_path))
+        np.testing.assert_array_equal(out, read(labels))
+        assert "hg" not in vm_flags(out.__array_interface__["data"][0])
+        assert np.empty(out.shape, out.dtype).nbytes >= 4 << 20  # numpy would have asked
