@@ -90,9 +90,18 @@ def occupant(storage: Storage, into: Sequence[Storage] = ()) -> tuple[Storage, s
         Folders the new layer writes into (its scales): chunk, shard or zarr files in them
         that no info describes would be mixed with the new ones.
     """
+    return None if is_empty(storage, into) else _found(storage, into)
+
+
+def is_empty(storage: Storage, into: Sequence[Storage] = ()) -> bool:
+    """Whether ``storage`` (with the folders ``into``, inside it) is seen to hold nothing at
+    all: one listing, not a request per name looked for (False where it cannot list)."""
     inside = all(f.url.startswith(storage.url.rstrip("/") + "/") for f in into)
-    if storage.supports_listing and inside and not storage.list(dirs=True):
-        return None  # nothing there (one listing, not a request per name looked for)
+    return storage.supports_listing and inside and not storage.list(dirs=True)
+
+
+def _found(storage: Storage, into: Sequence[Storage]) -> tuple[Storage, str] | None:
+    """:func:`occupant` looked for name by name."""
     raw, doc, kind = _info(storage)
     if raw is not None:
         return storage, describe(kind, doc) if kind else \
@@ -117,9 +126,12 @@ def occupant(storage: Storage, into: Sequence[Storage] = ()) -> tuple[Storage, s
     return None
 
 
-def claim(storage: Storage, *, overwrite: bool, into: Sequence[Storage] = ()) -> None:
+def claim(storage: Storage, *, overwrite: bool, into: Sequence[Storage] = (),
+          empty: bool = False) -> None:
     """Make ``storage`` ready for a new layer or store: refuse if it holds one (see
     :func:`occupant`), or with ``overwrite`` remove that first (:func:`clear`).
+    ``empty``: the caller just saw it hold nothing (:func:`is_empty`), so it is not looked
+    at again.
 
     Raises
     ------
@@ -130,7 +142,7 @@ def claim(storage: Storage, *, overwrite: bool, into: Sequence[Storage] = ()) ->
     """
     if not storage.supports_writes:
         raise ReadOnlyError(f"{storage.url}: read-only storage: nothing can be written there")
-    found = occupant(storage, into)
+    found = None if empty else occupant(storage, into)
     if found is None:
         return
     if not overwrite:

@@ -9,6 +9,7 @@ import socket
 
 import numpy as np
 from convert_helpers import volume_data, zarr_python_array
+from faultproxy import FaultProxy
 
 import ngshard
 from ngshard.storage import open_storage
@@ -38,6 +39,28 @@ def test_storage_options_travel_with_the_tasks(tmp_path, s3_server, monkeypatch)
                             chunk_size=(16, 16, 16), task_bytes=32**3,
                             storage_options=s3_server.options)
     assert stats["run"] == stats["tasks"] == 2
+    assert stored.child(".ngshard-convert").list() == []  # the records are gone
+    got = ngshard.open_volume(dst, storage_options=s3_server.options)[...]
+    np.testing.assert_array_equal(got[..., 0], data.T)
+
+
+def test_a_conversion_into_an_empty_place_asks_few_requests(tmp_path, s3_server):
+    """Each request around the tasks is a round trip to a distant bucket: into an empty
+    place a one-task conversion lists it once, writes the job record and the info, runs its
+    task (the info, one shard) and removes the records in one request, with no records of
+    an earlier run looked for or removed, and none of its own written only to be removed."""
+    data = volume_data((32, 32, 32), "uint8")
+    zarr_python_array(tmp_path / "src.zarr", data, chunks=(16, 16, 16))
+    with FaultProxy(s3_server.endpoint) as proxy:
+        options = s3_server.through(proxy.endpoint)
+        dst = s3_server.url()
+        stats = ngshard.convert(tmp_path / "src.zarr", dst, workers=1, progress=False,
+                                chunk_size=(16, 16, 16), storage_options=options)
+        assert stats["run"] == stats["tasks"] == 1
+        # the probe, the listing, the job record, the info, the task's info read and its
+        # shard, the records' removal
+        assert proxy.counts["requests"] <= 7, proxy.counts
+    stored = open_storage(dst, storage_options=s3_server.options)
     assert stored.child(".ngshard-convert").list() == []  # the records are gone
     got = ngshard.open_volume(dst, storage_options=s3_server.options)[...]
     np.testing.assert_array_equal(got[..., 0], data.T)

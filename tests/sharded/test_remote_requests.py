@@ -133,3 +133,47 @@ def test_ranges_within_128_kib_of_each_other_are_one_request(http_server):
     _, chunks = storage.read_ranges([("blob", ranges)])[0]
     assert [bytes(c) for c in chunks] == [data[a:b] for a, b in ranges.tolist()]
     assert len(http_server.requests) == 1
+
+
+BOXED = {"@type": "neuroglancer_uint64_sharded_v1", "hash": "identity", "preshift_bits": 2,
+         "minishard_bits": 1, "shard_bits": 2, "minishard_index_encoding": "gzip",
+         "data_encoding": "gzip"}
+
+
+def boxed_volume(root, name: str = "vol") -> np.ndarray:
+    """A volume of 4 x 4 x 2 chunks in shards of 2 x 2 x 2 (x in [0, 32) or [32, 64), y
+    the same); returns its voxels."""
+    data = np.random.default_rng(0).integers(0, 255, (64, 64, 32, 1), dtype=np.uint8)
+    vol = ngshard.create_volume(root / name, dtype="uint8", shape=(64, 64, 32),
+                                chunk_size=(16, 16, 16), sharding=BOXED)
+    vol[...] = data
+    vol.commit()
+    return data
+
+
+def test_a_volume_read_of_every_chunk_of_a_shard_reads_it_in_one_get(http_server):
+    """Where shards are boxes of chunks (identity hash), a read holding every chunk of one
+    asks for the shard whole, one GET with no Range (as tensorstore does), instead of its
+    index, minishard indices and values one after another; a shard read in part still
+    reads its indices first."""
+    data = boxed_volume(http_server.root)
+    remote = ngshard.open_volume(f"{http_server.base}/vol")
+    http_server.requests.clear()
+    assert np.array_equal(remote[0:48], data[0:48])
+    gets: dict[str, list] = {}
+    for method, path, rng in http_server.requests:
+        assert method == "GET"
+        gets.setdefault(path.rsplit("/", 1)[-1], []).append(rng)
+    whole = [name for name, ranges in gets.items() if ranges == [None]]
+    parts = [name for name, ranges in gets.items()
+             if len(ranges) > 1 and ranges[0].startswith("bytes=0-")]
+    assert len(whole) == 2 and len(parts) == 2, gets  # x in [0, 32): whole; [32, 48): not
+
+
+@pytest.mark.parametrize("cut", [8, 5000])
+def test_a_shard_read_whole_that_was_cut_short_is_an_error_naming_it(http_server, cut):
+    boxed_volume(http_server.root)
+    shard = next((http_server.root / "vol").glob("*/*.shard"))
+    shard.write_bytes(shard.read_bytes()[:-cut])  # its minishard indices, or its values too
+    with pytest.raises(ngshard.CorruptDataError, match=shard.name):
+        ngshard.open_volume(f"{http_server.base}/vol")[...]

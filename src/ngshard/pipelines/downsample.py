@@ -147,7 +147,7 @@ def plan_pyramid(url: str, info: VolumeInfo, src: Scale, factors: list[tuple[int
     storage = open_storage(url)
     dirs = [storage.child(k) for k in keys]
 
-    def prepare() -> None:
+    def prepare(empty: bool) -> None:
         for d in dirs:  # a fresh job replaces what an earlier one left there
             for name in d.list():
                 d.delete(name)

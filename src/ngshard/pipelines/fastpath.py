@@ -22,6 +22,7 @@ import numpy as np
 
 from ..compression import decode, encode, gzip_decompress, zstd_decompress
 from ..errors import CorruptDataError, SpecError
+from ..staged.stored import Where
 from ..threads import pmap
 from ..volume.info import Scale
 from ..zarr.handle import ArrayHandle
@@ -58,7 +59,7 @@ _INFLATE = {"raw": lambda blob, where, limit: blob, "gzip": gzip_decompress,
             "zstd": zstd_decompress}
 
 
-def _carries(blob, compression: str, expected: int, where: str) -> bool:
+def _carries(blob, compression: str, expected: int, where: Where) -> bool:
     """Whether ``blob`` is, as it is, a precomputed value of ``expected`` bytes in the
     ``compression`` data encoding (a gzip stream that decodes, alone, to that many bytes)."""
     if compression == "raw":
@@ -98,7 +99,7 @@ def fill_fast(task: Task) -> dict:
         blob = blobs[i]
         if blob is None:
             return None
-        where = chunks.where(zpos[i].tolist())
+        where = Where(chunks, zpos[i])  # named only in a message
         if interior[i] and compression == spec.data_encoding and \
                 _carries(blob, compression, expected, where):
             return blob

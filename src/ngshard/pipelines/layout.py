@@ -214,7 +214,7 @@ def precomputed_to_zarr(src: str, dst: str, *, scales=None, encoding=None,
     names = (("c",) if channels > 1 else ()) + ("z", "y", "x")
     storage = open_storage(dst)
 
-    def prepare() -> None:
+    def prepare(empty: bool) -> None:
         group = {"zarr_format": 3, "node_type": "group", "attributes": attributes}
         storage.write("zarr.json", [json.dumps(group, indent=2).encode()])
         for url, shape, chunks, shards in arrays:

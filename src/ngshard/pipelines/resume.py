@@ -47,30 +47,49 @@ def _done(records: Storage, names: list[str]) -> list[str]:
             for line in blob.decode().splitlines() if line]
 
 
-def start(root: str | Storage, job: dict, resume: bool) -> set[str]:
+def start(root: str | Storage, job: dict, resume: bool, *, known: bool | None = None,
+          empty: bool = False) -> set[str]:
     """Begin (or resume) ``job`` at ``root``: the names of the tasks already done. A job that
-    differs from the one recorded there (or ``resume=False``) starts afresh."""
+    differs from the one recorded there (or ``resume=False``) starts afresh. ``known``:
+    what :func:`recorded` said of ``job`` just now (None: ask); ``empty``: ``root`` was
+    just seen to hold nothing (no records to remove)."""
     records = _records(root)
     doc = _doc(job)
-    if resume and records.read(_JOB) == doc:
+    if known is None:
+        known = records.read(_JOB) == doc
+    if resume and known:
         return set(_done(records, records.list()))
-    clear(root)
+    if not empty:
+        clear(root)
     records.write(_JOB, [doc])
     return set()
 
 
 class Recorder:
     """Records finished tasks a batch at a time (every ``RECORD_TASKS`` tasks or
-    ``RECORD_SECONDS``, and what is left when the context ends, even by an error)."""
+    ``RECORD_SECONDS``, and what is left when the context ends, even by an error).
 
-    def __init__(self, root: str | Storage) -> None:
+    ``last``: the number of tasks whose records are removed (:func:`clear`) as soon as that
+    many were added, the job being done: the records of the last batch are then not written
+    (an interruption before the removal redoes at most those tasks)."""
+
+    def __init__(self, root: str | Storage, last: int | None = None) -> None:
         self.records = _records(root)
         self.names: list[str] = []
         self.since = time.monotonic()
+        self.left = last
+        self.finished = False
+        #: The names of the records written.
+        self.written: list[str] = []
 
     def add(self, name: str) -> None:
         """Task ``name`` is finished (its output stored)."""
         self.names.append(name)
+        if self.left is not None:
+            self.left -= 1
+            self.finished = self.left <= 0
+        if self.finished:
+            return
         if len(self.names) >= RECORD_TASKS or time.monotonic() - self.since > RECORD_SECONDS:
             self.flush()
 
@@ -79,22 +98,26 @@ class Recorder:
         if self.names:
             name = f"{_DONE}{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
             self.records.write(name, ["".join(f"{n}\n" for n in self.names).encode()])
+            self.written.append(name)
             self.names = []
         self.since = time.monotonic()
 
     def __enter__(self) -> Recorder:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.flush()
+    def __exit__(self, kind: type | None, *exc: object) -> None:
+        if kind is not None or not self.finished:
+            self.flush()
 
 
-def clear(root: str | Storage) -> None:
-    """Remove every record (the job is done, or starts over): one listing, the task records
-    in batched deletes, then the job."""
+def clear(root: str | Storage, written: Collection[str] | None = None) -> None:
+    """Remove every record (the job is done, or starts over): one listing (none where
+    ``written`` names every record there), then the task records and the job in batched
+    deletes."""
     records = _records(root)
-    records.delete_many([n for n in records.list() if n != _JOB])
-    records.delete(_JOB)
+    # one batch, the job among them: should some deletes fail, records left without a job
+    # are removed as stale when a job starts there (see start)
+    records.delete_many(sorted({*(records.list() if written is None else written), _JOB}))
     if records.local_root is not None:
         with contextlib.suppress(OSError):
             os.rmdir(records.local_root)

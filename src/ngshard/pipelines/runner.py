@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..destination import claim
+from ..destination import claim, is_empty
 from ..errors import Interrupted, NgShardError
 from ..progress import progress_bar
 from ..storage import Storage, open_storage, remove_stale
@@ -51,7 +51,9 @@ class Plan:
 
     job: dict
     dst: str
-    prepare: Callable[[], None]
+    #: ``prepare(empty)`` lays out a fresh destination; ``empty``: it was just seen to hold
+    #: nothing, so nothing of an earlier run needs removing
+    prepare: Callable[[bool], None]
     stages: list[list[TaskList]]
     dirs: list[Storage] = field(default_factory=list)  # where workers write objects
     #: (url, name) pairs a worker must reach before the job starts: ``name`` must exist
@@ -73,8 +75,8 @@ def volume_plan(dst: str, info: VolumeInfo, stages: list[list[TaskList]], job: d
     storage = open_storage(dst)
     dirs = [storage.child(s.key) for s in info.scales]
 
-    def prepare() -> None:
-        for d in dirs:  # a fresh job replaces what an earlier one left there
+    def prepare(empty: bool) -> None:
+        for d in () if empty else dirs:  # a fresh job replaces what an earlier one left
             for name in d.list():
                 d.delete(name)
         write_volume_info(storage, info)
@@ -123,17 +125,23 @@ def run_plan(plan: Plan, *, executor: Executor | None = None, workers: int | Non
 
     with running(executor, workers, what, dst, left, total) as pool:
         _preflight(pool, plan)
-        if not records.recorded(storage, record):  # not an unfinished run of this job
+        # a new layer in an empty place (one listing): no records of an earlier run there,
+        # nothing to refuse or remove
+        empty = plan.claim is None and is_empty(storage, plan.dirs)
+        known = not empty and records.recorded(storage, record)
+        if not known:  # not an unfinished run of this job
             if plan.claim is not None:
                 plan.claim(overwrite)
             else:
-                claim(storage, overwrite=overwrite, into=plan.dirs)
-        done = records.start(storage, record, resume)
+                claim(storage, overwrite=overwrite, into=plan.dirs, empty=empty)
+        done = records.start(storage, record, resume, known=known, empty=empty)
         stats["skipped"] = len(done)
         if not done:
-            plan.prepare()
+            plan.prepare(empty)
         job = hashlib.sha256(json.dumps(plan.job, sort_keys=True).encode()).hexdigest()[:16]
-        with records.Recorder(storage) as recorder:
+        # with nothing to do after the tasks, their records are removed once they are done
+        last = total - len(done) if plan.finish is None else None
+        with records.Recorder(storage, last) as recorder:
             results = (r for stage in plan.stages for r in completed(
                 pool, (t for tasks in stage for t in tasks if t.name not in done),
                 run_task, job, plan.roots, record=lambda r: recorder.add(r[0])))
@@ -144,7 +152,8 @@ def run_plan(plan: Plan, *, executor: Executor | None = None, workers: int | Non
                 stats["bytes"] += result["bytes"]
     if plan.finish is not None:
         plan.finish()
-    records.clear(storage)
+    # records of this run only (the place was empty): removed without listing them
+    records.clear(storage, recorder.written if empty else None)
     for d in plan.dirs:
         if d.local_root is not None:
             remove_stale(d.local_root)  # temporary files of workers that died

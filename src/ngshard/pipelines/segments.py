@@ -106,7 +106,7 @@ def segment_plan(src: str, dst: str, *, sharding: Any = "auto", multires: bool =
     storage = open_storage(dst)
     job = {"from": src, "to": dst, "kind": kind, "info": info, "lods": copy.lods,
            "count": len(ids), "command": f"ngshard transfer {src} {dst}"}
-    return Plan(json.loads(json.dumps(job)), dst, lambda: None, [listed(steps)],
+    return Plan(json.loads(json.dumps(job)), dst, lambda empty: None, [listed(steps)],
                 probes=[(src, "info"), (dst, None)],
                 finish=lambda: write_info(storage, info))  # the info last
 

@@ -118,7 +118,7 @@ class ShardedKV(MutableMapping):
             self._stored = ShardReader(self.storage, replace(self.spec, data_encoding="raw"),
                                        max_value_bytes=self.reader.max_value_bytes,
                                        retry=self.reader.retry)
-            self._stored.cache = self.reader.cache
+            self._stored.cache, self._stored.capacity = self.reader.cache, self.reader.capacity
         return self._stored.get_many(np.unique(as_key_array(keys)))
 
     def get_many_with_unindexed(self, keys: Iterable[int] | np.ndarray,

@@ -40,8 +40,9 @@ def read_found(reader: ShardReader, keys: np.ndarray) -> list[Found]:
     """For unique keys: per shard, the (n, 3) (key, start, end) rows found there and the
     stored bytes of each (see :meth:`ShardReader.read_found`)."""
     names, groups, keys, minishards = reader.by_shard(keys)
-    done = reader.storage.run_chains([shard_chain(reader, name, keys[g], minishards[g])
-                                      for name, g in zip(names, groups)])
+    whole = whole_shards(reader, keys, groups)
+    done = reader.storage.run_chains([shard_chain(reader, name, keys[g], minishards[g], w)
+                                      for name, g, w in zip(names, groups, whole)])
     found = [d for d in done if d is not None and len(d[1])]
     absent = [g for d, g in zip(done, groups) if d is None]
     if absent:  # missing, or two files: the reader's other way
@@ -51,11 +52,27 @@ def read_found(reader: ShardReader, keys: np.ndarray) -> list[Found]:
     return found
 
 
-def shard_chain(reader: ShardReader, name: str, keys: np.ndarray, minishards: np.ndarray
-                ) -> Chain:
-    """The reads of ``keys`` (in ``minishards``) of shard ``name``: returns what
-    :func:`read_found` gives per shard, None where no file ``name`` exists."""
-    head = yield Head(name, reader.spec.shard_index_size)
+def whole_shards(reader: ShardReader, keys: np.ndarray, groups: list[np.ndarray]
+                 ) -> list[bool]:
+    """Per shard (its ``groups`` of sorted ``keys``): whether the batch asks for every key
+    the shard can hold (:attr:`ShardReader.capacity`), so that the shard is read whole in
+    one request rather than its indices first, two round trips before its values (as
+    tensorstore reads a shard that a batch covers)."""
+    if reader.capacity is None or not groups:
+        return [False] * len(groups)
+    counts = reader.capacity(keys[[int(g[0]) for g in groups]])
+    if counts is None:
+        return [False] * len(groups)
+    return [0 < int(c) <= len(g) for c, g in zip(counts.tolist(), groups)]
+
+
+def shard_chain(reader: ShardReader, name: str, keys: np.ndarray, minishards: np.ndarray,
+                whole: bool = False) -> Chain:
+    """The reads of ``keys`` (in ``minishards``) of shard ``name``, ``whole``: in one read of
+    the whole file; returns what :func:`read_found` gives per shard, None where no file
+    ``name`` exists."""
+    size = reader.spec.shard_index_size
+    head = yield Head(name, None if whole else size)
     if head is None:
         return None
     info, index = head
@@ -63,18 +80,22 @@ def shard_chain(reader: ShardReader, name: str, keys: np.ndarray, minishards: np
         raise reader.cache.stale(name, reader.storage.path(name))
     recent = changed_lately(info)
     shard = reader.cache.get(name, info.generation, recent) or \
-        reader.adopt(name, info, None, info.generation, recent, [index])
+        reader.adopt(name, info, None, info.generation, recent, [index[:size]])
     missing = reader.missing_minishards(shard, minishards)
     shift = shard.data_shift
-    held: tuple[np.ndarray, list[Blob]] = (np.zeros((0, 2), np.int64), [])
-    if missing:  # read as nearby spans, kept: values inside them are not read again
+    # what was read is kept: values and indices inside it are not read again
+    held: tuple[np.ndarray, list[Blob]] = (np.array([[0, len(index)]]), [index]) if whole \
+        else (np.zeros((0, 2), np.int64), [])
+    if missing:
         ranges = shard.ranges[missing].astype(np.int64)
-        gap = reader.storage.max_gap
-        spans, assignment = coalesce(
-            with_lead(shard, ranges, gap, reader.spec.shard_index_size), gap)
-        gen, blobs = yield Ranges(shard.data_name, spans - shift)
-        held = spans, reader.check_read(shard, spans, gen, blobs)
-        chunks = split_merged(spans, held[1], ranges, assignment)
+        inside, found = held_ranges(*held, ranges)
+        chunks: list[Blob] = [c for c in found if c is not None]
+        if not inside.all():  # read as nearby spans
+            gap = reader.storage.max_gap
+            spans, assignment = coalesce(with_lead(shard, ranges, gap, size), gap)
+            gen, blobs = yield Ranges(shard.data_name, spans - shift)
+            held = spans, reader.check_read(shard, spans, gen, blobs)
+            chunks = split_merged(spans, held[1], ranges, assignment)
         reader.keep_minishards(shard, missing, reader.decode_minishards(shard, missing, chunks))
     needed = np.unique(minishards)
     hit, starts, sizes = find_in_tables([shard.minishards[m] for m in needed.tolist()],

@@ -94,6 +94,10 @@ class ShardReader:
         #: How reads that meet a shard replaced under them run again.
         self.retry = retry if retry is not None else storage.retry
         self._names: dict[int, str] = {}  # shard number -> file name, for single-key reads
+        #: The most keys the shard of each of some keys can hold, where the keys' owner knows
+        #: it (a chunk grid whose shards are boxes of chunks), else None: a batch asking for
+        #: that many keys of a shard reads it whole (:func:`.pipelined.whole_shards`).
+        self.capacity: Callable[[np.ndarray], np.ndarray | None] | None = None
 
     @property
     def cached_bytes(self) -> int:

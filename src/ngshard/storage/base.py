@@ -227,18 +227,20 @@ class Storage:
         """
         raise NotImplementedError
 
-    def read_heads(self, names: Sequence[str], length: int
+    def read_heads(self, names: Sequence[str], length: int | None
                    ) -> list[tuple[ObjectInfo, Blob | None] | None]:
-        """The first ``length`` bytes of each object (all of it where shorter), with the size
-        and generation they were read from; None where the object does not exist, and None
-        instead of the bytes where it changed while being read (read it again).
+        """The first ``length`` bytes of each object (all of it where shorter or ``length``
+        is None), with the size and generation they were read from; None where the object
+        does not exist, and None instead of the bytes where it changed while being read
+        (read it again).
 
         Here a stat, then a read of the range; stores whose reads report what they read
         (object stores, HTTP) answer each name from one ranged GET, with no HEAD before it.
         """
         infos = self.stat_many(names)
         have = [(k, info) for k, info in enumerate(infos) if info is not None]
-        reads = self.read_ranges([(names[k], np.array([[0, min(length, info.size)]]))
+        reads = self.read_ranges([(names[k], np.array([[0, info.size if length is None
+                                                         else min(length, info.size)]]))
                                   for k, info in have])
         out: list[tuple[ObjectInfo, Blob | None] | None] = [None] * len(names)
         for (k, info), (generation, chunks) in zip(have, reads):

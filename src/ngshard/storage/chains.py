@@ -31,11 +31,12 @@ if TYPE_CHECKING:
 
 
 class Head(NamedTuple):
-    """The first ``length`` bytes of object ``name`` with its size and generation: answered
-    as one item of :meth:`Storage.read_heads <ngshard.storage.Storage.read_heads>`."""
+    """The first ``length`` bytes of object ``name`` (None: all of it, in one request) with
+    its size and generation: answered as one item of :meth:`Storage.read_heads
+    <ngshard.storage.Storage.read_heads>`."""
 
     name: str
-    length: int
+    length: int | None
 
 
 class Ranges(NamedTuple):
@@ -69,7 +70,7 @@ def run_lockstep(storage: Storage, chains: Sequence[Chain]) -> list[Any]:
         now, asks = asks, {}
         answers: dict[int, Any] = {}
         heads = [(i, a) for i, a in now.items() if isinstance(a, Head)]
-        for length in sorted({a.length for _, a in heads}):
+        for length in dict.fromkeys(a.length for _, a in heads):
             mine = [(i, a) for i, a in heads if a.length == length]
             answers.update(zip([i for i, _ in mine],
                                storage.read_heads([a.name for _, a in mine], length)))

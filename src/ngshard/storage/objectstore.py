@@ -187,10 +187,15 @@ class ObjectStorage(Storage):
 
         return self._every(one, names)
 
-    def read_heads(self, names: Sequence[str], length: int
+    def read_heads(self, names: Sequence[str], length: int | None
                    ) -> list[tuple[ObjectInfo, Blob | None] | None]:
-        # One ranged GET per object: its response says the object's size and generation.
-        return self._every(lambda name: self._get(name, 0, length), names)
+        # One GET per object: its response says the object's size and generation.
+        return self._every(lambda name: self._head_of(name, length), names)
+
+    def _head_of(self, name: str, length: int | None
+                 ) -> Awaitable[tuple[ObjectInfo, memoryview] | None]:
+        """The first ``length`` bytes of an object (None: all of it, with no Range)."""
+        return self._get(name) if length is None else self._get(name, 0, length)
 
     def read_ranges(self, requests: Sequence[tuple[str, np.ndarray]]
                     ) -> list[tuple[Hashable | None, list[Blob] | None]]:
@@ -231,7 +236,7 @@ class ObjectStorage(Storage):
                     ask = chain.send(answer)
                 except StopIteration as done:
                     return done.value
-                answer = await (self._get(ask.name, 0, ask.length) if isinstance(ask, Head)
+                answer = await (self._head_of(ask.name, ask.length) if isinstance(ask, Head)
                                 else self._read_ranges(ask.name, ask.ranges))
 
         async def every() -> list:

@@ -55,6 +55,8 @@ class ShardedChunks(ScaleStore):
                  ) -> None:
         super().__init__(grid, dtype, encoding)
         self.kv, self.storage = kv, kv.storage
+        # a read of every chunk of a shard (a box of the grid) reads the shard whole
+        kv.reader.capacity = lambda codes: self.grid.chunks_per_shard(kv.spec, codes)
 
     def get(self, positions: np.ndarray) -> list[Blob | None]:
         keys = self.grid.morton(positions)

@@ -231,6 +231,17 @@ class ChunkGrid:
             counts[d] += 1
         return xyz(min(1 << c, n) for c, n in zip(counts, self.shape))
 
+    def chunks_per_shard(self, spec: ShardingSpec, codes: np.ndarray) -> np.ndarray | None:
+        """How many chunks of the grid the shard of each chunk (uint64 Morton ``codes``)
+        holds: its box (:meth:`shard_shape`) clipped at the grid's end; None where shards
+        are not boxes."""
+        shape = self.shard_shape(spec)
+        if shape is None:
+            return None
+        box = np.array(shape, np.int64)
+        origin = self._deinterleave(np.asarray(codes, np.uint64)).astype(np.int64) // box * box
+        return np.prod(np.clip(np.array(self.shape) - origin, 0, box), axis=-1)
+
     def shard_of(self, positions: Any, spec: ShardingSpec) -> tuple[np.ndarray, np.ndarray]:
         """(shard, minishard) numbers, uint64, of the chunks at positions (..., 3)."""
         return spec.locate(self.morton(positions))
