@@ -25,19 +25,19 @@ def member(values: np.ndarray, sorted_ref: np.ndarray) -> np.ndarray:
 
 
 def fresh(shape: tuple[int, ...], dtype: Any, order: Literal["C", "F"] = "C", *,
-          zeros: bool = False) -> np.ndarray:
+          zeros: bool = False, huge: bool = HUGE_PAGES) -> np.ndarray:
     """A new array, uninitialised or all ``zeros``. A large one is an anonymous private
     mapping of its own: its pages come zeroed from the system as they are first written (by
     whichever thread writes them: decoding threads fault their own pages in; and zeros cost
     no pass over the memory), and go back to it when the array is dropped. Huge pages are
-    asked for only where ``limits.HUGE_PAGES`` says (``np.empty`` asks for them for every
-    array of 4 MiB and more); the system's default stands otherwise."""
+    asked for only where ``huge`` says (default ``limits.HUGE_PAGES``; ``np.empty`` asks for
+    them for every array of 4 MiB and more); the system's default stands otherwise."""
     nbytes = math.prod(shape) * np.dtype(dtype).itemsize
     if nbytes < MAPPED_BYTES or not hasattr(mmap, "MAP_ANONYMOUS"):
         return np.zeros(shape, dtype, order=order) if zeros else \
             np.empty(shape, dtype, order=order)
     memory = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    if HUGE_PAGES and hasattr(mmap, "MADV_HUGEPAGE"):
+    if huge and hasattr(mmap, "MADV_HUGEPAGE"):
         memory.madvise(mmap.MADV_HUGEPAGE)
     return np.ndarray(shape, dtype, buffer=memory, order=order)
 

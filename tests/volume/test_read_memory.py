@@ -41,3 +41,28 @@ def test_a_large_read_is_not_asked_to_be_huge_pages(tmp_path, encoding):
         np.testing.assert_array_equal(out, read(labels))
         assert "hg" not in vm_flags(out.__array_interface__["data"][0])
         assert np.empty(out.shape, out.dtype).nbytes >= 4 << 20  # numpy would have asked
+
+
+def huge_mappings() -> set[str]:
+    """The address ranges of this process's mappings asked to be huge pages."""
+    found, head = set(), ""
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            first = line.split()[0]
+            if "-" in first and not first.endswith(":"):
+                head = first
+            elif first == "VmFlags:" and "hg" in line.split()[1:]:
+                found.add(head)
+    return found
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs Linux's smaps")
+def test_staged_slabs_are_asked_to_be_huge_pages(tmp_path):
+    """Unlike read results: slabs take many small scattered writes (slices, boxes), where a
+    fault per 2 MiB beats one per 4 KiB (``limits.SLAB_HUGE_PAGES``)."""
+    before = huge_mappings()
+    with ngshard.create_volume(tmp_path, dtype="uint8", shape=(512, 512, 64),
+                               chunk_size=(64, 64, 64), sharding="auto") as vol:
+        vol[:, :, 3] = 7  # one z-slice: a slab of 64 chunks (16 MiB) staged
+        assert huge_mappings() - before
+    assert (ngshard.open_volume(tmp_path)[:, :, 3] == 7).all()

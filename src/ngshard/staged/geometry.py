@@ -23,6 +23,7 @@ import numpy as np
 
 from .._arrays import fresh
 from ..errors import SpecError
+from ..limits import SLAB_HUGE_PAGES
 from ..types import MemoryOrder
 
 FULL = 0  # the slab of the fill value: one read-only chunk, broadcast
@@ -132,7 +133,7 @@ class Geometry:
         """A slab of ``n`` chunks, uninitialised or all zeros (which costs nothing more for
         large slabs: the pages come zeroed from the system, see :func:`~ngshard._arrays.fresh`)."""
         order = order or self.order
-        return fresh(self.slab_shape(n, order), dtype, order, zeros=zeros)
+        return fresh(self.slab_shape(n, order), dtype, order, zeros=zeros, huge=SLAB_HUGE_PAGES)
 
     def chunk_view(self, slab: np.ndarray, offset: int, extent, axis: int) -> np.ndarray:
         """The part inside the array (``extent``) of the chunk at ``offset`` of ``slab``,
