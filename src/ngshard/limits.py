@@ -55,6 +55,11 @@ HUGE_PAGES = False
 #: few pages each: there one fault per 2 MiB beats one per 4 KiB (bench_staged, 128 z-slices
 #: of 512x512 uint8: 0.120 s in huge pages against 0.165 s in small ones).
 SLAB_HUGE_PAGES = True
+#: ``threads.pstart`` hands each leaf thread runs of 1 / (PSTART_SHARE * threads) of the items
+#: left (a whole zarr read of 256 chunks, tools/bench_zarr.py: about 4% faster than 4 fixed
+#: runs a thread; single items taken in turn were no faster than fixed runs, two threads then
+#: faulting in the same pages).
+PSTART_SHARE = 2
 #: Large local reads go in pieces of this size over threads (page faults on every core).
 READ_PIECE_BYTES = 4 * MiB
 #: A local batch of reads holding this many ranges reads its files on threads (one pread

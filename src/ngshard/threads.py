@@ -12,16 +12,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
 from .cpus import available_cpus
+from .limits import PSTART_SHARE
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 # the CPUs this process may use (affinity, cgroup quota, NGSHARD_CPUS), at least 2
 WORKERS = max(2, available_cpus())
-# pstart's runs: each 1 / (SHARE * WORKERS) of the items left (a whole zarr read of 256
-# chunks, tools/bench_zarr.py: about 4% faster than 4 fixed runs a thread; single items taken
-# in turn were no faster than fixed runs, two threads then faulting in the same pages)
-SHARE = 2
 
 
 _leaves: ThreadPoolExecutor
@@ -109,7 +106,7 @@ def pstart(fn: Callable[[T], R], items: Iterable[T], *, min_items: int = 64
                 first = state[0]
                 if first >= n or state[1]:
                     return
-                last = state[0] = first + -(-(n - first) // (SHARE * WORKERS))
+                last = state[0] = first + -(-(n - first) // (PSTART_SHARE * WORKERS))
             try:
                 for i in range(first, last):
                     results[i] = fn(items[i])
