@@ -7,7 +7,7 @@ coarser levels (2 x 2 x 1 means, as the pyramid makes them: smoother, so more co
     python tools/bench_gzip.py [--scale 0.5]
 
 A library that is not installed is left out (zlib-ng is in no extra: ``pip install zlib-ng``).
-What ngshard writes is ``ngshard.compression.gzip_compress``'s choice (``GZIP_WRITER``).
+ngshard writes libdeflate at ``ngshard.compression.GZIP_LEVEL``.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def main() -> None:
             size = sum(map(len, packed))
             print(f"  {name:13s} compress {packing:6.2f} s cpu  decompress {unpacking:6.2f} s "
                   f"cpu  wrote {size / 2**20:7.2f} MiB ({size / raw:.1%})")
-    print(f"ngshard writes with: {ngshard.compression.GZIP_WRITER}")
+    print(f"ngshard writes with: libdeflate {ngshard.compression.GZIP_LEVEL}")
     print(f"load average after: {os.getloadavg()}")
 
 

@@ -37,17 +37,15 @@ the same chunks stored as plain files) and igneous' ``create_image_shard_transfe
 
 Fairness: igneous writes its shards' gzip at libdeflate level 9 (cloud-files' default),
 tensorstore through its own zlib (its streams match no level of Python's zlib; about 1% larger
-than libdeflate's here), ngshard through ISA-L at its level 2 where the ``isal`` package is
-installed (the bench extra installs it: about a quarter of libdeflate's CPU, 2-7% more bytes
-on these levels), else libdeflate level 6: each row gives the bytes each wrote. All three
-gzip the compressed_segmentation shards (igneous' default data encoding for it, and
-ngshard's auto sharding's since it takes igneous' rule), so the segmentation row writes the
-same encoding on every side. ngshard fsyncs what it writes (its pipelines are durable), the
-peers do not (``--nofsync`` measures ngshard without). igneous' tasks are its defaults (``--memory
-3.5e9``, at most 3 levels a run): at this size each of its runs is one task, so its second
-process idles. Each run is a child process on a fresh copy of the source; peak memory is the
-largest VmHWM of a worker process (tensorstore: its one process). The load average is
-printed before and after: the machine is shared.
+than libdeflate's here), ngshard at libdeflate level 1 (``compression.GZIP_LEVEL``): each row
+gives the bytes each wrote. All three gzip the compressed_segmentation shards (igneous' default
+data encoding for it, and ngshard's auto sharding's since it takes igneous' rule), so the
+segmentation row writes the same encoding on every side. ngshard fsyncs what it writes (its
+pipelines are durable), the peers do not (``--nofsync`` measures ngshard without). igneous'
+tasks are its defaults (``--memory 3.5e9``, at most 3 levels a run): at this size each of its
+runs is one task, so its second process idles. Each run is a child process on a fresh copy of
+the source; peak memory is the largest VmHWM of a worker process (tensorstore: its one
+process). The load average is printed before and after: the machine is shared.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""Compression shared by every layer: gzip (written by ISA-L where the ``isal`` package is
-installed, by libdeflate elsewhere; read by libdeflate where it can, zlib where it must), the
-sharded format's data encodings, and the compressed twins of unsharded files. Pure: bytes in,
-bytes out (or pieces in, pieces out), every decoder bounded by a limit on what it may produce.
+"""Compression shared by every layer: gzip (written by libdeflate; read by libdeflate where it
+can, zlib where it must), the sharded format's data encodings, and the compressed twins of
+unsharded files. Pure: bytes in, bytes out (or pieces in, pieces out), every decoder bounded
+by a limit on what it may produce.
 
 The twins: cloud-files (under cloud-volume and igneous) stores a file ``name`` written with
 ``compress=`` as ``name.gz``, ``name.br``, ``name.zstd``, ``name.xz`` or ``name.bz2`` on file
@@ -26,27 +26,11 @@ from .errors import CorruptDataError, SpecError
 from .limits import INFLATE_PIECE_BYTES, STREAM_STEP_BYTES
 from .types import Blob, Place
 
-
-def _isal() -> Any:
-    """ISA-L's zlib module (the fastgzip extra: about 4x libdeflate's level 6 on image
-    chunks), or None: libdeflate writes (tests/sharded/test_gzip_writer.py runs both)."""
-    try:
-        from isal import isal_zlib
-    except ImportError:
-        return None
-    return isal_zlib
-
-
-_ISAL = _isal()
-
-
-#: ngshard's own gzip (the sharded data encoding, ``.gz`` twins): ISA-L's
-#: level 2 (its default) where installed, else libdeflate's level 6. On image chunks ISA-L
-#: takes about a quarter of libdeflate's CPU and writes 2-7% more bytes (a pyramid's levels:
-#: 16.7 against 15.6 MiB); libdeflate's level 1 takes half and writes 5% more.
-ISAL_LEVEL, GZIP_LEVEL = 2, 6
-#: Which library writes ngshard's own gzip streams (the ``isal`` package, or libdeflate).
-GZIP_WRITER = "isal" if _ISAL is not None else "libdeflate"
+#: ngshard's own gzip level (the sharded data encoding, ``.gz`` twins), written by libdeflate:
+#: on image chunks level 1 takes half of level 6's CPU for 1-5% more bytes. ISA-L (the
+#: ``isal`` package) takes a third of level 1's CPU, but its output for one input varied
+#: between runs (in about 1 demo run of 30), and ngshard promises byte-identical reruns.
+GZIP_LEVEL = 1
 
 
 def gzip_compress(data: Blob, level: int | None = None) -> bytes | bytearray:
@@ -57,21 +41,16 @@ def gzip_compress(data: Blob, level: int | None = None) -> bytes | bytearray:
     data
         The bytes to compress.
     level
-        A zlib level (0-9), as a format's metadata names one (zarr's gzip codec): libdeflate
-        writes it (about twice zlib's speed). None: ngshard's own choice, ISA-L's level 2
-        where the ``isal`` package is installed (the ``fastgzip`` extra), else libdeflate's
-        level 6 (:data:`GZIP_WRITER` says which).
+        A zlib level (0-9), as a format's metadata names one (zarr's gzip codec). None:
+        ngshard's own choice, :data:`GZIP_LEVEL`. libdeflate writes either, at about twice
+        zlib's speed and with the same output for the same input on every run.
 
     Returns
     -------
     bytes or bytearray
         A single gzip member; any gzip reader (zlib, tensorstore, browsers) decodes it.
     """
-    if level is None:
-        if _ISAL is not None:
-            return _ISAL.compress(data, ISAL_LEVEL, wbits=31)
-        level = GZIP_LEVEL
-    return deflate.gzip_compress(data, level)
+    return deflate.gzip_compress(data, GZIP_LEVEL if level is None else level)
 
 
 def gzip_decompress(data: Blob, where: Place = "", limit: int | None = None,

@@ -7,6 +7,7 @@ tests/server/test_view.py and test_browser.py.)"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -31,9 +32,12 @@ def demo(tmp_path_factory):
     return path, out
 
 
-def files(path) -> dict[str, bytes]:
-    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*"))
-            if p.is_file()}
+def files(path) -> dict[str, tuple[int, str]]:
+    """Each file's size and digest: a failed comparison names the files that differ
+    instead of diffing their bytes."""
+    return {str(p.relative_to(path)): (p.stat().st_size,
+                                       hashlib.sha256(p.read_bytes()).hexdigest())
+            for p in sorted(path.rglob("*")) if p.is_file()}
 
 
 def skeleton(value: bytes) -> tuple[np.ndarray, np.ndarray]:
@@ -248,7 +252,8 @@ def test_a_folder_of_other_things_is_refused_without_force(demo, tmp_path, capsy
 
     assert main(["demo", str(path), "--force", "--no-view"]) == 0
     after = files(path)
-    assert after.pop("notes.txt") == b"mine"  # only the demo's own files are replaced
+    # only the demo's own files are replaced
+    assert after.pop("notes.txt") == (4, hashlib.sha256(b"mine").hexdigest())
     assert after == files(demo[0])
 
 
