@@ -47,7 +47,8 @@ class ListingSwitch(SimpleHTTPRequestHandler):
 class RangeHandler(ListingSwitch):
     """Static files with single byte-range GETs, Content-Length on HEAD and an ETag;
     ``server.before_range(path, start, end)`` and ``server.after_range(path, start, end)``,
-    when set, are called before and after each range is sent."""
+    when set, are called before a range is read and after it is read but before it is sent
+    (with the ETag of what was read: the client cannot ask for more before the hook ran)."""
 
     def log_message(self, *args) -> None:
         self.server.requests.append((self.command, self.path, self.headers.get("Range")))
@@ -65,7 +66,7 @@ class RangeHandler(ListingSwitch):
             with self.server.lock:
                 self.server.in_flight -= 1
 
-    def _etag(self, path: str) -> str:
+    def _etag(self, path: str | int) -> str:
         st = os.stat(path)
         return hashlib.md5(f"{st.st_ino}-{st.st_mtime_ns}-{st.st_size}".encode()).hexdigest()
 
@@ -86,20 +87,22 @@ class RangeHandler(ListingSwitch):
         if self.server.before_range is not None:  # a test's hook: hold back an answer
             self.server.before_range(self.path, start, end)
         with open(path, "rb") as f:
+            self.read_etag = self._etag(f.fileno())
             f.seek(start)
             body = f.read(end - start)
+        if self.server.after_range is not None:  # a test's hook: change files between reads
+            self.server.after_range(self.path, start, end)
         self.send_response(206)
         self.send_header("Content-Range", f"bytes {start}-{end - 1}/{size}")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
-        if self.server.after_range is not None:  # a test's hook: change files between reads
-            self.server.after_range(self.path, start, end)
 
     def end_headers(self) -> None:
         path = self.translate_path(self.path)
-        if os.path.isfile(path):
-            self.send_header("ETag", f'"{self._etag(path)}"')
+        etag, self.read_etag = getattr(self, "read_etag", None), None
+        if etag or os.path.isfile(path):
+            self.send_header("ETag", f'"{etag or self._etag(path)}"')
         self.send_header("Accept-Ranges", "bytes")
         super().end_headers()
 
