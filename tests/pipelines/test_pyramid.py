@@ -5,7 +5,7 @@ several levels per task writing whole shards, interrupt and resume, and the comm
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -178,6 +178,46 @@ def test_interrupt_and_resume(tmp_path):
                      p.is_file()}
     with pytest.raises(ngshard.ExistsError, match="8_8_40"):
         ngshard.downsample(path, scale=0, levels=1, progress=False)
+
+
+class InThisThread(Executor):
+    """Runs each task in the calling thread as it is submitted."""
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        future: Future = Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as e:  # noqa: BLE001 - the future carries it, as a pool's does
+            future.set_exception(e)
+        return future
+
+
+def test_the_tasks_of_a_thread_read_their_boxes_into_one_block(tmp_path, monkeypatch):
+    """Each task reads its source box into its thread's scratch block, not into fresh
+    memory: the tasks of one thread map one block, and write what the pool writes."""
+    from ngshard import threads
+    from ngshard.pipelines import to_pyramid
+
+    blocks = []
+    real = threads.fresh
+
+    def counting(shape, dtype, *args, **kwargs):
+        if len(shape) == 1:  # a scratch block (reads' own results are never 1-D here)
+            blocks.append(shape)
+        return real(shape, dtype, *args, **kwargs)
+
+    monkeypatch.setattr(threads, "fresh", counting)
+    monkeypatch.setattr(to_pyramid.SOURCE_BOXES, "block", None)
+    data = np.random.default_rng(3).integers(0, 256, (128, 128, 16), np.uint8)
+    kw = {"levels": 3, "progress": False, "task_bytes": 64 * 64 * 16}
+    here = _layer(tmp_path / "here", data, offset=(0, 0, 0), sharding="auto")
+    pool = _layer(tmp_path / "pool", data, offset=(0, 0, 0), sharding="auto")
+    stats = ngshard.downsample(here, executor=InThisThread(), **kw)
+    assert stats["tasks"] >= 4 and len(blocks) == 1  # every box in one block
+    ngshard.downsample(pool, workers=2, **kw)
+    assert {p.relative_to(here): p.read_bytes() for p in sorted(here.rglob("*"))
+            if p.is_file()} == {p.relative_to(pool): p.read_bytes()
+                                for p in sorted(pool.rglob("*")) if p.is_file()}
 
 
 def test_command_line(tmp_path, capsys):

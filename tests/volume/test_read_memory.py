@@ -66,3 +66,24 @@ def test_staged_slabs_are_asked_to_be_huge_pages(tmp_path):
         vol[:, :, 3] = 7  # one z-slice: a slab of 64 chunks (16 MiB) staged
         assert huge_mappings() - before
     assert (ngshard.open_volume(tmp_path)[:, :, 3] == 7).all()
+
+
+def test_a_scratch_lends_one_block_per_thread_and_grows_it():
+    """``threads.Scratch``: arrays over one block for each thread, in either order; a larger
+    request maps a larger block; another thread gets a block of its own."""
+    import threading
+
+    from ngshard.threads import Scratch
+
+    scratch = Scratch()
+    a = scratch.array((64, 64, 8), np.uint64, "F")
+    a[:] = 1
+    b = scratch.array((32, 32, 8), np.uint16)
+    assert np.shares_memory(a, b) and b.flags.c_contiguous and a.flags.f_contiguous
+    bigger = scratch.array((64, 64, 16), np.uint64)
+    assert bigger.nbytes > a.nbytes and not np.shares_memory(bigger, a)
+    theirs = []
+    worker = threading.Thread(target=lambda: theirs.append(scratch.array((8,), np.uint8)))
+    worker.start()
+    worker.join()
+    assert not np.shares_memory(theirs[0], scratch.array((8,), np.uint8))

@@ -7,13 +7,17 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ..threads import bounded_map, pmap
+from ..threads import Scratch, bounded_map, pmap
 from ..volume.downsample import downsample
 from ..volume.encodings import encode_chunk
 from ..volume.handle import ScaleHandle
 from .pyramid import PyramidTask
 from .sources import open_planned_scale, voxels
 from .to_precomputed import write_chunks
+
+#: Each worker thread's source box: read into the same memory task after task (a task ends
+#: with its writes, so nothing of the last box is in use when the next is read)
+SOURCE_BOXES = Scratch()
 
 
 def fill_pyramid(task: PyramidTask) -> dict:
@@ -26,7 +30,7 @@ def fill_pyramid(task: PyramidTask) -> dict:
     box = tuple(slice(a, b) for a, b in zip(task.lo, task.hi))
 
     def levels() -> Iterator[tuple]:
-        data = voxels(source)[box]
+        data = voxels(source).read(box, into=SOURCE_BOXES.array)
         origin = np.asarray(task.lo) + np.asarray(source.scale.voxel_offset)
         for key, factor, shape, units in zip(task.levels, task.factors, task.unit_shapes,
                                              task.units):

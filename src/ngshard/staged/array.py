@@ -16,7 +16,7 @@ dropped; an assignment that alone would take more than half of it runs in pieces
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -38,6 +38,9 @@ from .resize import ResizePlan
 from .slabmap import SlabMap
 from .source import ChunkSource, WindowSource
 from .transfer import OUT, VALUE, TransferPlan
+
+#: Makes a read's result: ``(shape, dtype, order) -> array``
+Allocator = Callable[[tuple[int, ...], Any, MemoryOrder], np.ndarray]
 
 
 def memory_order(value: np.ndarray) -> MemoryOrder | None:
@@ -208,13 +211,18 @@ class StagedChangesArray:
     # --- numpy ------------------------------------------------------------------------------
 
     def __getitem__(self, index: Any) -> np.ndarray:
+        return self.read(index)
+
+    def read(self, index: Any, into: Allocator = fresh) -> np.ndarray:
+        """``self[index]``, the result made by ``into(shape, dtype, order)``: a fresh array,
+        or one lent by :meth:`ngshard.threads.Scratch.array` to a loop of reads."""
         selection = normalize(index, self.shape)
         if not self.geometry.addressable:
             return self._window_read(selection)
         if self._boxes_only([selection]):
-            return self._read_boxes([selection])[0]
+            return self._read_boxes([selection], into)[0]
         plan = GetItemPlan(self.geometry, self.map, selection, self.orders)
-        out = fresh(selection.shape, self.dtype, self.geometry.order)
+        out = into(selection.shape, self.dtype, self.geometry.order)
         self._run(plan, out=out)
         return selection.finish(out)
 
@@ -254,11 +262,12 @@ class StagedChangesArray:
         return not len(self.map) and (self.map.base_box == self.geometry.grid).all() and \
             plain_boxes(selections)
 
-    def _read_boxes(self, selections: list[Selection]) -> list[np.ndarray]:
+    def _read_boxes(self, selections: list[Selection], into: Allocator = fresh
+                    ) -> list[np.ndarray]:
         """Boxes from the base slab, every box's rows planned in one numpy pass
         (``boxes.py``) rather than a GetItemPlan each."""
         g = self.geometry
-        outs = [fresh(s.shape, self.dtype, g.order) for s in selections]
+        outs = [into(s.shape, self.dtype, g.order) for s in selections]
         rows, box = box_rows(g, selections)
         copy_rows_from_chunks(self.source.read, g.positions, g.chunks[g.axis], g.axis,
                               self._array(FULL), outs, rows, box)
