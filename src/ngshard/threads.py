@@ -11,13 +11,14 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
 from ._arrays import fresh
 from .cpus import available_cpus
 from .limits import PSTART_SHARE
+from .types import MemoryOrder
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -174,8 +175,8 @@ class Scratch(threading.local):
 
     block: np.ndarray | None = None
 
-    def array(self, shape: tuple[int, ...], dtype: Any,
-              order: Literal["C", "F"] = "C") -> np.ndarray:
+    def array(self, shape: tuple[int, ...], dtype: Any, order: MemoryOrder = "C"
+              ) -> np.ndarray:
         """An uninitialised array over this thread's block, grown first if too small."""
         nbytes = math.prod(shape) * np.dtype(dtype).itemsize
         if self.block is None or self.block.nbytes < nbytes:

@@ -1,5 +1,5 @@
-"""Sources written by the peers (zarr-python, tensorstore), readers of the results, and an
-executor that interrupts a job."""
+"""Sources written by the peers (zarr-python, tensorstore), readers of the results, the files
+of a result, and an executor that interrupts a job."""
 
 from __future__ import annotations
 
@@ -13,6 +13,13 @@ import zarr.codecs
 from peers import PEER_TIMEOUT
 
 from ngshard.pipelines.tasks import probe
+
+
+def files(root) -> dict[str, bytes]:
+    """Every file under ``root`` by relative path: runs meant to write the same bytes compare
+    equal."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file()}
 
 
 def volume_data(shape, dtype, seed=0) -> np.ndarray:

@@ -139,7 +139,3 @@ def components(n, edges) -> int:
         parent[find(a)] = find(b)
     return len({find(i) for i in range(n)})
 
-
-def files(root) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file()}

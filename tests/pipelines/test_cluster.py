@@ -14,7 +14,7 @@ import sys
 import time
 
 import pytest
-from convert_helpers import volume_data, zarr_python_array
+from convert_helpers import files, volume_data, zarr_python_array
 from peers import PEER_TIMEOUT
 
 import ngshard
@@ -82,10 +82,6 @@ def cluster(tmp_path_factory):
             p.terminate()
             p.wait(timeout=PEER_TIMEOUT)
 
-
-def files(root) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file()}
 
 
 def stamps(root) -> dict[str, tuple[int, int]]:

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from convert_helpers import volume_data, zarr_python_array
+from convert_helpers import files, volume_data, zarr_python_array
 from peers import PEER_TIMEOUT
-from segment_helpers import files, neurites, write_segmentation
+from segment_helpers import neurites, write_segmentation
 
 import ngshard
 from ngshard.cli import main

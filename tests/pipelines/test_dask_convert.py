@@ -4,16 +4,12 @@ local process pool writes."""
 from __future__ import annotations
 
 import pytest
-from convert_helpers import volume_data, zarr_python_array
+from convert_helpers import files, volume_data, zarr_python_array
 
 import ngshard
 
 distributed = pytest.importorskip("distributed")
 
-
-def files(root) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file()}
 
 
 @pytest.mark.parametrize("compressor", ["zstd", "gzip"])

@@ -10,7 +10,7 @@ from concurrent.futures import Executor, Future, ThreadPoolExecutor
 import numpy as np
 import pytest
 import tensorstore as ts
-from convert_helpers import Interrupting
+from convert_helpers import Interrupting, files
 from peers import PEER_TIMEOUT
 
 import ngshard
@@ -172,10 +172,7 @@ def test_interrupt_and_resume(tmp_path):
         stats = ngshard.downsample(path, executor=pool, **kw)
         ngshard.downsample(ref, executor=pool, **kw)
     assert stats["skipped"] >= 1 and stats["run"] >= 1
-    files = {p.relative_to(path): p.read_bytes() for p in sorted(path.rglob("*")) if
-             p.is_file()}
-    assert files == {p.relative_to(ref): p.read_bytes() for p in sorted(ref.rglob("*")) if
-                     p.is_file()}
+    assert files(path) == files(ref)
     with pytest.raises(ngshard.ExistsError, match="8_8_40"):
         ngshard.downsample(path, scale=0, levels=1, progress=False)
 
@@ -215,9 +212,7 @@ def test_the_tasks_of_a_thread_read_their_boxes_into_one_block(tmp_path, monkeyp
     stats = ngshard.downsample(here, executor=InThisThread(), **kw)
     assert stats["tasks"] >= 4 and len(blocks) == 1  # every box in one block
     ngshard.downsample(pool, workers=2, **kw)
-    assert {p.relative_to(here): p.read_bytes() for p in sorted(here.rglob("*"))
-            if p.is_file()} == {p.relative_to(pool): p.read_bytes()
-                                for p in sorted(pool.rglob("*")) if p.is_file()}
+    assert files(here) == files(pool)
 
 
 def test_command_line(tmp_path, capsys):
@@ -245,9 +240,5 @@ def test_dask_equals_local_pool(tmp_path):
             distributed.Client(cluster) as client:
         b = ngshard.downsample(remote, executor=client.get_executor(), **kw)
     assert a == b and a["tasks"] > 2
-
-    def files(root):
-        return {p.relative_to(root): p.read_bytes() for p in sorted(root.rglob("*"))
-                if p.is_file()}
 
     assert files(local) == files(remote)

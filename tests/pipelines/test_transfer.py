@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import tensorstore as ts
 from cloudvolume_peer import read_images
+from convert_helpers import files
 from peers import PEER_TIMEOUT
 
 import ngshard
@@ -130,15 +131,15 @@ def test_gzip_chunk_files_go_into_gzip_shards_as_stored(tmp_path, pool):
 
     src = tmp_path / "src"
     shutil.copytree(FIXTURES / "raw_gzip", src)
-    files = sorted(p for p in (src / "8_8_40").iterdir() if p.suffix == ".gz")
-    two = gzip.decompress(files[0].read_bytes())
-    files[0].write_bytes(gzip.compress(two[:100]) + gzip.compress(two[100:]))
+    gz_files = sorted(p for p in (src / "8_8_40").iterdir() if p.suffix == ".gz")
+    two = gzip.decompress(gz_files[0].read_bytes())
+    gz_files[0].write_bytes(gzip.compress(two[:100]) + gzip.compress(two[100:]))
     ngshard.transfer(src, tmp_path / "out", executor=pool, progress=False)
     out = ngshard.open_volume(tmp_path / "out")
     assert out.scale.sharding.data_encoding == "gzip"
     shards = b"".join(p.read_bytes() for p in (tmp_path / "out" / "8_8_40").iterdir())
-    assert files[0].read_bytes() not in shards
-    assert all(p.read_bytes() in shards for p in files[1:])
+    assert gz_files[0].read_bytes() not in shards
+    assert all(p.read_bytes() in shards for p in gz_files[1:])
     np.testing.assert_array_equal(_ts(tmp_path / "out").read().result(timeout=PEER_TIMEOUT),
                                   ngshard.open_volume(src)[...])
 
@@ -236,9 +237,5 @@ def test_interrupt_and_resume(tmp_path, pool):
         ngshard.transfer(src, tmp_path / "out", executor=Interrupting(pool, 3), **kw)
     stats = ngshard.transfer(src, tmp_path / "out", executor=pool, **kw)
     assert stats["skipped"] == 3 and stats["run"] == stats["tasks"] - 3
-
-    def files(root):
-        return {p.relative_to(root): p.read_bytes() for p in sorted(root.rglob("*"))
-                if p.is_file()}
 
     assert files(tmp_path / "out") == files(tmp_path / "ref")

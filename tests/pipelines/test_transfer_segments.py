@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from cloudvolume_peer import read_meshes, read_skeletons, volume_root
+from convert_helpers import files
 
 import ngshard
 
@@ -209,10 +210,6 @@ def test_one_task_per_shard_interrupted_and_resumed(tmp_path, pool):
     stats = ngshard.transfer(tmp_path / "files", tmp_path / "out", executor=pool, **kw)
     assert stats["skipped"] == 3 and stats["run"] == 5
 
-    def files(root):
-        return {p.relative_to(root): p.read_bytes() for p in sorted(root.rglob("*"))
-                if p.is_file()}
-
     assert files(tmp_path / "out") == files(tmp_path / "ref")
     out = ngshard.open(tmp_path / "out")
     for k in (1, 200, 399):
@@ -245,10 +242,6 @@ def test_dask_equals_a_local_executor(tmp_path, pool):
                                  executor=client.get_executor(), **kw)
     finally:
         cluster.close()
-
-    def files(root):
-        return {p.relative_to(root): p.read_bytes() for p in sorted(root.rglob("*"))
-                if p.is_file()}
 
     for name in sources:
         local, remote = files(tmp_path / f"{name}-local"), files(tmp_path / f"{name}-dask")
