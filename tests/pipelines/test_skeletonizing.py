@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+from convert_helpers import files
 from segment_helpers import (
     RESOLUTION,
     SPHERE,
@@ -18,7 +19,6 @@ from segment_helpers import (
     blobs,
     cable_length,
     components,
-    files,
     label_zarr,
     measures,
     neurites,
