@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from .._arrays import fresh
 from ..commitplan import CommitPlan
 from ..errors import SpecError
 from ..limits import DEFAULT_STAGED_BYTES
+from ..recycle import RESULTS
 from ..types import MemoryOrder
 from .boxes import box_rows, plain_boxes
 from .changes import ChangesPlan
@@ -213,9 +213,10 @@ class StagedChangesArray:
     def __getitem__(self, index: Any) -> np.ndarray:
         return self.read(index)
 
-    def read(self, index: Any, into: Allocator = fresh) -> np.ndarray:
-        """``self[index]``, the result made by ``into(shape, dtype, order)``: a fresh array,
-        or one lent by :meth:`ngshard.threads.Scratch.array` to a loop of reads."""
+    def read(self, index: Any, into: Allocator = RESULTS.array) -> np.ndarray:
+        """``self[index]``, the result made by ``into(shape, dtype, order)``: a new array (in
+        memory of a large result dropped lately, ``_arrays.Recycler``), or one lent by
+        :meth:`ngshard.threads.Scratch.array` to a loop of reads."""
         selection = normalize(index, self.shape)
         if not self.geometry.addressable:
             return self._window_read(selection)
@@ -244,7 +245,7 @@ class StagedChangesArray:
         outs, base = [], []
         for selection in selections:
             plan = GetItemPlan(self.geometry, self.map, selection, self.orders)
-            out = fresh(selection.shape, self.dtype, self.geometry.order)
+            out = RESULTS.array(selection.shape, self.dtype, self.geometry.order)
             for t in plan.transfers:  # the base slab's rows wait for the one batch
                 if t.src == BASE:
                     base.append((out, t))
@@ -262,7 +263,7 @@ class StagedChangesArray:
         return not len(self.map) and (self.map.base_box == self.geometry.grid).all() and \
             plain_boxes(selections)
 
-    def _read_boxes(self, selections: list[Selection], into: Allocator = fresh
+    def _read_boxes(self, selections: list[Selection], into: Allocator = RESULTS.array
                     ) -> list[np.ndarray]:
         """Boxes from the base slab, every box's rows planned in one numpy pass
         (``boxes.py``) rather than a GetItemPlan each."""
@@ -294,7 +295,7 @@ class StagedChangesArray:
             raise SpecError(f"a selection of {selection.shape} points spans too many chunks "
                             f"of an array of shape {g.shape} to read at once")
         moved = Selection(tuple(axes))
-        out = fresh(moved.shape, self.dtype, g.order)
+        out = RESULTS.array(moved.shape, self.dtype, g.order)
         window._run(GetItemPlan(window.geometry, window.map, moved, window.orders), out=out)
         return moved.finish(out)
 
