@@ -10,6 +10,7 @@ box, and the box it goes to; ``copy.copy_rows_from_chunks`` carries it out.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -17,6 +18,11 @@ import numpy as np
 from .geometry import BASE, Geometry
 from .indexing import Selection
 from .transfer import OUT, TransferPlan
+
+# One box of at most this many chunks is planned in plain Python (:func:`_one_box`, for few
+# chunks cheaper than numpy's cost per call), more in numpy: a whole 512x512x256 read of 256
+# chunks took 0.80 ms in Python against 0.13 ms in numpy.
+ONE_BOX_CHUNKS = 16
 
 
 def plain_boxes(selections: Sequence[Selection]) -> bool:
@@ -30,7 +36,9 @@ def box_rows(geometry: Geometry, selections: Sequence[Selection]
     """(rows, box of each row) of reading each box (see :func:`plain_boxes`) from the base
     slab into a result of the selection's shape: one row per chunk a box touches, the chunks
     of a box in C order. Empty boxes have no rows."""
-    if len(selections) == 1 and all(a.count for a in selections[0].axes):
+    if len(selections) == 1 and all(a.count for a in selections[0].axes) and \
+            math.prod((a.start + a.count - 1) // c - a.start // c + 1
+                      for a, c in zip(selections[0].axes, geometry.chunks)) <= ONE_BOX_CHUNKS:
         return _one_box(geometry, selections[0])
     ndim = geometry.ndim
     start = np.array([[a.start for a in s.axes] for s in selections], np.int64

@@ -246,7 +246,8 @@ def copy_rows_from_chunks(read: Callable[..., None],
     # rather than on the decoding threads (which share the GIL); and rows as indices
     first = np.searchsorted(runs, np.append(heads, len(ids))).tolist()
     ends = np.append(runs[1:], len(ids)).tolist()
-    runs_of = [list(zip(runs[a:b].tolist(), ends[a:b], which[runs[a:b]].tolist()))
+    starts, into_dst = runs.tolist(), which[runs].tolist()  # lists: slices of them are cheap
+    runs_of = [list(zip(starts[a:b], ends[a:b], into_dst[a:b]))
                for a, b in zip(first[:-1], first[1:])]
     src_index = _slices(local.src_start, local.count, local.src_step)
     dst_index = _slices(local.dst_start, local.count, local.dst_step)
