@@ -51,7 +51,7 @@ SLICED_BYTES = 4 * KiB
 #: and save little elsewhere (one fault per 2 MiB, but the same zeroing). Where transparent
 #: huge pages are "always", the system's choice stands either way.
 HUGE_PAGES = False
-#: Memory of large read results dropped lately kept for the next ones (``_arrays.Recycler``):
+#: Memory of large read results dropped lately kept for the next ones (``recycle.Recycler``):
 #: at most this many bytes (a 512^3 uint64 volume), none for longer than this many seconds
 #: (jemalloc's default decay is 10 s). Kept pages are marked free: the system takes them back
 #: first when it runs short.
