@@ -14,7 +14,7 @@ import pytest
 
 import ngshard
 import ngshard.zarr
-from ngshard.recycle import RESULTS, Recycler
+from ngshard.recycle import RESULTS, Recycler, available_memory, recycle_bytes
 
 SHAPE = (256, 256, 64)  # 4 MiB of uint8: 1,024 pages
 
@@ -136,6 +136,21 @@ def test_a_recycler_keeps_at_most_its_bytes_and_seconds():
     time.sleep(0.4)
     last = recycler.array((2 * mib,), np.uint8)  # a large request first unmaps old ones
     assert recycler.free_bytes == 0 and last.nbytes == 2 * mib
+
+
+def test_a_small_container_keeps_a_sixteenth_of_its_memory(tmp_path):
+    machine = available_memory(str(tmp_path))  # no cgroup files here: the machine's
+    assert machine is None or machine > 0
+    (tmp_path / "memory.max").write_text("max\n")  # cgroup v2, no limit
+    assert available_memory(str(tmp_path)) == machine
+    (tmp_path / "memory.max").write_text(f"{2 << 30}\n")  # a 2 GiB container
+    assert available_memory(str(tmp_path)) == min(machine or 2 << 30, 2 << 30)
+    assert recycle_bytes(str(tmp_path)) == (2 << 30) // 16
+    v1 = tmp_path / "v1"
+    (v1 / "memory").mkdir(parents=True)
+    (v1 / "memory" / "memory.limit_in_bytes").write_text(f"{64 << 30}\n")
+    assert recycle_bytes(str(v1)) == min(1 << 30, min(machine or 64 << 30, 64 << 30) // 16)
+    assert RESULTS.max_bytes == recycle_bytes()
 
 
 def _in_child(queue) -> None:

@@ -52,10 +52,10 @@ SLICED_BYTES = 4 * KiB
 #: huge pages are "always", the system's choice stands either way.
 HUGE_PAGES = False
 #: Memory of large read results dropped lately kept for the next ones (``recycle.Recycler``):
-#: at most this many bytes (a 512^3 uint64 volume), none for longer than this many seconds
-#: (jemalloc's default decay is 10 s). Kept pages are marked free: the system takes them back
-#: first when it runs short.
-RECYCLE_BYTES, RECYCLE_SECONDS = GiB, 10.0
+#: at most this many bytes (a 512^3 uint64 volume) and a RECYCLE_SHARE-th of the memory the
+#: process may use, none for longer than this many seconds (jemalloc's default decay is 10 s).
+#: Kept pages are marked free: the system takes them back first when it runs short.
+RECYCLE_BYTES, RECYCLE_SHARE, RECYCLE_SECONDS = GiB, 16, 10.0
 #: Except staged slabs, which are written in many small scattered pieces (slices, boxes), a
 #: few pages each: there one fault per 2 MiB beats one per 4 KiB (bench_staged, 128 z-slices
 #: of 512x512 uint8: 0.120 s in huge pages against 0.165 s in small ones).

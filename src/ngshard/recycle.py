@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ._arrays import MAPPED_BYTES, fresh
-from .limits import RECYCLE_BYTES, RECYCLE_SECONDS
+from .limits import RECYCLE_BYTES, RECYCLE_SECONDS, RECYCLE_SHARE
 from .types import MemoryOrder
 
 
@@ -99,7 +99,33 @@ class Recycler:
             memory.close()
 
 
+def available_memory(cgroup_root: str = "/sys/fs/cgroup") -> int | None:
+    """Bytes of memory this process may use: the machine's, or its cgroup's limit where that
+    is lower (v2 ``memory.max``, v1 ``memory/memory.limit_in_bytes``); None where neither
+    is known."""
+    try:
+        found: int | None = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows)
+        found = None
+    for path in (f"{cgroup_root}/memory.max", f"{cgroup_root}/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            found = int(text) if found is None else min(found, int(text))
+    return found
+
+
+def recycle_bytes(cgroup_root: str = "/sys/fs/cgroup") -> int:
+    """What :data:`RESULTS` keeps at most: ``RECYCLE_BYTES``, or a ``RECYCLE_SHARE``-th of
+    the memory this process may use where that is less (a small container, a Dask worker)."""
+    memory = available_memory(cgroup_root)
+    return RECYCLE_BYTES if memory is None else min(RECYCLE_BYTES, memory // RECYCLE_SHARE)
+
+
 #: The one recycler of read results (``StagedChangesArray.read``'s default allocator).
-RESULTS = Recycler(RECYCLE_BYTES, RECYCLE_SECONDS)
+RESULTS = Recycler(recycle_bytes(), RECYCLE_SECONDS)
 if hasattr(os, "register_at_fork"):  # a child starts with its own lock and nothing waiting
     os.register_at_fork(after_in_child=RESULTS._reset)
