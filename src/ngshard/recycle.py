@@ -6,6 +6,7 @@ in, where each :func:`~ngshard._arrays.fresh` result costs the system a zeroed p
 
 from __future__ import annotations
 
+import contextlib
 import math
 import mmap
 import os
@@ -96,7 +97,8 @@ class Recycler:
                               now - self._free[0][0] > self.max_seconds):
             _, memory = self._free.pop(0)
             self.free_bytes -= len(memory)
-            memory.close()
+            with contextlib.suppress(BufferError):  # still exported: unmapped when dropped
+                memory.close()
 
 
 def available_memory(cgroup_root: str = "/sys/fs/cgroup") -> int | None:
