@@ -1,7 +1,10 @@
-"""Memory of large read results dropped lately, lent again to the next ones: a loop that reads
-a large box per turn (a block of a volume at a time) then writes into pages already faulted
-in, where each :func:`~ngshard._arrays.fresh` result costs the system a zeroed page per 4 KiB
-(on the 2-core VM of the benchmarks about 0.7 ms per MiB: a third of a whole zarr read's CPU).
+"""Memory of large arrays lent again, so that a loop reading a large box per turn writes into
+pages already faulted in, where each :func:`~ngshard._arrays.fresh` array costs the system a
+zeroed page per 4 KiB (on the 2-core VM of the benchmarks about 0.7 ms per MiB: a third of a
+whole zarr read's CPU). Two ways: :class:`Recycler` (:data:`RESULTS`), the memory of results
+dropped lately, for any read; :class:`Scratch`, one block per thread lent again and again,
+for a loop that knows its last array is done with (a pyramid task's source box: no
+``MADV_FREE`` between turns).
 """
 
 from __future__ import annotations
@@ -131,3 +134,22 @@ def recycle_bytes(cgroup_root: str = "/sys/fs/cgroup") -> int:
 RESULTS = Recycler(recycle_bytes(), RECYCLE_SECONDS)
 if hasattr(os, "register_at_fork"):  # a child starts with its own lock and nothing waiting
     os.register_at_fork(after_in_child=RESULTS._reset)
+
+
+class Scratch(threading.local):
+    """A block of memory per thread, lent again and again as arrays. A loop that reads a
+    large box per turn (a pyramid task's source box) reuses pages already faulted in, where
+    a :func:`fresh` array costs the system a zeroed page per 4 KiB: a quarter of a pyramid
+    task's CPU on a segmentation. What :meth:`array` lends is valid until the same thread
+    asks again."""
+
+    block: np.ndarray | None = None
+
+    def array(self, shape: tuple[int, ...], dtype: Any, order: MemoryOrder = "C"
+              ) -> np.ndarray:
+        """An uninitialised array over this thread's block, grown first if too small."""
+        nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+        if self.block is None or self.block.nbytes < nbytes:
+            self.block = None  # the old block goes before the larger one is mapped
+            self.block = fresh((max(nbytes, 1),), np.uint8)
+        return np.ndarray(shape, dtype, buffer=self.block, order=order)

@@ -1,24 +1,18 @@
 """Thread pools: one for leaf work that releases the GIL (numpy, zlib, reads), one for jobs
 (a shard's whole update) that may themselves fan out leaf work. Jobs never wait on jobs and
-leaves never wait on anything, so neither pool can deadlock on itself. And memory each
-thread keeps for a loop of reads (:class:`Scratch`)."""
+leaves never wait on anything, so neither pool can deadlock on itself."""
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TypeVar
 
-import numpy as np
-
-from ._arrays import fresh
 from .cpus import available_cpus
 from .limits import PSTART_SHARE
-from .types import MemoryOrder
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -165,21 +159,3 @@ def ahead(fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
             pending = future.result()
         yield pending
 
-
-class Scratch(threading.local):
-    """A block of memory per thread, lent again and again as arrays. A loop that reads a
-    large box per turn (a pyramid task's source box) reuses pages already faulted in, where
-    a :func:`fresh` array costs the system a zeroed page per 4 KiB: a quarter of a pyramid
-    task's CPU on a segmentation. What :meth:`array` lends is valid until the same thread
-    asks again."""
-
-    block: np.ndarray | None = None
-
-    def array(self, shape: tuple[int, ...], dtype: Any, order: MemoryOrder = "C"
-              ) -> np.ndarray:
-        """An uninitialised array over this thread's block, grown first if too small."""
-        nbytes = math.prod(shape) * np.dtype(dtype).itemsize
-        if self.block is None or self.block.nbytes < nbytes:
-            self.block = None  # the old block goes before the larger one is mapped
-            self.block = fresh((max(nbytes, 1),), np.uint8)
-        return np.ndarray(shape, dtype, buffer=self.block, order=order)

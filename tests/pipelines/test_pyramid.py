@@ -192,18 +192,18 @@ class InThisThread(Executor):
 def test_the_tasks_of_a_thread_read_their_boxes_into_one_block(tmp_path, monkeypatch):
     """Each task reads its source box into its thread's scratch block, not into fresh
     memory: the tasks of one thread map one block, and write what the pool writes."""
-    from ngshard import threads
+    from ngshard import recycle
     from ngshard.pipelines import to_pyramid
 
     blocks = []
-    real = threads.fresh
+    real = recycle.fresh
 
     def counting(shape, dtype, *args, **kwargs):
         if len(shape) == 1:  # a scratch block (reads' own results are never 1-D here)
             blocks.append(shape)
         return real(shape, dtype, *args, **kwargs)
 
-    monkeypatch.setattr(threads, "fresh", counting)
+    monkeypatch.setattr(recycle, "fresh", counting)
     monkeypatch.setattr(to_pyramid.SOURCE_BOXES, "block", None)
     data = np.random.default_rng(3).integers(0, 256, (128, 128, 16), np.uint8)
     kw = {"levels": 3, "progress": False, "task_bytes": 64 * 64 * 16}

@@ -69,11 +69,11 @@ def test_staged_slabs_are_asked_to_be_huge_pages(tmp_path):
 
 
 def test_a_scratch_lends_one_block_per_thread_and_grows_it():
-    """``threads.Scratch``: arrays over one block for each thread, in either order; a larger
+    """``recycle.Scratch``: arrays over one block for each thread, in either order; a larger
     request maps a larger block; another thread gets a block of its own."""
     import threading
 
-    from ngshard.threads import Scratch
+    from ngshard.recycle import Scratch
 
     scratch = Scratch()
     a = scratch.array((64, 64, 8), np.uint64, "F")

@@ -7,7 +7,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ..threads import Scratch, bounded_map, pmap
+from ..recycle import Scratch
+from ..threads import bounded_map, pmap
 from ..volume.downsample import downsample
 from ..volume.encodings import encode_chunk
 from ..volume.handle import ScaleHandle

@@ -216,7 +216,7 @@ class StagedChangesArray:
     def read(self, index: Any, into: Allocator = RESULTS.array) -> np.ndarray:
         """``self[index]``, the result made by ``into(shape, dtype, order)``: a new array (in
         memory of a large result dropped lately, ``recycle.RESULTS``), or one lent by
-        :meth:`ngshard.threads.Scratch.array` to a loop of reads."""
+        :meth:`ngshard.recycle.Scratch.array` to a loop of reads."""
         selection = normalize(index, self.shape)
         if not self.geometry.addressable:
             return self._window_read(selection)
