@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class AxisSelection:
     """The points one axis selects, sorted and unique.
 
@@ -74,6 +74,9 @@ class AxisSelection:
 
 def _axis(index: Any, n: int, axis: int) -> AxisSelection:
     """One axis of an index."""
+    if type(index) is slice and index.step is None:  # the common case, first
+        start, stop, _ = index.indices(n)
+        return AxisSelection(start, 1, max(0, stop - start))
     if isinstance(index, slice):
         r = range(*index.indices(n))
         flip = r.step < 0 and len(r) > 1
