@@ -173,6 +173,32 @@ def zstd_decompress(data: Blob, where: Place = "", limit: int | None = None) -> 
         raise CorruptDataError(f"{where}: bad zstd data ({e})") from None
 
 
+#: zstd's largest block of content: a frame decodes block by block.
+ZSTD_BLOCK_BYTES = 128 << 10
+
+
+def zstd_prefix(data: Blob, size: int, nbytes: int) -> bytearray | None:
+    """The first ``nbytes`` bytes of the one zstd frame in ``data`` that declares ``size``
+    bytes of content, decoding only the blocks that hold them (a 256 KiB chunk is two
+    blocks: a read of its first half costs half); None where that cannot be had so (another
+    size declared or none, several frames, damage): the caller then decodes all of it, which
+    raises for damage."""
+    try:
+        if zstandard.frame_content_size(data) != size:
+            return None
+        out = bytearray(nbytes)
+        view, done = memoryview(out), 0
+        with _zstd_one().stream_reader(data, read_size=len(data), closefd=False) as reader:
+            while done < nbytes:
+                got = reader.readinto(view[done:])
+                if not got:
+                    return None
+                done += got
+        return out
+    except zstandard.ZstdError:
+        return None
+
+
 def _reader(data: bytes) -> Callable[[int, int], memoryview]:
     """``read(offset, n)`` of :func:`iter_decompress` over ``data``."""
     view = memoryview(data)

@@ -1,7 +1,8 @@
 """ZarrArray.read_many: many boxes in one batch, each granule decoded once, value for value
 what tensorstore and zarr-python read, at shard and inner-chunk edges, in partial shards and
 where granules are missing (the fill value); after another writer replaces a shard, the new
-values; a corrupt granule named in the error."""
+values; a corrupt granule named in the error; only the planes of a zstd chunk that the boxes
+reach decoded."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from peers import PEER_TIMEOUT
 
 from ngshard import CorruptDataError
 from ngshard.threads import WORKERS
-from ngshard.zarr import open_array
+from ngshard.zarr import handle, open_array
 
 SHAPE, SHARD, INNER, FILL = (21, 17, 13), [8, 8, 8], [4, 4, 4], 7
 
@@ -137,3 +138,56 @@ def test_decoding_reuses_a_zstd_decompressor_per_thread(written, monkeypatch):
     for _ in range(3):
         np.testing.assert_array_equal(array[...], expected)
     assert len(made) <= WORKERS + 1  # the pool's threads and this one, once each
+
+
+def test_boxes_decode_only_the_planes_they_reach(tmp_path, monkeypatch):
+    # 64^3 uint8 inner chunks are two zstd blocks each: a box that reaches only a chunk's
+    # first planes decodes the blocks that hold them, not the rest (and a damaged block that
+    # no box reaches goes unread); one that reaches the damage is refused, named
+    spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(tmp_path)},
+            "metadata": {"shape": [128, 64, 64], "data_type": "uint8",
+                         "chunk_grid": {"name": "regular",
+                                        "configuration": {"chunk_shape": [128, 64, 64]}},
+                         "codecs": [{"name": "sharding_indexed", "configuration": {
+                             "chunk_shape": [64, 64, 64], "codecs": [
+                                 {"name": "bytes"}, {"name": "zstd", "configuration": {
+                                     "level": 3}}]}}]}}
+    expected = np.random.default_rng(5).integers(0, 4, (128, 64, 64), dtype=np.uint8)
+    ts.open(spec, create=True).result(timeout=PEER_TIMEOUT)[...].write(expected).result(
+        timeout=PEER_TIMEOUT)
+    boxes = [(slice(60, 70), slice(3, 9), slice(0, 64)),  # the first chunk's tail, the
+             (slice(64, 66), slice(0, 5), slice(7, 8))]  # second's first planes
+    wanted = []
+    real = handle.zstd_prefix
+    monkeypatch.setattr(handle, "zstd_prefix", lambda data, size, n: (
+        wanted.append(n // 4096), real(data, size, n))[1])
+    for box, values in zip(boxes, open_array(tmp_path, chunk_cache_bytes=0).read_many(boxes)):
+        np.testing.assert_array_equal(values, expected[box])
+    assert wanted == [6]  # the second chunk, to its plane 6: once, for both boxes
+    whole = (slice(0, 128), 7, 7)
+    np.testing.assert_array_equal(open_array(tmp_path, chunk_cache_bytes=0).read_many(
+        [whole])[0], expected[whole])
+    assert wanted == [6]  # every plane of both: decoded whole
+    shard = tmp_path / "c" / "0" / "0" / "0"
+    data = bytearray(shard.read_bytes())
+    index = np.frombuffer(data[-36:-4], "<u8").reshape(2, 2)  # (offset, size) of each chunk
+    second = int(index[1, 0])
+    data[second + int(index[1, 1]) - 40:second + int(index[1, 1]) - 8] = bytes(32)
+    shard.write_bytes(bytes(data))  # the second chunk's last block damaged
+    first_planes = (slice(64, 66), slice(0, 5), slice(7, 8))
+    got = open_array(tmp_path, chunk_cache_bytes=0).read_many([first_planes])[0]
+    np.testing.assert_array_equal(got, expected[first_planes])
+    with pytest.raises(CorruptDataError, match=r"c/0/0/0 inner chunk at \(1, 0, 0\)"):
+        open_array(tmp_path, chunk_cache_bytes=0).read_many([(slice(126, 128), 0, 0)])
+
+
+def test_a_checksummed_zstd_chunk_is_decoded_whole(tmp_path, monkeypatch):
+    # its checksum covers all of it: a prefix would leave the checksum unchecked
+    expected = np.random.default_rng(6).integers(0, 4, (128, 16, 16), dtype=np.uint8)
+    z = zarr.create_array(str(tmp_path), shape=expected.shape, chunks=(64, 16, 16),
+                          dtype="uint8", compressors=[zarr.codecs.ZstdCodec(checksum=True)])
+    z[...] = expected
+    monkeypatch.setattr(handle, "zstd_prefix", lambda *a: pytest.fail("a prefix decoded"))
+    box = (slice(64, 66), slice(0, 5), slice(7, 8))
+    np.testing.assert_array_equal(
+        open_array(tmp_path, chunk_cache_bytes=0).read_many([box, box])[0], expected[box])

@@ -195,9 +195,10 @@ def copy_from_chunks(read: Callable[..., None], positions_of: Callable,
     any of them reads fetched and decoded once: ``read(positions, consume)`` fetches and
     decodes the chunks (``consume(i, array or None)``, on threads); the rows of chunk ``i``
     are copied there, into each destination, from ``fill`` where the chunk is absent
-    (``fill`` None: the destinations hold it already). ``read(positions, consume, into)``
-    may decode a chunk that one row reads whole straight into that row of its destination
-    (``into(i)``, see :meth:`ChunkSource.read`) rather than call ``consume``.
+    (``fill`` None: the destinations hold it already). ``read(positions, consume, into,
+    planes)`` may decode a chunk that one row reads whole straight into that row of its
+    destination (``into(i)``, see :meth:`ChunkSource.read`) rather than call ``consume``,
+    and only the leading planes of a chunk that its rows reach (``planes[i]``).
 
     Parameters
     ----------
@@ -281,4 +282,7 @@ def copy_rows_from_chunks(read: Callable[..., None],
                 else:  # a single point
                     dst[dst_index[row]] = src[src_index[row]]
 
-    read(positions_of(ids[heads]), consume, into)
+    # per chunk, the planes its rows reach along the stacking axis (the slowest in memory):
+    # a source may decode only those
+    reach = local.src_start[:, axis] + (local.count[:, axis] - 1) * local.src_step[:, axis] + 1
+    read(positions_of(ids[heads]), consume, into, np.maximum.reduceat(reach, heads))

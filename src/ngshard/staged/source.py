@@ -52,13 +52,17 @@ class ChunkSource:
         return max(1, min(CHUNK_BATCH, CHUNK_BATCH_BYTES // max(1, nbytes)))
 
     def read(self, positions: np.ndarray, consume: Callable[[int, np.ndarray | None], None],
-             into: Callable[[int], np.ndarray | None] | None = None) -> None:
+             into: Callable[[int], np.ndarray | None] | None = None,
+             planes: np.ndarray | None = None) -> None:
         """Fetch and decode the chunks at ``positions`` (in batches, decoding on threads) and
         call ``consume(i, chunk)`` for each, None for an absent one. ``consume`` may run on
         any thread; the chunk is only valid during the call. ``into(i)``: where the caller
         wants chunk ``i`` whole (an array of any strides) or None; a source may decode a
         present chunk of that shape straight into it, and then does not call ``consume``
-        for it (on bad bytes the array may hold part of the chunk)."""
+        for it (on bad bytes the array may hold part of the chunk). ``planes[i]``: how many
+        leading planes of chunk ``i`` along its slowest axis in memory (the first in C
+        order, the last in F order) the caller reads; a source may decode only those and
+        give ``consume`` the chunk cut to them."""
         raise NotImplementedError
 
     def write(self, positions: np.ndarray, chunks: Sequence[np.ndarray], *,
@@ -111,7 +115,7 @@ class MemoryChunks(ChunkSource):
         self.reads = 0  # chunks read, for tests
         self.writes = 0  # chunks written, for tests
 
-    def read(self, positions, consume, into=None) -> None:
+    def read(self, positions, consume, into=None, planes=None) -> None:
         for i, key in enumerate(map(tuple, positions.tolist())):
             self.reads += 1
             consume(i, self._staged[key] if key in self._staged else self.stored.get(key))
@@ -178,5 +182,6 @@ class WindowSource(ChunkSource):
         return self.source.batch
 
     def read(self, positions: np.ndarray, consume: Callable[[int, np.ndarray | None], None],
-             into: Callable[[int], np.ndarray | None] | None = None) -> None:
-        self.source.read(np.asarray(positions, np.int64) + self.origin, consume, into)
+             into: Callable[[int], np.ndarray | None] | None = None,
+             planes: np.ndarray | None = None) -> None:
+        self.source.read(np.asarray(positions, np.int64) + self.origin, consume, into, planes)

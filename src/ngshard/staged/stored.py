@@ -61,16 +61,20 @@ class ChunkCodec:
     inner: tuple[int, ...] = ()
     #: :meth:`decode` takes ``out`` and decodes straight into it (no copy afterwards).
     decodes_into: bool = False
+    #: :meth:`decode` takes ``planes`` and then may decode only those (at less cost).
+    decodes_prefix: bool = False
 
     def decode(self, blob: Blob, extent: Sequence[int], where: Place,
-               out: np.ndarray | None = None) -> np.ndarray:
+               out: np.ndarray | None = None, planes: int | None = None) -> np.ndarray:
         """The values of the chunk of shape ``extent`` (clipped at the array's edge) that
         ``blob`` holds (a whole chunk where the format stores edge chunks whole); they may
         lie in a buffer that this thread's next decode overwrites, for callers that copy
         them out at once. CorruptDataError naming ``where`` (a str, or a :class:`Where`
         whose str() is made only then) if it does not decode. ``out`` (only where
         :attr:`decodes_into`): an array of shape ``extent``, any strides, decoded into and
-        returned."""
+        returned. ``planes`` (only where :attr:`decodes_prefix`): the caller reads only the
+        first ``planes`` along the chunk's slowest axis in memory (the first in C order),
+        and the result may hold only those."""
         raise NotImplementedError
 
     def encode(self, chunk: np.ndarray, copy: bool = True) -> Blob | None:
@@ -147,10 +151,13 @@ class StoredChunks(ChunkSource):
     # --- chunks ----------------------------------------------------------------------------
 
     def read(self, positions: np.ndarray, consume: Callable[[int, np.ndarray | None], None],
-             into: Callable[[int], np.ndarray | None] | None = None) -> None:
+             into: Callable[[int], np.ndarray | None] | None = None,
+             planes: np.ndarray | None = None) -> None:
         n, batch, cache = self.ndim, self.batch, self.cache
         if not self.codec.decodes_into:
             into = None
+        if not self.codec.decodes_prefix:
+            planes = None
         if cache is not None and len(positions) * math.prod(self.geometry.chunks) * \
                 self.dtype.itemsize > cache.max_bytes // CACHED_READ:
             cache = None  # a large read: it would push out every chunk cached
@@ -168,7 +175,7 @@ class StoredChunks(ChunkSource):
                         wait()
                     waits, batch_of = [], first
                 waits.append(self._decode(numbers, positions[numbers], found, consume, into,
-                                          cache))
+                                          cache, planes))
         finally:
             failed = sys.exc_info()[1] is not None
             for wait in waits:
@@ -198,9 +205,12 @@ class StoredChunks(ChunkSource):
     def _decode(self, numbers: np.ndarray, part: np.ndarray, found: tuple,
                 consume: Callable[[int, np.ndarray | None], None],
                 into: Callable[[int], np.ndarray | None] | None,
-                cache: IndexCache[np.ndarray] | None) -> Callable[[], list]:
+                cache: IndexCache[np.ndarray] | None, planes: np.ndarray | None
+                ) -> Callable[[], list]:
         """Start decoding the fetched chunks at ``part`` (the ``numbers``-th of the read) on
-        threads, into ``into``'s arrays where it gives them; the function returned waits."""
+        threads, into ``into``'s arrays where it gives them, only their first ``planes``
+        where given (not for the cache, which keeps whole chunks); the function returned
+        waits."""
         codec, store, n, lock = self.codec, self.store, self.ndim, self._lock
         blobs, tags, hits = found
         numbers = numbers.tolist()
@@ -218,11 +228,16 @@ class StoredChunks(ChunkSource):
         def one(j: int) -> None:
             i = present[j]
             tag: Any = tags[i]
-            out = into(numbers[i]) if into is not None and (cache is None or tag is None) \
-                else None
+            uncached = cache is None or tag is None
+            out = into(numbers[i]) if into is not None and uncached else None
             if out is not None and out.shape == tuple(extents[j]) and \
                     out.dtype == self.dtype:  # straight into it
                 codec.decode(blobs[i], extents[j], Where(store, part[i, :n]), out)
+                return
+            if planes is not None and uncached:
+                chunk = codec.decode(blobs[i], extents[j], Where(store, part[i, :n]),
+                                     planes=int(planes[numbers[i]]))
+                consume(numbers[i], chunk)
                 return
             chunk = codec.decode(blobs[i], extents[j],
                                  Where(store, part[i, :n]))

@@ -70,8 +70,8 @@ class ScaleCodec(ChunkCodec):
         # the kernel writes any strides: a read's chunks go straight into its result
         self.decodes_into = self.encoding == "compressed_segmentation"
 
-    def decode(self, blob: Blob, extent, where: Place, out: np.ndarray | None = None
-               ) -> np.ndarray:
+    def decode(self, blob: Blob, extent, where: Place, out: np.ndarray | None = None,
+               planes: int | None = None) -> np.ndarray:
         return decode_chunk(blob, self.encoding, extent, self.dtype, block_size=self.block,
                             where=where, reuse=True, out=out)
 

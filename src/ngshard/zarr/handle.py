@@ -10,19 +10,21 @@ pickles as its URL and zarr format: the copy reopens the array (nothing staged t
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
 import numpy as np
 
 from ..chunkstore import Blob
+from ..compression import ZSTD_BLOCK_BYTES, zstd_prefix
 from ..errors import NotFoundError, SpecError
 from ..jsondoc import Doc, dump_json, parse_json
 from ..staged.stored import ChunkCodec
 from ..storage import Storage, StorageOptions, open_source, require_family
 from ..types import MemoryOrder, Place
 from .chunks import ZarrChunkStore
-from .codecs import Transpose
+from .codecs import Transpose, Zstd
 from .dtypes import is_fill
 from .metadata import V2_ATTRS, V2_NAME, V3_NAME, ArrayMetadata, parse_v2, parse_v3
 from .reader import ChunkReader
@@ -80,9 +82,20 @@ class ArrayCodec(ChunkCodec):
     def __init__(self, meta: ArrayMetadata) -> None:
         self.codecs, self.chunks, self.dtype = meta.chunk_codecs, meta.chunks, meta.dtype
         self.fill_value, self.order = meta.fill_value, memory_order(meta)
+        # zstd of the C-order values, without a checksum (a prefix would leave it unchecked)
+        zstd = self.codecs.bytes_codecs[:1]
+        self.decodes_prefix = self.codecs.token(self.dtype).startswith("zstd ") and \
+            isinstance(zstd[0], Zstd) and not zstd[0].checksum
 
-    def decode(self, blob: Blob, extent, where: Place,
-               out: np.ndarray | None = None) -> np.ndarray:
+    def decode(self, blob: Blob, extent, where: Place, out: np.ndarray | None = None,
+               planes: int | None = None) -> np.ndarray:
+        plane = math.prod(self.chunks[1:]) * self.dtype.itemsize
+        if planes is not None and (self.chunks[0] - planes) * plane >= ZSTD_BLOCK_BYTES:
+            # a block or more past the planes read: decoding stops before it
+            head = zstd_prefix(blob, self.chunks[0] * plane, planes * plane)
+            if head is not None:
+                return self.codecs.array_bytes.decode(head, (planes, *self.chunks[1:]),
+                                                      self.dtype, self.fill_value, where)
         return self.codecs.decode(blob, self.chunks, self.dtype, self.fill_value, where)
 
     def encode(self, chunk: np.ndarray, copy: bool = True) -> Blob | None:
