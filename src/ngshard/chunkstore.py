@@ -78,12 +78,6 @@ class ChunkStore:
         their tag given."""
         return self.get(positions), [None] * len(positions)
 
-    def read_groups(self, positions: np.ndarray) -> list[np.ndarray]:
-        """How a read of the chunks at ``positions`` splits into fetches (indices into
-        ``positions``, in order), each decoded while the next is fetched: one group (every
-        request in one batch) unless the store knows that smaller fetches cost no more."""
-        return [np.arange(len(positions))]
-
     def get_gzip(self, positions: np.ndarray) -> tuple[list[Blob | None], list[Blob | None]]:
         """As :meth:`get`, and each chunk's gzip stream where it is stored as one (checked:
         it decodes whole), else None (here: always None)."""

@@ -173,10 +173,6 @@ def zstd_decompress(data: Blob, where: Place = "", limit: int | None = None) -> 
         raise CorruptDataError(f"{where}: bad zstd data ({e})") from None
 
 
-#: zstd's largest block of content: a frame decodes block by block.
-ZSTD_BLOCK_BYTES = 128 << 10
-
-
 def zstd_prefix(data: Blob, size: int, nbytes: int) -> bytearray | None:
     """The first ``nbytes`` bytes of the one zstd frame in ``data`` that declares ``size``
     bytes of content, decoding only the blocks that hold them (a 256 KiB chunk is two

@@ -67,9 +67,13 @@ SLAB_HUGE_PAGES = True
 PSTART_SHARE = 2
 #: Large local reads go in pieces of this size over threads (page faults on every core).
 READ_PIECE_BYTES = 4 * MiB
-#: A local batch of reads holding this many ranges reads its files on threads (one pread
-#: each costs a few microseconds, much of it without the GIL).
-THREADED_RANGES = 256
+#: A local batch of reads holding this many ranges, or this many bytes in several files,
+#: reads its files on threads (one pread costs a few microseconds, much of it without the
+#: GIL; a MiB copied from the page cache, a few hundred).
+THREADED_RANGES, THREADED_READ_BYTES = 256, MiB
+#: zstd's largest block of content (a frame decodes block by block): a read of a chunk's
+#: first planes decodes only its prefix where this much or more lies past them.
+ZSTD_BLOCK_BYTES = 128 * KiB
 #: Most shard names probed (one stat each, in one batch) on storage that cannot list:
 #: shard_bits up to 12.
 MAX_PROBED_SHARDS = 4096
@@ -159,9 +163,6 @@ STREAM_STEP_BYTES = 64 * KiB
 #: this many (Python work per chunk) and about this many decoded bytes (256 chunks of 64^3
 #: uint8: enough to fill the threads and coalesce reads; few large chunks fit in memory).
 CHUNK_BATCH, CHUNK_BATCH_BYTES = 1024, 64 * MiB
-#: A batch of chunks from local shards is fetched in up to READ_GROUPS groups of at least
-#: READ_GROUP chunks (whole shards), each decoded on threads while the next is read.
-READ_GROUPS, READ_GROUP = 4, 8
 #: An encoded chunk (or a codec's output of unknown size) may take this multiple of the
 #: chunk's raw size plus these bytes (tables and headers of tiny chunks); past it: a bomb.
 CHUNK_SLACK, CHUNK_SLACK_BYTES = 4, 1 * MiB

@@ -153,7 +153,7 @@ class StoredChunks(ChunkSource):
     def read(self, positions: np.ndarray, consume: Callable[[int, np.ndarray | None], None],
              into: Callable[[int], np.ndarray | None] | None = None,
              planes: np.ndarray | None = None) -> None:
-        n, batch, cache = self.ndim, self.batch, self.cache
+        batch, cache = self.batch, self.cache
         if not self.codec.decodes_into:
             into = None
         if not self.codec.decodes_prefix:
@@ -161,29 +161,27 @@ class StoredChunks(ChunkSource):
         if cache is not None and len(positions) * math.prod(self.geometry.chunks) * \
                 self.dtype.itemsize > cache.max_bytes // CACHED_READ:
             cache = None  # a large read: it would push out every chunk cached
-        # the store's groups of each batch, each decoded on threads while the next is
-        # fetched (the cores are busy with both); a batch's decoding ends before the next's
-        groups = [(first, first + g) for first in self._bar(len(positions), "reading chunks")
-                  for g in self.store.read_groups(positions[first:first + batch, :n])]
-        fetched = ahead(lambda g: self._fetch(positions[g[1]], cache), groups)
-        waits: list[Callable[[], list]] = []
-        batch_of = -1
+        # each batch fetched (every request in one) while the one before is decoded on
+        # threads (the cores busy with both); a batch's decoding ends before the next's
+
+        def fetch(first: int) -> tuple[np.ndarray, tuple]:
+            numbers = np.arange(first, min(first + batch, len(positions)))
+            return numbers, self._fetch(positions[numbers], cache)
+
+        wait: Callable[[], list] = list
         try:
-            for (first, numbers), found in zip(groups, fetched):
-                if first != batch_of:
-                    for wait in waits:
-                        wait()
-                    waits, batch_of = [], first
-                waits.append(self._decode(numbers, positions[numbers], found, consume, into,
-                                          cache, planes))
+            for numbers, found in ahead(fetch, self._bar(len(positions), "reading chunks")):
+                done, wait = wait, list
+                done()
+                wait = self._decode(numbers, positions[numbers], found, consume, into, cache,
+                                    planes)
         finally:
             failed = sys.exc_info()[1] is not None
-            for wait in waits:
-                try:
-                    wait()
-                except Exception:
-                    if not failed:
-                        raise
+            try:
+                wait()
+            except Exception:
+                if not failed:
+                    raise
 
     def _fetch(self, part: np.ndarray, cache: IndexCache[np.ndarray] | None) -> tuple:
         """(blobs, tags, hits) of the chunks at ``part``: those ``cache`` holds (None: no

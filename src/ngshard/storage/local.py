@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import CorruptDataError, StorageWriteError
-from ..limits import COPY_PIECE_BYTES, READ_PIECE_BYTES, THREADED_RANGES
+from ..limits import COPY_PIECE_BYTES, READ_PIECE_BYTES, THREADED_RANGES, THREADED_READ_BYTES
 from ..threads import pmap
 from ..types import Blob
 from .base import ANY, FileSlice, ObjectInfo, Storage, changed_on_storage, coalesce, split_merged
@@ -152,8 +152,10 @@ class LocalStorage(Storage):
                     ) -> list[tuple[Hashable | None, list[Blob] | None]]:
         requests = [(name, np.asarray(ranges, np.int64).reshape(-1, 2))
                     for name, ranges in requests]
-        # files on threads when the batch holds many ranges: the preads release the GIL
-        many = sum(len(r) for _, r in requests) >= THREADED_RANGES
+        # files on threads when the batch holds many ranges or many bytes: the preads release
+        # the GIL
+        many = sum(len(r) for _, r in requests) >= THREADED_RANGES or len(requests) > 1 and \
+            sum(int((r[:, 1] - r[:, 0]).sum()) for _, r in requests) >= THREADED_READ_BYTES
         return pmap(self._read_file, requests, min_items=2 if many else len(requests) + 1)
 
     def _read_file(self, request: tuple[str, np.ndarray]

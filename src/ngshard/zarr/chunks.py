@@ -20,7 +20,6 @@ import numpy as np
 
 from ..chunkstore import Blob, ChunkStore
 from ..commitplan import CommitPlan, ShardPlan
-from ..limits import READ_GROUP, READ_GROUPS, THREADED_RANGES
 from ..progress import progress_bar
 from ..storage import ANY, Storage
 from ..threads import bounded_map, pmap
@@ -72,28 +71,6 @@ class ZarrChunkStore(ChunkStore):
         for i, blob, tag in zip(todo, found, found_tags):
             out[i], tags[i] = blob, tag
         return out, tags
-
-    def read_groups(self, positions: np.ndarray) -> list[np.ndarray]:
-        """Local shards: whole shards a group, groups of about a quarter of the chunks (a
-        local read is a copy from the page cache, whose cost grows with its bytes), unless
-        there are so many that the storage reads them on threads (measured: the pieces of
-        one batch on threads beat groups read here); other storage: one group, so that every
-        request goes in one batch."""
-        positions = np.asarray(positions, np.int64).reshape(-1, len(self.shape))
-        n = len(positions)
-        if self.storage.local_root is None or self.reader.meta.sharding is None or \
-                not 2 * READ_GROUP <= n < THREADED_RANGES:
-            return super().read_groups(positions)
-        shards = self.reader.shard_of(positions)[0]
-        order = np.lexsort(shards.T[::-1])
-        starts = np.flatnonzero((np.diff(shards[order], axis=0) != 0).any(axis=1)) + 1
-        size = max(READ_GROUP, -(-n // READ_GROUPS))
-        cuts, last = [], 0
-        for at in starts.tolist():  # whole shards, until a group holds ``size`` chunks
-            if at - last >= size:
-                cuts.append(at)
-                last = at
-        return np.split(order, cuts)
 
     def list_positions(self) -> np.ndarray:
         stored = self.reader.list_positions()

@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 
 from ..chunkstore import Blob
-from ..compression import ZSTD_BLOCK_BYTES, zstd_prefix
+from ..compression import zstd_prefix
 from ..errors import NotFoundError, SpecError
 from ..jsondoc import Doc, dump_json, parse_json
+from ..limits import ZSTD_BLOCK_BYTES
 from ..staged.stored import ChunkCodec
 from ..storage import Storage, StorageOptions, open_source, require_family
 from ..types import MemoryOrder, Place
