@@ -31,7 +31,7 @@ TRANSPOSED = 1 << 14  # points: rows this large between different layouts go in 
 TILED = 1 << 14  # points: rows up to this large (on average) may go as one regular tiling
 BLOCK = 16
 FEW_ROWS = 8  # rows up to this many are turned into indices in plain Python
-MANY_RUNS = 256  # contiguous runs from which a strided copy moves each as one wide item
+MANY_RUNS = 512  # contiguous runs from which a strided copy moves each as one wide item
 
 
 def copy_slices(src: np.ndarray, dst: np.ndarray, plan: TransferPlan, *,
@@ -104,13 +104,17 @@ def copy_runs(dst: np.ndarray, src: np.ndarray) -> None:
         Arrays of one shape and dtype (``src`` may be a broadcast view).
     """
     item = dst.itemsize
-    if src.dtype != dst.dtype or dst.dtype.hasobject or dst.ndim != src.ndim:
-        dst[...] = src  # a cast or a broadcast: numpy's own way
+    if src.dtype != dst.dtype or dst.dtype.hasobject or dst.ndim != src.ndim or \
+            dst.size < 2 * MANY_RUNS:  # a cast, a broadcast, or too few runs: numpy's way
+        dst[...] = src
         return
     for a, (n, d, s) in enumerate(zip(dst.shape, dst.strides, src.strides)):
         if d == s == item and n > 1 and dst.size >= MANY_RUNS * n:
             width = f"V{n * item}"
-            np.moveaxis(dst, a, -1).view(width)[...] = np.moveaxis(src, a, -1).view(width)
+            if a == dst.ndim - 1:  # no moveaxis: it costs more than a small box's copy
+                dst.view(width)[...] = src.view(width)
+            else:
+                np.moveaxis(dst, a, -1).view(width)[...] = np.moveaxis(src, a, -1).view(width)
             return
     dst[...] = src
 
