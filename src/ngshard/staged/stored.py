@@ -232,13 +232,9 @@ class StoredChunks(ChunkSource):
                     out.dtype == self.dtype:  # straight into it
                 codec.decode(blobs[i], extents[j], Where(store, part[i, :n]), out)
                 return
-            if planes is not None and uncached:
-                chunk = codec.decode(blobs[i], extents[j], Where(store, part[i, :n]),
-                                     planes=int(planes[numbers[i]]))
-                consume(numbers[i], chunk)
-                return
-            chunk = codec.decode(blobs[i], extents[j],
-                                 Where(store, part[i, :n]))
+            chunk = codec.decode(blobs[i], extents[j], Where(store, part[i, :n]),
+                                 planes=int(planes[numbers[i]]) if planes is not None and
+                                 uncached else None)
             if cache is not None and tag is not None:
                 kept = chunk if _immutable(chunk) else chunk.copy()
                 kept.flags.writeable = False
