@@ -24,7 +24,13 @@ from .._arrays import fresh
 from ..chunkstore import Blob, ChunkStore
 from ..commitplan import CommitPlan
 from ..errors import NotFoundError
-from ..limits import CACHED_READ, ENCODED_BLOCK_BYTES, STAGE_BLOCK_BYTES, WRITE_BEHIND_BYTES
+from ..limits import (
+    CACHED_READ,
+    ENCODED_BLOCK_BYTES,
+    STAGE_BLOCK_BYTES,
+    THREADED_DECODE_BYTES,
+    WRITE_BEHIND_BYTES,
+)
 from ..progress import progress_bar
 from ..storage.index_cache import IndexCache
 from ..threads import ahead, pmap, pstart
@@ -243,7 +249,10 @@ class StoredChunks(ChunkSource):
                               kept.nbytes)
             consume(numbers[i], chunk)
 
-        return pstart(one, range(len(present)), min_items=2)  # a chunk a thread pays
+        # on threads from a MiB of chunks (a hand-over costs about what decoding that takes)
+        chunk_bytes = math.prod(self.geometry.chunks) * self.dtype.itemsize
+        return pstart(one, range(len(present)),
+                      min_items=max(2, -(-THREADED_DECODE_BYTES // chunk_bytes)))
 
     @contextmanager
     def strict_reads(self, strict: bool = True) -> Iterator[None]:
