@@ -158,4 +158,3 @@ def ahead(fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
             yield pending
             pending = future.result()
         yield pending
-

@@ -154,8 +154,8 @@ class LocalStorage(Storage):
                     for name, ranges in requests]
         # files on threads when the batch holds many ranges or many bytes: the preads release
         # the GIL
-        many = sum(len(r) for _, r in requests) >= THREADED_RANGES or len(requests) > 1 and \
-            sum(int((r[:, 1] - r[:, 0]).sum()) for _, r in requests) >= THREADED_READ_BYTES
+        many = sum(len(r) for _, r in requests) >= THREADED_RANGES or (len(requests) > 1 and sum(
+            int((r[:, 1] - r[:, 0]).sum()) for _, r in requests) >= THREADED_READ_BYTES)
         return pmap(self._read_file, requests, min_items=2 if many else len(requests) + 1)
 
     def _read_file(self, request: tuple[str, np.ndarray]
