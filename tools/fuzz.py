@@ -26,8 +26,8 @@ meshes, annotations, segment properties, each case in a memory-limited child).
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import multiprocessing
+import multiprocessing.connection
 import os
 import shutil
 import sys
@@ -48,6 +48,7 @@ from fuzz_stores import Case, Store, damage, make_kv, make_volume  # noqa: E402
 from fuzz_verdicts import verdict  # noqa: E402
 
 GROUP = 50  # cases per base store
+STALL = 2 * fuzz_reads.PEER_TIMEOUT  # seconds without a finished case: a hung piece
 
 
 # --- running ----------------------------------------------------------------------------------
@@ -82,35 +83,71 @@ class Summary:
 
 
 def run_parallel(seed: int, cases: int, start: int, jobs: int, out=None,
-                 seconds: float | None = None, **kwargs) -> Summary:
+                 seconds: float | None = None, runner=None, **kwargs) -> Summary:
     """:func:`run` in ``jobs`` processes, on pieces of whole groups (each run gives the same
-    counts as one process would); no piece is started after ``seconds``."""
+    counts as one process would); no piece is started after ``seconds``. ``runner`` stands
+    for :func:`run` (a module-level function taking its arguments and ``beat``).
+
+    A piece whose process finishes no case for ``STALL`` seconds is killed and run again in a
+    fresh one, once: tensorstore's sharded ``list`` can deadlock in its own mutex, where no
+    timeout reaches (its ``result(timeout=)`` waits inside the lock)."""
     step = 20 * GROUP
     edges = sorted({start, start + cases, *range(-(-start // step) * step, start + cases, step)})
-    todo = list(zip(edges, edges[1:]))
+    todo = [(a, b, 0) for a, b in zip(edges, edges[1:])]
     summary, t0 = Summary(), time.perf_counter()
     spawn = multiprocessing.get_context("spawn")  # tensorstore's threads and fork do not mix
-    with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=spawn) as pool:
-        running: set = set()
+    running: dict = {}  # receiving end -> (process, heartbeat, piece)
+    try:
         while todo or running:
-            while todo and len(running) < 2 * jobs and (
+            while todo and len(running) < jobs and (
                     seconds is None or time.perf_counter() - t0 < seconds):
-                a, b = todo.pop(0)
-                running.add(pool.submit(run, seed, b - a, a, **kwargs))
+                a, b, tries = todo.pop(0)
+                receive, send = spawn.Pipe(duplex=False)
+                beat = spawn.Value("d", time.monotonic(), lock=False)
+                proc = spawn.Process(target=_piece,
+                                     args=(send, beat, runner or run, seed, b - a, a, kwargs))
+                proc.start()
+                send.close()
+                running[receive] = (proc, beat, (a, b, tries))
             if not running:
                 break
-            done, running = concurrent.futures.wait(running, 60, "FIRST_COMPLETED")
-            for piece in (d.result(timeout=fuzz_reads.PEER_TIMEOUT) for d in done):
+            for receive in multiprocessing.connection.wait(list(running), 5):
+                proc, _, (a, b, _) = running.pop(receive)
+                try:
+                    piece = receive.recv()
+                except EOFError:
+                    raise RuntimeError(f"fuzz piece {a}..{b} of seed {seed}: its process died "
+                                       f"(exit code {proc.exitcode})") from None
+                proc.join()
                 for line in piece.mismatches if out else ():
                     print(line, file=out, flush=True)
                 summary.merge(piece)
+            for receive, (proc, beat, (a, b, tries)) in list(running.items()):
+                if time.monotonic() - beat.value > STALL:
+                    proc.kill()
+                    proc.join()
+                    del running[receive]
+                    if tries:
+                        raise RuntimeError(f"fuzz piece {a}..{b} of seed {seed} stalled twice")
+                    todo.insert(0, (a, b, tries + 1))
+    finally:
+        for proc, _, _ in running.values():
+            proc.kill()
     summary.seconds = time.perf_counter() - t0
     return summary
 
 
+def _piece(send, beat, runner, seed: int, cases: int, start: int, kwargs: dict) -> None:
+    """One piece of :func:`run_parallel`, in its own process: each finished case beats."""
+    def tick() -> None:
+        beat.value = time.monotonic()
+
+    send.send(runner(seed, cases, start, beat=tick, **kwargs))
+
+
 def run(seed: int, cases: int, start: int = 0, kinds: tuple[str, ...] = ("kv", "volume"),
         encodings: tuple[str, ...] = (), workdir: str | None = None, out=None,
-        replay: bool = False) -> Summary:
+        replay: bool = False, beat=None) -> Summary:
     """Run cases ``start .. start + cases - 1`` of ``seed``; mismatches are printed to ``out``."""
     base = tempfile.mkdtemp(prefix="ngshard-fuzz-", dir=workdir or (
         "/dev/shm" if os.path.isdir("/dev/shm") else None))
@@ -135,6 +172,8 @@ def run(seed: int, cases: int, start: int = 0, kinds: tuple[str, ...] = ("kv", "
             mem.growth = 0
             reads = (check_kv if store.kind == "kv" else check_volume)(store, case, rng, mem)
             record(summary, store, case, reads, mem, seed, out, replay)
+            if beat:
+                beat()
     finally:
         shutil.rmtree(base, ignore_errors=True)
     summary.seconds = time.perf_counter() - t0
