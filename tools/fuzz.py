@@ -49,6 +49,7 @@ from fuzz_verdicts import verdict  # noqa: E402
 
 GROUP = 50  # cases per base store
 STALL = 2 * fuzz_reads.PEER_TIMEOUT  # seconds without a finished case: a hung piece
+START = 120  # seconds a piece's process may take to start (import tensorstore) on a busy machine
 
 
 # --- running ----------------------------------------------------------------------------------
@@ -103,7 +104,7 @@ def run_parallel(seed: int, cases: int, start: int, jobs: int, out=None,
                     seconds is None or time.perf_counter() - t0 < seconds):
                 a, b, tries = todo.pop(0)
                 receive, send = spawn.Pipe(duplex=False)
-                beat = spawn.Value("d", time.monotonic(), lock=False)
+                beat = spawn.Value("d", time.monotonic() + START, lock=False)
                 proc = spawn.Process(target=_piece,
                                      args=(send, beat, runner or run, seed, b - a, a, kwargs))
                 proc.start()
@@ -142,6 +143,7 @@ def _piece(send, beat, runner, seed: int, cases: int, start: int, kwargs: dict) 
     def tick() -> None:
         beat.value = time.monotonic()
 
+    tick()  # started: from here on, STALL seconds per case
     send.send(runner(seed, cases, start, beat=tick, **kwargs))
 
 
