@@ -36,10 +36,11 @@ def summary(fuzz):
     return fuzz.run_parallel(seed=20240607, cases=CASES, start=0, jobs=2)
 
 
-def hangs(seed: int, cases: int, start: int, beat, marker: str, times: int):
+def hangs(seed: int, cases: int, start: int, beat, marker: str, times: int, workdir: str):
     """A piece whose first case hangs, without beating, in the first ``times`` processes to
-    run it (counted in ``marker``)."""
+    run it (counted in ``marker``), leaving a file in its ``workdir``."""
     fuzz = importlib.import_module("fuzz")
+    Path(workdir, "store").write_bytes(b"x")
     if start == 0:
         with open(marker, "a+") as f:
             f.seek(0)
@@ -56,14 +57,17 @@ def test_a_piece_that_stops_beating_is_run_again_in_a_fresh_process(fuzz, tmp_pa
                                                                     monkeypatch):
     monkeypatch.setattr(fuzz, "STALL", 3)
     cases = 2 * 20 * fuzz.GROUP  # two pieces, the first of them hangs once
-    marker = tmp_path / "tries"
+    marker, work = tmp_path / "tries", tmp_path / "work"
+    work.mkdir()
     s = fuzz.run_parallel(seed=1, cases=cases, start=0, jobs=2, runner=hangs,
-                          marker=str(marker), times=1)
+                          marker=str(marker), times=1, workdir=str(work))
     assert s.cases == cases and marker.read_text() == "xx"
+    assert not list(work.iterdir())  # every piece's folder removed, the killed one's too
     marker.unlink()
     with pytest.raises(RuntimeError, match="fuzz piece 0..1000 of seed 1 stalled twice"):
         fuzz.run_parallel(seed=1, cases=cases, start=0, jobs=2, runner=hangs,
-                          marker=str(marker), times=2)
+                          marker=str(marker), times=2, workdir=str(work))
+    assert not list(work.iterdir())
 
 
 def test_ngshard_agrees_with_tensorstore_on_damaged_stores(summary):

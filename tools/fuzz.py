@@ -91,7 +91,8 @@ def run_parallel(seed: int, cases: int, start: int, jobs: int, out=None,
 
     A piece whose process finishes no case for ``STALL`` seconds is killed and run again in a
     fresh one, once: tensorstore's sharded ``list`` can deadlock in its own mutex, where no
-    timeout reaches (its ``result(timeout=)`` waits inside the lock)."""
+    timeout reaches (its ``result(timeout=)`` waits inside the lock). Each piece writes in a
+    folder of its own, removed here however the piece ends."""
     step = 20 * GROUP
     edges = sorted({start, start + cases, *range(-(-start // step) * step, start + cases, step)})
     todo = [(a, b, 0) for a, b in zip(edges, edges[1:])]
@@ -105,37 +106,49 @@ def run_parallel(seed: int, cases: int, start: int, jobs: int, out=None,
                 a, b, tries = todo.pop(0)
                 receive, send = spawn.Pipe(duplex=False)
                 beat = spawn.Value("d", time.monotonic() + START, lock=False)
-                proc = spawn.Process(target=_piece,
-                                     args=(send, beat, runner or run, seed, b - a, a, kwargs))
+                folder = scratch(kwargs.get("workdir"))
+                proc = spawn.Process(target=_piece, args=(
+                    send, beat, runner or run, seed, b - a, a, {**kwargs, "workdir": folder}))
                 proc.start()
                 send.close()
-                running[receive] = (proc, beat, (a, b, tries))
+                running[receive] = (proc, beat, (a, b, tries), folder)
             if not running:
                 break
             for receive in multiprocessing.connection.wait(list(running), 5):
-                proc, _, (a, b, _) = running.pop(receive)
+                proc, _, (a, b, _), folder = running.pop(receive)
                 try:
                     piece = receive.recv()
                 except EOFError:
                     raise RuntimeError(f"fuzz piece {a}..{b} of seed {seed}: its process died "
                                        f"(exit code {proc.exitcode})") from None
-                proc.join()
+                finally:
+                    proc.join()
+                    shutil.rmtree(folder, ignore_errors=True)
                 for line in piece.mismatches if out else ():
                     print(line, file=out, flush=True)
                 summary.merge(piece)
-            for receive, (proc, beat, (a, b, tries)) in list(running.items()):
+            for receive, (proc, beat, (a, b, tries), folder) in list(running.items()):
                 if time.monotonic() - beat.value > STALL:
                     proc.kill()
                     proc.join()
+                    shutil.rmtree(folder, ignore_errors=True)
                     del running[receive]
                     if tries:
                         raise RuntimeError(f"fuzz piece {a}..{b} of seed {seed} stalled twice")
                     todo.insert(0, (a, b, tries + 1))
     finally:
-        for proc, _, _ in running.values():
+        for proc, _, _, folder in running.values():
             proc.kill()
+            proc.join()
+            shutil.rmtree(folder, ignore_errors=True)
     summary.seconds = time.perf_counter() - t0
     return summary
+
+
+def scratch(workdir: str | None) -> str:
+    """A new folder for stores, in ``workdir`` (default /dev/shm where there is one)."""
+    return tempfile.mkdtemp(prefix="ngshard-fuzz-", dir=workdir or (
+        "/dev/shm" if os.path.isdir("/dev/shm") else None))
 
 
 def _piece(send, beat, runner, seed: int, cases: int, start: int, kwargs: dict) -> None:
@@ -151,8 +164,7 @@ def run(seed: int, cases: int, start: int = 0, kinds: tuple[str, ...] = ("kv", "
         encodings: tuple[str, ...] = (), workdir: str | None = None, out=None,
         replay: bool = False, beat=None) -> Summary:
     """Run cases ``start .. start + cases - 1`` of ``seed``; mismatches are printed to ``out``."""
-    base = tempfile.mkdtemp(prefix="ngshard-fuzz-", dir=workdir or (
-        "/dev/shm" if os.path.isdir("/dev/shm") else None))
+    base = scratch(workdir)
     summary, mem, store, group = Summary(), Memory(), None, None
     t0 = time.perf_counter()
     try:
