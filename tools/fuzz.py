@@ -98,7 +98,7 @@ def run_parallel(seed: int, cases: int, start: int, jobs: int, out=None,
     todo = [(a, b, 0) for a, b in zip(edges, edges[1:])]
     summary, t0 = Summary(), time.perf_counter()
     spawn = multiprocessing.get_context("spawn")  # tensorstore's threads and fork do not mix
-    running: dict = {}  # receiving end -> (process, heartbeat, piece)
+    running: dict = {}  # receiving end -> (process, heartbeat, (a, b, tries), folder)
     try:
         while todo or running:
             while todo and len(running) < jobs and (
@@ -122,25 +122,20 @@ def run_parallel(seed: int, cases: int, start: int, jobs: int, out=None,
                     raise RuntimeError(f"fuzz piece {a}..{b} of seed {seed}: its process died "
                                        f"(exit code {proc.exitcode})") from None
                 finally:
-                    proc.join()
-                    shutil.rmtree(folder, ignore_errors=True)
+                    _end(proc, folder)
                 for line in piece.mismatches if out else ():
                     print(line, file=out, flush=True)
                 summary.merge(piece)
             for receive, (proc, beat, (a, b, tries), folder) in list(running.items()):
                 if time.monotonic() - beat.value > STALL:
-                    proc.kill()
-                    proc.join()
-                    shutil.rmtree(folder, ignore_errors=True)
+                    _end(proc, folder, kill=True)
                     del running[receive]
                     if tries:
                         raise RuntimeError(f"fuzz piece {a}..{b} of seed {seed} stalled twice")
                     todo.insert(0, (a, b, tries + 1))
     finally:
         for proc, _, _, folder in running.values():
-            proc.kill()
-            proc.join()
-            shutil.rmtree(folder, ignore_errors=True)
+            _end(proc, folder, kill=True)
     summary.seconds = time.perf_counter() - t0
     return summary
 
@@ -149,6 +144,14 @@ def scratch(workdir: str | None) -> str:
     """A new folder for stores, in ``workdir`` (default /dev/shm where there is one)."""
     return tempfile.mkdtemp(prefix="ngshard-fuzz-", dir=workdir or (
         "/dev/shm" if os.path.isdir("/dev/shm") else None))
+
+
+def _end(proc, folder: str, kill: bool = False) -> None:
+    """Wait for a piece's process (killing it first if ``kill``), then remove its folder."""
+    if kill:
+        proc.kill()
+    proc.join()
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _piece(send, beat, runner, seed: int, cases: int, start: int, kwargs: dict) -> None:
