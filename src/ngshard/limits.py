@@ -280,8 +280,8 @@ MAX_TARGET = 8 * KiB
 MAX_HEAD = 32 * KiB
 #: Most header fields in one request; more get 431.
 MAX_FIELDS = 100
-#: Response bodies up to this size go with the head in one call; larger ones stream in
-#: pieces of SERVE_PIECE_BYTES.
+#: Bodies of remote files up to this size go with the head in one call; larger ones stream
+#: in pieces of SERVE_PIECE_BYTES (local files' bodies go by sendfile).
 SMALL_BODY, SERVE_PIECE_BYTES = 256 * KiB, 1 * MiB
 #: Seconds, and bytes of input, a closing connection drains before it closes.
 LINGER_SECONDS, LINGER_BYTES = 2.0, 1 * MiB
