@@ -7,6 +7,7 @@
  * for uint8. Here the copy goes tile by tile (TILE x TILE elements of the output's fastest
  * axis and the input's), so both sides stay in cache; items of 1, 2 or 4 bytes move 8 bytes
  * at a time, blocks of them transposed in registers. The GIL is released during the copy.
+ * Copies into large results past the cache: _stream.c.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -202,6 +203,9 @@ static PyMethodDef methods[] = {
      "block_mean(array, block, out): out = array's block means, rounded half to even"},
     {"block_mode", block_mode, METH_VARARGS,
      "block_mode(array, block, out, sparse): out = array's block modes, the smallest on ties"},
+    {"stream_copy", stream_copy, METH_VARARGS,
+     "stream_copy(dst, src): dst[...] = src (one shape, the last axis contiguous in both), "
+     "rows of whole aligned cache lines written past the cache"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernels",

@@ -1,4 +1,4 @@
-"""Compiled kernels of ngshard (_kernels.c, _cseg.c, _mean.c)."""
+"""Compiled kernels of ngshard (_kernels.c, _cseg.c, _mean.c, _mode.c, _blocks.c, _stream.c)."""
 
 from typing import Any, overload
 
@@ -26,3 +26,7 @@ def block_mode(array: Any, block: tuple[int, int, int], out: Any, sparse: bool, 
 def block_mean(array: Any, block: tuple[int, int, int], out: Any, /) -> None:
     """``out`` = the means of ``array``'s blocks (4-d, integers of at most 32 bits, whole
     blocks), rounded half to even."""
+
+def stream_copy(dst: Any, src: Any, /) -> None:
+    """``dst[...] = src`` for arrays of one shape and item size whose last axis is
+    contiguous in both; rows of whole aligned cache lines are written past the cache."""

@@ -16,6 +16,9 @@ import zstandard
 from peers import PEER_TIMEOUT
 
 from ngshard import CorruptDataError
+from ngshard.limits import STREAM_BYTES
+from ngshard.staged import copy
+from ngshard.staged.copy import stream_copy
 from ngshard.threads import WORKERS
 from ngshard.zarr import handle, open_array
 
@@ -191,3 +194,36 @@ def test_a_checksummed_zstd_chunk_is_decoded_whole(tmp_path, monkeypatch):
     box = (slice(64, 66), slice(0, 5), slice(7, 8))
     np.testing.assert_array_equal(
         open_array(tmp_path, chunk_cache_bytes=0).read_many([box, box])[0], expected[box])
+
+
+def test_a_read_into_a_large_result_streams_its_rows_and_reads_what_tensorstore_reads(
+        tmp_path, monkeypatch):
+    """A read whose result is STREAM_BYTES or more writes the chunks' rows of whole cache
+    lines past the cache (``stream_copy``); a smaller one does not; both read tensorstore's
+    values, the fill value where a shard or an inner chunk is missing."""
+    shape = (256, 256, 272)  # 17 MiB of uint8; the last shard along x is partial
+    spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(tmp_path)},
+            "metadata": {
+                "shape": list(shape), "data_type": "uint8", "fill_value": 9,
+                "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [128] * 3}},
+                "codecs": [{"name": "sharding_indexed", "configuration": {
+                    "chunk_shape": [64] * 3,
+                    "codecs": [{"name": "bytes"}, {"name": "zstd"}]}}]}}
+    store = ts.open(spec, create=True).result(timeout=PEER_TIMEOUT)
+    rng = np.random.default_rng(5)
+    store[:, :, :128].write(rng.integers(0, 255, (256, 256, 128), np.uint8)).result(
+        timeout=PEER_TIMEOUT)
+    store[:64, :64, 128:192].write(rng.integers(0, 255, (64, 64, 64), np.uint8)).result(
+        timeout=PEER_TIMEOUT)  # one inner chunk of a shard; its other chunks absent
+    expected = np.asarray(store.read().result(timeout=PEER_TIMEOUT))
+    streamed = []
+    monkeypatch.setattr(copy, "stream_copy",
+                        lambda dst, src: (streamed.append(dst.shape), stream_copy(dst, src)))
+    array = open_array(tmp_path)
+    assert expected.nbytes >= STREAM_BYTES
+    np.testing.assert_array_equal(array[...], expected)
+    assert streamed.count((64, 64, 64)) == 4 * 4 * 2 + 1  # every stored chunk's rows
+    streamed.clear()
+    box = (slice(0, 100), slice(0, 100), slice(0, 200))  # 2 MB: no stream
+    np.testing.assert_array_equal(array.read_many([box])[0], expected[box])
+    assert not streamed

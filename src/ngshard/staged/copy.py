@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from .._kernels import stream_copy
+from ..limits import CACHE_LINE, STREAM_BYTES
 from ..threads import pmap
 from .geometry import box_indices
 from .transfer import TransferPlan
@@ -93,7 +95,7 @@ def _copy_tiling(src: np.ndarray, dst: np.ndarray, plan: TransferPlan) -> bool:
     return True
 
 
-def copy_runs(dst: np.ndarray, src: np.ndarray) -> None:
+def copy_runs(dst: np.ndarray, src: np.ndarray, stream: bool = False) -> None:
     """``dst[...] = src``; where both hold many short contiguous runs along one axis (a
     tiling of chunks: rows of a chunk, 64 bytes say), each run copied as one item of a wider
     dtype: numpy's cost per run of a strided copy is then a fraction of what it was.
@@ -102,8 +104,17 @@ def copy_runs(dst: np.ndarray, src: np.ndarray) -> None:
     ----------
     dst, src
         Arrays of one shape and dtype (``src`` may be a broadcast view).
+    stream
+        ``dst`` is part of an array of STREAM_BYTES or more: rows along a contiguous last
+        (or first) axis that are whole cache lines go past the cache.
     """
     item = dst.itemsize
+    if stream and dst.ndim and src.shape == dst.shape and src.dtype == dst.dtype and \
+            not dst.dtype.hasobject:
+        for a in (-1, 0):  # rows along the last axis (C order), or the first (Fortran)
+            if dst.strides[a] == src.strides[a] == item and dst.shape[a] * item % CACHE_LINE == 0:
+                stream_copy(*((dst, src) if a else (dst.T, src.T)))
+                return
     if src.dtype != dst.dtype or dst.dtype.hasobject or dst.ndim != src.ndim or \
             dst.size < 2 * MANY_RUNS:  # a cast, a broadcast, or too few runs: numpy's way
         dst[...] = src
@@ -131,11 +142,11 @@ def _tiling_view(arr: np.ndarray, first: np.ndarray, units: np.ndarray, count: n
     return np.lib.stride_tricks.as_strided(base, shape, strides, writeable=arr.flags.writeable)
 
 
-def _copy(dst: np.ndarray, src: np.ndarray) -> None:
+def _copy(dst: np.ndarray, src: np.ndarray, stream: bool = False) -> None:
     """``dst[...] = src``. Between large arrays whose fastest axes differ (a C-ordered value
     onto a Fortran-ordered slab) the copy goes in blocks of BLOCK x BLOCK over those two axes,
     each block a transposition inside the cache: 2 to 5 times faster than numpy striding
-    through both whole arrays at once."""
+    through both whole arrays at once. ``stream``: see :func:`copy_runs`."""
     if src.size >= TRANSPOSED and 0 not in src.strides:
         a, b = _fastest(dst), _fastest(src)
         if a != b:
@@ -146,7 +157,7 @@ def _copy(dst: np.ndarray, src: np.ndarray) -> None:
                     index[b] = slice(j, j + BLOCK)
                     dst[tuple(index)] = src[tuple(index)]
             return
-    copy_runs(dst, src)
+    copy_runs(dst, src, stream)
 
 
 def _fastest(a: np.ndarray) -> int:
@@ -258,6 +269,7 @@ def copy_rows_from_chunks(read: Callable[..., None],
     dst_index = _slices(local.dst_start, local.count, local.dst_step)
     dst_stop = (local.dst_start + (local.count - 1) * local.dst_step + 1).tolist()
     dst_start, dst_step = local.dst_start.tolist(), local.dst_step.tolist()
+    stream = [dst.nbytes >= STREAM_BYTES for dst in dsts]
 
     def into(i: int) -> np.ndarray | None:
         """Where chunk ``i`` goes whole, if it is read by one row (of one destination):
@@ -282,7 +294,7 @@ def copy_rows_from_chunks(read: Callable[..., None],
             for row in range(a, b):
                 view = dst[dst_index[row]]
                 if isinstance(view, np.ndarray):
-                    _copy(view, src[src_index[row]])
+                    _copy(view, src[src_index[row]], stream[d])
                 else:  # a single point
                     dst[dst_index[row]] = src[src_index[row]]
 
