@@ -82,7 +82,7 @@ THREADED_DECODE_BYTES = MiB
 #: A read's result this large has its chunks' rows that are whole cache lines (CACHE_LINE
 #: bytes, aligned) written past the cache: far larger than a core's cache, it would only be
 #: evicted again, and an ordinary store first loads each line it writes (a 64 MiB zarr read
-#: of 64^3 uint8 chunks: its copies 21 -> 10 ms of one core; the read 0.86 -> 0.77x
+#: of 64^3 uint8 chunks: its copies 21 -> 10 ms of one core; the read 0.85 -> 0.76x
 #: tensorstore's time in alternating turns).
 STREAM_BYTES, CACHE_LINE = 16 * MiB, 64
 #: Most shard names probed (one stat each, in one batch) on storage that cannot list:
