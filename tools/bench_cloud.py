@@ -13,7 +13,8 @@ the same turn, median of the turns):
   from a fresh store (nothing cached): ngshard ``get_many``, tensorstore ``ts.Batch``;
 - read a 512 x 512 x 128 uint8 region of a sharded volume (64^3 chunks) from a fresh open:
   ngshard ``open_volume(...)[...]``, tensorstore ``neuroglancer_precomputed`` over s3,
-  cloud-volume (its venv, --cloudvolume; over the proxy as plain HTTP, in a child process);
+  cloud-volume (over the proxy as plain HTTP, in a child process: this Python where it has
+  cloud-volume, as the bench extra installs it, or another venv's, --cloudvolume);
 - convert a local Zarr v3 array of --convert-mib MiB (the issue asks for 512 MiB; that takes
   far longer than a few minutes on two busy cores, so the default is 64 MiB) to a sharded
   precomputed layer on s3: ``ngshard.convert`` (its default local pool) and tensorstore
@@ -27,6 +28,7 @@ run in processes of their own (no GIL shared with the clients).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -209,12 +211,13 @@ def bench_region(s3, endpoint: str, args) -> None:
     limit = best_concurrency(ts_read)
     libraries = {"ngshard": ngshard_read,
                  f"tensorstore (s3_request_concurrency {limit})": lambda at: ts_read(limit, at)}
-    cv = Path(args.cloudvolume)
-    if cv.exists():
+    cv = Path(args.cloudvolume) if args.cloudvolume else None
+    if cv is not None and cv.exists():
         libraries["cloud-volume (parallel=1, over HTTP)"] = lambda at: _cloudvolume(
             cv, f"precomputed://{at}/{BUCKET}/{prefix}")
     else:
-        print(f"(no cloud-volume at {cv}: its row is skipped)")
+        print(f"(no cloud-volume {f'at {cv}' if cv else 'here, and no --cloudvolume'}: its row "
+              f"is skipped)")
     total = int(data.astype(np.uint64).sum())
 
     def check(name, out):
@@ -298,8 +301,9 @@ def main() -> None:
     ap.add_argument("--reads", type=int, default=1000)
     ap.add_argument("--convert-mib", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--cloudvolume", default="/work/cvenv/bin/python",
-                    help="the python of a venv with cloud-volume")
+    ap.add_argument("--cloudvolume", help="the python of a venv with cloud-volume (default: "
+                    "this one, if it has cloud-volume)",
+                    default=sys.executable if importlib.util.find_spec("cloudvolume") else None)
     ap.add_argument("--only", choices=("keys", "region", "convert"))
     args = ap.parse_args()
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")  # tensorstore signs with these
