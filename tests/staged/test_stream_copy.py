@@ -26,13 +26,15 @@ def pairs(draw):
     shape = [draw(st.integers(1, 5)) for _ in range(ndim - 1)]
     width = draw(st.sampled_from([1, 3, 16, 32, 64, 100, 128, 256]))  # bytes of a row
     shape.append(max(1, width // dtype.itemsize))
-    pad = [draw(st.integers(0, 3)) for _ in range(ndim)]
-    offset = draw(st.integers(0, 70))  # bytes: aligned to a cache line, or not
-    size = int(np.prod([n + p for n, p in zip(shape, pad)])) * dtype.itemsize + offset + 64
-    buffer = np.zeros(size + 4096, np.uint8)
-    start = (-buffer.ctypes.data) % 4096 + offset  # from a page boundary
-    big = buffer[start:start + size - offset - 64].view(dtype).reshape(
-        [n + p for n, p in zip(shape, pad)])
+    # padding of the outer axes, and of rows (a line's worth keeps aligned rows aligned)
+    pad = [draw(st.integers(0, 3)) for _ in range(ndim - 1)]
+    pad.append(draw(st.sampled_from([0, 1, 64 // dtype.itemsize])))
+    offset = draw(st.sampled_from([0, 64, 3, 8, 16, 70]))  # bytes from a page boundary
+    padded = [n + p for n, p in zip(shape, pad)]
+    nbytes = int(np.prod(padded)) * dtype.itemsize
+    buffer = np.zeros(nbytes + 4096 + offset, np.uint8)
+    start = (-buffer.ctypes.data) % 4096 + offset
+    big = buffer[start:start + nbytes].view(dtype).reshape(padded)
     dst = big[tuple(slice(0, n) for n in shape)]
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     how = draw(st.sampled_from(["plain", "broadcast", "reversed", "stepped"]))

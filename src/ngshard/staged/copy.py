@@ -113,7 +113,9 @@ def copy_runs(dst: np.ndarray, src: np.ndarray, stream: bool = False) -> None:
             not dst.dtype.hasobject:
         for a in (-1, 0):  # rows along the last axis (C order), or the first (Fortran)
             if dst.strides[a] == src.strides[a] == item and dst.shape[a] * item % CACHE_LINE == 0:
-                stream_copy(*((dst, src) if a else (dst.T, src.T)))
+                if a == 0:
+                    dst, src = dst.T, src.T
+                stream_copy(dst, src)
                 return
     if src.dtype != dst.dtype or dst.dtype.hasobject or dst.ndim != src.ndim or \
             dst.size < 2 * MANY_RUNS:  # a cast, a broadcast, or too few runs: numpy's way
