@@ -9,6 +9,12 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__) || defined(_M_X64)
+#include <emmintrin.h>
+#define CAN_STREAM 1
+#else
+#define CAN_STREAM 0
+#endif
 
 #include "_kernels.h"
 
@@ -34,6 +40,24 @@ static inline uint32_t word_at(const char *w, Py_ssize_t i) {
             memcpy((o), cw + 4 * (table + 2 * (Py_ssize_t)(idx)), 8);                      \
     } while (0)
 
+/* Store table entry idx at o past the cache (a non-temporal store: see _stream.c). */
+#if CAN_STREAM
+#define STREAM_STORE(o, idx)                                                               \
+    do {                                                                                   \
+        if (entry == 1) {                                                                  \
+            int v_;                                                                        \
+            memcpy(&v_, cw + 4 * (table + (Py_ssize_t)(idx)), 4);                          \
+            _mm_stream_si32((int *)(o), v_);                                               \
+        } else {                                                                           \
+            long long v_;                                                                  \
+            memcpy(&v_, cw + 4 * (table + 2 * (Py_ssize_t)(idx)), 8);                      \
+            _mm_stream_si64((long long *)(o), v_);                                         \
+        }                                                                                  \
+    } while (0)
+#else
+#define STREAM_STORE STORE
+#endif
+
 /* One block's voxels inside the volume, indices of B bits, each written at its byte offset
  * in the output (any strides): bad = the block if one points past its table. A table that
  * reaches 2^B entries (to the end of the channel, as the tables an encoder writes last
@@ -56,6 +80,10 @@ static inline uint32_t word_at(const char *w, Py_ssize_t i) {
                     }                                                                      \
                     if (bad >= 0)                                                          \
                         break;                                                             \
+                } else if (sx == 4 * entry && stream && (ex * 4 * entry) % 64 == 0 &&        \
+                           (uintptr_t)o % 64 == 0) { /* a row of whole cache lines */      \
+                    for (Py_ssize_t lx = 0; lx < ex; lx++, l++)                            \
+                        STREAM_STORE(o + 4 * entry * lx, INDEX(B, l));                     \
                 } else if (sx == 4 * entry) { /* a row of the output: one pointer */       \
                     for (Py_ssize_t lx = 0; lx < ex; lx++, l++)                            \
                         STORE(o + 4 * entry * lx, INDEX(B, l));                            \
@@ -77,7 +105,7 @@ static inline uint32_t word_at(const char *w, Py_ssize_t i) {
 /* (inlined where entry is a constant: a loop per width and entry size) */
 INLINE Py_ssize_t decode_channel(const char *w, Py_ssize_t nwords, Py_ssize_t start,
                                  const Py_ssize_t *xyz, const Py_ssize_t *bs, const int entry,
-                                 char *out, const Py_ssize_t *strides) {
+                                 char *out, const Py_ssize_t *strides, const int stream) {
     Py_ssize_t n = nwords - start, X = xyz[0], Y = xyz[1], Z = xyz[2];
     Py_ssize_t sx = strides[0], sy = strides[1], sz = strides[2];
     Py_ssize_t bx = bs[0], by = bs[1], bz = bs[2];
@@ -110,15 +138,16 @@ INLINE Py_ssize_t decode_channel(const char *w, Py_ssize_t nwords, Py_ssize_t st
     return -1;
 }
 
-/* cseg_decode(words, start, (bx, by, bz), entry, out) -> -1 or a bad block; out: the
- * (x, y, z) array decoded into, of any strides (a slice of a larger array, say) */
+/* cseg_decode(words, start, (bx, by, bz), entry, out, stream=False) -> -1 or a bad block;
+ * out: the (x, y, z) array decoded into, of any strides (a slice of a larger array, say);
+ * stream: rows of whole aligned cache lines are written past the cache. */
 PyObject *cseg_decode(PyObject *self, PyObject *args) {
     Py_buffer words, out = {0};
     PyObject *array;
     Py_ssize_t start, bs[3];
-    int entry;
-    if (!PyArg_ParseTuple(args, "y*n(nnn)iO", &words, &start, &bs[0], &bs[1], &bs[2], &entry,
-                          &array))
+    int entry, stream = 0;
+    if (!PyArg_ParseTuple(args, "y*n(nnn)iO|p", &words, &start, &bs[0], &bs[1], &bs[2], &entry,
+                          &array, &stream))
         return NULL;
     if (PyObject_GetBuffer(array, &out, PyBUF_RECORDS) < 0) {
         PyBuffer_Release(&words);
@@ -133,9 +162,13 @@ PyObject *cseg_decode(PyObject *self, PyObject *args) {
         if (start + 2 * gx * gy * gz <= nwords) {
             Py_BEGIN_ALLOW_THREADS
             result = entry == 1 ? decode_channel(words.buf, nwords, start, xyz, bs, 1,
-                                                 out.buf, out.strides)
+                                                 out.buf, out.strides, stream)
                                 : decode_channel(words.buf, nwords, start, xyz, bs, 2,
-                                                 out.buf, out.strides);
+                                                 out.buf, out.strides, stream);
+#if CAN_STREAM
+            if (stream)
+                _mm_sfence(); /* the streamed stores are seen before whatever follows */
+#endif
             Py_END_ALLOW_THREADS
         }
     }

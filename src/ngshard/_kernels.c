@@ -194,8 +194,9 @@ static PyMethodDef methods[] = {
      "fortran_bytes(array[, out]) -> bytes: the array's items in Fortran order (any strides); "
      "written into the buffer out (None returned) where given."},
     {"cseg_decode", cseg_decode, METH_VARARGS,
-     "cseg_decode(words, start, block, entry, out) -> -1, or a block indexing past its "
-     "table; out: the (x, y, z) array decoded into, any strides"},
+     "cseg_decode(words, start, block, entry, out, stream=False) -> -1, or a block indexing "
+     "past its table; out: the (x, y, z) array decoded into, any strides; stream: rows of "
+     "whole aligned cache lines written past the cache"},
     {"cseg_encode", cseg_encode, METH_VARARGS,
      "cseg_encode(array, block, head) -> head, then the channel's words (bytes), "
      "or None if its offsets overflow 24 bits"},

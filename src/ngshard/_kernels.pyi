@@ -10,10 +10,10 @@ def fortran_bytes(array: Any, /) -> bytes: ...
 def fortran_bytes(array: Any, out: Any, /) -> None: ...
 
 def cseg_decode(words: Any, start: int, block: tuple[int, int, int], entry: int, out: Any,
-                /) -> int:
+                stream: bool = False, /) -> int:
     """Decode one validated compressed_segmentation channel into ``out`` (a writable
     (x, y, z) array of any strides); -1, or the first block whose index points past its
-    table."""
+    table. ``stream``: rows of whole aligned cache lines are written past the cache."""
 
 def cseg_encode(array: Any, block: tuple[int, int, int], head: Any, /) -> bytes | None:
     """``head`` (whole words), then one (x, y, z) channel's words; None if its offsets

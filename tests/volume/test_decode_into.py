@@ -1,8 +1,11 @@
 """Decoding a chunk straight into a given array (``decode_chunk(out=)``, what a volume read
 does with compressed_segmentation chunks): the same values as decode-then-copy, into any
-strides, nothing outside the target touched, and every header still validated."""
+strides, nothing outside the target touched, and every header still validated; a chunk of a
+large result is written with streaming stores, to the same values."""
 
 from __future__ import annotations
+
+import mmap
 
 import numpy as np
 import pytest
@@ -11,6 +14,8 @@ from hypothesis import strategies as st
 
 import ngshard
 from ngshard.errors import CorruptDataError
+from ngshard.limits import STREAM_BYTES
+from ngshard.volume.cseg import decoder
 from ngshard.volume.encodings import decode_chunk, encode_chunk
 
 CS = "compressed_segmentation"
@@ -49,6 +54,77 @@ def test_decoding_into_any_strides_is_decode_then_copy(xyz, c, dtype, block, dis
     got = decode_chunk(data, CS, a.shape, dtype, block_size=block, out=view)
     assert got is view
     assert np.array_equal(big, want)  # the chunk where it goes, nothing else touched
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from([(8, 8), (16, 4), (4, 8), (5, 4), (16, 8)]),  # (bx, item): 64 B rows
+       st.tuples(st.integers(1, 3), st.integers(1, 3), st.integers(1, 3)),  # whole blocks
+       st.integers(0, 2), st.sampled_from([0, 64, 128, 8, 4]), st.integers(1, 70),
+       st.integers(0, 2**32 - 1))
+def test_streamed_decoding_gives_the_plain_values(block, grid, ragged, offset, distinct, seed):
+    """The kernel's streaming stores (rows of whole cache lines at aligned addresses; others
+    stored plainly) write the values of plain stores, and nothing else: into a page-aligned
+    Fortran array at byte offsets that keep rows on cache lines or not, with edge blocks."""
+    bx, item = block
+    dtype = np.dtype(f"<u{item}")
+    bs = (bx, 2, 3)
+    xyz = (grid[0] * bx - ragged, grid[1] * bs[1], grid[2] * bs[2])
+    if xyz[0] < 1:
+        return
+    rng = np.random.default_rng(seed)
+    a = labels(rng, (*xyz, 1), dtype.name, distinct)
+    words = np.frombuffer(encode_chunk(a, CS, block_size=bs), "<u4")
+    plain = np.zeros(xyz, dtype, order="F")
+    assert decoder.cseg_decode(words, 1, bs, item // 4, plain) == -1
+    assert np.array_equal(plain, a[..., 0])
+    pad = offset // item
+    big = np.frombuffer(mmap.mmap(-1, 2 << 20), dtype)  # mapped: page aligned, zeros
+    shape = (xyz[0] + 2 * pad + 3, xyz[1] + 1, xyz[2] + 1)
+    room = big[:np.prod(shape)].reshape(shape, order="F")
+    view = room[pad:pad + xyz[0], :xyz[1], :xyz[2]]
+    assert decoder.cseg_decode(words, 1, bs, item // 4, view, True) == -1
+    want = np.zeros(shape, dtype, order="F")
+    want[pad:pad + xyz[0], :xyz[1], :xyz[2]] = plain
+    assert np.array_equal(room, want) and not big[np.prod(shape):].any()
+
+
+def test_a_large_compressed_segmentation_read_streams_and_reads_what_tensorstore_wrote(
+        tmp_path, monkeypatch):
+    """A whole read of 32 MiB of uint64 labels written by tensorstore decodes every stored
+    chunk into the result with streaming stores (a chunk's items spread over STREAM_BYTES),
+    and gives tensorstore's values, zeros where it wrote nothing; a read of one chunk's box
+    does not stream."""
+    import tensorstore as ts
+    from peers import PEER_TIMEOUT
+
+    shape, chunk = (256, 256, 64), (64, 64, 64)
+    rng = np.random.default_rng(7)
+    data = np.repeat(rng.integers(0, 2**40, (32, 256, 64), dtype=np.uint64), 8, axis=0)
+    scale = {"size": list(shape), "chunk_size": list(chunk), "resolution": [1, 1, 1],
+             "encoding": CS, "compressed_segmentation_block_size": [8, 8, 8],
+             "voxel_offset": [0, 0, 0]}
+    store = ts.open({"driver": "neuroglancer_precomputed",
+                     "kvstore": {"driver": "file", "path": str(tmp_path / "ts")},
+                     "create": True, "scale_metadata": scale,
+                     "multiscale_metadata": {"data_type": "uint64", "num_channels": 1,
+                                             "type": "segmentation"}}).result(PEER_TIMEOUT)
+    store[:, :192].write(data[:, :192, :, None]).result(timeout=PEER_TIMEOUT)  # 12 of 16 chunks
+    streamed, kernel = [], decoder.cseg_decode
+
+    def spy(words, start, bs, entry, out, stream=False):
+        streamed.append(stream)
+        return kernel(words, start, bs, entry, out, stream)
+
+    monkeypatch.setattr(decoder, "cseg_decode", spy)
+    vol = ngshard.open_volume(str(tmp_path / "ts"))
+    got = vol[:]
+    want = data.copy()
+    want[:, 192:] = 0
+    assert got.nbytes >= STREAM_BYTES and np.array_equal(got[..., 0], want)
+    assert streamed == [True] * 12
+    streamed.clear()
+    assert np.array_equal(vol[64:128, 0:64, :][..., 0], data[64:128, 0:64, :])
+    assert streamed == [False]
 
 
 @pytest.mark.parametrize("encoding, dtype", [("raw", "uint16"), ("png", "uint8")])

@@ -9,6 +9,7 @@ import numpy as np
 
 from ..._kernels import cseg_decode
 from ...errors import CorruptDataError
+from ...limits import STREAM_BYTES
 from ...types import Blob
 from .scratch import scratch
 
@@ -47,15 +48,19 @@ def decode(data: Blob, shape: tuple[int, ...], dt: np.dtype,
     if out is None and c == 1:
         channel = scratch("labels", xyz[::-1], dt).T if reuse else np.empty(xyz, dt, order="F")
         return _decode_channel(words, int(offsets[0]), bs, 0, channel)[..., None]
+    # a chunk of a large result (its items spread over STREAM_BYTES or more of memory) is
+    # written past the cache, as the result is read later if at all (see _stream.c)
+    stream = out is not None and \
+        sum((n - 1) * abs(s) for n, s in zip(out.shape, out.strides)) >= STREAM_BYTES
     if out is None:
         out = np.empty(shape, dt, order="F")
     for ch, start in enumerate(offsets.tolist()):
-        _decode_channel(words, start, bs, ch, out[..., ch])
+        _decode_channel(words, start, bs, ch, out[..., ch], stream)
     return out
 
 
 def _decode_channel(words: np.ndarray, start: int, bs: tuple[int, int, int], ch: int,
-                    out: np.ndarray) -> np.ndarray:
+                    out: np.ndarray, stream: bool = False) -> np.ndarray:
     """Validate one channel's block headers as tensorstore does, then decode it into ``out``
     ((x, y, z), any strides); the voxels past the volume's edge are not decoded (their
     indices may point anywhere)."""
@@ -82,7 +87,7 @@ def _decode_channel(words: np.ndarray, start: int, bs: tuple[int, int, int], ch:
         raise CorruptDataError(f"compressed_segmentation channel {ch}: bad header of block {i} "
                                f"(table offset {table[i]}, {bits[i]} bits, values at {values[i]}; "
                                f"channel has {n} words)")
-    block = cseg_decode(words, start, bs, entry, out)
+    block = cseg_decode(words, start, bs, entry, out, stream)
     if block >= 0:  # only voxels past the volume's edge may point anywhere
         raise CorruptDataError(f"compressed_segmentation channel {ch}: block {block} indexes "
                                f"past its table of {table_size[block]} entries")
