@@ -1,13 +1,16 @@
 """The shared thread pools: pmap from inside a pmap'd function runs on its own thread rather
-than waiting on a pool whose every worker may be waiting too (a deadlock); ahead fetches the
-next item while the caller works on one, and runs inline on a pool's own thread."""
+than waiting on a pool whose every worker may be waiting too (a deadlock); the caller takes
+items too once it waits; ahead fetches the next item while the caller works on one, and runs
+inline on a pool's own thread."""
 
 from __future__ import annotations
 
 import threading
 import time
 
-from ngshard.threads import WORKERS, ahead, bounded_map, pmap
+import pytest
+
+from ngshard.threads import WORKERS, ahead, bounded_map, pmap, pstart
 
 
 def test_pmap_inside_pmap_finishes():
@@ -101,3 +104,43 @@ def test_pmap_stops_taking_items_after_a_failure():
         raise AssertionError("the failure was lost")
     time.sleep(0.5)  # time enough for the rest, had the other threads gone on
     assert len(ran) < n // 2  # they stopped soon after
+
+
+def test_the_caller_takes_items_once_it_waits():
+    # the pool's threads hold their items until the caller has run one: without the caller
+    # taking items, they would wait out the timeout
+    me = threading.current_thread()
+    caller_ran = threading.Event()
+    n = 8 * WORKERS
+
+    def fn(i: int) -> tuple[int, bool]:
+        if threading.current_thread() is me:
+            caller_ran.set()
+            return i, True
+        return i, caller_ran.wait(10)
+
+    wait = pstart(fn, range(n), min_items=2)
+    results = wait()
+    assert [i for i, _ in results] == list(range(n)) and all(ok for _, ok in results)
+    assert caller_ran.is_set()
+
+
+def test_a_failure_in_the_callers_items_is_raised_once_the_pool_has_finished():
+    me = threading.current_thread()
+    started, finished = [], []
+    running = threading.Event()
+
+    def fn(i: int) -> int:
+        if threading.current_thread() is me:
+            raise ValueError(f"item {i}")
+        started.append(i)
+        running.set()
+        time.sleep(0.2)  # still running when the caller fails
+        finished.append(i)
+        return i
+
+    wait = pstart(fn, range(8 * WORKERS), min_items=2)
+    assert running.wait(10)
+    with pytest.raises(ValueError, match="item"):
+        wait()
+    assert started and sorted(finished) == sorted(started)  # none still running
