@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import importlib.metadata
 import json
 import os
@@ -158,7 +159,11 @@ def take_turns(cases: dict[str, Case], repeat: int, warmup: bool = False
     ``i`` runs every case once, starting at the ``i``-th. ``warmup``: one untimed turn first
     (thread pools, first page faults, imports). Before each timed call, ``os.sync()``: no
     library writes through to disk (none fsyncs here), so without it one would pay for the
-    writeback of the pages the one before it (or a setup's copy) left dirty."""
+    writeback of the pages the one before it (or a setup's copy) left dirty; and a full
+    garbage collection, and the case before it has dropped its result, untimed: otherwise a
+    case pays for freeing the one before it's result (a 128 MiB array, say) and for
+    collecting its garbage (a library that makes many Python objects would charge the one
+    after it)."""
     names = list(cases)
     times: dict[str, list[float]] = {name: [] for name in names}
     for turn in range(-1 if warmup else 0, repeat):
@@ -169,11 +174,13 @@ def take_turns(cases: dict[str, Case], repeat: int, warmup: bool = False
                 (None, case, None)
             arg = setup() if setup else None
             os.sync()
+            gc.collect()
             t = time.perf_counter()
             result = fn(arg) if setup else fn()
             elapsed = time.perf_counter() - t
             if after:
                 after(arg, result)
+            del arg, result
             if turn >= 0:
                 times[name].append(elapsed)
     return times
