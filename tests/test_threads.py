@@ -1,7 +1,7 @@
 """The shared thread pools: pmap from inside a pmap'd function runs on its own thread rather
-than waiting on a pool whose every worker may be waiting too (a deadlock); the caller takes
-items too once it waits; ahead fetches the next item while the caller works on one, and runs
-inline on a pool's own thread."""
+than waiting on a pool whose every worker may be waiting too (a deadlock); a joining caller
+takes items too once it waits, and a caller that does not join runs none; ahead fetches the
+next item while the caller works on one, and runs inline on a pool's own thread."""
 
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ def test_pmap_stops_taking_items_after_a_failure():
     assert len(ran) < n // 2  # they stopped soon after
 
 
-def test_the_caller_takes_items_once_it_waits():
+def test_a_joining_caller_takes_items_once_it_waits():
     # the pool's threads hold their items until the caller has run one: without the caller
     # taking items, they would wait out the timeout
     me = threading.current_thread()
@@ -119,7 +119,7 @@ def test_the_caller_takes_items_once_it_waits():
             return i, True
         return i, caller_ran.wait(10)
 
-    wait = pstart(fn, range(n), min_items=2)
+    wait = pstart(fn, range(n), min_items=2, join=True)
     results = wait()
     assert [i for i, _ in results] == list(range(n)) and all(ok for _, ok in results)
     assert caller_ran.is_set()
@@ -139,8 +139,16 @@ def test_a_failure_in_the_callers_items_is_raised_once_the_pool_has_finished():
         finished.append(i)
         return i
 
-    wait = pstart(fn, range(8 * WORKERS), min_items=2)
+    wait = pstart(fn, range(8 * WORKERS), min_items=2, join=True)
     assert running.wait(10)
     with pytest.raises(ValueError, match="item"):
         wait()
     assert started and sorted(finished) == sorted(started)  # none still running
+
+
+def test_a_caller_that_does_not_join_runs_no_item():
+    me = threading.current_thread()
+    ran_here = []
+    results = pstart(lambda i: ran_here.append(i) if threading.current_thread() is me else i,
+                     range(8 * WORKERS), min_items=2)()
+    assert results == list(range(8 * WORKERS)) and not ran_here

@@ -80,8 +80,8 @@ def pmap(fn: Callable[[T], R], items: Iterable[T], *, min_items: int = 64) -> li
     return pstart(fn, items, min_items=min_items)()
 
 
-def pstart(fn: Callable[[T], R], items: Iterable[T], *, min_items: int = 64
-           ) -> Callable[[], list[R]]:
+def pstart(fn: Callable[[T], R], items: Iterable[T], *, min_items: int = 64,
+           join: bool = False) -> Callable[[], list[R]]:
     """:func:`pmap` begun now and finished by the function it returns (which waits and gives
     the results): the caller goes on with other work meanwhile (reading the next items, say).
     Few items, or a leaf thread: run here and now.
@@ -90,12 +90,15 @@ def pstart(fn: Callable[[T], R], items: Iterable[T], *, min_items: int = 64
     being a share of what is left (guided scheduling): long runs of neighbouring items
     first (a thread writes its own part of an output, not pages the other is faulting in),
     single items at the end, so the threads end together however unequal the items (runs
-    fixed beforehand left one idle for up to a run's work). Once the caller waits, it takes
-    runs too: it would sleep otherwise, and where the system packs the threads of a process
-    that was idle onto one CPU (a virtual machine's scheduler did here), the leaf threads
-    alone then shared one core for the whole call (100 zarr boxes after a pause: 41 ms with
-    the caller asleep, 24 ms with it working, 22 ms without a pause). After a failure no run
-    is taken."""
+    fixed beforehand left one idle for up to a run's work). After a failure no run is taken.
+
+    ``join``: once the caller waits, it takes runs too, for items that hold the GIL little
+    (decoding chunks). It would sleep otherwise, and where the system packs the threads of a
+    process that was idle onto one CPU (a virtual machine's scheduler did here), the leaf
+    threads alone then shared one core for the whole call (100 zarr boxes after a pause:
+    41 ms with the caller asleep, 24 ms with it working, 22 ms without a pause). Not for
+    items that take and drop the GIL many times each (small reads): a third thread there
+    only adds hand-overs of the GIL (10,000 keys read at once: 61 ms against 47 ms)."""
     items = list(items)
     n = len(items)
     if n < min_items or getattr(_where, "leaf", False):
@@ -123,7 +126,8 @@ def pstart(fn: Callable[[T], R], items: Iterable[T], *, min_items: int = 64
 
     def wait() -> list[R]:
         try:
-            task()  # the caller takes runs too, rather than sleep while they are done
+            if join:
+                task()
         finally:
             futures_wait(futures)  # none still writes when this returns or raises
         for f in futures:

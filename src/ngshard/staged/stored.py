@@ -252,7 +252,7 @@ class StoredChunks(ChunkSource):
         # on threads from a MiB of chunks (a hand-over costs about what decoding that takes)
         chunk_bytes = math.prod(self.geometry.chunks) * self.dtype.itemsize
         return pstart(one, range(len(present)),
-                      min_items=max(2, -(-THREADED_DECODE_BYTES // chunk_bytes)))
+                      min_items=max(2, -(-THREADED_DECODE_BYTES // chunk_bytes)), join=True)
 
     @contextmanager
     def strict_reads(self, strict: bool = True) -> Iterator[None]:
