@@ -159,11 +159,12 @@ def take_turns(cases: dict[str, Case], repeat: int, warmup: bool = False
     ``i`` runs every case once, starting at the ``i``-th. ``warmup``: one untimed turn first
     (thread pools, first page faults, imports). Before each timed call, ``os.sync()``: no
     library writes through to disk (none fsyncs here), so without it one would pay for the
-    writeback of the pages the one before it (or a setup's copy) left dirty; and a full
-    garbage collection, and the case before it has dropped its result, untimed: otherwise a
-    case pays for freeing the one before it's result (a 128 MiB array, say) and for
-    collecting its garbage (a library that makes many Python objects would charge the one
-    after it)."""
+    writeback of the pages the one before it (or a setup's copy) left dirty. Also untimed:
+    each case drops its result as soon as it is checked, and a full garbage collection runs
+    before each timed call. Otherwise a case would pay for freeing the result of the case
+    before it (a 128 MiB array, say), and for collecting that case's garbage: tensorstore,
+    after ngshard in the turns, paid 40-90 ms a call that way (BENCHMARKS.md, tenth
+    session)."""
     names = list(cases)
     times: dict[str, list[float]] = {name: [] for name in names}
     for turn in range(-1 if warmup else 0, repeat):
