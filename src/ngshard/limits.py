@@ -83,7 +83,8 @@ THREADED_DECODE_BYTES = MiB
 #: bytes, aligned) written past the cache: far larger than a core's cache, it would only be
 #: evicted again, and an ordinary store first loads each line it writes (a 64 MiB zarr read
 #: of 64^3 uint8 chunks: its copies 21 -> 10 ms of one core; the read 0.85 -> 0.76x
-#: tensorstore's time in alternating turns).
+#: tensorstore's time in alternating turns). compressed_segmentation chunks decoded into
+#: such a result stream their block rows alike (a 512^3 uint64 read: 0.55 -> 0.32 s).
 STREAM_BYTES, CACHE_LINE = 16 * MiB, 64
 #: Most shard names probed (one stat each, in one batch) on storage that cannot list:
 #: shard_bits up to 12.
