@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .limits import GATHER_BYTES, HUGE_PAGES
+from .limits import GATHER_BYTES, HUGE_PAGES, STREAM_BYTES
 
 # Arrays of at least this many bytes (a huge page) are mapped fresh from the system (see
 # :func:`fresh`); smaller ones come from numpy: a mapping of their own costs more than it saves.
@@ -40,6 +40,14 @@ def fresh(shape: tuple[int, ...], dtype: Any, order: Literal["C", "F"] = "C", *,
     if huge and hasattr(mmap, "MADV_HUGEPAGE"):
         memory.madvise(mmap.MADV_HUGEPAGE)
     return np.ndarray(shape, dtype, buffer=memory, order=order)
+
+
+def streams(a: np.ndarray) -> bool:
+    """Whether writes into ``a`` (a result, or a view of one) go past the cache: its items
+    spread over STREAM_BYTES or more of memory, far more than a cache holds, so the result
+    is written once and read later, if at all (see ``_stream.c``)."""
+    return a.size > 0 and \
+        sum((n - 1) * abs(s) for n, s in zip(a.shape, a.strides)) + a.itemsize >= STREAM_BYTES
 
 
 def uint_dtype(bound: int) -> np.dtype:

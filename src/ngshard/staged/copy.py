@@ -17,8 +17,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from .._arrays import streams
 from .._kernels import stream_copy
-from ..limits import CACHE_LINE, STREAM_BYTES
+from ..limits import CACHE_LINE
 from ..threads import pmap
 from .geometry import box_indices
 from .transfer import TransferPlan
@@ -105,8 +106,8 @@ def copy_runs(dst: np.ndarray, src: np.ndarray, stream: bool = False) -> None:
     dst, src
         Arrays of one shape and dtype (``src`` may be a broadcast view).
     stream
-        ``dst`` is part of an array of STREAM_BYTES or more: rows along a contiguous last
-        (or first) axis that are whole cache lines go past the cache.
+        ``dst`` is part of a large result (``_arrays.streams``): rows along a contiguous
+        last (or first) axis that are whole cache lines go past the cache.
     """
     item = dst.itemsize
     if stream and dst.ndim and src.shape == dst.shape and src.dtype == dst.dtype and \
@@ -271,7 +272,7 @@ def copy_rows_from_chunks(read: Callable[..., None],
     dst_index = _slices(local.dst_start, local.count, local.dst_step)
     dst_stop = (local.dst_start + (local.count - 1) * local.dst_step + 1).tolist()
     dst_start, dst_step = local.dst_start.tolist(), local.dst_step.tolist()
-    stream = [dst.nbytes >= STREAM_BYTES for dst in dsts]
+    stream = [streams(dst) for dst in dsts]
 
     def into(i: int) -> np.ndarray | None:
         """Where chunk ``i`` goes whole, if it is read by one row (of one destination):

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..._arrays import streams
 from ..._kernels import cseg_decode
 from ...errors import CorruptDataError
-from ...limits import STREAM_BYTES
 from ...types import Blob
 from .scratch import scratch
 
@@ -48,10 +48,7 @@ def decode(data: Blob, shape: tuple[int, ...], dt: np.dtype,
     if out is None and c == 1:
         channel = scratch("labels", xyz[::-1], dt).T if reuse else np.empty(xyz, dt, order="F")
         return _decode_channel(words, int(offsets[0]), bs, 0, channel)[..., None]
-    # a chunk of a large result (its items spread over STREAM_BYTES or more of memory) is
-    # written past the cache, as the result is read later if at all (see _stream.c)
-    stream = out is not None and \
-        sum((n - 1) * abs(s) for n, s in zip(out.shape, out.strides)) >= STREAM_BYTES
+    stream = out is not None and streams(out)  # a chunk of a large result
     if out is None:
         out = np.empty(shape, dt, order="F")
     for ch, start in enumerate(offsets.tolist()):
