@@ -1,6 +1,6 @@
 /* Compiled kernels where numpy has no fast form: the byte transpose of a chunk into the
  * Fortran order that precomputed raw chunks are stored in (here), compressed_segmentation
- * (_cseg.c).
+ * (_cseg.c), the server's plain answers (_serve.c).
  *
  * numpy copies a C-ordered block into Fortran order element by element along the output,
  * reading one byte every few KiB (4 KiB strides also alias in the L1 cache): about 50 MB/s
@@ -207,6 +207,11 @@ static PyMethodDef methods[] = {
     {"stream_copy", stream_copy, METH_VARARGS,
      "stream_copy(dst, src): dst[...] = src (one shape, the last axis contiguous in both), "
      "rows of whole aligned cache lines written past the cache"},
+#if defined(__linux__)
+    {"serve_quick", serve_quick, METH_VARARGS,
+     "serve_quick(fd, data, table) -> (bytes of data answered, None | False | pending): "
+     "plain GETs of checked local files answered on the socket fd (see _serve.c)"},
+#endif
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernels",

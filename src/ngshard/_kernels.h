@@ -9,6 +9,9 @@ PyObject *cseg_encode(PyObject *self, PyObject *args);
 PyObject *block_mean(PyObject *self, PyObject *args);
 PyObject *block_mode(PyObject *self, PyObject *args);
 PyObject *stream_copy(PyObject *self, PyObject *args);
+#if defined(__linux__)
+PyObject *serve_quick(PyObject *self, PyObject *args);
+#endif
 /* 1, 2, 4, 8: an unsigned integer buffer format of so many bytes; negative: signed; 0: other */
 int int_kind(const char *format, Py_ssize_t itemsize);
 /* The input and output buffers of a block reduction `name`, got and checked: 4-d integer

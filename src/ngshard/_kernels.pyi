@@ -1,4 +1,5 @@
-"""Compiled kernels of ngshard (_kernels.c, _cseg.c, _mean.c, _mode.c, _blocks.c, _stream.c)."""
+"""Compiled kernels of ngshard (_kernels.c, _cseg.c, _mean.c, _mode.c, _blocks.c, _stream.c,
+_serve.c)."""
 
 from typing import Any, overload
 
@@ -30,3 +31,11 @@ def block_mean(array: Any, block: tuple[int, int, int], out: Any, /) -> None:
 def stream_copy(dst: Any, src: Any, /) -> None:
     """``dst[...] = src`` for arrays of one shape and item size whose last axis is
     contiguous in both; rows of whole aligned cache lines are written past the cache."""
+
+# Linux only.
+def serve_quick(fd: int, data: bytes, table: dict[bytes, tuple], /
+                ) -> tuple[int, None | bool | tuple[Any, bytes, int, int]]:
+    """Answer the plain GETs at the start of ``data`` on the socket ``fd`` from ``table``
+    (see ``ngshard.server.quick``): the bytes of ``data`` answered, then None, False (the
+    connection failed), or ``(file, head left, offset, end)`` of a response the socket took
+    only part of."""

@@ -110,7 +110,9 @@ def add_commands(command) -> None:
     where(p)
     p.add_argument("--listing", action="store_true",
                    help="answer requests for a folder with a list of its files (off: 404)")
-    p.add_argument("-v", "--verbose", action="store_true", help="log each request to stderr")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="log each request to stderr (every request is then answered in "
+                        "Python: slower)")
     p.add_argument("--processes", type=int, metavar="N",
                    help="processes serving a local folder, as nginx's worker_processes "
                         f"(default: one per core, at most {SERVE_PROCESSES}; a store that is "

@@ -4,7 +4,8 @@ bounded heads, bodies, waits and connection counts, local file ranges sent with 
 One loop, not a thread per connection: ``tools/bench_serve.py`` measured both (and asyncio's
 streams) over the same request handling; threads fight over the GIL at every system call
 (see BENCHMARKS.md). Local files are answered on the loop (a ``stat`` and a ``pread`` or
-``sendfile``: page-cache work of microseconds). What may block - a remote store, decoding a
+``sendfile``: page-cache work of microseconds), the plainest requests for them in compiled
+code (``quick.py``). What may block - a remote store, decoding a
 compressed twin, a listing - runs on a few threads and comes back to the loop when done.
 
 With worker processes (``workers.py``), the loop of the parent hands each connection it
@@ -46,6 +47,7 @@ from ..limits import (
     SERVE_LOOPS,
     SERVE_THREADS,
 )
+from . import quick
 from .exchange import BUSY, CLOSED, DRAINING, READ, READING, WRITING, Conn, Exchange, Log
 from .files import Files, LocalFiles
 from .protocol import format_head
@@ -111,6 +113,10 @@ class _Loop(Exchange):
         self.conns: dict[int, Conn] = {}
         self._rejected: deque[tuple[float, socket.socket]] = deque()  # (close at, socket)
         self._accepting, self._closed = True, False
+        # Plain requests answered in compiled code (quick.py): local files, no request log.
+        self.quick = quick.answer
+        self.quick_files = self.files if self.quick is not None and front.log is None and \
+            isinstance(self.files, LocalFiles) else None
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 

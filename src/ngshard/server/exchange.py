@@ -27,7 +27,7 @@ from ..limits import (
     SERVE_PIECE_BYTES,
     SMALL_BODY,
 )
-from .files import File, Files
+from .files import File, Files, LocalFile, LocalFiles
 from .protocol import HttpError, Request, format_head, head_end, parse_head
 from .respond import Response, error_response, respond
 
@@ -41,6 +41,7 @@ _TURN = 32  # pipelined requests answered per connection before the others get a
 # Linux: a head sent with this waits for the body that sendfile sends after it, and both
 # leave in one packet (with TCP_NODELAY the head would go alone, and the client wake twice)
 _MORE = getattr(socket, "MSG_MORE", 0)
+_QUICK = Request("GET", "", (1, 1), {})  # what a response begun by quick.answer was for
 
 
 class Conn:
@@ -90,6 +91,8 @@ class Exchange:
     front: Front
     files: Files
     conns: dict[int, Conn]
+    quick: Callable | None  # quick.answer
+    quick_files: LocalFiles | None  # the files it answers from, where it is used
     _ready: deque[Conn]
 
     def _want(self, conn: Conn, mask: int) -> None:
@@ -132,8 +135,30 @@ class Exchange:
             dropped = min(conn.skip, len(data))
             conn.skip -= dropped
             data = data[dropped:]
+        if (local := self.quick_files) is not None and (answer := self.quick) is not None \
+                and not conn.buffer and data:
+            done, outcome = answer(conn.fd, data, local.quick)  # see quick.py
+            if done:
+                conn.deadline = time.monotonic() + IDLE_TIMEOUT
+                data = data[done:]
+                if outcome is False:  # the connection failed
+                    self._drop(conn)
+                    return
+                if outcome is not None:  # the socket took part of a response
+                    conn.buffer += data
+                    self._send_rest(conn, *outcome)
+                    return
         conn.buffer += data
         self._answer_buffered(conn)
+
+    def _send_rest(self, conn: Conn, file: LocalFile, head: bytes, start: int, end: int) -> None:
+        """Send the rest of a response ``quick.answer`` began: ``head``, then bytes
+        ``[start, end)`` of ``file``."""
+        if not file.use():  # closed since, on another thread
+            self._drop(conn, abort=True)
+            return
+        response = Response(200, file=file, start=start, end=end)
+        self._start(conn, _QUICK, response, (head, file, start, end, None, True))
 
     def _answer_buffered(self, conn: Conn) -> None:
         """Answer the requests complete in the buffer, in turn, while each answer goes out
@@ -172,6 +197,9 @@ class Exchange:
                 except Exception as e:  # noqa: BLE001  a store failing: say so, go on
                     response = _failure(e)
                 if response is not None:
+                    if (local := self.quick_files) is not None and response.fixed and \
+                            request.method == "GET" and response.status in (200, 206):
+                        local.remember(request.target, response.file)
                     self._respond(conn, request, response)
                     continue
             conn.state = BUSY

@@ -8,7 +8,9 @@ blocking, so a FIFO or device put in the tree cannot stall the server).
 Local descriptors are kept open for the next request of the same name (viewers read a few
 shard files over and over): a kept file is served again only while one ``stat`` of its path
 still names the same inode, size and modification time, so a file replaced or changed is
-looked up afresh (and checked again), and nothing is served that was not checked once."""
+looked up afresh (and checked again), and nothing is served that was not checked once.
+The same holds for the targets answered in compiled code (``quick.py``): each is recorded
+with a kept file, and forgotten before that file is closed."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import os
 import stat
 import threading
 from collections import OrderedDict
+from collections.abc import Iterable
 from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -28,6 +31,7 @@ from .paths import hidden
 #: What :meth:`open` returns for a directory.
 DIRECTORY = "directory"
 
+_TARGETS_PER_FILE = 4
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -60,6 +64,8 @@ class LocalFile(File):
         self.etag = f'"{st.st_ino:x}-{st.st_size:x}-{st.st_mtime_ns:x}"'
         self.key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
         self._lock, self._users = lock, 1
+        self.name = self.path = ""  # as kept open (LocalFiles._keep)
+        self.targets: list[bytes] = []  # request targets answered quickly (LocalFiles.remember)
 
     def read(self, start: int, end: int) -> bytes:
         fd = self.fileno
@@ -79,7 +85,8 @@ class LocalFile(File):
             offset += len(piece)
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    def _use(self) -> bool:
+    def use(self) -> bool:
+        """Take one more use of the descriptor; False once it is closed."""
         with self._lock:
             if self._users == 0:
                 return False
@@ -106,6 +113,8 @@ class LocalFiles:
         self.url = self.root
         self._lock = threading.Lock()
         self._kept: OrderedDict[str, tuple[str, LocalFile]] = OrderedDict()  # name -> (path, file)
+        #: Request target -> the entry ``quick.answer`` serves it from (see :meth:`remember`).
+        self.quick: dict[bytes, tuple] = {}
 
     def _real(self, name: str) -> str | None:
         """The real path of ``name`` if it stays under the root and passes through no
@@ -148,7 +157,7 @@ class LocalFiles:
             except OSError:
                 st = None
             if st is not None and kept[1].key == (st.st_dev, st.st_ino, st.st_size,
-                                                  st.st_mtime_ns) and kept[1]._use():
+                                                  st.st_mtime_ns) and kept[1].use():
                 return kept[1]
             self._forget(name)
         real = self._real(name)
@@ -173,12 +182,14 @@ class LocalFiles:
     def _keep(self, name: str, path: str, file: LocalFile) -> None:
         """Keep ``file`` open for later requests (one more use), dropping the least recently
         opened past :data:`OPEN_FILES`."""
-        file._use()
+        file.use()
+        file.name, file.path = name, path
         with self._lock:
             dropped = [self._kept.pop(name, None)]
             self._kept[name] = (path, file)
             while len(self._kept) > OPEN_FILES:
                 dropped.append(self._kept.popitem(last=False)[1])
+            self._unremember(old[1] for old in dropped if old is not None)
         for old in dropped:
             if old is not None:
                 old[1].close()
@@ -186,13 +197,44 @@ class LocalFiles:
     def _forget(self, name: str) -> None:
         with self._lock:
             old = self._kept.pop(name, None)
+            if old is not None:
+                self._unremember([old[1]])
         if old is not None:
             old[1].close()
+
+    def remember(self, target: str, file: File | None) -> None:
+        """Let ``quick.answer`` serve the request target ``target`` from ``file`` from now
+        on (as long as it is kept open): ``file`` is the local file, not a twin, that the
+        Python path found for it and answered a GET of. A file takes a few targets at most
+        (a name may be written in several ways, with any query: no client can grow the
+        table past a few entries a kept file)."""
+        if not isinstance(file, LocalFile) or not file.fields or \
+                len(file.targets) >= _TARGETS_PER_FILE:
+            return
+        key = target.encode("latin-1")
+        with self._lock:
+            kept = self._kept.get(file.name)
+            if kept is None or kept[1] is not file or file.fileno is None or key in self.quick:
+                return
+            dev, ino, size, mtime_ns = file.key
+            self.quick[key] = (file.fileno, os.fsencode(file.path), dev, ino, size, mtime_ns,
+                               file.fields, file)
+            file.targets.append(key)
+
+    def _unremember(self, files: Iterable[LocalFile]) -> None:
+        """Forget the targets of files about to be closed (the lock held): no descriptor is
+        closed while ``quick.answer`` may still find it."""
+        for file in files:
+            for key in file.targets:
+                if self.quick.get(key, (None,))[-1] is file:
+                    del self.quick[key]
+            file.targets.clear()
 
     def close(self) -> None:
         """Close the files kept open."""
         with self._lock:
             kept, self._kept = list(self._kept.values()), OrderedDict()
+            self._unremember(file for _, file in kept)
         for _, file in kept:
             file.close()
 
