@@ -1,16 +1,18 @@
 """Load on ``ngshard serve``: many concurrent Range requests on 127.0.0.1, beside nginx serving
 the same files, and the same request handling with other front ends (the measurement behind
-the server's design: ``procsN`` processes, ``loopsN`` event loops in one, asyncio's streams).
+the server's design: ``procsN`` processes, ``loopsN`` event loops in one, ``python1`` (one
+process without the compiled answers), asyncio's streams).
 
     python tools/bench_serve.py [--seconds 3] [--rounds 1] [--connections 32]
                                 [--client auto|wrk|python] [--data DIR] [--rate R]
-                                [--servers ngshard,procs1,loops1,asyncio,nginx] [--slow N]
+                                [--servers ngshard,procs1,python1,loops1,asyncio,nginx]
+                                [--slow N]
 
 Both sides alike: nginx runs ``worker_processes auto`` (a worker per core) and ``ngshard``
-runs as ``ngshard serve`` does (a process per core); sendfile on in nginx (ngshard sends
-bodies of 256 KiB or less with their head in one call, larger ones with sendfile); no access
-log on either; keep-alive without a request limit on both; the same files. wrk runs two
-threads on the same machine, sharing its cores with the server measured.
+runs as ``ngshard serve`` does (a process per core); sendfile on in both (ngshard's head
+waits for its body with MSG_MORE, and both leave in one packet); no access log on either;
+keep-alive without a request limit on both; the same files. wrk runs two threads on the same
+machine, sharing its cores with the server measured.
 
 Each server gets the same randomly drawn requests: byte ranges of 1 B to 64 KiB inside the
 shard files of the demo data (written to a temporary folder unless ``--data``), as Neuroglancer
@@ -197,7 +199,8 @@ class SlowClients:
 def start_ngshard(root: str, model: str):
     """(base URL, stop) of the server over ``root``: as ``ngshard serve`` runs it
     ("ngshard": a process per core), from ``procsN`` processes, with ``loopsN`` event loops
-    in one process, or behind the asyncio front end."""
+    in one process, in one process without the compiled answers of ``server/quick.py``
+    ("python1"), or behind the asyncio front end."""
     if model.startswith("procs"):
         server = serve(root, processes=int(model[5:]))
         return server.url, server.close
@@ -212,6 +215,15 @@ def start_ngshard(root: str, model: str):
         return server.url, server.close
     if model == "ngshard":
         server = serve(root, processes=None)
+        return server.url, server.close
+    if model == "python1":  # one process, every request answered in Python
+        from ngshard.server import quick
+
+        shipped, quick.answer = quick.answer, None
+        try:
+            server = serve(root)
+        finally:
+            quick.answer = shipped
         return server.url, server.close
     sock = socket.create_server(("127.0.0.1", 0), backlog=128)
     front = AsyncioConnections(open_files(open_storage(root)), sock)
@@ -440,8 +452,8 @@ def main() -> None:
                         help="of the connections, this many are slow or idle clients (see "
                              "SlowClients); each server is also run without them")
     parser.add_argument("--servers", default="ngshard,procs1,nginx",
-                        help="ngshard, procsN (N processes), loopsN (N event loops in one "
-                             "process), asyncio, nginx")
+                        help="ngshard, procsN (N processes), python1 (one process, no compiled "
+                             "answers), loopsN (N event loops in one process), asyncio, nginx")
     args = parser.parse_args()
     client = args.client if args.client != "auto" else \
         "wrk" if shutil.which("wrk") else "python"
