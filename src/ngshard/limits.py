@@ -71,6 +71,9 @@ READ_PIECE_BYTES = 4 * MiB
 #: reads its files on threads (one pread costs a few microseconds, much of it without the
 #: GIL; a MiB copied from the page cache, a few hundred).
 THREADED_RANGES, THREADED_READ_BYTES = 256, MiB
+#: A listing of a local store reads shards ahead on threads where its first shard took this
+#: long or more to load (sharded/listing.py).
+THREADED_SHARD_SECONDS = 0.005
 #: zstd's largest block of content (a frame decodes block by block): a read of a chunk's
 #: first planes decodes only its prefix where this much or more lies past them.
 ZSTD_BLOCK_BYTES = 128 * KiB
@@ -162,6 +165,10 @@ FLUSH_RUN_BYTES = 1 * MiB
 SPILL_COPY_BYTES = 8 * MiB
 #: Bytes moved per step of a vectorized gather of many small values (a cache-sized window).
 GATHER_BYTES = 4 * MiB
+#: Bytes a local write call takes at most (about): Linux 6.x puts a larger buffered write
+#: into large page-cache folios, and on this VM such writes turned 10x slower after a few
+#: hundred MiB (13 MiB writes: 55 → 550 ms for 208 MiB; 2 MiB writes stayed at 55 ms).
+WRITE_CALL_BYTES = MiB
 #: Bytes of a local file copied at a time where copy_file_range is missing.
 COPY_PIECE_BYTES = 64 * MiB
 #: Output bytes inflated per step of a decompression (its limit checked in between).

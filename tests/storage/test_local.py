@@ -41,6 +41,38 @@ def test_large_local_reads_in_pieces_match_the_file(tmp_path):
     assert len(chunks[2]) == len(blob) - ((20 << 20) + 3)
 
 
+def test_writes_go_in_calls_of_bounded_size(tmp_path, monkeypatch):
+    """Every buffer lands where it belongs, in write calls of at most 1024 buffers and
+    WRITE_CALL_BYTES (a larger buffer in pieces), at the file position or at an offset."""
+    from ngshard.limits import WRITE_CALL_BYTES
+    from ngshard.storage.local import write_all
+
+    rng = np.random.default_rng(2)
+    parts = [rng.integers(0, 256, int(n), np.uint8).tobytes()
+             for n in rng.integers(0, 3000, 2500)]
+    parts[7:7] = [bytearray(b"a" * (5 * WRITE_CALL_BYTES + 3)), b"",
+                  np.arange(WRITE_CALL_BYTES, dtype=np.uint8), memoryview(b"m" * 100)]
+    parts.append(b"z" * (WRITE_CALL_BYTES - 1))
+    want = b"".join(bytes(p) for p in parts)
+    calls = []
+    for name in ("writev", "pwritev"):
+        real = getattr(os, name)
+        monkeypatch.setattr(os, name, lambda fd, bufs, *a, real=real: calls.append(
+            (len(bufs), sum(memoryview(b).nbytes for b in bufs))) or real(fd, bufs, *a))
+    for offset in (None, 10):
+        calls.clear()
+        fd = os.open(tmp_path / f"f{offset}", os.O_WRONLY | os.O_CREAT)
+        try:
+            write_all(fd, parts, offset)
+        finally:
+            os.close(fd)
+        got = (tmp_path / f"f{offset}").read_bytes()
+        assert got == (b"\0" * (offset or 0)) + want
+        assert max(n for n, _ in calls) <= 1024
+        assert max(size for _, size in calls) <= WRITE_CALL_BYTES
+        assert len(calls) < len(want) / WRITE_CALL_BYTES + len(parts) / 1024 + 10
+
+
 def test_atomic_write_leaves_no_temp_files(tmp_path):
     store = storage.open_storage(tmp_path)
     store.write("a.shard", [b"x" * 10, b"y"])

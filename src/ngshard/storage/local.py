@@ -3,9 +3,11 @@ file + rename for atomic replacement, and in-place append + index patch for upda
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import errno
 import fcntl
+import itertools
 import os
 import stat
 from collections.abc import Hashable, Iterator, Sequence
@@ -14,7 +16,13 @@ from typing import Any
 import numpy as np
 
 from ..errors import CorruptDataError, StorageWriteError
-from ..limits import COPY_PIECE_BYTES, READ_PIECE_BYTES, THREADED_RANGES, THREADED_READ_BYTES
+from ..limits import (
+    COPY_PIECE_BYTES,
+    READ_PIECE_BYTES,
+    THREADED_RANGES,
+    THREADED_READ_BYTES,
+    WRITE_CALL_BYTES,
+)
 from ..threads import pmap
 from ..types import Blob
 from .base import ANY, FileSlice, ObjectInfo, Storage, changed_on_storage, coalesce, split_merged
@@ -78,9 +86,9 @@ def write_all(fd: int, parts: Sequence, offset: int | None = None) -> None:
 
 
 def write_buffers(fd: int, parts: Sequence, offset: int | None = None) -> int | None:
-    """Write buffers in order, 1024 per vectored write; returns the offset after them."""
-    for i in range(0, len(parts), _IOV_MAX):
-        batch = parts[i:i + _IOV_MAX]
+    """Write buffers in order, in vectored writes of at most 1024 buffers and about
+    :data:`WRITE_CALL_BYTES`; returns the offset after them."""
+    for batch in _write_calls(parts):
         total = sum(map(len, batch))
         written = os.writev(fd, batch) if offset is None else os.pwritev(fd, batch, offset)
         if written < total:  # short write: finish this batch from where it stopped
@@ -92,6 +100,23 @@ def write_buffers(fd: int, parts: Sequence, offset: int | None = None) -> int | 
         if offset is not None:
             offset += total
     return offset
+
+
+def _write_calls(parts: Sequence) -> Iterator[Sequence]:
+    """``parts`` cut into the buffers of successive write calls: at most 1024 of them, and
+    about WRITE_CALL_BYTES (a buffer larger than that is cut into pieces of it)."""
+    ends = list(itertools.accumulate(map(len, parts)))
+    i, done, n = 0, 0, len(parts)
+    while i < n:
+        if ends[i] - done > WRITE_CALL_BYTES:  # one large buffer: in pieces
+            view = memoryview(parts[i]).cast("B")
+            for a in range(0, len(view), WRITE_CALL_BYTES):
+                yield [view[a:a + WRITE_CALL_BYTES]]
+            done, i = ends[i], i + 1
+            continue
+        j = min(n, i + _IOV_MAX, max(i + 1, bisect.bisect_right(ends, done + WRITE_CALL_BYTES, i)))
+        yield parts[i:j]
+        done, i = ends[j - 1], j
 
 
 class LocalStorage(Storage):

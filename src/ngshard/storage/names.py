@@ -11,6 +11,7 @@ nothing about what lies outside (whether ``/etc/hostname`` exists, or its size).
 
 from __future__ import annotations
 
+import functools
 import re
 
 from ..errors import NgShardError, SpecError
@@ -25,6 +26,12 @@ def name_problem(name: object, *, folder: bool = False) -> str | None:
     ``folder``: trailing slashes are allowed (``"mesh/"`` names the folder ``mesh``)."""
     if not isinstance(name, str):
         return f"must be a string, not {type(name).__name__}"
+    if len(name) <= _REMEMBERED_CHARS:  # a store checks every name it is given, and is given
+        return _remembered(name, folder)  # the same few (its shards) over and over
+    return _problem(name, folder)
+
+
+def _problem(name: str, folder: bool) -> str | None:
     if folder:
         name = name.rstrip("/")
     if not name:
@@ -40,6 +47,10 @@ def name_problem(name: object, *, folder: bool = False) -> str | None:
     if not _BAD_PARTS.isdisjoint(name.split("/")):
         return "has an empty, '.' or '..' segment"
     return None
+
+
+_REMEMBERED_CHARS = 256
+_remembered = functools.lru_cache(maxsize=4096)(_problem)
 
 
 def shown(name: object, most: int = 80) -> str:
