@@ -165,7 +165,7 @@ FLUSH_RUN_BYTES = 1 * MiB
 SPILL_COPY_BYTES = 8 * MiB
 #: Bytes moved per step of a vectorized gather of many small values (a cache-sized window).
 GATHER_BYTES = 4 * MiB
-#: Bytes a local write call takes at most (about): Linux 6.x puts a larger buffered write
+#: Bytes a local write call takes at most: Linux 6.x puts a larger buffered write
 #: into large page-cache folios, and on this VM such writes turned 10x slower after a few
 #: hundred MiB (13 MiB writes: 55 → 550 ms for 208 MiB; 2 MiB writes stayed at 55 ms).
 WRITE_CALL_BYTES = MiB

@@ -64,7 +64,7 @@ class LocalFile(File):
         self.etag = f'"{st.st_ino:x}-{st.st_size:x}-{st.st_mtime_ns:x}"'
         self.key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
         self._lock, self._users = lock, 1
-        self.name = self.path = ""  # as kept open (LocalFiles._keep)
+        self.name = ""  # the name it is kept open under (LocalFiles._keep)
         self.targets: list[bytes] = []  # request targets answered quickly (LocalFiles.remember)
 
     def read(self, start: int, end: int) -> bytes:
@@ -183,7 +183,7 @@ class LocalFiles:
         """Keep ``file`` open for later requests (one more use), dropping the least recently
         opened past :data:`OPEN_FILES`."""
         file.use()
-        file.name, file.path = name, path
+        file.name = name
         with self._lock:
             dropped = [self._kept.pop(name, None)]
             self._kept[name] = (path, file)
@@ -217,7 +217,7 @@ class LocalFiles:
             if kept is None or kept[1] is not file or file.fileno is None or key in self.quick:
                 return
             dev, ino, size, mtime_ns = file.key
-            self.quick[key] = (file.fileno, os.fsencode(file.path), dev, ino, size, mtime_ns,
+            self.quick[key] = (file.fileno, os.fsencode(kept[0]), dev, ino, size, mtime_ns,
                                file.fields, file)
             file.targets.append(key)
 

@@ -86,7 +86,7 @@ def write_all(fd: int, parts: Sequence, offset: int | None = None) -> None:
 
 
 def write_buffers(fd: int, parts: Sequence, offset: int | None = None) -> int | None:
-    """Write buffers in order, in vectored writes of at most 1024 buffers and about
+    """Write buffers in order, in vectored writes of at most 1024 buffers and
     :data:`WRITE_CALL_BYTES`; returns the offset after them."""
     for batch in _write_calls(parts):
         total = sum(map(len, batch))
@@ -104,7 +104,7 @@ def write_buffers(fd: int, parts: Sequence, offset: int | None = None) -> int | 
 
 def _write_calls(parts: Sequence) -> Iterator[Sequence]:
     """``parts`` cut into the buffers of successive write calls: at most 1024 of them, and
-    about WRITE_CALL_BYTES (a buffer larger than that is cut into pieces of it)."""
+    at most WRITE_CALL_BYTES (a buffer larger than that is cut into pieces of it)."""
     ends = list(itertools.accumulate(map(len, parts)))
     i, done, n = 0, 0, len(parts)
     while i < n:
