@@ -15,6 +15,19 @@ from .limits import GATHER_BYTES, HUGE_PAGES, STREAM_BYTES
 MAPPED_BYTES = 2 << 20
 
 
+def unique(values: Any) -> np.ndarray:
+    """``np.unique(values)`` (flattened, sorted) for integers, by one sort: numpy 2.3 and
+    later find the values with a hash table first, which on random 64-bit keys is far slower
+    (numpy 2.4: 10,000 keys 1.5 ms against 0.06, a million 530 ms against 9)."""
+    values = np.sort(np.asarray(values).reshape(-1))
+    if len(values) < 2:
+        return values
+    keep = np.empty(len(values), bool)
+    keep[0] = True
+    np.not_equal(values[1:], values[:-1], out=keep[1:])
+    return values[keep]
+
+
 def member(values: np.ndarray, sorted_ref: np.ndarray) -> np.ndarray:
     """``np.isin(values, sorted_ref)`` for a sorted reference, by binary search: far cheaper
     than a general ``isin`` on the small arrays of minishard work."""

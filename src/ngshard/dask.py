@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ._arrays import unique
 from .destination import claim
 from .errors import MissingDependencyError, SpecError
 from .limits import MAX_SHARD_TASKS
@@ -201,7 +202,7 @@ def _write_shards(df: pd.DataFrame, storage: Storage, spec_json: dict) -> pd.Dat
             # of a repeated key the value last in the collection's order wins
             written = write_shard(storage, spec, shard, keys[group], values, rows=group,
                                   age=seq[group], encoded=False)
-            rows.append((spec.shard_filename(shard), len(np.unique(keys[group])), written))
+            rows.append((spec.shard_filename(shard), len(unique(keys[group])), written))
     return pd.DataFrame(rows, columns=list(_WRITTEN)).astype(_WRITTEN)
 
 

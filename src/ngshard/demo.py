@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._arrays import unique
 from .demo_segments import cell_properties, synapses
 from .errors import NgShardError, optional_module
 from .layers.annotation_writer import write_annotations
@@ -300,7 +301,7 @@ def make_demo(path: str | os.PathLike, shape: tuple[int, int, int] = (256, 256, 
     for name in _demo_files_any(path) if force and os.path.isdir(path) else previous_demo(path):
         os.unlink(name)
     rng = np.random.default_rng(seed)
-    ids = np.unique(rng.integers(1, 2**40, segments, dtype=np.uint64))
+    ids = unique(rng.integers(1, 2**40, segments, dtype=np.uint64))
     chosen = rng.choice(ids, cells, replace=False)
     cell = voronoi_cells(rng, shape, cells)
     walks = walk_skeletons(rng, rng.integers(2, 200, len(ids)), shape)

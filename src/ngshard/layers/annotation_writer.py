@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from .._arrays import unique
 from ..destination import claim
 from ..errors import SpecError
 from ..limits import ANNOTATION_BATCH_BYTES, DEFAULT_ANNOTATIONS_PER_CELL
@@ -144,7 +145,7 @@ def _lists(records: Records, ids: np.ndarray, keys: list, members: np.ndarray,
         sizes[used] = np.add.reduceat(4 * records.sizes[members] + 8, bounds[:-1][used])
     step = ANNOTATION_BATCH_BYTES
     cut = np.searchsorted(np.cumsum(sizes), np.arange(1, 1 + int(sizes.sum()) // step) * step)
-    edges = np.unique(np.r_[0, cut, len(keys)])
+    edges = unique(np.r_[0, cut, len(keys)])
     for a, b in zip(edges[:-1].tolist(), edges[1:].tolist()):
         part = bounds[a:b + 1]
         data, offsets = encode_multiple(records, ids, members[part[0]:part[-1]],
@@ -235,7 +236,7 @@ def write_annotations(url: Location, kind: str, geometry: Any, *,
     if len(dims) != rank:
         raise SpecError(f"dimensions name {len(dims)} axes, the geometry has {rank}")
     ids = np.arange(n, dtype=np.uint64) if ids is None else as_key_array(ids)
-    if len(ids) != n or len(np.unique(ids)) != n:
+    if len(ids) != n or len(unique(ids)) != n:
         raise ValueError(f"ids must be {n} distinct uint64 values")
     specs, columns = _property_columns(properties, n)
     relations = _relations(relationships, n)

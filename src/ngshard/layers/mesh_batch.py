@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from .._arrays import unique
 from ..errors import CorruptDataError
 from ..limits import MESH_ROWS
 from ..threads import WORKERS, pmap
@@ -74,7 +75,7 @@ def decode_pieces(pieces: list[Piece], bits: int, transform: np.ndarray,
     weight = np.concatenate([[0], np.cumsum(sizes)])[firsts[1:]]  # bytes up to each piece
     cuts = np.searchsorted(weight, np.linspace(0, weight[-1] if len(weight) else 0,
                                                _GROUPS + 1)[1:-1], "right")
-    bounds = np.unique(np.concatenate([[0], cuts, [len(pieces)]])).tolist()
+    bounds = unique(np.concatenate([[0], cuts, [len(pieces)]])).tolist()
     spans = list(zip(bounds[:-1], bounds[1:]))
     return [r for g in pmap(group, spans, min_items=2) for r in g]
 

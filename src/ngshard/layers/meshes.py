@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from .._arrays import unique
 from ..errors import CorruptDataError, SpecError
 from ..jsondoc import Doc, parse_json
 from ..kinds import LEGACY_MESHES as LEGACY
@@ -144,7 +145,7 @@ class Meshes(InStore[Mesh]):
                      ) -> dict[int, tuple[bytes, bytes]]:
         """{id: (fragment data of every LOD, manifest)} as stored, for the segments present:
         a layer copied without decoding its meshes (two batched reads)."""
-        fetched = self._fetch(np.unique(as_key_array(segment_ids)), None)
+        fetched = self._fetch(unique(as_key_array(segment_ids)), None)
         return {k: (bytes(data), m.to_bytes()) for k, (m, data, _) in fetched.items()}
 
     def get(self, segment_id: int, default: T | None = None, *, lod: int = 0
@@ -168,7 +169,7 @@ class Meshes(InStore[Mesh]):
                  ) -> dict[int, Any]:
         """{id: Mesh} of the segments present at one LOD, or with ``lod="all"`` {id: [Mesh
         per LOD, finest first]}; two batched reads for all of them."""
-        keys = np.unique(as_key_array(segment_ids))
+        keys = unique(as_key_array(segment_ids))
         every = lod == "all"
         fetched = self._fetch(keys, None if every else int(lod))
         if every:
@@ -215,7 +216,7 @@ class LegacyMeshes(InStore[Mesh]):
     def get_many(self, segment_ids: Iterable[int] | np.ndarray, lod: int | str = 0
                  ) -> dict[int, Any]:
         """{id: Mesh} of the segments present (``lod="all"``: {id: [Mesh]})."""
-        keys = np.unique(as_key_array(segment_ids))
+        keys = unique(as_key_array(segment_ids))
         found = self.store.get_many(keys)
         if self.kv is not None:
             parts = {k: [(v, self.store.where(k))] for k, v in found.items()}

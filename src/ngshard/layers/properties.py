@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from .._arrays import unique
 from ..destination import claim
 from ..errors import SpecError
 from ..kinds import LEGACY_MESHES, MESHES, SKELETONS, VOLUME, kind_of
@@ -96,7 +97,7 @@ class SegmentProperties(ById[dict[str, Any]]):
 
     def get_many(self, segment_ids: Iterable[int] | np.ndarray) -> dict[int, dict[str, Any]]:
         """``{id: {property id: value}}`` of the segments present among ``segment_ids``."""
-        keys = np.unique(as_key_array(segment_ids))
+        keys = unique(as_key_array(segment_ids))
         ordered = self.ids[self._order]
         pos = np.searchsorted(ordered, keys)
         hit = pos < len(ordered)
@@ -106,7 +107,7 @@ class SegmentProperties(ById[dict[str, Any]]):
 
     def keys_array(self) -> np.ndarray:
         """Every segment id with properties, sorted."""
-        return np.unique(self.ids)
+        return unique(self.ids)
 
     def _row(self, i: int) -> dict[str, Any]:
         """``{property id: value}`` of the segment in stored position ``i``."""

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from .._arrays import unique
 from ..compression import gzip_compress, twin_suffix
 from ..errors import SpecError
 from ..limits import DEFAULT_BUFFER_BYTES, GZIP_RUN_BYTES, UNSHARDED_BATCH
@@ -68,7 +69,7 @@ class SegmentStore:
 
     def get_many(self, keys: Iterable[int] | np.ndarray) -> dict[int, Blob]:
         """{key: value} of the keys present, in one batch."""
-        wanted = np.unique(as_key_array(keys))
+        wanted = unique(as_key_array(keys))
         if self.kv is not None:
             return self.kv.get_many(wanted)
         ints = wanted.tolist()

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from .._arrays import unique
 from ..errors import SpecError, optional_module, require_module
 from ..kinds import LEGACY_MESHES, MESHES
 from ..layers.info import link_layer, transform_json
@@ -152,8 +153,8 @@ def label_levels(mesher: Any, label: int, levels: list[tuple[int, float]]) -> li
 def weld(vertices: np.ndarray, faces: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The mesh with its duplicate vertices merged (meshes of neighbouring boxes, and legacy
     fragments, meet at identical vertices)."""
-    unique, inverse = np.unique(vertices, axis=0, return_inverse=True)
-    return unique, inverse.reshape(-1)[np.asarray(faces, np.int64)]
+    merged, inverse = np.unique(vertices, axis=0, return_inverse=True)
+    return merged, inverse.reshape(-1)[np.asarray(faces, np.int64)]
 
 
 def forge_meshes(dst: str, region: Region, box: Box, options: MeshOptions,
@@ -345,7 +346,7 @@ def mesh(seg: str | os.PathLike, dst: str | os.PathLike | None = None, *,
                           int(reduction), int(vertex_quantization_bits), bool(legacy),
                           int(simplify), float(max_error) if int(simplify) > 1 else 0.0)
     dst, link = destination_of(seg, dst, handle, "mesh")
-    wanted = None if ids is None else np.unique(np.asarray(ids, np.uint64))
+    wanted = None if ids is None else unique(np.asarray(ids, np.uint64))
     forge = [Step(f"box/{b.name}", forge_meshes, (dst, region, b, options, wanted))
              for b in boxes(region.shape + 2, size, start=-1)]
     kind = LEGACY_MESHES if legacy else MESHES

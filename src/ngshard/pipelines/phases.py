@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from .._arrays import unique
 from ..destination import claim
 from ..errors import SpecError
 from ..kinds import FRAGMENTS
@@ -93,7 +94,7 @@ def plan_merges(job: Job) -> tuple[ShardingSpec, int, list[Step]]:
     names = [s.name.split("/", 1)[1] for s in job.forge]
     indices = pmap(lambda n: read_index(store, n), names, min_items=4)
     labels = [i[0] for i in indices]
-    every = np.unique(np.concatenate(labels)) if labels else np.zeros(0, np.uint64)
+    every = unique(np.concatenate(labels)) if labels else np.zeros(0, np.uint64)
     total = sum(int((r[:, 1] - r[:, 0]).sum()) for _, r in indices)
     spec = job.sharding(len(every), total / len(every) if len(every) else None)
     per_shard: dict[int, list] = {}
@@ -181,7 +182,7 @@ def ids_doc(ids: Any) -> str | None:
     """A short digest of a set of labels, for a job's identity."""
     if ids is None:
         return None
-    return hashlib.sha256(np.unique(np.asarray(ids, np.uint64)).tobytes()).hexdigest()[:16]
+    return hashlib.sha256(unique(np.asarray(ids, np.uint64)).tobytes()).hexdigest()[:16]
 
 
 def destination_of(seg: str | os.PathLike, dst: str | os.PathLike | None, handle: Any,

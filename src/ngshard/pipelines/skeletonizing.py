@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from .._arrays import unique
 from ..errors import SpecError, optional_module, require_module
 from ..kinds import SKELETONS
 from ..layers.info import link_layer, transform_json
@@ -201,7 +202,7 @@ def skeletonize(seg: str | os.PathLike, dst: str | os.PathLike | None = None, *,
     options = SkeletonOptions(tuple(sorted(params.items())),
                               int(dust_threshold), bool(fix_branching), bool(fill_holes))
     dst, link = destination_of(seg, dst, handle, "skeletons")
-    wanted = None if ids is None else np.unique(np.asarray(ids, np.uint64))
+    wanted = None if ids is None else unique(np.asarray(ids, np.uint64))
     forge = [Step(f"box/{b.name}", forge_skeletons, (dst, region, b, options, wanted))
              for b in boxes(region.shape, size)]
     tolerance = float(min(region.resolution)) / 100

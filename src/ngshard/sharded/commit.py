@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from .._arrays import unique
 from ..commitplan import CommitPlan, ShardPlan
 from ..errors import NgShardError
 from ..progress import progress_bar
@@ -92,7 +93,7 @@ def _append_base(reader: ShardReader, plan: ShardPlan, changes: ShardChanges
     touched = reader.spec.locate(changes.keys)[1]
     reader.load_minishards([(shard, touched)])
     return ShardState(shard.name, shard.size, shard.generation, shard.ranges,
-                      {m: shard.minishards[m] for m in np.unique(touched).tolist()},
+                      {m: shard.minishards[m] for m in unique(touched).tolist()},
                       garbage=shard.garbage, end=shard.end)
 
 

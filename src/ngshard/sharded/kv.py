@@ -14,7 +14,7 @@ from typing import Any, Literal, get_args, overload
 
 import numpy as np
 
-from .._arrays import member
+from .._arrays import member, unique
 from ..errors import InvalidKeyError, NgShardError, NotFoundError, ReadOnlyError, SpecError
 from ..limits import (
     DEFAULT_CACHE_BYTES,
@@ -97,7 +97,7 @@ class ShardedKV(MutableMapping):
 
         ``copy=False`` may return memoryviews into the batch's read buffers instead of bytes,
         saving a copy of every value (they keep those buffers alive)."""
-        wanted = np.unique(as_key_array(keys))
+        wanted = unique(as_key_array(keys))
         out: dict[int, Blob] = {}
         if self._staging:
             staged = self._staging.lookup_many(wanted)
@@ -119,7 +119,7 @@ class ShardedKV(MutableMapping):
                                        max_value_bytes=self.reader.max_value_bytes,
                                        retry=self.reader.retry)
             self._stored.cache, self._stored.capacity = self.reader.cache, self.reader.capacity
-        return self._stored.get_many(np.unique(as_key_array(keys)))
+        return self._stored.get_many(unique(as_key_array(keys)))
 
     def get_many_with_unindexed(self, keys: Iterable[int] | np.ndarray,
                                 span: Callable[[int, Blob], tuple[int, int]] | None = None

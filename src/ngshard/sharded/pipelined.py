@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .._arrays import unique
 from ..storage.base import coalesce, held_ranges, split_merged
 from ..storage.chains import Chain, Head, Ranges
 from ..storage.index_cache import changed_lately
@@ -97,7 +98,7 @@ def shard_chain(reader: ShardReader, name: str, keys: np.ndarray, minishards: np
             held = spans, reader.check_read(shard, spans, gen, blobs)
             chunks = split_merged(spans, held[1], ranges, assignment)
         reader.keep_minishards(shard, missing, reader.decode_minishards(shard, missing, chunks))
-    needed = np.unique(minishards)
+    needed = unique(minishards)
     hit, starts, sizes = find_in_tables([shard.minishards[m] for m in needed.tolist()],
                                         np.searchsorted(needed, minishards), keys)
     rows = np.stack([keys[hit], starts, starts + sizes], axis=1)
@@ -120,7 +121,7 @@ def with_lead(shard: ShardState, ranges: np.ndarray, gap: int, index_size: int
     index, a read worth less than another request (ranges nearer than ``gap`` are read as
     one anyway). Where indices lie side by side (ngshard's, igneous's layouts) nothing
     changes."""
-    ends = np.unique(np.r_[shard.ranges[:, 1].astype(np.int64), index_size])
+    ends = unique(np.r_[shard.ranges[:, 1].astype(np.int64), index_size])
     before = ends[np.maximum(np.searchsorted(ends, ranges[:, 0], side="right") - 1, 0)]
     lead = ranges[:, 0] - before
     out = ranges.copy()

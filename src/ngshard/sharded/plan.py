@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .._arrays import member
+from .._arrays import member, unique
 from ..commitplan import CommitPlan, ShardPlan
 from ..limits import PLAN_GROUP_KEYS, PLAN_GROUP_SHARDS
 from . import listing
@@ -127,7 +127,7 @@ def _plan_shard(reader: ShardReader, name: str, num: int, keys: np.ndarray,
         return _create(spec, name, num, lengths)
     is_set = lengths != DELETED
     new_bytes = int(lengths[is_set].sum())
-    touched = np.unique(spec.locate(keys)[1]).astype(np.intp)
+    touched = unique(spec.locate(keys)[1]).astype(np.intp)
     reader.load_minishards([(shard, touched)])
     entries = Entries.of({m: shard.minishards[m] for m in touched.tolist()})
     present = member(keys, np.sort(entries.keys))

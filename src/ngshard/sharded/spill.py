@@ -23,7 +23,7 @@ from concurrent.futures import Future, wait
 
 import numpy as np
 
-from .._arrays import gather, member, views
+from .._arrays import gather, member, unique, views
 from ..compression import encode
 from ..limits import FLUSH_RUN_BYTES, SPILL_COPY_BYTES
 from ..storage import SPILL_PREFIX, FileSlice, coalesce, owner_tag, write_buffers
@@ -122,7 +122,7 @@ class SpillFiles:
             os.lseek(fd, self.header, os.SEEK_SET)
             ends = np.cumsum(sizes)
             step = SPILL_COPY_BYTES
-            cuts = np.unique(np.searchsorted(ends, np.arange(step, total, step), side="right"))
+            cuts = unique(np.searchsorted(ends, np.arange(step, total, step), side="right"))
             for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), len(sizes)]):
                 data = _read_values(src.fileno(), offsets[a:b], sizes[a:b])
                 if encoding == "raw":

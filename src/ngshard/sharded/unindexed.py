@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .._arrays import unique
 from ..compression import decode
 from ..errors import CorruptDataError, NgShardError, SpecError
 from ..kinds import INFO, describe, kind_of, unindexed_entries
@@ -97,7 +98,7 @@ def read_with_unindexed(reader, keys: np.ndarray, span: Callable | None,
         def span(key: int, value: bytes) -> tuple[int, int]:
             return -int(unindexed(np.array([key], np.uint64), [value])[0]), 0
 
-    return reader.retrying(_read, reader, np.unique(keys), span)
+    return reader.retrying(_read, reader, unique(keys), span)
 
 
 def _read(reader, keys: np.ndarray, span: Callable) -> dict:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._arrays import unique
 from ..types import MemoryOrder
 from .geometry import BASE, FIRST_STAGED, FULL, Geometry, box_indices
 from .indexing import Selection
@@ -159,7 +160,7 @@ def _by_slab(plan: Plan, t: Touched, slabs: np.ndarray, offsets: np.ndarray):
         box = sizes if single and whole_box else None
         yield (slab, *selection_rows(t.mappers, t.idx, offsets, plan.axis(slab)), box)
         return
-    for slab in np.unique(slabs).tolist():
+    for slab in unique(slabs).tolist():
         mine = slabs == slab
         yield (slab, *selection_rows(t.mappers, t.idx[mine], offsets[mine], plan.axis(slab)),
                None)
@@ -322,7 +323,7 @@ class GatherPlan(Plan):
         size = geometry.chunks[geometry.axis]
         out_offsets = np.arange(len(ids), dtype=np.int64) * size  # ``out``: the array's order
         extents = geometry.extents(positions)
-        for slab in np.unique(slabs).tolist():
+        for slab in unique(slabs).tolist():
             mine = slabs == slab
             self.transfers.append(chunk_rows(slab, OUT, extents[mine], offsets[mine],
                                              out_offsets[mine], self.axis(slab),

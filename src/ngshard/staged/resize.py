@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .._arrays import unique
 from ..types import MemoryOrder
 from .geometry import BASE, FIRST_STAGED, FULL, Geometry
 from .plans import Plan
@@ -80,8 +81,8 @@ class ResizePlan(Plan):
         self._fill(kept_ext, new_ext, slabs, offsets)
         self.updates = (new.ids(edges), slabs, offsets, True)
         inside = (geometry.positions(slabmap.ids) < new_grid).all(axis=1)
-        before = set(np.unique(slabmap.slabs[slabmap.slabs >= FIRST_STAGED]).tolist())
-        after = set(np.unique(slabmap.slabs[inside & (slabmap.slabs >= FIRST_STAGED)]
+        before = set(unique(slabmap.slabs[slabmap.slabs >= FIRST_STAGED]).tolist())
+        after = set(unique(slabmap.slabs[inside & (slabmap.slabs >= FIRST_STAGED)]
                               ).tolist())
         self.drops = sorted(before - after)
 
@@ -108,7 +109,7 @@ class ResizePlan(Plan):
               offsets: np.ndarray) -> None:
         """Fill-value transfers into the part of each chunk past ``kept``, up to ``new``: the
         disjoint pieces of the box difference, one row per chunk and growing axis."""
-        for slab in np.unique(slabs).tolist():
+        for slab in unique(slabs).tolist():
             mine = slabs == slab
             k, n = kept[mine], new[mine]
             rows_lo, rows_count, owner = [], [], []

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._arrays import unique
 from .geometry import BASE, FIRST_STAGED, FULL, Geometry
 
 
@@ -130,7 +131,7 @@ class SlabMap:
 
     def live_slabs(self) -> set[int]:
         """The staged slabs that hold at least one chunk."""
-        return set(np.unique(self.slabs[self.slabs >= FIRST_STAGED]).tolist())
+        return set(unique(self.slabs[self.slabs >= FIRST_STAGED]).tolist())
 
     def resize(self, geometry: Geometry) -> None:
         """Re-key the entries for a new grid; entries outside it are gone, and the base box
