@@ -21,6 +21,8 @@ def imports_of(name: str) -> set[str]:
     """The ngshard modules ``name`` imports anywhere in its text (a package's ``__init__``
     that a ``from package.module import`` runs on the way is not counted)."""
     path = module_path(name)
+    if path is None:  # a compiled module (ngshard._kernels) imports no ngshard module
+        return set()
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):

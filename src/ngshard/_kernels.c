@@ -207,6 +207,15 @@ static PyMethodDef methods[] = {
     {"stream_copy", stream_copy, METH_VARARGS,
      "stream_copy(dst, src): dst[...] = src (one shape, the last axis contiguous in both), "
      "rows of whole aligned cache lines written past the cache"},
+    {"minishard_tables", minishard_tables, METH_VARARGS,
+     "minishard_tables(tables, counts, index_end, file_size, keys, starts, sizes) -> (first "
+     "entry outside the data region or -1, keys rising in every table): raw minishard "
+     "indices decoded into the uint64 outputs (see _minishard.c)"},
+#if !defined(_WIN32)
+    {"pread_spans", pread_spans, METH_VARARGS,
+     "pread_spans(fd, spans) -> [bytes]: the int64 (start, end) spans of the file fd, read "
+     "without the GIL; short where the file ends"},
+#endif
 #if defined(__linux__)
     {"serve_quick", serve_quick, METH_VARARGS,
      "serve_quick(fd, data, table) -> (bytes of data answered, None | False | pending): "

@@ -9,6 +9,10 @@ PyObject *cseg_encode(PyObject *self, PyObject *args);
 PyObject *block_mean(PyObject *self, PyObject *args);
 PyObject *block_mode(PyObject *self, PyObject *args);
 PyObject *stream_copy(PyObject *self, PyObject *args);
+PyObject *minishard_tables(PyObject *self, PyObject *args);
+#if !defined(_WIN32)
+PyObject *pread_spans(PyObject *self, PyObject *args);
+#endif
 #if defined(__linux__)
 PyObject *serve_quick(PyObject *self, PyObject *args);
 #endif

@@ -1,5 +1,6 @@
 """Compiled kernels of ngshard (_kernels.c, _cseg.c, _mean.c, _mode.c, _blocks.c, _stream.c,
-_serve.c)."""
+_serve.c, _pread.c,
+_minishard.c)."""
 
 from typing import Any, overload
 
@@ -31,6 +32,18 @@ def block_mean(array: Any, block: tuple[int, int, int], out: Any, /) -> None:
 def stream_copy(dst: Any, src: Any, /) -> None:
     """``dst[...] = src`` for arrays of one shape and item size whose last axis is
     contiguous in both; rows of whole aligned cache lines are written past the cache."""
+
+def minishard_tables(tables: Any, counts: Any, index_end: int, file_size: int, keys: Any,
+                     starts: Any, sizes: Any, /) -> tuple[int, bool]:
+    """Decode the raw minishard indices joined in ``tables`` (``counts``: int64 entries of
+    each) into the uint64 arrays ``keys``, ``starts`` and ``sizes``: the first entry whose
+    chunk lies outside ``[index_end, file_size)`` (-1 if none), and whether every table's
+    keys rise."""
+
+# POSIX only.
+def pread_spans(fd: int, spans: Any, /) -> list[bytes]:
+    """The ``(n, 2)`` int64 ``[start, end)`` spans of the open file ``fd``, read without the
+    GIL; a span past the end of the file comes back short."""
 
 # Linux only.
 def serve_quick(fd: int, data: bytes, table: dict[bytes, tuple], /

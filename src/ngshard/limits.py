@@ -32,8 +32,10 @@ DEFAULT_MAX_VALUE_BYTES = 256 * MiB
 #: Most bytes one minishard index may inflate to (a million keys in one minishard); past it
 #: the index is taken for a gzip bomb.
 MAX_MINISHARD_INDEX_BYTES = 256 * MiB
-#: Ranges of one object closer than this are read as one, locally and on object stores and
-#: web servers: unused bytes cost less than another request. Remotely a request costs a round
+#: Ranges of one object closer than this are read as one, on object stores and web servers,
+#: and locally in batches of 8 MiB or more of a file (smaller ones are read range by range in
+#: one compiled pass, where a pread costs less than slicing merged reads apart): unused bytes
+#: cost less than another request. Remotely a request costs a round
 #: trip of 20-100 ms, a slot of the bounded concurrency and the server's work, while a
 #: connection moves several MiB per round trip (measured: tools/bench_http.py and
 #: bench_cloud.py, 1,000 random 1 KiB keys of 100 MiB in 16 shards; gaps of 64, 128, 256

@@ -24,6 +24,7 @@ from ngshard.sharded.format import (
     encode_shard,
     encode_shard_index,
 )
+from ngshard.sharded.reader import unique
 
 U64 = (1 << 64) - 1
 WHERE = "gs://bucket/layer/0a.shard"
@@ -338,6 +339,46 @@ def test_fuzz_decode_minishard_index(data, encoding, file_size, index_end):
     assert all(start + size <= file_size for start, size in zip(starts, sizes))
 
 
+def reference_minishard_index(raw: bytes, index_end: int, file_size: int):
+    """The format's definition, one entry at a time: (keys, starts, sizes) sorted by key, or
+    "outside" where an entry lies outside the data region, "repeated" where a key repeats."""
+    n = len(raw) // 24
+    words = struct.unpack(f"<{3 * n}Q", raw)
+    rows, key, at = [], 0, 0
+    for i in range(n):
+        key = (key + words[i]) % 2**64
+        at = (at + words[n + i]) % 2**64
+        start, size = (index_end + at) % 2**64, words[2 * n + i]
+        at = (at + size) % 2**64
+        if not index_end <= start <= file_size or size > file_size - start:
+            return "outside"
+        rows.append((key, start, size))
+    rows.sort(key=lambda r: r[0])  # stable: as the decoder sorts
+    if any(a[0] == b[0] for a, b in zip(rows, rows[1:])):
+        return "repeated"
+    return [list(col) for col in zip(*rows)] if rows else [[], [], []]
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), file_size=st.one_of(st.integers(16, 400), st.integers(16, U64)))
+def test_batches_of_minishard_indices_decode_as_the_format_defines(data, file_size):
+    """Several indices decoded together (the compiled pass) give, index by index, what the
+    format's definition gives: the same entries, or an error naming the first index with an
+    entry outside the data region, else the first with a repeated key."""
+    word = st.one_of(st.integers(0, 40), st.integers(0, U64), st.integers(U64 - 40, U64))
+    tables = data.draw(st.lists(st.lists(st.tuples(word, word, word), max_size=6).map(
+        lambda rows: u64(*(v for col in zip(*rows) for v in col)) if rows else b""),
+        min_size=1, max_size=6))
+    want = [reference_minishard_index(t, 16, file_size) for t in tables]
+    for fault in ("outside", "repeated"):
+        if fault in want:
+            with pytest.raises(CorruptDataError, match=f"index #{want.index(fault)}:"):
+                decode_minishard_indices(tables, "raw", 16, file_size, lambda i: f"index #{i}")
+            return
+    got = decode_minishard_indices(tables, "raw", 16, file_size, lambda i: f"index #{i}")
+    assert [[a.tolist() for a in idx] for idx in got] == want
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=300), st.integers(0, 400), st.integers(0, 255), st.booleans())
 def test_gzip_decoding_agrees_with_zlib_on_damaged_streams(payload, at, byte, cut):
@@ -359,3 +400,15 @@ def test_gzip_decoding_agrees_with_zlib_on_damaged_streams(payload, at, byte, cu
             gzip_decompress(bytes(packed), WHERE)
     else:
         assert gzip_decompress(bytes(packed), WHERE) == expected
+
+
+@given(st.lists(st.integers(0, U64), max_size=300), st.sampled_from(["u8", "i8", "u4", "i2"]),
+       st.integers(1, 3))
+def test_unique_gives_numpys_unique(values, dtype, ndim):
+    """The sort-based unique every key path uses (numpy's hashes first: see _arrays) gives
+    np.unique's values and dtype, of any shape, flattened."""
+    arr = np.array(values, np.uint64).astype(dtype)
+    block = 2 ** (ndim - 1)
+    arr = arr[:len(arr) - len(arr) % block].reshape((-1,) + (2,) * (ndim - 1))
+    got, want = unique(arr), np.unique(arr)
+    assert got.dtype == want.dtype and got.tolist() == want.tolist()

@@ -10,10 +10,14 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from peers import PEER_TIMEOUT
 
 from ngshard import storage
 from ngshard.storage import FileSlice
+from ngshard.storage.local import pread_spans
 
 
 def test_coalesce_merges_near_ranges_only():
@@ -39,6 +43,46 @@ def test_large_local_reads_in_pieces_match_the_file(tmp_path):
     assert gen == store.stat("big").generation
     assert [bytes(c) for c in chunks] == [blob[a:b] for a, b in ranges.tolist()]
     assert len(chunks[2]) == len(blob) - ((20 << 20) + 3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(size=st.integers(0, 3000), spans=st.lists(st.tuples(st.integers(0, 3500),
+                                                           st.integers(0, 600)), max_size=40))
+def test_small_local_reads_match_the_file(tmp_path_factory, size, spans):
+    """Many small ranges (overlapping, empty, past the end) read in one batch: each one's
+    bytes as slicing the file gives them, short where the file ends."""
+    path = tmp_path_factory.mktemp("reads") / "f"
+    blob = np.random.default_rng(size).integers(0, 256, size, np.uint8).tobytes()
+    path.write_bytes(blob)
+    ranges = np.array([[a, a + n] for a, n in spans], np.int64).reshape(-1, 2)
+    gen, chunks = storage.open_storage(path.parent).read_ranges([("f", ranges)])[0]
+    assert [bytes(c) for c in chunks] == [blob[a:b] for a, b in ranges.tolist()]
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert pread_spans(fd, ranges) == [blob[a:b] for a, b in ranges.tolist()]
+    finally:
+        os.close(fd)
+
+
+def test_pread_spans_refuses_bad_spans_and_reports_read_errors(tmp_path):
+    (tmp_path / "f").write_bytes(b"0123456789")
+    fd = os.open(tmp_path / "f", os.O_RDONLY)
+    try:
+        for bad in (np.array([[5, 4]], np.int64), np.array([[-1, 4]], np.int64),
+                    np.array([[0, 4]], np.int32), np.array([0, 4, 5], np.int64)):
+            with pytest.raises(ValueError, match="span"):
+                pread_spans(fd, bad)
+        assert pread_spans(fd, np.zeros((0, 2), np.int64)) == []
+    finally:
+        os.close(fd)
+    with pytest.raises(OSError):  # a closed descriptor: the error, no partial result
+        pread_spans(fd, np.array([[0, 4]], np.int64))
+    directory = os.open(tmp_path, os.O_RDONLY)
+    try:
+        with pytest.raises(IsADirectoryError):
+            pread_spans(directory, np.array([[0, 4]], np.int64))
+    finally:
+        os.close(directory)
 
 
 def test_writes_go_in_calls_of_bounded_size(tmp_path, monkeypatch):

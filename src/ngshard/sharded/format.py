@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from .._arrays import member
+from .._kernels import minishard_tables
 from ..bounded import take
 from ..compression import decode, gzip_compress
 from ..errors import CorruptDataError
@@ -124,6 +125,18 @@ def find_in_tables(tables: Sequence[MinishardIndex], which: np.ndarray, keys: np
 
 
 
+class _Nth:
+    """The place of the i-th index of a batch, spelled only when a message is written."""
+
+    __slots__ = ("where", "i")
+
+    def __init__(self, where: Callable[[int], str], i: int) -> None:
+        self.where, self.i = where, i
+
+    def __str__(self) -> str:
+        return self.where(self.i)
+
+
 def decode_minishard_indices(bufs: Sequence[Blob], encoding: str, index_end: int,
                              file_size: int, where: Callable[[int], str],
                              limit: int = MAX_MINISHARD_INDEX_BYTES) -> list[MinishardIndex]:
@@ -133,8 +146,8 @@ def decode_minishard_indices(bufs: Sequence[Blob], encoding: str, index_end: int
     ``file_size``-byte file; an index may inflate to at most ``limit`` bytes. ``where(i)``
     names the file and the place of the i-th index for error messages.
     """
-    raws: Sequence[Blob] = bufs if encoding == "raw" else [decode(b, encoding, where(i), limit)
-                                           for i, b in enumerate(bufs)]
+    raws: Sequence[Blob] = bufs if encoding == "raw" else [
+        decode(b, encoding, _Nth(where, i), limit) for i, b in enumerate(bufs)]
     lengths = np.fromiter(map(len, raws), np.int64, count=len(raws))
     bad = np.flatnonzero(lengths % 24)
     if len(bad):
@@ -142,67 +155,35 @@ def decode_minishard_indices(bufs: Sequence[Blob], encoding: str, index_end: int
                                f"{int(lengths[bad[0]])} bytes is not a multiple of 24")
     counts = lengths // 24
     first = np.cumsum(counts) - counts
-    # The rows of the [3, n] tables, concatenated (views of the buffer when there is one: an
-    # index may be 256 MiB, so temporaries are few and freed early).
-    several = len(raws) > 1
-    rows: list[np.ndarray] | np.ndarray
-    if several:  # entry i of table t is at 3 * first[t] + (i - first[t]), then a row further
-        seg = np.repeat(np.arange(len(raws)), counts)
-        pos = np.arange(len(seg), dtype=np.int64) + 2 * first[seg]
-        stride = counts[seg]
-        table = np.frombuffer(b"".join(raws), _U64)
-        rows = [table[pos], table[pos + stride], table[pos + 2 * stride]]
-        del seg, pos, stride, table
-    else:
-        rows = np.frombuffer(raws[0], _U64).reshape(3, -1) if raws else np.zeros((3, 0), _U64)
-
-    def cumsum(values: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """Sums restarting at each table, modulo 2**64 (in place with ``out``)."""
-        total = np.cumsum(values, dtype=np.uint64, out=out)
-        if several:
-            before = np.zeros(len(first), np.uint64)
-            before[first > 0] = total[first[first > 0] - 1]
-            total -= np.repeat(before, counts)
-        return total
-
-    keys, sizes = cumsum(rows[0]), rows[2].astype(np.uint64)
-    # start_i = index_end + sum(row1[:i+1] + sizes[:i+1]) - sizes[i], all modulo 2**64.
-    starts = rows[1] + sizes
-    cumsum(starts, out=starts)
-    starts -= sizes
-    starts += np.uint64(index_end)
-    del rows
-    end = np.uint64(file_size)
-    room = np.minimum(starts, end)
-    np.subtract(end, room, out=room)
-    bad = np.flatnonzero((starts > end) | (sizes > room) | (starts < np.uint64(index_end)))
-    del room
+    total = int(counts.sum())
+    keys, starts, sizes = (np.empty(total, _U64) for _ in range(3))
+    # one compiled pass: the sums of the deltas (restarting at each table), the bounds, the order
+    outside, rising = minishard_tables(raws[0] if len(raws) == 1 else b"".join(raws), counts,
+                                   int(index_end), int(file_size), keys, starts, sizes)
 
     def table_of(i: int) -> int:
         return int(np.searchsorted(first + counts, i, side="right"))
 
-    if len(bad):
-        i = int(bad[0])
+    several = len(raws) > 1
+    if outside >= 0:
+        i = outside
         raise CorruptDataError(
             f"{where(table_of(i))}: chunk {int(keys[i])} claims bytes [{int(starts[i])}, "
             f"{int(starts[i]) + int(sizes[i])}) outside [{index_end}, {file_size}), the data "
             f"region of the file")
-    joins = first[counts > 0][1:] - 1  # last entry of each table but the last
-    rising = keys[1:] > keys[:-1]
-    rising[joins] = True
-    if not rising.all():  # writers usually sort; one array at a time
+    if not rising:  # writers usually sort; one array at a time
         order = np.lexsort((keys, np.repeat(np.arange(len(raws)), counts))) if several \
             else np.argsort(keys, kind="stable")
         keys = keys[order]
         starts = starts[order]
         sizes = sizes[order]
         del order
-    same = keys[1:] == keys[:-1]
-    same[joins] = False
-    dup = np.flatnonzero(same)
-    if len(dup):
-        raise CorruptDataError(f"{where(table_of(int(dup[0])))}: key {int(keys[dup[0]])} "
-                               f"appears twice in one minishard index")
+        same = keys[1:] == keys[:-1]
+        same[first[counts > 0][1:] - 1] = False  # the last entry of a table and the next's first
+        dup = np.flatnonzero(same)
+        if len(dup):
+            raise CorruptDataError(f"{where(table_of(int(dup[0])))}: key {int(keys[dup[0]])} "
+                                   f"appears twice in one minishard index")
     ends = (first + counts).tolist()
     return [MinishardIndex(keys[a:b], starts[a:b], sizes[a:b])
             for a, b in zip(first.tolist(), ends)]

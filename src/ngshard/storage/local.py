@@ -11,10 +11,11 @@ import itertools
 import os
 import stat
 from collections.abc import Hashable, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
+from .._kernels import pread_spans
 from ..errors import CorruptDataError, StorageWriteError
 from ..limits import (
     COPY_PIECE_BYTES,
@@ -31,25 +32,28 @@ from .tempnames import temp_name
 _IOV_MAX = 1024
 
 
-def _pread_merged(fd: int, merged: np.ndarray, size: int) -> list[Blob]:
-    """Read the merged ranges of a file of ``size`` bytes; large ones in pieces on threads,
-    straight into one buffer per range, so page faults and copies run on every core. A blob
-    comes back short where the file ends: no buffer is larger than the bytes there (a range
-    a hostile index claims costs no more than the file holds)."""
-    merged = np.maximum(np.minimum(merged, size), merged[:, :1])
-    spans = merged.tolist()
-    if int((merged[:, 1] - merged[:, 0]).sum()) < 2 * READ_PIECE_BYTES:
-        return [os.pread(fd, e - s, s) for s, e in spans]
-    bufs = [bytearray(e - s) for s, e in spans]
-    pieces = [(i, o, memoryview(bufs[i])[o:o + READ_PIECE_BYTES])
-              for i, (s, e) in enumerate(spans) for o in range(0, e - s, READ_PIECE_BYTES)]
-    got = pmap(lambda p: os.preadv(fd, [p[2]], spans[p[0]][0] + p[1]), pieces, min_items=2)
+def _pread_ranges(fd: int, ranges: np.ndarray, size: int) -> list[Blob]:
+    """Read ``(n, 2)`` ranges of a file of ``size`` bytes. Small batches range by range in
+    one compiled pass (a pread costs less than merging ranges and slicing them apart again:
+    10,000 1 KiB values 3.0 ms against 8.6); large ones merged, in pieces on threads,
+    straight into one buffer per merged range, so page faults and copies run on every core.
+    A blob comes back short where the file ends: no buffer is larger than the bytes there (a
+    range a hostile index claims costs no more than the file holds)."""
+    spans = np.maximum(np.minimum(ranges, size), ranges[:, :1])
+    if int((spans[:, 1] - spans[:, 0]).sum()) < 2 * READ_PIECE_BYTES:
+        return cast("list[Blob]", pread_spans(fd, np.ascontiguousarray(spans, np.int64)))
+    merged, assignment = coalesce(spans)
+    starts = merged[:, 0].tolist()
+    bufs = [bytearray(e - s) for s, e in merged.tolist()]
+    pieces = [(i, o, memoryview(b)[o:o + READ_PIECE_BYTES])
+              for i, b in enumerate(bufs) for o in range(0, len(b), READ_PIECE_BYTES)]
+    got = pmap(lambda p: os.preadv(fd, [p[2]], starts[p[0]] + p[1]), pieces, min_items=2)
     ends = [len(b) for b in bufs]
     for (i, o, view), n in zip(pieces, got):
         if n < len(view):
             ends[i] = min(ends[i], o + n)
-    return [memoryview(b)[:n] if n < len(b) else memoryview(b) for b, n in zip(bufs, ends)]
-
+    blobs = [memoryview(b)[:n] if n < len(b) else memoryview(b) for b, n in zip(bufs, ends)]
+    return split_merged(merged, blobs, spans, assignment)
 
 
 def _copy_slice(fd: int, part: FileSlice, offset: int | None) -> None:
@@ -191,12 +195,11 @@ class LocalStorage(Storage):
             return None, None
         fd, before = opened
         try:
-            merged, assignment = coalesce(ranges)
-            blobs = _pread_merged(fd, merged, before.st_size)
+            blobs = _pread_ranges(fd, ranges, before.st_size)
             gen = _read_generation(before, os.fstat(fd))
         finally:
             os.close(fd)
-        return gen, split_merged(merged, blobs, ranges, assignment)
+        return gen, blobs
 
     def read_range(self, name: str, start: int, end: int) -> tuple[Hashable | None, Blob | None]:
         opened = self._open_read(name)
