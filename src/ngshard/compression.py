@@ -23,7 +23,7 @@ import deflate
 import zstandard
 
 from .errors import CorruptDataError, SpecError
-from .limits import INFLATE_PIECE_BYTES, STREAM_STEP_BYTES
+from .limits import DEFAULT_MAX_VALUE_BYTES, INFLATE_PIECE_BYTES, STREAM_STEP_BYTES
 from .types import Blob, Place
 
 #: ngshard's own gzip level (the sharded data encoding, ``.gz`` twins), written by libdeflate:
@@ -221,6 +221,8 @@ def decode(data: Blob, encoding: str, where: Place = "", limit: int | None = Non
 TWINS = {".gz": "gzip", ".br": "br", ".zstd": "zstd", ".xz": "xz", ".bz2": "bzip2"}
 #: What writers may write (``compress=``): the codings browsers take as a Content-Encoding.
 COMPRESS = {"gzip": ".gz", "br": ".br", "zstd": ".zstd"}
+#: A Content-Encoding -> the twin suffix of its coding.
+_CODING_SUFFIX = {**{coding: suffix for suffix, coding in TWINS.items()}, "x-gzip": ".gz"}
 
 
 def twin_suffix(compress: str | None) -> str:
@@ -256,6 +258,25 @@ def compress_twin(data: Blob, suffix: str) -> bytes | bytearray:
     if suffix == ".bz2":
         return bz2.compress(data)
     return bytes(data)
+
+
+def decode_content(data: Blob, coding: str, where: Place = "",
+                   limit: int = DEFAULT_MAX_VALUE_BYTES) -> Blob:
+    """An object's content from its bytes as stored under the ``Content-Encoding``
+    ``coding``: how cloud-files stores a file written with ``compress=`` on S3 and GCS, and
+    how a web server sends a compressed twin (``ngshard serve`` to a client that asks for no
+    particular coding). CorruptDataError for a coding none of the twins has, or bytes that do
+    not decode within ``limit``."""
+    codings = [c.strip().lower() for c in coding.split(",") if c.strip()]
+    for c in reversed(codings):  # listed in the order they were applied
+        if c == "identity":
+            continue
+        suffix = _CODING_SUFFIX.get(c)
+        if suffix is None:
+            raise CorruptDataError(f"{where}: stored with Content-Encoding {coding!r}, which "
+                                   f"ngshard does not decode")
+        data = decompress_twin(data, suffix, where, limit)
+    return data
 
 
 def decompress_twin(data: Blob, suffix: str, where: Place = "",

@@ -286,6 +286,11 @@ OPEN_FILES = 256
 #: Decoded bytes of a compressed twin made per step while serving it (bounds the memory a
 #: connection holds, whatever the twin inflates to).
 TWIN_PIECE_BYTES = 64 * KiB
+#: A twin sent decoded is decoded whole and sent with its length where it decodes to at most
+#: this many bytes (a chunk file, mostly): clients such as obstore's (ngshard's own) take no
+#: answer without a Content-Length. Larger ones stream, chunked. Bounds the memory of such a
+#: response, held until the client has read it.
+TWIN_WHOLE_BYTES = 4 * MiB
 #: Seconds a client has to deliver a whole request head once it has begun.
 HEAD_TIMEOUT = 20.0
 #: Largest request body read (and discarded); larger ones are refused with 413.

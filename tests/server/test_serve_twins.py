@@ -15,6 +15,7 @@ import zstandard
 from wire import raw, request
 
 import ngshard
+from ngshard.limits import TWIN_WHOLE_BYTES
 
 CONTENT = bytes(range(256)) * 300 + b"tail" * 1000  # 80800 bytes
 ENCODE = {".gz": gzip.compress, ".br": brotli.compress, ".xz": lzma.compress,
@@ -51,18 +52,28 @@ def test_sent_encoded_to_a_client_that_accepts_it(tmp_path, suffix):
 
 @pytest.mark.parametrize("suffix", list(ENCODE))
 def test_decoded_for_a_client_that_does_not(tmp_path, suffix):
-    """Decoded as a stream with chunked framing (HTTP/1.1) or to the close (HTTP/1.0);
-    ``.xz`` and ``.bz2`` are no HTTP coding, so always decoded."""
+    """Decoded whole and sent with its length up to TWIN_WHOLE_BYTES (clients such as
+    obstore's take no answer without one); past it, as a stream with chunked framing
+    (HTTP/1.1) or to the close (HTTP/1.0). ``.xz`` and ``.bz2`` are no HTTP coding, so
+    always decoded; without Accept-Encoding only gzip goes encoded."""
+    large = bytes(range(256)) * (TWIN_WHOLE_BYTES // 256) + b"and one piece more" * 4000
     (tmp_path / f"c{suffix}").write_bytes(ENCODE[suffix](CONTENT))
+    (tmp_path / f"large{suffix}").write_bytes(ENCODE[suffix](large))
     with ngshard.serve(tmp_path) as srv:
-        status, headers, body = request(srv, "GET", "/c", {"Accept-Encoding": "identity"})
-        assert (status, body) == (200, CONTENT)
-        assert "content-encoding" not in headers and headers["transfer-encoding"] == "chunked"
-        status, headers, body = request(srv, "GET", "/c", {"Accept-Encoding": "br;q=0, gzip;q=0"})
-        assert (status, body) == (200, CONTENT)
-        answer = raw(srv, b"GET /c HTTP/1.0\r\nAccept-Encoding: identity\r\n\r\n")
-        head, _, rest = answer.partition(b"\r\n\r\n")
-        assert head.startswith(b"HTTP/1.1 200") and b"chunked" not in head and rest == CONTENT
+        for fields in ({"Accept-Encoding": "identity"}, {"Accept-Encoding": "br;q=0, gzip;q=0"},
+                       {} if suffix != ".gz" else {"Accept-Encoding": "deflate"}):
+            status, headers, body = request(srv, "GET", "/c", fields)
+            assert (status, body) == (200, CONTENT)
+            assert "content-encoding" not in headers and "transfer-encoding" not in headers
+            assert headers["content-length"] == str(len(CONTENT))
+        status, headers, body = request(srv, "GET", "/large", {"Accept-Encoding": "identity"})
+        assert (status, body) == (200, large)
+        assert headers["transfer-encoding"] == "chunked" and "content-length" not in headers
+        for name, want in (("c", CONTENT), ("large", large)):
+            answer = raw(srv, f"GET /{name} HTTP/1.0\r\nAccept-Encoding: identity\r\n\r\n"
+                         .encode())
+            head, _, rest = answer.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200") and b"chunked" not in head and rest == want
 
 
 def test_keep_alive_after_a_decoded_stream(twins):

@@ -6,6 +6,7 @@ listings."""
 from __future__ import annotations
 
 import html
+import itertools
 import re
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ from typing import Literal, overload
 from urllib.parse import quote
 
 from ..errors import CorruptDataError
+from ..limits import TWIN_WHOLE_BYTES
 from .conditional import http_date, precondition, range_applies
 from .files import DIRECTORY, File, Files
 from .paths import parse_target
@@ -126,8 +128,9 @@ def _get(files: Files, request: Request, listing: bool,
     found, twin = files.open(target.name), ""
     if found is None and target.name and not target.directory:
         found, twin = open_twin(files, target.name) or (None, "")
-        if isinstance(found, File) and quick and "range" in request.headers:
-            found.close()  # a twin's range: decoded to find its size
+        if isinstance(found, File) and quick and ("range" in request.headers or not (
+                twin in CODINGS and accepts(request.headers, CODINGS[twin]))):
+            found.close()  # a twin decoded (a range of it, or for this client): takes time
             return None
     if found == DIRECTORY:
         if not listing:
@@ -215,10 +218,11 @@ def _file_fields(file: File, content_type: str) -> bytes:
 def _decoded(file: File, name: str, twin: str, request: Request,
              headers: list[tuple[str, str]], validators: list[tuple[str, str]],
              ranged: bool) -> Response:
-    """A twin decoded for this client, as a stream: its whole content (no length: chunked,
-    or to the close for HTTP/1.0; HEAD decodes nothing), or the range asked for. A range's
-    end is found by decoding up to it (to the end for open and suffix ranges), then the
-    range is decoded again as it is sent: twice the work, memory bounded by one piece."""
+    """A twin decoded for this client: its whole content (decoded whole, with its length,
+    where it holds at most TWIN_WHOLE_BYTES; else as a stream without one: chunked, or to the
+    close for HTTP/1.0; HEAD decodes nothing), or the range asked for. A range's end is found
+    by decoding up to it (to the end for open and suffix ranges), then the range is decoded
+    again as it is sent: twice the work, memory bounded by one piece."""
     head = request.method == "HEAD"
     start, end, status = 0, None, 200
     try:
@@ -246,11 +250,24 @@ def _decoded(file: File, name: str, twin: str, request: Request,
             file.close()
             return Response(status, headers, send_body=False)
         stream = decoded(file, name, twin, start, end)
-        first = next(stream, b"")  # most damage shows at the start: answer 500 for it
+        # the start of a stream, where most damage shows (answered 500); the whole of a
+        # small twin, sent with its length
+        held = [next(stream, b"")]
+        size = len(held[0])
+        while end is None and size <= TWIN_WHOLE_BYTES:
+            piece = next(stream, None)
+            if piece is None:
+                file.close()
+                body = b"".join(held)
+                headers.append(("Content-Length", str(len(body))))
+                return Response(status, headers, body)
+            held.append(piece)
+            size += len(piece)
     except CorruptDataError as e:
         file.close()
         raise HttpError(500, str(e)) from None
-    response = Response(status, headers, file=file, stream=_chain(first, stream),
+    response = Response(status, headers, file=file,
+                        stream=filter(None, itertools.chain(held, stream)),
                         expected=None if end is None else end - start)
     if end is None:  # the decoded length is not known before the end
         if request.version >= (1, 1):
@@ -259,12 +276,6 @@ def _decoded(file: File, name: str, twin: str, request: Request,
         else:
             response.close = True
     return response
-
-
-def _chain(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
-    if first:
-        yield first
-    yield from rest
 
 
 def _listing(files: Files, name: str, send_body: bool) -> Response:

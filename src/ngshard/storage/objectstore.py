@@ -38,6 +38,7 @@ from typing import Any
 import fsspec.asyn
 import numpy as np
 
+from ..compression import decode_content
 from ..errors import CorruptDataError, RequestError
 from ..limits import REMOTE_MAX_GAP, REQUEST_CONCURRENCY
 from ..types import Blob
@@ -165,7 +166,9 @@ class ObjectStorage(Storage):
             if len(body) != expected:  # a body cut short or padded on the way
                 raise BodyLengthError(f"{self.path(name)}: {len(body)} bytes came where "
                                       f"the response promised {expected}")
-            return info, body
+            coding = result.attributes.get("Content-Encoding") if start is None else None
+            return info, body if coding is None else \
+                memoryview(decode_content(body, coding, self.path(name)))
 
         try:
             return await self._request(fetch, name)
