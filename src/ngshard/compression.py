@@ -263,7 +263,7 @@ def compress_twin(data: Blob, suffix: str) -> bytes | bytearray:
 def decode_content(data: Blob, coding: str, where: Place = "",
                    limit: int = DEFAULT_MAX_VALUE_BYTES) -> Blob:
     """An object's content from its bytes as stored under the ``Content-Encoding``
-    ``coding``: how cloud-files stores a file written with ``compress=`` on S3 and GCS, and
+    ``coding``: how cloud-files stores a file written with ``compress=`` on object stores, and
     how a web server sends a compressed twin (``ngshard serve`` to a client that asks for no
     particular coding). CorruptDataError for a coding none of the twins has, or bytes that do
     not decode within ``limit``."""

@@ -164,7 +164,6 @@ def decode_minishard_indices(bufs: Sequence[Blob], encoding: str, index_end: int
     def table_of(i: int) -> int:
         return int(np.searchsorted(first + counts, i, side="right"))
 
-    several = len(raws) > 1
     if outside >= 0:
         i = outside
         raise CorruptDataError(
@@ -172,7 +171,7 @@ def decode_minishard_indices(bufs: Sequence[Blob], encoding: str, index_end: int
             f"{int(starts[i]) + int(sizes[i])}) outside [{index_end}, {file_size}), the data "
             f"region of the file")
     if not rising:  # writers usually sort; one array at a time
-        order = np.lexsort((keys, np.repeat(np.arange(len(raws)), counts))) if several \
+        order = np.lexsort((keys, np.repeat(np.arange(len(raws)), counts))) if len(raws) > 1 \
             else np.argsort(keys, kind="stable")
         keys = keys[order]
         starts = starts[order]
