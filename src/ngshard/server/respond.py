@@ -221,8 +221,9 @@ def _decoded(file: File, name: str, twin: str, request: Request,
     """A twin decoded for this client: its whole content (decoded whole, with its length,
     where it holds at most TWIN_WHOLE_BYTES; else as a stream without one: chunked, or to the
     close for HTTP/1.0; HEAD decodes nothing), or the range asked for. A range's end is found
-    by decoding up to it (to the end for open and suffix ranges), then the range is decoded
-    again as it is sent: twice the work, memory bounded by one piece."""
+    by decoding up to it, or to TWIN_WHOLE_BYTES if that is further (to the end for open and
+    suffix ranges), then the range is decoded again as it is sent: twice the work, memory
+    bounded by one piece."""
     head = request.method == "HEAD"
     start, end, status = 0, None, 200
     try:
@@ -233,7 +234,10 @@ def _decoded(file: File, name: str, twin: str, request: Request,
             except Unsatisfiable:
                 probe = None
             known = probe[1] if probe is not None and probe[1] < _UNBOUNDED else None
-            size, whole = decoded_size(file, name, twin, known)
+            # decoded to the range's end, or on to TWIN_WHOLE_BYTES to give a small twin's
+            # whole length (clients such as obstore's take no "bytes a-b/*")
+            size, whole = decoded_size(file, name, twin, None if known is None else
+                                       max(known, TWIN_WHOLE_BYTES))
             try:
                 rng = byte_range(wanted, size if whole or known is None else known)
             except Unsatisfiable as e:
