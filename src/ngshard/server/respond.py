@@ -20,7 +20,7 @@ from .files import DIRECTORY, File, Files
 from .paths import parse_target
 from .protocol import REASONS, HttpError, Request, format_fields
 from .ranges import Unsatisfiable, byte_range
-from .twins import CODINGS, accepts, decoded, decoded_size, open_twin
+from .twins import CODINGS, decoded, decoded_size, open_twin, sent_encoded
 
 ALLOW = "GET, HEAD, OPTIONS"
 #: Headers a viewer on another origin may read: the range and length ones, and validators.
@@ -128,8 +128,8 @@ def _get(files: Files, request: Request, listing: bool,
     found, twin = files.open(target.name), ""
     if found is None and target.name and not target.directory:
         found, twin = open_twin(files, target.name) or (None, "")
-        if isinstance(found, File) and quick and ("range" in request.headers or not (
-                twin in CODINGS and accepts(request.headers, CODINGS[twin]))):
+        if isinstance(found, File) and quick and ("range" in request.headers or
+                                                  not sent_encoded(request.headers, twin)):
             found.close()  # a twin decoded (a range of it, or for this client): takes time
             return None
     if found == DIRECTORY:
@@ -154,8 +154,7 @@ def _file(file: File, name: str, twin: str, request: Request) -> Response:
         decoded_tag = f'{file.etag[:-1]}-{twin[1:]}-decoded"'
         ranged = not head and "range" in request.headers and \
             range_applies(request.headers, decoded_tag, file.mtime)
-        coding = CODINGS.get(twin)
-        decode = ranged or coding is None or not accepts(request.headers, coding)
+        decode = ranged or not sent_encoded(request.headers, twin)
         etag = decoded_tag if decode else f'{file.etag[:-1]}-{twin[1:]}"'
     status = precondition(request.method, request.headers, etag, file.mtime)
     if status is not None:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..compression import TWINS, iter_decompress
+from ..compression import COMPRESS, TWINS, iter_decompress
 from ..limits import TWIN_PIECE_BYTES
 from .files import File, Files
 
 #: The twins a browser may take as they are: suffix -> Content-Encoding.
-CODINGS = {".gz": "gzip", ".br": "br", ".zstd": "zstd"}
+CODINGS = {suffix: coding for coding, suffix in COMPRESS.items()}
 
 
 def open_twin(files: Files, name: str) -> tuple[File, str] | None:
@@ -25,6 +25,13 @@ def open_twin(files: Files, name: str) -> tuple[File, str] | None:
         if isinstance(found, File):
             return found, suffix
     return None
+
+
+def sent_encoded(headers: dict[str, str], suffix: str) -> bool:
+    """Whether the whole of a ``suffix`` twin goes to this client as it is stored, with a
+    Content-Encoding (else it is decoded for it)."""
+    coding = CODINGS.get(suffix)
+    return coding is not None and accepts(headers, coding)
 
 
 def accepts(headers: dict[str, str], coding: str) -> bool:
